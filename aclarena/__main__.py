@@ -1,0 +1,3 @@
+from aclarena.cli import main
+
+raise SystemExit(main())

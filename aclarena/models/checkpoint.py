@@ -1,0 +1,432 @@
+"""What a checkpoint is, read without loading it: files, weights, dtype, tokenizer, lineage.
+
+Everything here reads headers and small JSON files only (no torch), so that
+``aclarena-diag checkpoints`` is fast and every analyzer can check its inputs before it
+loads a model. :mod:`aclarena.models.loading` builds on it to load models.
+
+Sources a manifest ``path`` may name:
+
+* an HF model folder (``config.json`` and ``model.safetensors`` or a sharded
+  ``model.safetensors.index.json``), relative to the run folder or absolute;
+* a LoRA adapter folder (``adapter_config.json``, ``adapter_model.safetensors``),
+  applied on the checkpoint named by ``on``;
+* a hub id (``org/name``) when no such local folder exists.
+
+Weights are read from safetensors only; pickle files (``pytorch_model.bin``, ``*.pt``)
+need ``allow_pickle=True`` (``--allow-pickle``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aclarena.errors import CheckpointError
+from aclarena.store.manifest import CheckpointSpec, Manifest
+
+SAFETENSORS_SINGLE = ("model.safetensors", "adapter_model.safetensors")
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+PICKLE_NAMES = ("pytorch_model.bin", "adapter_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.bin")
+HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
+DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+               "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+               "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """A tensor's name, dtype (safetensors code, e.g. ``BF16``), shape and file."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    file: Path
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass
+class CheckpointInfo:
+    """A checkpoint as found on disk; ``problem`` says why it cannot be loaded, if so."""
+
+    spec: CheckpointSpec
+    source: str  # "folder" | "adapter" | "hub"
+    location: str  # absolute folder, or the hub id
+    weight_format: str | None = None  # "safetensors" | "pickle" | None
+    tensors: dict[str, TensorMeta] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    adapter_config: dict[str, Any] = field(default_factory=dict)
+    tokenizer_fingerprint: str | None = None
+    problem: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def loadable(self) -> bool:
+        return self.problem is None
+
+    @property
+    def n_parameters(self) -> int | None:
+        if not self.tensors:
+            return None
+        return sum(t.numel for t in self.tensors.values())
+
+    @property
+    def dtype(self) -> str | None:
+        if not self.tensors:
+            return None
+        counts = Counter()
+        for t in self.tensors.values():
+            counts[t.dtype] += t.numel
+        code = counts.most_common(1)[0][0]
+        return DTYPE_NAMES.get(code, code.lower())
+
+    @property
+    def architecture(self) -> str | None:
+        archs = self.config.get("architectures")
+        if archs:
+            return str(archs[0])
+        return self.config.get("model_type")
+
+    def require_loadable(self) -> None:
+        if self.problem is not None:
+            raise CheckpointError(f"checkpoint {self.name!r}: {self.problem}")
+
+
+# --- safetensors headers ---------------------------------------------------------------------
+
+
+def read_safetensors_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a safetensors file (tensor names, dtypes, shapes, offsets)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) != 8:
+                raise CheckpointError(f"{path} is truncated (no safetensors header); re-save the checkpoint")
+            (n,) = struct.unpack("<Q", raw)
+            if n > 100_000_000:
+                raise CheckpointError(f"{path} is not a safetensors file (header size {n}); re-save the checkpoint")
+            header = f.read(n)
+            size = os.fstat(f.fileno()).st_size
+    except OSError as e:
+        raise CheckpointError(f"cannot read {path}: {e.strerror}") from None
+    try:
+        meta = json.loads(header)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise CheckpointError(f"{path} has a corrupted safetensors header; re-save the checkpoint") from None
+    end = max((v["data_offsets"][1] for k, v in meta.items() if k != "__metadata__"), default=0)
+    if 8 + n + end > size:
+        raise CheckpointError(f"{path} is truncated ({size} bytes, header promises {8 + n + end}); re-save the checkpoint")
+    return meta
+
+
+def safetensors_files(folder: Path) -> list[Path]:
+    """The safetensors files of an HF folder (shards listed by the index), or []."""
+    index = folder / SAFETENSORS_INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (OSError, KeyError, json.JSONDecodeError):
+            raise CheckpointError(f"{index} is not a valid safetensors index (no weight_map)") from None
+        files = sorted({folder / f for f in weight_map.values()})
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise CheckpointError(f"{folder}: shard {missing[0]} listed in {SAFETENSORS_INDEX} is missing")
+        return files
+    single = [folder / n for n in SAFETENSORS_SINGLE if (folder / n).is_file()]
+    if single:
+        return single[:1]
+    return sorted(p for p in folder.glob("*.safetensors") if p.is_file())
+
+
+def tensor_metas(files: list[Path]) -> dict[str, TensorMeta]:
+    out: dict[str, TensorMeta] = {}
+    for path in files:
+        for name, v in read_safetensors_header(path).items():
+            if name == "__metadata__":
+                continue
+            out[name] = TensorMeta(name=name, dtype=v["dtype"], shape=tuple(v["shape"]), file=path)
+    return out
+
+
+def pickle_files(folder: Path) -> list[Path]:
+    found = [folder / n for n in PICKLE_NAMES if (folder / n).is_file()]
+    found += sorted(p for p in folder.glob("pytorch_model-*.bin"))
+    return found
+
+
+# --- tokenizers --------------------------------------------------------------------------------
+
+
+def tokenizer_fingerprint(folder: Path) -> str | None:
+    """A hash of the vocabulary, merges and added/special tokens; None when no tokenizer is there.
+
+    Two tokenizers with the same fingerprint map every text to the same ids, so per-token
+    results of their checkpoints can be compared position by position.
+    """
+    tj = folder / "tokenizer.json"
+    h = hashlib.sha256()
+    if tj.is_file():
+        try:
+            data = json.loads(tj.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            raise CheckpointError(f"{tj} is not valid JSON; re-save the tokenizer") from None
+        model = data.get("model") or {}
+        vocab = model.get("vocab")
+        if isinstance(vocab, dict):
+            vocab = sorted(vocab.items(), key=lambda kv: kv[1])
+        merges = model.get("merges") or []
+        merges = [m if isinstance(m, str) else " ".join(m) for m in merges]
+        added = sorted((t.get("id"), t.get("content"), bool(t.get("special"))) for t in data.get("added_tokens") or [])
+        h.update(json.dumps({"type": model.get("type"), "vocab": vocab, "merges": merges, "added": added},
+                            ensure_ascii=False).encode())
+        return h.hexdigest()[:12]
+    for name in ("tokenizer.model", "vocab.json"):
+        p = folder / name
+        if p.is_file():
+            h.update(p.read_bytes())
+            merges = folder / "merges.txt"
+            if merges.is_file():
+                h.update(merges.read_bytes())
+            added = folder / "added_tokens.json"
+            if added.is_file():
+                h.update(added.read_bytes())
+            return h.hexdigest()[:12]
+    return None
+
+
+def has_chat_template(folder: Path) -> bool:
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    cfg = folder / "tokenizer_config.json"
+    if cfg.is_file():
+        try:
+            return bool(json.loads(cfg.read_text()).get("chat_template"))
+        except (OSError, json.JSONDecodeError):
+            return False
+    return False
+
+
+# --- resolution --------------------------------------------------------------------------------
+
+
+def locate(spec: CheckpointSpec, run_dir: str | os.PathLike[str]) -> tuple[str, str]:
+    """Return (source, location): a local folder, an adapter folder, or a hub id."""
+    raw = os.path.expanduser(spec.path)
+    path = Path(raw) if os.path.isabs(raw) else Path(run_dir) / raw
+    if path.exists():
+        if not path.is_dir():
+            raise CheckpointError(
+                f"checkpoint {spec.name!r}: {path} is a file; `path` must name a checkpoint folder"
+            )
+        return ("adapter" if (path / "adapter_config.json").is_file() else "folder"), str(path.resolve())
+    first = Path(run_dir) / raw.split("/")[0]
+    looks_local = raw.startswith((".", "/", "~")) or first.exists() or spec.is_adapter
+    if HUB_ID_RE.match(raw) and not looks_local:
+        return "hub", raw
+    raise CheckpointError(
+        f"checkpoint {spec.name!r}: folder {path} does not exist; fix `path` in the manifest or restore the folder"
+    )
+
+
+def inspect(
+    spec: CheckpointSpec,
+    manifest: Manifest,
+    run_dir: str | os.PathLike[str],
+    *,
+    allow_pickle: bool = False,
+    _seen: dict[str, CheckpointInfo] | None = None,
+) -> CheckpointInfo:
+    """Inspect a checkpoint without loading it; problems go to ``info.problem``, not raised."""
+    seen = {} if _seen is None else _seen
+    if spec.name in seen:
+        return seen[spec.name]
+    try:
+        source, location = locate(spec, run_dir)
+    except CheckpointError as e:
+        info = CheckpointInfo(spec=spec, source="folder", location=spec.path, problem=_strip_name(str(e), spec))
+        seen[spec.name] = info
+        return info
+    info = CheckpointInfo(spec=spec, source=source, location=location)
+    seen[spec.name] = info
+    if source == "hub":
+        info.problem = None
+        return info
+    folder = Path(location)
+    try:
+        if source == "adapter":
+            _inspect_adapter(info, folder, manifest, run_dir, allow_pickle, seen)
+        else:
+            _inspect_folder(info, folder, allow_pickle)
+    except CheckpointError as e:
+        info.problem = _strip_name(str(e), spec)
+    return info
+
+
+def _strip_name(msg: str, spec: CheckpointSpec) -> str:
+    prefix = f"checkpoint {spec.name!r}: "
+    return msg[len(prefix):] if msg.startswith(prefix) else msg
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        raise CheckpointError(f"{path} is not valid JSON; re-save the checkpoint") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} is not a JSON object; re-save the checkpoint")
+    return data
+
+
+def _inspect_folder(info: CheckpointInfo, folder: Path, allow_pickle: bool) -> None:
+    cfg = folder / "config.json"
+    if cfg.is_file():
+        info.config = _read_json(cfg)
+    info.tokenizer_fingerprint = tokenizer_fingerprint(folder)
+    files = safetensors_files(folder)
+    if files:
+        info.weight_format = "safetensors"
+        info.tensors = tensor_metas(files)
+    else:
+        pk = pickle_files(folder)
+        if pk:
+            info.weight_format = "pickle"
+            if not allow_pickle:
+                raise CheckpointError(
+                    f"{folder} has only pickle weights ({pk[0].name}), which can run code when loaded; "
+                    "convert it to safetensors or pass --allow-pickle if you trust it"
+                )
+        else:
+            raise CheckpointError(f"{folder} holds no weights (no *.safetensors or pytorch_model.bin); point `path` at a checkpoint folder")
+    if not cfg.is_file():
+        raise CheckpointError(f"{folder} has weights but no config.json; save the model with save_pretrained")
+    _check_finite_shapes(info)
+
+
+def _check_finite_shapes(info: CheckpointInfo) -> None:
+    for t in info.tensors.values():
+        if any(d < 0 for d in t.shape):
+            raise CheckpointError(f"tensor {t.name} in {t.file} has a negative dimension; re-save the checkpoint")
+
+
+def _inspect_adapter(
+    info: CheckpointInfo,
+    folder: Path,
+    manifest: Manifest,
+    run_dir: str | os.PathLike[str],
+    allow_pickle: bool,
+    seen: dict[str, CheckpointInfo],
+) -> None:
+    info.adapter_config = _read_json(folder / "adapter_config.json")
+    spec = info.spec
+    if spec.on is None:
+        raise CheckpointError(
+            f"{folder} is a LoRA adapter; add on = \"<base checkpoint name>\" to its manifest entry"
+        )
+    base = inspect(manifest.resolve(spec.on), manifest, run_dir, allow_pickle=allow_pickle, _seen=seen)
+    info.config = base.config
+    info.tokenizer_fingerprint = tokenizer_fingerprint(folder) or base.tokenizer_fingerprint
+    files = [folder / "adapter_model.safetensors"] if (folder / "adapter_model.safetensors").is_file() else []
+    if files:
+        info.weight_format = "safetensors"
+        info.tensors = tensor_metas(files)
+    elif (folder / "adapter_model.bin").is_file():
+        info.weight_format = "pickle"
+        if not allow_pickle:
+            raise CheckpointError(
+                f"{folder} has only pickle weights (adapter_model.bin); convert it to safetensors or pass --allow-pickle"
+            )
+    else:
+        raise CheckpointError(f"{folder} holds no adapter weights (adapter_model.safetensors)")
+    if base.problem is not None:
+        raise CheckpointError(f"its base {spec.on!r} cannot be loaded: {base.problem}")
+    if base.source != "hub" and info.tensors:
+        check_adapter_fits(info, base)
+
+
+_LORA_RE = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<ab>[AB])(?:\.[^.]+)?\.weight$")
+
+
+def lora_module_of(tensor_name: str) -> tuple[str, str] | None:
+    """``('model.layers.0.self_attn.q_proj', 'A')`` for a PEFT LoRA tensor name, else None."""
+    m = _LORA_RE.match(tensor_name)
+    return (m.group("module"), m.group("ab")) if m else None
+
+
+def check_adapter_fits(adapter: CheckpointInfo, base: CheckpointInfo) -> None:
+    """Refuse an adapter whose LoRA matrices do not fit its base's weights (names the tensor)."""
+    for name, t in adapter.tensors.items():
+        parsed = lora_module_of(name)
+        if parsed is None:
+            continue
+        module, ab = parsed
+        target = base.tensors.get(f"{module}.weight")
+        if target is None:
+            raise CheckpointError(
+                f"adapter tensor {name} targets {module}.weight, which base {base.name!r} does not have; "
+                "apply the adapter to the model it was trained on"
+            )
+        if len(target.shape) != 2 or len(t.shape) != 2:
+            continue
+        out_f, in_f = target.shape
+        ok = t.shape[1] == in_f if ab == "A" else t.shape[0] == out_f
+        if not ok:
+            raise CheckpointError(
+                f"adapter tensor {name} has shape {list(t.shape)} but base {base.name!r} has {module}.weight "
+                f"of shape {list(target.shape)}; apply the adapter to the model it was trained on"
+            )
+
+
+def require_same_tokenizer(infos: list[CheckpointInfo]) -> str | None:
+    """Refuse to compare checkpoints whose tokenizers differ; returns the common fingerprint."""
+    known = [i for i in infos if i.tokenizer_fingerprint is not None]
+    if not known:
+        return None
+    first = known[0]
+    for other in known[1:]:
+        if other.tokenizer_fingerprint != first.tokenizer_fingerprint:
+            raise CheckpointError(
+                f"tokenizers differ: {first.name!r} ({first.tokenizer_fingerprint}) and {other.name!r} "
+                f"({other.tokenizer_fingerprint}); per-token results can only be compared with the same tokenizer"
+            )
+    return first.tokenizer_fingerprint
+
+
+def inspect_all(manifest: Manifest, run_dir: str | os.PathLike[str], *, allow_pickle: bool = False) -> list[CheckpointInfo]:
+    seen: dict[str, CheckpointInfo] = {}
+    return [inspect(s, manifest, run_dir, allow_pickle=allow_pickle, _seen=seen) for s in manifest]
+
+
+def find_checkpoint_folders(root: Path) -> list[Path]:
+    """Sub-folders of ``root`` (any depth up to 3) that hold a model or an adapter."""
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        depth = len(Path(dirpath).relative_to(root).parts)
+        names = set(filenames)
+        is_ckpt = "adapter_config.json" in names or (
+            "config.json" in names and (names & {*SAFETENSORS_SINGLE, SAFETENSORS_INDEX, *PICKLE_NAMES}
+                                        or any(n.endswith(".safetensors") for n in names))
+        )
+        if is_ckpt and Path(dirpath) != root:
+            found.append(Path(dirpath))
+            dirnames[:] = []
+        elif depth >= 3:
+            dirnames[:] = []
+        else:
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not d.startswith("checkpoint-"))
+    return found

@@ -1,0 +1,172 @@
+"""Loading checkpoints: the one module every analyzer and trainer uses to get a model.
+
+* HF folders and hub ids through ``transformers``; LoRA adapter folders through ``peft``,
+  applied on the checkpoint their manifest entry names with ``on``.
+* safetensors only unless ``allow_pickle=True``; ``trust_remote_code`` off unless asked.
+* CPU by default in float32; ``device="auto"`` picks CUDA when present, where
+  ``dtype="auto"`` keeps the stored dtype (bf16 for most LLM checkpoints).
+* Every problem is checked first from the files (:mod:`.checkpoint`) and reported as one
+  line naming the checkpoint and the fix, before anything large is read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aclarena.errors import CheckpointError
+from aclarena.models.checkpoint import CheckpointInfo, has_chat_template, inspect
+from aclarena.store.manifest import CheckpointSpec, Manifest
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load: ``dtype`` (``auto``, ``float32``, ``bfloat16``, ``float16``), ``device``
+    (``cpu``, ``cuda``, ``cuda:1``, ``auto``), ``allow_pickle``, ``trust_remote_code``,
+    ``merge_adapter`` (fold LoRA into the weights: faster scoring, same outputs to ~1e-6),
+    and ``device_map`` for models larger than one GPU (``"auto"``)."""
+
+    dtype: str = "auto"
+    device: str = "cpu"
+    allow_pickle: bool = False
+    trust_remote_code: bool = False
+    merge_adapter: bool = False
+    device_map: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise CheckpointError(f"dtype {self.dtype!r} is not supported; use auto, float32, bfloat16 or float16")
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise CheckpointError(f"device {device!r} asked for but CUDA is not available; use --device cpu")
+    return device
+
+
+def torch_dtype(name: str, info: CheckpointInfo | None, device: str) -> torch.dtype:
+    import torch
+
+    if name == "auto":
+        if device.startswith("cuda") and info is not None and info.dtype in ("bfloat16", "float16"):
+            return getattr(torch, info.dtype)
+        return torch.float32
+    return getattr(torch, name)
+
+
+def load_model(
+    spec: CheckpointSpec | str,
+    manifest: Manifest,
+    run_dir: str | os.PathLike[str],
+    options: LoadOptions | None = None,
+) -> PreTrainedModel:
+    """Load a checkpoint of the manifest as a causal LM in eval mode."""
+    opts = options or LoadOptions()
+    if isinstance(spec, str):
+        spec = manifest.resolve(spec)
+    info = inspect(spec, manifest, run_dir, allow_pickle=opts.allow_pickle)
+    info.require_loadable()
+    device = resolve_device(opts.device)
+    if info.source == "adapter":
+        model = _load_adapter(info, manifest, run_dir, opts, device)
+    else:
+        model = _load_full(info, opts, device)
+    model.eval()
+    return model
+
+
+def _load_full(info: CheckpointInfo, opts: LoadOptions, device: str) -> PreTrainedModel:
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {
+        "dtype": torch_dtype(opts.dtype, info, device),
+        "trust_remote_code": opts.trust_remote_code,
+        "use_safetensors": None if opts.allow_pickle else True,
+    }
+    if info.source == "hub":
+        kwargs["local_files_only"] = os.environ.get("HF_HUB_OFFLINE", "0") == "1"
+    if opts.device_map is not None:
+        kwargs["device_map"] = opts.device_map
+    try:
+        model = AutoModelForCausalLM.from_pretrained(info.location, **kwargs)
+    except (OSError, ValueError, RuntimeError, KeyError) as e:
+        raise CheckpointError(f"checkpoint {info.name!r} cannot be loaded from {info.location}: {_first_line(e)}") from None
+    if opts.device_map is None:
+        model.to(device)
+    return model
+
+
+def _load_adapter(
+    info: CheckpointInfo, manifest: Manifest, run_dir: str | os.PathLike[str], opts: LoadOptions, device: str
+) -> PreTrainedModel:
+    from peft import PeftModel
+
+    assert info.spec.on is not None
+    base = load_model(manifest.resolve(info.spec.on), manifest, run_dir,
+                      LoadOptions(dtype=opts.dtype, device=device, allow_pickle=opts.allow_pickle,
+                                  trust_remote_code=opts.trust_remote_code, merge_adapter=True,
+                                  device_map=opts.device_map))
+    try:
+        model = PeftModel.from_pretrained(base, info.location, adapter_name=info.name, is_trainable=False)
+    except (OSError, ValueError, RuntimeError, KeyError) as e:
+        raise CheckpointError(
+            f"adapter {info.name!r} cannot be applied on {info.spec.on!r}: {_first_line(e)}"
+        ) from None
+    if opts.merge_adapter:
+        return model.merge_and_unload()
+    return model
+
+
+def load_tokenizer(
+    spec: CheckpointSpec | str,
+    manifest: Manifest,
+    run_dir: str | os.PathLike[str],
+    *,
+    trust_remote_code: bool = False,
+    padding_side: str = "left",
+    require_chat_template: bool = False,
+) -> PreTrainedTokenizerBase:
+    """The checkpoint's tokenizer (an adapter without one uses its base's), left-padded for generation."""
+    from transformers import AutoTokenizer
+
+    if isinstance(spec, str):
+        spec = manifest.resolve(spec)
+    info = inspect(spec, manifest, run_dir, allow_pickle=True)
+    location = info.location
+    while info.source == "adapter" and not _has_tokenizer(Path(info.location)):
+        assert info.spec.on is not None
+        info = inspect(manifest.resolve(info.spec.on), manifest, run_dir, allow_pickle=True)
+        location = info.location
+    if info.source != "hub" and not _has_tokenizer(Path(location)):
+        raise CheckpointError(f"checkpoint {spec.name!r} has no tokenizer files in {location}; save the tokenizer beside the weights")
+    if require_chat_template and info.source != "hub" and not has_chat_template(Path(location)):
+        raise CheckpointError(
+            f"the tokenizer of {spec.name!r} has no chat template; add one (chat_template.jinja) or use an instruct tokenizer"
+        )
+    try:
+        tok = AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"tokenizer of {spec.name!r} cannot be loaded from {location}: {_first_line(e)}") from None
+    tok.padding_side = padding_side
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    return any((folder / n).is_file() for n in ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json"))
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__

@@ -1,0 +1,336 @@
+"""The run manifest, ``aclarena.toml``: which checkpoints a run holds and how they descend.
+
+A run is a folder with ``aclarena.toml`` and ``results.h5``. The manifest names every
+checkpoint once; those names are the handles every verb takes (``--ref seq-math``), and
+they are resolved here and nowhere else.
+
+Format (docs/manifest.md)::
+
+    [run]
+    name = "mini"
+    base = "base"
+
+    [checkpoints.seq-math]
+    path = "checkpoints/seq-math"   # HF folder, hub id, or LoRA adapter folder (then `on`)
+    kind = "stage"                  # base | stage | oracle | consolidated
+    domain = "math"
+    phase = "rl"                    # sft | rl
+    parent = "base"
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from aclarena.errors import ManifestError, did_you_mean, unknown_name
+
+MANIFEST_NAME = "aclarena.toml"
+KINDS = ("base", "stage", "oracle", "consolidated")
+PHASES = ("sft", "rl")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+RUN_KEYS = ("name", "base", "description")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSpec:
+    """One checkpoint of a run.
+
+    Attributes:
+        name: the handle verbs take (``seq-math``).
+        path: an HF folder (relative to the run folder or absolute), a hub id, or a LoRA
+            adapter folder; for an adapter, ``on`` names the checkpoint it applies to.
+        kind: ``base``, ``stage``, ``oracle`` or ``consolidated``.
+        domain: the capability this checkpoint was trained for (``math``, ``search``, ...).
+        phase: ``sft`` or ``rl``, so that SFT and RL updates can be told apart.
+        parent: the checkpoint this one was trained from.
+        on: for a LoRA adapter, the checkpoint it is applied to.
+        method: for consolidated models, how they were made (``mmopd``, ``merge-ties``...).
+        seed: the training seed, when a run holds several.
+    """
+
+    name: str
+    path: str
+    kind: str = "stage"
+    domain: str | None = None
+    phase: str | None = None
+    parent: str | None = None
+    on: str | None = None
+    method: str | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not NAME_RE.match(self.name):
+            raise ManifestError(
+                f"checkpoint name {self.name!r} is not allowed; use letters, digits, '.', '_' and '-'"
+            )
+        if not isinstance(self.path, str) or not self.path:
+            raise ManifestError(f"checkpoint {self.name!r} needs a non-empty `path`")
+        if self.kind not in KINDS:
+            raise ManifestError(
+                f"checkpoint {self.name!r} has kind {self.kind!r}{did_you_mean(self.kind, KINDS)}; "
+                f"kind must be one of {', '.join(KINDS)}"
+            )
+        if self.phase is not None and self.phase not in PHASES:
+            raise ManifestError(
+                f"checkpoint {self.name!r} has phase {self.phase!r}{did_you_mean(self.phase, PHASES)}; "
+                f"phase must be one of {', '.join(PHASES)}"
+            )
+        for key in ("domain", "parent", "on", "method"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ManifestError(f"checkpoint {self.name!r}: `{key}` must be a non-empty string")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
+            raise ManifestError(f"checkpoint {self.name!r}: `seed` must be an integer, got {self.seed!r}")
+        if self.parent == self.name or self.on == self.name:
+            raise ManifestError(f"checkpoint {self.name!r} names itself as parent or `on`; name another")
+
+    @property
+    def is_adapter(self) -> bool:
+        return self.on is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+SPEC_KEYS = tuple(f.name for f in fields(CheckpointSpec) if f.name != "name")
+
+
+@dataclass
+class Manifest:
+    """A run's checkpoints, in the order they were declared."""
+
+    name: str = "run"
+    base: str | None = None
+    description: str | None = None
+    checkpoints: dict[str, CheckpointSpec] = field(default_factory=dict)
+
+    # --- names -------------------------------------------------------------------------
+    def resolve(self, name: str) -> CheckpointSpec:
+        """The checkpoint called ``name``; unknown names fail with a did-you-mean."""
+        try:
+            return self.checkpoints[name]
+        except KeyError:
+            raise unknown_name("checkpoint", name, self.checkpoints,
+                               hint=f"see `aclarena-diag checkpoints` or add it to {MANIFEST_NAME}") from None
+
+    def resolve_many(self, names: str | list[str]) -> list[CheckpointSpec]:
+        """Resolve a comma-separated string or a list of names, keeping their order."""
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",") if n.strip()]
+        return [self.resolve(n) for n in names]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.checkpoints
+
+    def __iter__(self) -> Iterator[CheckpointSpec]:
+        return iter(self.checkpoints.values())
+
+    def __len__(self) -> int:
+        return len(self.checkpoints)
+
+    # --- lineage -----------------------------------------------------------------------
+    def ancestors(self, name: str) -> list[str]:
+        """Parents of ``name``, nearest first (its own name excluded)."""
+        chain: list[str] = []
+        spec = self.resolve(name)
+        while spec.parent is not None:
+            chain.append(spec.parent)
+            spec = self.resolve(spec.parent)
+        return chain
+
+    def descendants(self, name: str) -> list[str]:
+        """Every checkpoint that has ``name`` among its ancestors, in manifest order."""
+        self.resolve(name)
+        return [s.name for s in self if name in self.ancestors(s.name)]
+
+    def children(self, name: str) -> list[str]:
+        return [s.name for s in self if s.parent == name]
+
+    # --- editing -----------------------------------------------------------------------
+    def add(self, spec: CheckpointSpec, *, replace_existing: bool = False) -> None:
+        """Add a checkpoint; the whole manifest is validated again."""
+        if spec.name in self.checkpoints and not replace_existing:
+            raise ManifestError(f"checkpoint {spec.name!r} is already in the manifest; choose another name")
+        previous = dict(self.checkpoints)
+        self.checkpoints[spec.name] = spec
+        try:
+            self.validate()
+        except ManifestError:
+            self.checkpoints = previous
+            raise
+
+    def validate(self) -> None:
+        """Check references and lineage: parents and `on` exist, no cycles, the base exists."""
+        names = self.checkpoints
+        if self.base is not None and self.base not in names:
+            raise ManifestError(
+                f"[run] base = {self.base!r} is not a checkpoint{did_you_mean(self.base, names)}; "
+                f"known: {', '.join(names) or 'none'}"
+            )
+        for spec in self:
+            for key in ("parent", "on"):
+                ref = getattr(spec, key)
+                if ref is not None and ref not in names:
+                    raise ManifestError(
+                        f"checkpoint {spec.name!r} has {key} = {ref!r}, which is not a checkpoint"
+                        f"{did_you_mean(ref, names)}; known: {', '.join(names)}"
+                    )
+        for spec in self:
+            seen = [spec.name]
+            cur = spec
+            while cur.parent is not None:
+                if cur.parent in seen:
+                    cycle = " -> ".join([*seen[seen.index(cur.parent):], cur.parent])
+                    raise ManifestError(f"parent cycle in the manifest: {cycle}; a checkpoint cannot descend from itself")
+                seen.append(cur.parent)
+                cur = names[cur.parent]
+            seen = [spec.name]
+            cur = spec
+            while cur.on is not None:
+                if cur.on in seen:
+                    cycle = " -> ".join([*seen[seen.index(cur.on):], cur.on])
+                    raise ManifestError(f"adapter cycle in the manifest (`on`): {cycle}")
+                seen.append(cur.on)
+                cur = names[cur.on]
+
+    # --- serialisation -----------------------------------------------------------------
+    def to_toml(self) -> str:
+        lines = ["[run]"]
+        for key in RUN_KEYS:
+            value = getattr(self, key)
+            if value is not None:
+                lines.append(f"{key} = {_toml_value(value)}")
+        for spec in self:
+            lines.append("")
+            lines.append(f"[checkpoints.{_toml_key(spec.name)}]")
+            for key, value in spec.to_dict().items():
+                if key != "name":
+                    lines.append(f"{key} = {_toml_value(value)}")
+        return "\n".join(lines) + "\n"
+
+
+def parse_manifest(text: str, source: str = MANIFEST_NAME) -> Manifest:
+    """Parse and validate manifest text; errors name ``source`` and, for TOML errors, the line."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ManifestError(f"{source} is not valid TOML: {e}; fix that line") from None
+    return manifest_from_dict(data, source)
+
+
+def manifest_from_dict(data: Mapping[str, Any], source: str = MANIFEST_NAME) -> Manifest:
+    unknown = set(data) - {"run", "checkpoints"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ManifestError(
+            f"{source}: unknown table [{key}]{did_you_mean(key, ['run', 'checkpoints'])}; "
+            "a manifest has [run] and [checkpoints.NAME] tables"
+        )
+    run = data.get("run", {})
+    if not isinstance(run, Mapping):
+        raise ManifestError(f"{source}: `run` must be a table ([run])")
+    for key in run:
+        if key not in RUN_KEYS:
+            raise ManifestError(
+                f"{source}: unknown key [run].{key}{did_you_mean(key, RUN_KEYS)}; allowed: {', '.join(RUN_KEYS)}"
+            )
+        if not isinstance(run[key], str):
+            raise ManifestError(f"{source}: [run].{key} must be a string, got {run[key]!r}")
+    checkpoints = data.get("checkpoints", {})
+    if not isinstance(checkpoints, Mapping):
+        raise ManifestError(f"{source}: `checkpoints` must be tables ([checkpoints.NAME])")
+    manifest = Manifest(name=run.get("name", "run"), base=run.get("base"), description=run.get("description"))
+    for name, entry in checkpoints.items():
+        if not isinstance(entry, Mapping):
+            raise ManifestError(f"{source}: checkpoints.{name} must be a table with at least `path`")
+        for key in entry:
+            if key not in SPEC_KEYS:
+                raise ManifestError(
+                    f"{source}: unknown key checkpoints.{name}.{key}{did_you_mean(key, SPEC_KEYS)}; "
+                    f"allowed: {', '.join(SPEC_KEYS)}"
+                )
+        if "path" not in entry:
+            raise ManifestError(f"{source}: checkpoints.{name} has no `path`; add path = \"<folder or hub id>\"")
+        for key, value in entry.items():
+            if key != "seed" and not isinstance(value, str):
+                raise ManifestError(f"{source}: checkpoints.{name}.{key} must be a string, got {value!r}")
+        manifest.checkpoints[name] = CheckpointSpec(name=name, **dict(entry))
+    if manifest.base is None:
+        bases = [s.name for s in manifest if s.kind == "base"]
+        if len(bases) == 1:
+            manifest.base = bases[0]
+    manifest.validate()
+    return manifest
+
+
+def manifest_path(run_dir: str | os.PathLike[str]) -> Path:
+    return Path(run_dir) / MANIFEST_NAME
+
+
+def load_manifest(run_dir: str | os.PathLike[str]) -> Manifest:
+    """Read and validate ``run_dir/aclarena.toml``."""
+    path = manifest_path(run_dir)
+    if not path.is_file():
+        raise ManifestError(
+            f"no {MANIFEST_NAME} in {Path(run_dir).resolve()}; pass --run DIR or create one with `aclarena-diag init`"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ManifestError(f"cannot read {path}: {e}") from None
+    return parse_manifest(text, source=str(path))
+
+
+def write_manifest(manifest: Manifest, run_dir: str | os.PathLike[str]) -> Path:
+    """Write the manifest atomically (a temporary file, then a rename)."""
+    manifest.validate()
+    path = manifest_path(run_dir)
+    write_text_atomic(path, manifest.to_toml())
+    return path
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that readers see the old or the new file, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except PermissionError:
+        raise ManifestError(f"cannot write in {path.parent}: the folder is read-only; choose a writable --run") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise ManifestError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def with_spec(spec: CheckpointSpec, **changes: Any) -> CheckpointSpec:
+    return replace(spec, **changes)
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")

@@ -1,0 +1,399 @@
+"""results.h5: the run's analysis results, each written completely or not at all.
+
+Writes are copy-on-write: the writer copies ``results.h5`` to a temporary file in the same
+folder, adds the new result groups there, flushes and fsyncs it, and renames it over
+``results.h5``. A writer killed at any point leaves the previous file untouched (HDF5 files
+are not crash-safe when written in place); readers that have the file open keep reading
+the version they opened. One writer at a time holds ``results.h5.lock`` (an advisory
+``flock``, released by the kernel if the writer dies); a second writer waits for it.
+
+Series that grow during training live beside it in ``series.h5`` (see :mod:`.series`).
+The layout and every element are specified in docs/store-format.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import h5py
+
+from aclarena import __version__
+from aclarena.errors import StoreError
+from aclarena.store.encoding import RaggedView, encoding_of, read_elem, write_elem
+
+RESULTS_NAME = "results.h5"
+STORE_TYPE = "aclarena-results"
+STORE_VERSION = "1.0.0"
+LOCK_TIMEOUT_S = 120.0
+
+
+def _major(version: str) -> int:
+    try:
+        return int(str(version).split(".")[0])
+    except ValueError:
+        raise StoreError(f"store version {version!r} is not MAJOR.MINOR.PATCH") from None
+
+
+def _attr_str(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def check_root(f: h5py.File, path: Path) -> None:
+    """Refuse files that are not aclarena stores or that a newer major version wrote."""
+    t = f.attrs.get("encoding-type")
+    v = f.attrs.get("encoding-version")
+    if t is None or _attr_str(t) != STORE_TYPE:
+        raise StoreError(f"{path} is an HDF5 file but not an aclarena results store; move it aside or choose another --run")
+    if _major(_attr_str(v)) > _major(STORE_VERSION):
+        raise StoreError(
+            f"{path} was written by a newer aclarena (store format {_attr_str(v)}, this one reads "
+            f"{_major(STORE_VERSION)}.x); upgrade aclarena"
+        )
+
+
+@contextlib.contextmanager
+def _file_lock(lock_path: Path, *, timeout: float = LOCK_TIMEOUT_S, what: str = "results store") -> Iterator[None]:
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except PermissionError:
+        raise StoreError(
+            f"cannot write in {lock_path.parent}: the run folder is read-only; make it writable or choose another --run"
+        ) from None
+    except OSError as e:
+        raise StoreError(f"cannot create {lock_path}: {e.strerror}") from None
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StoreError(
+                        f"the {what} in {lock_path.parent} is locked by another writer for over {timeout:.0f} s; "
+                        "wait for it to finish or stop it"
+                    ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _os_error(e: BaseException, path: Path) -> StoreError:
+    """One line for an OS-level write failure (h5py often reports errno only in its text)."""
+    err = getattr(e, "errno", None)
+    text = str(e)
+    if err in (errno.ENOSPC, errno.EFBIG) or any(
+        s in text for s in ("No space left", "File too large", "errno = 28", "errno = 27")
+    ):
+        return StoreError(
+            f"no space left to write {path} (disk full or file-size limit); free some space and rerun "
+            "(earlier results are intact)"
+        )
+    if isinstance(e, PermissionError) or err in (errno.EACCES, errno.EROFS, errno.EPERM) or "Read-only" in text:
+        return StoreError(f"cannot write {path}: the run folder is read-only; make it writable or choose another --run")
+    reason = getattr(e, "strerror", None) or text.splitlines()[0] if text else type(e).__name__
+    return StoreError(f"cannot write {path}: {reason}; earlier results are intact")
+
+
+class ResultsStore:
+    """A run's ``results.h5``.
+
+    >>> store = ResultsStore("runs/demo")
+    >>> store.write("tokens/seq-math/seq-search", {"kl": kl_array}, result_type="token-scores")
+    >>> with store.reader() as r:
+    ...     kl = r.read("tokens/seq-math/seq-search/kl")
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / RESULTS_NAME
+        self.lock_path = self.run_dir / (RESULTS_NAME + ".lock")
+        self._lock_depth = 0
+
+    # --- reading -------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[StoreReader]:
+        """Open the store read-only; yields a :class:`StoreReader`."""
+        if not self.path.is_file():
+            raise StoreError(f"no {RESULTS_NAME} in {self.run_dir}; run an analysis first (e.g. `aclarena-diag tokens`)")
+        f = _open_read(self.path)
+        try:
+            yield StoreReader(f, self.path)
+        finally:
+            f.close()
+
+    def has(self, key: str) -> bool:
+        if not self.path.is_file():
+            return False
+        with self.reader() as r:
+            return r.has(key)
+
+    def read(self, key: str) -> Any:
+        with self.reader() as r:
+            return r.read(key)
+
+    def attrs(self, key: str) -> dict[str, Any]:
+        with self.reader() as r:
+            return r.attrs(key)
+
+    def keys(self, key: str = "/") -> list[str]:
+        if not self.path.is_file():
+            return []
+        with self.reader() as r:
+            return r.keys(key)
+
+    # --- writing -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the writer lock (re-entrant within one process)."""
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        if not self.run_dir.is_dir():
+            raise StoreError(f"run folder {self.run_dir} does not exist; create it or pass another --run")
+        with _file_lock(self.lock_path):
+            self._lock_depth = 1
+            try:
+                self._remove_stale_temporaries()
+                yield
+            finally:
+                self._lock_depth = 0
+
+    def _remove_stale_temporaries(self) -> None:
+        for tmp in self.run_dir.glob(f".{RESULTS_NAME}.*.tmp"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+    def write(
+        self,
+        key: str,
+        data: Mapping[str, Any],
+        *,
+        result_type: str,
+        result_version: str = "0.1.0",
+        attrs: Mapping[str, Any] | None = None,
+        overwrite: bool = False,
+        manifest_text: str | None = None,
+    ) -> None:
+        """Write one result group at ``key``, completely or not at all."""
+        self.write_many([(key, data, result_type, result_version, attrs or {})], overwrite=overwrite,
+                        manifest_text=manifest_text)
+
+    def write_many(
+        self,
+        items: list[tuple[str, Mapping[str, Any], str, str, Mapping[str, Any]]],
+        *,
+        overwrite: bool = False,
+        manifest_text: str | None = None,
+    ) -> None:
+        """Write several result groups in one atomic step.
+
+        Each item is ``(key, data, result_type, result_version, attrs)``. Attribute values
+        that are not strings or numbers are stored as JSON strings.
+        """
+        with self.lock():
+            tmp = self.run_dir / f".{RESULTS_NAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+            try:
+                if self.path.is_file():
+                    with _open_read(self.path) as f:  # validates before copying
+                        check_root(f, self.path)
+                    shutil.copyfile(self.path, tmp)
+                    f = h5py.File(tmp, "r+")
+                else:
+                    f = h5py.File(tmp, "w")
+                    f.attrs["encoding-type"] = STORE_TYPE
+                    f.attrs["encoding-version"] = STORE_VERSION
+                    f.attrs["created"] = _now()
+                with f:
+                    f.attrs["aclarena-version"] = __version__
+                    f.attrs["modified"] = _now()
+                    if manifest_text is not None:
+                        f.attrs["manifest"] = manifest_text
+                    for key, data, rtype, rversion, rattrs in items:
+                        key = _norm(key)
+                        if key in f:
+                            if not overwrite:
+                                raise StoreError(f"{self.path}:{key} already exists; pass overwrite=True (or --force) to replace it")
+                            del f[key]
+                        parent = _ensure_parents(f, key)
+                        g = parent.create_group(key.rsplit("/", 1)[-1])
+                        g.attrs["encoding-type"] = "dict"
+                        g.attrs["encoding-version"] = "0.1.0"
+                        g.attrs["result-type"] = rtype
+                        g.attrs["result-version"] = rversion
+                        g.attrs["written"] = _now()
+                        for ak, av in rattrs.items():
+                            g.attrs[ak] = av if isinstance(av, str | int | float | bool) else json.dumps(av)
+                        for k, v in data.items():
+                            write_elem(g, str(k), v)
+                    f.flush()
+                with open(tmp, "rb+") as fh:
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.path)
+                _fsync_dir(self.run_dir)
+            except StoreError:
+                tmp.unlink(missing_ok=True)
+                raise
+            except (OSError, RuntimeError) as e:
+                tmp.unlink(missing_ok=True)
+                raise _os_error(e, self.path) from None
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+
+    def delete(self, key: str) -> None:
+        """Remove a result group (copy-on-write, like every write)."""
+        with self.lock():
+            if not self.has(key):
+                return
+            tmp = self.run_dir / f".{RESULTS_NAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+            try:
+                shutil.copyfile(self.path, tmp)
+                with h5py.File(tmp, "r+") as f:
+                    del f[_norm(key)]
+                    f.attrs["modified"] = _now()
+                os.replace(tmp, self.path)
+            except (OSError, RuntimeError) as e:
+                tmp.unlink(missing_ok=True)
+                raise _os_error(e, self.path) from None
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _norm(key: str) -> str:
+    key = key.strip("/")
+    if not key or any(part in ("", ".", "..") for part in key.split("/")):
+        raise StoreError(f"invalid result key {key!r}; use names separated by '/'")
+    return key
+
+
+def _ensure_parents(f: h5py.File, key: str) -> h5py.Group:
+    g: h5py.Group = f
+    for part in key.split("/")[:-1]:
+        if part not in g:
+            sub = g.create_group(part)
+            sub.attrs["encoding-type"] = "dict"
+            sub.attrs["encoding-version"] = "0.1.0"
+            g = sub
+        else:
+            g = g[part]
+            if not isinstance(g, h5py.Group):
+                raise StoreError(f"{g.name} is a dataset, not a group; choose another result key")
+    return g
+
+
+def _open_read(path: Path) -> h5py.File:
+    try:
+        f = h5py.File(path, "r")
+    except (OSError, RuntimeError) as e:
+        msg = str(e).split("(")[-1].rstrip(")") if "(" in str(e) else str(e)
+        raise StoreError(
+            f"{path} is truncated or corrupted and cannot be opened ({msg}); move it aside to start a new store"
+        ) from None
+    try:
+        check_root(f, path)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+class StoreReader:
+    """Read access to an open results.h5; every error names the HDF5 key."""
+
+    def __init__(self, f: h5py.File, path: Path) -> None:
+        self._f = f
+        self.path = path
+
+    @property
+    def root_attrs(self) -> dict[str, Any]:
+        return {k: _attr_str(v) if isinstance(v, bytes) else v for k, v in self._f.attrs.items()}
+
+    def has(self, key: str) -> bool:
+        return _norm(key) in self._f
+
+    def _get(self, key: str) -> h5py.HLObject:
+        k = _norm(key)
+        try:
+            return self._f[k]
+        except KeyError:
+            raise StoreError(f"{self.path}:{k} not found; run the analysis that writes it") from None
+
+    def keys(self, key: str = "/") -> list[str]:
+        obj = self._f if key.strip("/") == "" else self._get(key)
+        return list(obj.keys()) if isinstance(obj, h5py.Group) else []
+
+    def read(self, key: str) -> Any:
+        return read_elem(self._get(key))
+
+    def attrs(self, key: str) -> dict[str, Any]:
+        obj = self._get(key)
+        out: dict[str, Any] = {}
+        for k, v in obj.attrs.items():
+            v = _attr_str(v) if isinstance(v, bytes) else v
+            out[k] = v.item() if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
+        return out
+
+    def encoding(self, key: str) -> tuple[str, str]:
+        return encoding_of(self._get(key))
+
+    def ragged(self, key: str) -> RaggedView:
+        """A lazy view of a ragged array: rows are read on demand."""
+        return RaggedView(self._get(key))
+
+    def slice(self, key: str, sel: Any) -> Any:
+        """Read part of an array dataset (``sel`` as in h5py indexing)."""
+        obj = self._get(key)
+        if not isinstance(obj, h5py.Dataset):
+            raise StoreError(f"{obj.name} is a group; name one of its datasets")
+        return obj[sel]
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        obj = self._get(key)
+        if not isinstance(obj, h5py.Dataset):
+            raise StoreError(f"{obj.name} is a group; name one of its datasets")
+        return tuple(obj.shape)
+
+    def results(self, prefix: str = "") -> list[str]:
+        """Keys of every result group under ``prefix`` (groups that carry ``result-type``)."""
+        out: list[str] = []
+        base = self._f if prefix.strip("/") == "" else self._get(prefix)
+
+        def visit(name: str, obj: h5py.HLObject) -> None:
+            if isinstance(obj, h5py.Group) and "result-type" in obj.attrs:
+                out.append(obj.name.lstrip("/"))
+
+        base.visititems(visit)
+        return out

@@ -1,0 +1,43 @@
+import subprocess
+import sys
+
+import pytest
+
+from aclarena.cli import VERBS, build_parser
+
+
+def test_help_imports_no_heavy_modules():
+    code = (
+        "import sys\n"
+        "from aclarena.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "for verb in sys.argv[1:]:\n"
+        "    try:\n        main([verb, '--help'])\n    except SystemExit:\n        pass\n"
+        "heavy = [m for m in ('torch', 'transformers', 'dash', 'trl', 'peft', 'plotly') if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+    )
+    parser = build_parser()
+    verbs = list(parser._subparsers._group_actions[0].choices)
+    out = subprocess.run([sys.executable, "-c", code, *verbs], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "HEAVY []" in out.stdout, out.stdout[-500:]
+    assert "init" in verbs and "checkpoints" in verbs
+
+
+def test_every_registered_verb_has_examples(capsys):
+    parser = build_parser()
+    choices = parser._subparsers._group_actions[0].choices
+    assert set(choices) <= set(VERBS)
+    for name, sub in choices.items():
+        assert sub.epilog and "aclarena-diag " + name in sub.epilog, name
+
+
+def test_usage_error_exit_2(cli):
+    code, _, err = cli("checkpoints", "--no-such-option")
+    assert code == 2
+
+
+@pytest.mark.parametrize("argv", [["--version"]])
+def test_version(cli, argv):
+    code, out, _ = cli(*argv)
+    assert code == 0 and "aclarena" in out
