@@ -1,5 +1,4 @@
 import pytest
-
 from browser_helpers import wait_for_dash
 
 from aclarena.store import ResultsStore
