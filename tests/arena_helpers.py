@@ -62,7 +62,7 @@ def _ecom(task: Task, actions: list[str]) -> dict[str, list[str]]:
     req = task.data["request"]
     retail = task.variant == "id"
     tool_of = RETAIL_TOOL_OF if retail else TELECOM_TOOL_OF
-    out: dict[str, list[str]] = {}
+    out: dict[str, list[str]] = {"do_nothing": ["Sorry, I cannot help with that."]}
     target = {"order_id": req["order_id"]} if retail else {"phone": req["phone"]}
     if not req["allowed"]:
         # act although the policy forbids it (the user, asked, says yes)
@@ -123,6 +123,7 @@ def _if(task: Task, actions: list[str]) -> dict[str, list[str]]:
         bad = _break(reply, c)
         assert not check(bad, c), (c, bad)
         out[f"break_{c['type']}"] = [bad]
+    out["off_topic"] = ["Qq zz."]
     return out
 
 

@@ -17,8 +17,11 @@ line only when the bill is paid, at most 5 GB of extra data per request, ...).
 
 The scripted user opens with a request, answers ``yes`` or ``no`` (as the task says) to
 every assistant message that asks a question, and leaves when the assistant replies
-without a question. Reward (τ-bench's): 1 when the final database equals the expected one
-and no policy was broken and no tool step failed, else 0.
+without a question. Reward (after τ-bench's): 1 when the final database equals the expected
+one, no policy was broken, no tool step failed, and the agent looked up what the decision
+rests on (the user and the order; the customer and the line or bill) and, for a request
+it may grant, asked the user; else 0. (Without the last two conditions an agent that does
+nothing would be rewarded on every refusal and every declined request.)
 """
 
 from __future__ import annotations
@@ -519,6 +522,22 @@ def expected_db(task: Task) -> dict[str, Any]:
     return db
 
 
+def _read_key(tool: str, args: dict[str, Any]) -> list[Any]:
+    return [tool, {k: str(v).strip().lower() for k, v in args.items()}]
+
+
+def required_reads(task: Task) -> list[list[Any]]:
+    """The look-ups a correct agent makes before deciding (so that doing nothing is never rewarded)."""
+    req = task.data["request"]
+    if task.variant == "id":
+        name = task.data["db"]["users"][req["user_id"]]["name"]
+        return [_read_key("find_user", {"name": name}), _read_key("get_order", {"order_id": req["order_id"]})]
+    reads = [_read_key("find_customer", {"phone": req["phone"]})]
+    if req["kind"] == "pay":
+        return [*reads, _read_key("get_bill", {"customer_id": req["customer_id"]})]
+    return [*reads, _read_key("get_line", {"phone": req["phone"]})]
+
+
 class EcomEnv(Environment):
     name = "ecom"
     max_turns = 10
@@ -542,7 +561,7 @@ class EcomEnv(Environment):
 
     def new_state(self, task: Task) -> dict[str, Any]:
         return {"db": copy.deepcopy(task.data["db"]), "confirmed": False, "violations": [], "writes": [],
-                "questions": 0}
+                "questions": 0, "reads": []}
 
     def call_tool(self, task: Task, state: dict[str, Any], name: str, arguments: Any) -> str:
         schemas = {t["function"]["name"]: t for t in task.tools or ()}
@@ -553,6 +572,8 @@ class EcomEnv(Environment):
             result = _retail_tool(state["db"], task.data["request"], state, name, args)
         else:
             result = _telecom_tool(state["db"], task.data["request"], state, name, args)
+        if isinstance(result, list) or "error" not in result:
+            state["reads"].append(_read_key(name, args))
         return compact_json(result)
 
     def user_reply(self, task: Task, state: dict[str, Any], text: str) -> str | None:
@@ -570,6 +591,9 @@ class EcomEnv(Environment):
         state = trajectory.state
         db_ok = state.get("db") == expected_db(task)
         violations = len(state.get("violations", []))
-        reward = float(db_ok and violations == 0 and trajectory.n_failed == 0)
-        return {"reward": reward, "db_match": float(db_ok), "violations": float(violations),
+        done = state.get("reads", [])
+        checked = all(r in done for r in required_reads(task))
+        asked = state.get("questions", 0) > 0 or not task.data["request"]["allowed"]
+        reward = float(db_ok and violations == 0 and checked and asked and trajectory.n_failed == 0)
+        return {"reward": reward, "db_match": float(db_ok), "violations": float(violations), "checked": float(checked),
                 "writes": float(len(state.get("writes", [])))}

@@ -11,8 +11,10 @@ and combinations of three seen types.
 Numeric parameters (how many words, sentences...) are measured on the reply the generator
 plans for the task, so every task is satisfiable; the checkers never see that plan.
 
-Reward: every constraint satisfied (IF-Eval's prompt-level strict accuracy); the share of
-constraints satisfied is reported as ``instruction_acc``.
+Reward: every constraint satisfied (IF-Eval's prompt-level strict accuracy) by a reply that
+is about the topic (it uses one of the topic's content words, so that an empty or
+off-topic reply cannot satisfy an exclusion-only prompt); the share of constraints
+satisfied is reported as ``instruction_acc``.
 """
 
 from __future__ import annotations
@@ -202,6 +204,16 @@ def _exclude_candidates(topic: str) -> list[str]:
     return sorted(w for w, c in counts.items() if len(w) >= 4 and w not in STOPWORDS | fixed and c <= 2)
 
 
+def topic_words(topic: str) -> set[str]:
+    """Content words of a topic's sentences (4+ letters, not stop words)."""
+    return {w.lower() for s in TOPICS[topic] for w in words(s) if len(w) >= 4 and w.lower() not in STOPWORDS}
+
+
+def on_topic(reply: str, topic: str) -> bool:
+    """Whether the reply uses at least one content word of the topic."""
+    return bool({w.lower() for w in words(reply)} & topic_words(topic))
+
+
 def _compatible(types: list[str]) -> bool:
     return all(frozenset((a, b)) not in CONFLICTS for i, a in enumerate(types) for b in types[i + 1:])
 
@@ -270,5 +282,7 @@ class IfEnv(Environment):
     def score(self, task: Task, trajectory: Trajectory) -> dict[str, float]:
         reply = trajectory.final_text
         results = [check(reply, c) for c in task.data["constraints"]]
-        ok = all(results) and bool(results) and trajectory.n_failed == 0
-        return {"reward": float(ok), "instruction_acc": sum(results) / max(len(results), 1)}
+        topical = on_topic(reply, task.data["topic"])
+        ok = all(results) and bool(results) and topical and trajectory.n_failed == 0
+        return {"reward": float(ok), "instruction_acc": sum(results) / max(len(results), 1),
+                "on_topic": float(topical)}

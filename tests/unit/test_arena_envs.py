@@ -32,7 +32,7 @@ def test_expert_scores_one_and_corruptions_zero(suite):
     # every corruption kind of the domain was exercised many times
     assert all(v >= 10 for v in seen.values()), seen
     if suite.startswith("ecom"):
-        assert {"forbidden_action", "unconfirmed_write", "wrong_tool", "claims_done_without_acting",
+        assert {"do_nothing", "forbidden_action", "unconfirmed_write", "wrong_tool", "claims_done_without_acting",
                 "act_after_no"} <= set(seen)
     if suite.startswith("search"):
         assert {"wrong_answer", "wrong_tool", "malformed_call"} <= set(seen)
