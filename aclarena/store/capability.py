@@ -333,12 +333,16 @@ def chain_data(
     *,
     chain: str | None = None,
     suite_of: Mapping[str, str] | None = None,
+    what: str = "mean",
 ) -> ChainData:
     """Assemble the stage-ordered matrix for :func:`aclarena.diagnostics.cl_metrics.cl_report`.
 
     ``suite_of`` maps a domain to the suite that measures it (default: ``<domain>/id`` when
-    evaluated, else the one suite tagged with that domain and role ``id``).
+    evaluated, else the one suite tagged with that domain and role ``id``). ``what`` is the
+    score: ``mean`` (greedy) or ``avg_k_mean`` (sampled; per-item outcomes are greedy only).
     """
+    if what not in ("mean", "avg_k_mean"):
+        raise ValueError(f"`what` must be 'mean' or 'avg_k_mean', got {what!r}")
     specs = pick_chain(manifest, chain)
     names = [s.name for s in specs]
     stages_specs = specs[1:]
@@ -378,20 +382,21 @@ def chain_data(
                     notes.append(f"domain {d!r} has several in-domain suites ({', '.join(candidates)}); using {s} "
                                  "(choose with --suite-of)")
         suites.append(s)
-    R = matrix.array(stages, suites)
+    R = matrix.array(stages, suites, what)
     base_name = names[0]
-    base = matrix.array([base_name], suites)[0] if any(matrix.get(base_name, s) for s in suites) else None
+    base = matrix.array([base_name], suites, what)[0] if any(matrix.get(base_name, s) for s in suites) else None
     oracle_names: list[str | None] = []
     for d in tasks:
         found = [s.name for s in manifest if s.kind == "oracle" and s.domain == d]
         oracle_names.append(found[-1] if found else None)
     oracle = None
     if any(oracle_names):
-        oracle = np.array([matrix.value(o, s) if o else np.nan for o, s in zip(oracle_names, suites, strict=True)])
-    consolidated = {s.name: matrix.array([s.name], suites)[0] for s in manifest
+        oracle = np.array([matrix.value(o, s, what) if o else np.nan
+                           for o, s in zip(oracle_names, suites, strict=True)])
+    consolidated = {s.name: matrix.array([s.name], suites, what)[0] for s in manifest
                     if s.kind == "consolidated" and any(matrix.get(s.name, x) for x in suites)}
     items: list[list[np.ndarray | None]] = [[None] * len(tasks) for _ in stages]
-    if reader is not None:
+    if reader is not None and what == "mean":
         for j, suite in enumerate(suites):
             ref_ids: list[str] | None = None
             for i, st in enumerate(stages):
