@@ -79,3 +79,22 @@ def arena_reward(prompts: Sequence[Any], completions: Sequence[Any], task: Seque
             raise ValueError(f"{t.env} needs several turns; use aclarena.envs.rollout.run_episodes")
         rewards.append(episode.result().reward)
     return rewards
+
+
+def trajectory_tokens(tokenizer: Any, messages: list[dict[str, Any]],
+                      tools: list[dict[str, Any]] | None = None) -> tuple[list[int], list[int]]:
+    """Token ids of a whole conversation and its assistant mask (1 on tokens the policy generated).
+
+    For custom multi-turn RL: score ``Trajectory.messages`` with the policy and weight the
+    log-probabilities of masked tokens by the advantage. Needs a chat template with
+    ``{% generation %}`` markers (the mini arena's has them). Re-tokenised text can differ
+    from the sampled ids where BPE would merge differently; keep the sampled ids if exactness
+    matters.
+    """
+    out = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
+                                        return_assistant_tokens_mask=True)
+    ids = list(out["input_ids"])
+    mask = list(out["assistant_masks"])
+    if not any(mask):
+        raise ValueError("the chat template marks no assistant tokens; it needs {% generation %} markers")
+    return ids, mask

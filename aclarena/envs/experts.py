@@ -95,6 +95,19 @@ def to_record(traj: Trajectory, *, structured: bool = True) -> dict[str, Any]:
             "task_id": traj.task.id}
 
 
+def hf_ready(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records safe to put in one ``datasets.Dataset`` with other domains' records.
+
+    Arrow gives a column one schema: mixing domains merges every tool's parameters (and
+    every call's arguments) into one struct, and the chat template then lists parameters a
+    tool does not have. So tool calls are written into the assistant text (identical
+    rendering) and ``tools`` becomes a JSON string, which trl's SFTTrainer decodes (trl >= 1.x).
+    """
+    return [{**r, "messages": flatten_tool_calls(r["messages"]),
+             "tools": json.dumps(r["tools"], ensure_ascii=False) if r.get("tools") is not None else None}
+            for r in records]
+
+
 def expert_dataset(domain: str, n: int, seed: int = 0, *, split: str = "train", suite: str = "id",
                    structured: bool = True) -> list[dict[str, Any]]:
     """``n`` expert conversations of ``domain`` (SFT data), from the ``train`` split by default."""

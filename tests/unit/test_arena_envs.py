@@ -175,3 +175,12 @@ def test_expert_dataset_records():
         assert calls and all(c["tool_calls"][0]["type"] == "function" for c in calls)
         assert all("<tool_call>" not in (m.get("content") or "") for m in r["messages"])
     assert all(r["tools"] is None for r in expert_dataset("math", 3, seed=0))
+
+
+def test_docs_samples_are_current():
+    from pathlib import Path
+
+    from aclarena.envs.samples import current_block, render_samples
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "arena.md"
+    assert current_block(doc) == render_samples(), "docs/arena.md is stale: run python -m aclarena.envs.samples docs/arena.md"

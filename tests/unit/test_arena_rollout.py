@@ -147,3 +147,31 @@ def test_arena_reward_for_trl():
     assert completion_text({"content": "x"}) == "x"
     with pytest.raises(ValueError, match="multi-turn"):
         grpo_dataset("search", 2)
+
+
+def test_hf_ready_records_survive_a_mixed_dataset(tokenizer):
+    import datasets
+
+    from aclarena.envs.experts import expert_dataset, hf_ready
+
+    recs = (expert_dataset("ecom", 2, 0) + expert_dataset("search", 2, 0) + expert_dataset("math", 2, 0)
+            + expert_dataset("ecom", 2, 0, suite="ood"))
+    want = [tokenizer.apply_chat_template(r["messages"], tools=r["tools"], tokenize=False) for r in recs]
+    ds = datasets.Dataset.from_list(hf_ready(recs))
+    for i, w in enumerate(want):
+        row = ds[i]
+        tools = json.loads(row["tools"]) if row["tools"] else None  # what trl's SFTTrainer does
+        assert tokenizer.apply_chat_template(row["messages"], tools=tools, tokenize=False) == w
+    # the structured records do not survive it: Arrow merges every tool's parameters
+    raw = datasets.Dataset.from_list(recs)[0]
+    assert tokenizer.apply_chat_template(raw["messages"], tools=raw["tools"], tokenize=False) != want[0]
+
+
+def test_trajectory_tokens_mask_the_policy_turns(tokenizer):
+    from aclarena.envs.data import trajectory_tokens
+
+    traj = expert_trajectory(sample_tasks("search/ood", 1, 0)[0])
+    ids, mask = trajectory_tokens(tokenizer, traj.messages, traj.task.tool_list)
+    assert len(ids) == len(mask) and 0 < sum(mask) < len(mask)
+    generated = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m])
+    assert "Answer: " + traj.task.data["answer"] in generated and "encyclopedia" not in generated
