@@ -101,6 +101,7 @@ def test_chain_and_forgetting_report_by_hand(tmp_path, cli):
     assert s["sample_backward_transfer"] == pytest.approx(0.0)
     math_row = rep["domains"][0]
     assert math_row["best_before_final"] == pytest.approx(1.0) and math_row["oracle"] == "oracle-math"
+    assert rep["domains"][2]["best_before_final"] is None and rep["domains"][2]["forgetting_max"] is None
     merge = rep["consolidated"][0]
     assert merge["checkpoint"] == "merge" and merge["average_accuracy"] == pytest.approx(2 / 3)
     assert merge["backward_transfer"] == pytest.approx(0.125)
