@@ -14,6 +14,7 @@ from aclarena.store.capability import load_matrix, read_cells, read_items
 SMALL = ("--suites", "math/id,search/id,ecom/id,general", "-n", "2", "--samples", "2", "--seeds", "0,1")
 
 
+@pytest.mark.slow
 def test_eval_end_to_end_then_rerun_skips(fixture_run, cli):
     code, out, err = cli("eval", "--run", str(fixture_run), "--checkpoints", "base,seq-math,lora-ecom", *SMALL, "--json")
     assert code == 0, err
