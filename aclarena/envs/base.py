@@ -232,8 +232,8 @@ class Environment(ABC):
     def generate(self, n: int, seed: int = 0, split: str = "eval", variant: str = "id") -> list[Task]:
         """``n`` tasks of ``split`` and ``variant``, the same for the same arguments on any machine.
 
-        Prompts are distinct while the split's task space allows; beyond that (large
-        training sets) tasks repeat.
+        Tasks ask about distinct split keys (facts, computations) while the split's task
+        space allows, then have distinct prompts; beyond that (large training sets) they repeat.
         """
         self.check_variant(variant)
         if split not in SPLITS:
@@ -244,20 +244,23 @@ class Environment(ABC):
         system, tools = self.system_prompt(variant), self.tools(variant)
         tools_t = tuple(tools) if tools is not None else None
         tasks: list[Task] = []
-        seen: set[str] = set()
+        seen_keys: set[str] = set()
+        seen_prompts: set[str] = set()
         misses = 0
         budget = 200 + 50 * n
         while len(tasks) < n:
             key, prompt, data = self._candidate(rng, variant)
             if split_of(key) != split:
                 misses += 1
-                if misses > budget + 1000 * max(len(tasks), 1):
+                if misses > 3 * budget + 1000 * max(len(tasks), 1):
                     raise AclarenaError(f"{self.name}/{variant}: cannot draw {split} tasks; the task space is too small")
                 continue
-            if prompt in seen and misses < budget:
+            # distinct split keys (facts, computations) first, then distinct prompts, then repeats
+            if (key in seen_keys and misses < budget) or (prompt in seen_prompts and misses < 2 * budget):
                 misses += 1
                 continue
-            seen.add(prompt)
+            seen_keys.add(key)
+            seen_prompts.add(prompt)
             tid = f"{self.name}/{variant}/{stable_hash(prompt, data)}"
             tasks.append(Task(id=tid, env=self.name, variant=variant, split=split, system=system, tools=tools_t,
                               prompt=prompt, key=key, data=data))

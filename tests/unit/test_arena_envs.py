@@ -184,3 +184,9 @@ def test_docs_samples_are_current():
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "arena.md"
     assert current_block(doc) == render_samples(), "docs/arena.md is stale: run python -m aclarena.envs.samples docs/arena.md"
+
+
+@pytest.mark.parametrize("suite", ["search/id", "general", "math/id"])
+def test_eval_draws_distinct_facts_and_computations(suite):
+    tasks = sample_tasks(suite, 100, seed=0)
+    assert len({t.key for t in tasks}) == 100
