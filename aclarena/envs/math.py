@@ -1,7 +1,8 @@
 """Math: word problems with a unique integer answer (the study's DAPO-Math / AIME role).
 
-In-domain: a start value and one or two operations (2-3 operands), operands 1-9 (a 3M
-parameter model learns single-digit arithmetic in minutes; operands up to 30 it does not).
+In-domain: a start value and one or two operations (2-3 operands), operands 1-9 and every
+intermediate value at most 20 (a 3M-parameter model learns such arithmetic in minutes;
+operands up to 30 it does not).
 Out-of-domain: three or four operations on two-digit numbers. The split key is the
 arithmetic itself (start, operations, operands), so no evaluation problem shares its
 computation with a training problem, whatever the names and objects in the story.
@@ -25,6 +26,7 @@ ADD = ["{name} buys {k} more.", "{name} finds {k} more.", "A friend gives {name}
 SUB = ["{name} gives away {k}.", "{name} loses {k}.", "{name} uses {k}."]
 MUL = ["Then {name} has {k} times as many.", "The number of {item} grows {k} times."]
 SYMBOL = {"add": "+", "sub": "-", "mul": "*"}
+ID_MAX = 20
 
 SYSTEM = ("You are a math tutor. Solve the word problem step by step, one operation per step, "
           "and end with 'Answer: <number>'.")
@@ -45,25 +47,29 @@ class MathEnv(Environment):
 
     def _candidate(self, rng: random.Random, variant: str) -> tuple[str, str, dict[str, Any]]:
         if variant == "id":
-            n_ops, lo, hi, mul_hi = rng.randint(1, 2), 1, 9, 3
+            # every intermediate value stays within 1..ID_MAX: one- and two-digit facts a tiny model can learn
+            n_ops, lo, hi, mul_hi, cap = rng.randint(1, 2), 1, 9, 3, ID_MAX
         else:
-            n_ops, lo, hi, mul_hi = rng.randint(3, 4), 10, 99, 4
+            n_ops, lo, hi, mul_hi, cap = rng.randint(3, 4), 10, 99, 4, None
         name, item = rng.choice(NAMES), rng.choice(ITEMS)
         value = rng.randint(lo, hi)
         start = value
         ops: list[tuple[str, int]] = []
         sentences = [f"{name} has {value} {item}."]
         for _ in range(n_ops):
-            choices = ["add", "mul"] + (["sub"] if value >= lo + 1 else [])
+            room = hi if cap is None else min(hi, cap - value)
+            choices = (["add"] if room >= lo else []) + (["sub"] if value >= lo + 1 else [])
+            if cap is None or value * 2 <= cap:
+                choices.append("mul")
             op = rng.choice(choices)
             if op == "mul":
-                k = rng.randint(2, mul_hi)
+                k = rng.randint(2, mul_hi if cap is None else max(2, min(mul_hi, cap // value)))
                 template = rng.choice(MUL)
             elif op == "sub":
                 k = rng.randint(lo, min(hi, value - 1))
                 template = rng.choice(SUB)
             else:
-                k = rng.randint(lo, hi)
+                k = rng.randint(lo, room)
                 template = rng.choice(ADD)
             sentences.append(template.format(name=name, k=k, item=item))
             ops.append((op, k))
