@@ -189,27 +189,6 @@ def run_episodes(
     return out
 
 
-def scripted_policy(actions: dict[str, list[str]]) -> Policy:
-    """A policy replaying fixed assistant turns per task id (keyed by the task's user prompt)."""
-    cursor: dict[str, int] = {}
-
-    def policy(convs: Sequence[Conversation]) -> list[str | None]:
-        out: list[str | None] = []
-        for messages, _ in convs:
-            key = _conversation_key(messages)
-            i = cursor.get(key, 0)
-            cursor[key] = i + 1
-            script = actions[key]
-            out.append(script[i] if i < len(script) else "")
-        return out
-
-    return policy
-
-
-def _conversation_key(messages: list[dict[str, Any]]) -> str:
-    return messages[0]["content"] + "\x00" + messages[1]["content"]
-
-
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     ids: set[int] = set()
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
