@@ -98,7 +98,7 @@ def _grams(names, kinds, on, tensors, groups_of_tensor=None):
     basis = Basis(tuple(names), tuple(kinds), tuple(on))
     n_dense = sum(k != "lora" for k in kinds)
     grams, numel = [], []
-    for tname, ts in tensors.items():
+    for ts in tensors.values():
         grams.append(_gram_of(ts[:n_dense], 4, ts[n_dense:]))
         numel.append(ts[0].numel())
     return TensorGrams(basis, tuple(tensors), np.stack(grams), np.array(numel))

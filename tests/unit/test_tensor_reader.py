@@ -49,7 +49,8 @@ def test_sharded_equals_single_and_each_file_read_once(tmp_path, monkeypatch):
         offsets = [o for o, _ in spans]
         assert offsets == sorted(offsets), path
         assert all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:], strict=False)), path
-        header = int.from_bytes(open(path, "rb").read(8), "little")
+        with open(path, "rb") as f:
+            header = int.from_bytes(f.read(8), "little")
         assert sum(n for _, n in spans) == os.path.getsize(path) - 8 - header
 
 
