@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aclarena.errors import AclarenaError, CheckpointError
 from aclarena.store import Json, Manifest, ResultsStore
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from aclarena.models.checkpoint import CheckpointInfo
     from aclarena.models.tensors import TensorReader
 
-CHUNK_ELEMENTS = 1 << 18
+# entries per row block and checkpoint: K float64 blocks of 64K entries stay in cache
+CHUNK_ELEMENTS = 1 << 16
 PARTIAL = "_partial"
 
 
@@ -140,54 +141,86 @@ def progress_enabled(args: Any) -> bool:
     return not getattr(args, "json", False) and sys.stderr.isatty()
 
 
+class Accumulator(Protocol):
+    def add(self, start_row: int, tensors: Sequence[Any]) -> None: ...
+
+
 def resumable_pass(
     store: ResultsStore,
     prefix: str,
     key: str,
     plan: Plan,
-    compute: Callable[[str], dict[str, np.ndarray]],
+    start: Callable[[str], Accumulator],
+    finish: Callable[[str, Accumulator], dict[str, np.ndarray]],
     *,
     save_every: float,
     show_progress: bool,
     what: str,
 ) -> dict[str, dict[str, np.ndarray]]:
-    """Run ``compute(tensor)`` over every tensor of ``plan`` in read order, resumable.
+    """Stream every tensor of ``plan`` into ``start(tensor)``'s accumulator, then ``finish`` it.
 
-    Returns ``{tensor: arrays}`` for all tensors. Finished tensors of an interrupted run with
-    the same ``key`` (stored under ``{prefix}/_partial/{key}``) are not computed again.
+    Returns ``{tensor: arrays}`` for all tensors, in read order. Finished tensors of an
+    interrupted run with the same ``key`` (stored under ``{prefix}/_partial/{key}``) are not
+    read again. The reads run ahead in a background thread while this one computes; torch runs
+    on one thread meanwhile (two busy threads per core make BLAS spin, many times slower, on
+    shared machines).
     """
+    import torch
 
     from aclarena.cli._common import progress
 
     reader = plan.reader
     done = load_parts(store, f"{prefix}/{PARTIAL}/{key}")
+    todo = [t for t in reader.names if t not in done]
     pending: dict[str, dict[str, np.ndarray]] = {}
     wrote_parts = False
-    n_parts = len(store.keys(f"{prefix}/{PARTIAL}/{key}")) if store.has(f"{prefix}/{PARTIAL}/{key}") else 0
+    n_parts = len(store.keys(f"{prefix}/{PARTIAL}/{key}")) if done else 0
     last = time.monotonic()
+    threads = torch.get_num_threads()
     try:
+        torch.set_num_threads(1)
         with progress(show_progress) as bar:
-            tasks = [bar.add_task(f"{name}", total=max(1, sum(reader.nbytes(t, k) for t in reader.names)))
+            tasks = [bar.add_task(name, total=max(1, sum(reader.nbytes(t, k) for t in reader.names)))
                      for k, name in enumerate(plan.dense)]
             overall = bar.add_task(f"{what}: tensors", total=len(reader.names))
             for t in reader.names:
-                if t not in done:
-                    bar.update(overall, description=f"{what}: {t}")
-                    pending[t] = compute(t)
-                    if time.monotonic() - last >= save_every:
-                        _write_part(store, prefix, key, n_parts, pending)
-                        wrote_parts = True
-                        n_parts += 1
-                        done.update(pending)
-                        pending = {}
-                        last = time.monotonic()
+                if t in done:
+                    for k, task in enumerate(tasks):
+                        bar.advance(task, reader.nbytes(t, k))
+                    bar.advance(overall)
+
+            def close(tensor: str, acc: Accumulator) -> None:
+                nonlocal pending, n_parts, wrote_parts, last
+                pending[tensor] = finish(tensor, acc)
                 for k, task in enumerate(tasks):
-                    bar.advance(task, reader.nbytes(t, k))
+                    bar.advance(task, reader.nbytes(tensor, k))
                 bar.advance(overall)
+                if time.monotonic() - last >= save_every:
+                    _write_part(store, prefix, key, n_parts, pending)
+                    wrote_parts = True
+                    n_parts += 1
+                    done.update(pending)
+                    pending = {}
+                    last = time.monotonic()
+
+            current: str | None = None
+            acc: Accumulator | None = None
+            for chunk in reader.stream(todo, CHUNK_ELEMENTS):
+                if chunk.name != current:
+                    if current is not None and acc is not None:
+                        close(current, acc)
+                    current, acc = chunk.name, start(chunk.name)
+                    bar.update(overall, description=f"{what}: {current}")
+                assert acc is not None
+                acc.add(chunk.start, chunk.tensors)
+            if current is not None and acc is not None:
+                close(current, acc)
     except AclarenaError:
         if wrote_parts:
             store.delete(f"{prefix}/{PARTIAL}/{key}")
         raise
+    finally:
+        torch.set_num_threads(threads)
     done.update(pending)
     return {t: done[t] for t in reader.names}
 

@@ -110,18 +110,17 @@ def run(args: argparse.Namespace) -> int:
                     "fingerprints": [plan.fingerprints[n] for n in columns], "tolerances": list(tolerances),
                     "chunk": CHUNK_ELEMENTS}
         key = settings_hash(settings)
-        reader = plan.reader
         if stored_fingerprint(store, STATS_KEY) == key and not args.force:
             stats = store.read(STATS_KEY)
             computed = False
         else:
             on_cols = [col[o] for o in plan.adapter_on]
 
-            def compute(tensor: str) -> dict[str, np.ndarray]:
-                acc = DisplacementAccumulator(pairs, tolerances, n_dense=len(plan.dense),
-                                              adapters=list(zip(on_cols, plan.loras_of(tensor), strict=True)))
-                for chunk in reader.chunks(tensor, CHUNK_ELEMENTS, reuse=True):
-                    acc.add(chunk.start, chunk.tensors)
+            def start(tensor: str) -> DisplacementAccumulator:
+                return DisplacementAccumulator(pairs, tolerances, n_dense=len(plan.dense),
+                                               adapters=list(zip(on_cols, plan.loras_of(tensor), strict=True)))
+
+            def finish(tensor: str, acc: DisplacementAccumulator) -> dict[str, np.ndarray]:
                 r = acc.result()
                 for p, (c, q) in enumerate(pairs):
                     if not math.isfinite(r.sq_parent[p]):
@@ -132,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
                         "sq_parent": r.sq_parent, "changed": r.changed, "changed_bf16": r.changed_bf16,
                         "max_abs": r.max_abs}
 
-            rows = resumable_pass(store, "displacement", key, plan, compute, save_every=args.save_every,
+            rows = resumable_pass(store, "displacement", key, plan, start, finish, save_every=args.save_every,
                                   show_progress=progress_enabled(args), what="displacement")
             tensors = list(rows)
             n_p, n_j = len(pairs), len(tolerances)

@@ -112,17 +112,17 @@ def run(args: argparse.Namespace) -> int:
             computed = False
         else:
 
-            def compute(tensor: str) -> dict[str, np.ndarray]:
-                acc = GramAccumulator(len(plan.dense), plan.loras_of(tensor))
-                for chunk in reader.chunks(tensor, CHUNK_ELEMENTS, reuse=True):
-                    acc.add(chunk.start, chunk.tensors)
+            def start(tensor: str) -> GramAccumulator:
+                return GramAccumulator(len(plan.dense), plan.loras_of(tensor))
+
+            def finish(tensor: str, acc: GramAccumulator) -> dict[str, np.ndarray]:
                 m = acc.result()
                 bad = nonfinite_index(m)
                 if bad is not None:
                     raise nonfinite_error(basis.names[bad], tensor)
                 return {"gram": m, "numel": np.asarray(reader.numel(tensor), dtype=np.int64)}
 
-            rows = resumable_pass(store, "vectors", key, plan, compute, save_every=args.save_every,
+            rows = resumable_pass(store, "vectors", key, plan, start, finish, save_every=args.save_every,
                                   show_progress=progress_enabled(args), what="task vectors")
             tensors = list(rows)
             grams = TensorGrams(basis, tuple(tensors), np.stack([rows[t]["gram"] for t in tensors]) if tensors

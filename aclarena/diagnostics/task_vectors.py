@@ -183,10 +183,11 @@ class GramAccumulator:
         if self._buf.numel() < k * m:
             self._buf = torch.empty(k * m, dtype=torch.float64)
         x = self._buf[: k * m].view(k, m)
-        for i, t in enumerate(tensors):
-            x[i].copy_(t.reshape(-1))
-        # differences first, in float64: the small updates survive (never ⟨θ_i, θ_j⟩ − … later)
-        x[1:] -= x[0]
+        x[0].copy_(tensors[0].reshape(-1))
+        # differences first, in float64 (exact for bf16/fp16/fp32 inputs), so the small updates
+        # survive; converting and subtracting in one pass saves a sweep over memory
+        for i in range(1, k):
+            torch.sub(tensors[i].reshape(-1), x[0], out=x[i])
         self._dense.addmm_(x, x.T)
         self.numel += m
         if any(lo is not None for lo in self.loras):

@@ -36,8 +36,10 @@ import hashlib
 import json
 import math
 import os
+import queue
 import re
 import struct
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -345,6 +347,78 @@ class TensorReader:
                     out = self._bufs[k]
                 tensors.append(self.read_rows(name, k, start, stop, out=out))
             yield RowChunk(name, start, stop, tuple(tensors))
+
+    def _row_blocks(self, names: Sequence[str], max_elements: int) -> Iterator[tuple[str, int, int]]:
+        for name in names:
+            loc = self._locs[0][name]
+            per_row = max(1, loc.row_bytes // ITEMSIZE[loc.dtype])
+            step = max(1, max_elements // per_row)
+            if loc.rows == 0:
+                yield name, 0, 0
+            for start in range(0, loc.rows, step):
+                yield name, start, min(loc.rows, start + step)
+
+    def stream(self, names: Sequence[str] | None = None, max_elements: int = 1 << 16, *,
+               prefetch: int = 2) -> Iterator[RowChunk]:
+        """Row blocks of every tensor of ``names`` (all, in read order, by default), read ahead.
+
+        A background thread reads up to ``prefetch`` blocks ahead while the caller works on the
+        current one (the reads release the GIL), so reading and computing overlap. Each block is
+        valid until the next one is requested: its buffers are then recycled. Every tensor yields
+        at least one block (an empty one for a tensor without entries), in order, so a change of
+        ``chunk.name`` marks the end of a tensor. Read errors are raised here.
+        """
+        if max_elements < 1:
+            raise ValueError(f"`max_elements` must be >= 1, got {max_elements}")
+        names = list(self.names if names is None else names)
+        for n in names:
+            if n not in self._locs[0]:
+                raise KeyError(n)
+        k_all = range(len(self.checkpoints))
+        ring_size = max(1, prefetch) + 2
+        ring = [[torch.empty(0, dtype=torch.uint8) for _ in k_all] for _ in range(ring_size)]
+        q: queue.Queue[Any] = queue.Queue(maxsize=max(1, prefetch))
+        stop = threading.Event()
+        end = object()
+
+        def put(item: Any) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def produce() -> None:
+            try:
+                for n, (name, a, b) in enumerate(self._row_blocks(names, max_elements)):
+                    bufs = ring[n % ring_size]
+                    tensors = []
+                    for k in k_all:
+                        need = (b - a) * self._locs[k][name].row_bytes
+                        if bufs[k].numel() < need:
+                            bufs[k] = torch.empty(need, dtype=torch.uint8)
+                        tensors.append(self.read_rows(name, k, a, b, out=bufs[k]))
+                    if not put(RowChunk(name, a, b, tuple(tensors))):
+                        return
+                put(end)
+            except BaseException as e:  # handed to the consumer, raised there
+                put(e)
+
+        worker = threading.Thread(target=produce, name="aclarena-tensor-reader", daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = q.get()
+                if item is end:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            worker.join()
 
     def close(self) -> None:
         for fd in self._fds.values():

@@ -159,3 +159,33 @@ def test_hub_and_adapter_refused_by_reader(tmp_path):
     write_manifest(m, run)
     with pytest.raises(CheckpointError, match="hub id"):
         TensorReader(_infos(run, ["base", "hub"]))
+
+
+def test_stream_reads_ahead_in_order_and_stops_cleanly(tmp_path):
+    import threading
+
+    sd = {n: random_model(i) for i, n in enumerate(["base", "a", "b"])}
+    sd["a"]["model.empty.weight"] = sd["b"]["model.empty.weight"] = sd["base"]["model.empty.weight"] = torch.zeros(0, 4)
+    run = write_run(tmp_path / "r", sd, {})
+    with TensorReader(_infos(run, ["base", "a", "b"])) as r:
+        seen: dict[str, list[list[torch.Tensor]]] = {}
+        order = []
+        for chunk in r.stream(max_elements=37, prefetch=3):
+            if not order or order[-1] != chunk.name:
+                order.append(chunk.name)
+            seen.setdefault(chunk.name, []).append([t.clone() for t in chunk.tensors])
+        assert order == list(r.names)  # every tensor once, in read order, the empty one included
+        for name, parts in seen.items():
+            for k, ck in enumerate(["base", "a", "b"]):
+                torch.testing.assert_close(torch.cat([p[k] for p in parts]).reshape(sd[ck][name].shape), sd[ck][name])
+        # leaving early stops the reading thread
+        for _ in r.stream(max_elements=8):
+            break
+        assert not any(t.name == "aclarena-tensor-reader" for t in threading.enumerate())
+    # a read that fails in the background thread is raised to the caller
+    with TensorReader(_infos(run, ["base", "a"])) as r:
+        f = run / "checkpoints" / "a" / "model.safetensors"
+        f.write_bytes(f.read_bytes()[:-200])
+        with pytest.raises(CheckpointError, match="truncated"):
+            for _ in r.stream(max_elements=64):
+                pass
