@@ -102,12 +102,12 @@ class Plan:
 def open_plan(manifest: Manifest, run_dir: str | Path, names: Sequence[str], *, allow_pickle: bool = False) -> Plan:
     """Inspect ``names`` and open them for streaming; every problem is a one-line error here,
     before anything is read or written."""
-    from aclarena.models.checkpoint import inspect
+    from aclarena.models.checkpoint import inspect_all
     from aclarena.models.tensors import TensorReader, check_lora_targets, checkpoint_fingerprint, read_lora
 
     base = require_base(manifest)
-    seen: dict[str, CheckpointInfo] = {}
-    infos = {n: inspect(manifest.resolve(n), manifest, run_dir, allow_pickle=allow_pickle, _seen=seen) for n in names}
+    everything: dict[str, CheckpointInfo] = {i.name: i for i in inspect_all(manifest, run_dir, allow_pickle=allow_pickle)}
+    infos = {n: everything[n] for n in names}
     for info in infos.values():
         info.require_loadable()
     dense = [base] + [n for n in names if n != base and infos[n].source != "adapter"]

@@ -287,8 +287,8 @@ def summary_json(s: Any, by: str) -> dict[str, Any]:
     return {
         "vectors": [{"label": v.label, "plus": v.plus, "minus": v.minus, "kind": v.kind, "norm": _num(n)}
                     for v, n in zip(s.vectors, s.norm, strict=True)],
-        "cosines": {"labels": labels, "matrix": s.cos},
-        "layer_mean_cosines": s.layer_mean_cos,
+        "cosines": {"labels": labels, "matrix": _nums(s.cos)},
+        "layer_mean_cosines": _nums(s.layer_mean_cos),
         "view": view,
         "oracles": [{"name": o.name, "domain": o.domain, "norm": _num(n)} for o, n in zip(s.oracles, s.oracle_norm,
                                                                                        strict=True)],
@@ -302,6 +302,14 @@ def summary_json(s: Any, by: str) -> dict[str, Any]:
                         for si, v in enumerate(s.projection_vectors)],
         "notes": s.notes,
     }
+
+
+def _nums(a: Any) -> list[Any]:
+    """A nested list of floats with NaN/inf as None (strict JSON)."""
+    import numpy as np
+
+    arr = np.asarray(a, dtype=float)
+    return np.where(np.isfinite(arr), arr, None).tolist()
 
 
 def _num(x: Any) -> float | None:
@@ -326,8 +334,7 @@ def print_summary(s: Any, by: str, exclude_embeddings: bool, pair_rows: list[dic
             for name, ci in columns:
                 row[name] = cos[gi, vi, ci]
             rows.append(row)
-    keys = (["group"] if by != "global" else []) + ["vector", "norm"] + [c for c, _ in columns] if by != "tensor" \
-        else ["group", "vector"] + [c for c, _ in columns]
+    keys = (["group"] if by != "global" else []) + ["vector", "norm"] + [c for c, _ in columns]
     heads = [k if k in ("group", "vector", "norm") else f"cos {k}" for k in keys]
     status = "computed" if computed else "reused"
     print_table(rows, keys, headers=heads, title=f"task-vector cosines ({by}, {what}; {status})")
