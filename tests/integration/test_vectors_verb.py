@@ -356,3 +356,12 @@ def test_kill_then_rerun_equals_one_run(tmp_path, tokenizer):
     np.testing.assert_array_equal(a["gram"], b["gram"])
     assert json.loads(env_out.stdout)["cosines"] == json.loads(one.stdout)["cosines"]
     assert not ResultsStore(run).has("vectors/_partial") and resumed_parts == len(ResultsStore(clean).keys("vectors"))
+
+
+def test_checkpoint_selection_adds_parents_and_base(fixture_run, cli):
+    data = _vectors_json(cli, fixture_run, "--checkpoints", "seq-search")
+    assert data["checkpoints"] == ["base", "seq-math", "seq-search"]
+    assert [v["label"] for v in data["vectors"]] == ["seq-math - base", "seq-search - seq-math", "seq-search - base"]
+    assert any("no oracles" in n for n in data["notes"])
+    code, _, err = cli("vectors", "--run", str(fixture_run), "--checkpoints", "seq-serch")
+    assert code == 1 and "did you mean 'seq-search'" in err
