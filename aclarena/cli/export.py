@@ -1,0 +1,72 @@
+"""``aclarena-diag export``: every figure of a run as PNG/SVG/PDF, and a one-file HTML report."""
+
+from __future__ import annotations
+
+import argparse
+
+from aclarena.cli._common import add_verb, print_json, print_table
+from aclarena.errors import AclarenaError
+
+FORMATS = ("png", "svg", "pdf", "html")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        sub,
+        "export",
+        help="write every figure of a run (PNG/SVG/PDF) and a self-contained HTML report",
+        examples=(
+            "aclarena-diag export --run runs/demo",
+            "aclarena-diag export --run runs/demo --figures 'tokens/*' --format svg,pdf --out figs",
+            "aclarena-diag export --run runs/demo --format html",
+        ),
+    )
+    p.add_argument("--figures", default="*", metavar="PATTERN",
+                   help="comma-separated globs over figure ids such as tokens/concentration (default: all)")
+    p.add_argument("--format", default="png,svg,pdf,html", help="comma-separated: png, svg, pdf, html (default: all)")
+    p.add_argument("--out", default=None, metavar="DIR", help="output folder (default: RUN/figures)")
+    p.add_argument("--list", action="store_true", help="list the figure ids and exit")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from aclarena.errors import did_you_mean
+    from aclarena.figures import build_figures, load_all, write_html_report, write_static
+    from aclarena.store.manifest import load_manifest
+    from aclarena.store.results import ResultsStore
+
+    specs = load_all()
+    if args.list:
+        rows = [{"id": s.id, "title": s.title} for s in specs.values()]
+        print_json(rows) if args.json else print_table(rows, ["id", "title"], title="figures")
+        return 0
+    formats = [f.strip().lower() for f in args.format.split(",") if f.strip()]
+    for f in formats:
+        if f not in FORMATS:
+            raise AclarenaError(f"unknown format {f!r}{did_you_mean(f, FORMATS)}; use {', '.join(FORMATS)}")
+    manifest = load_manifest(args.run)
+    out = Path(args.out) if args.out else Path(args.run) / "figures"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AclarenaError(f"cannot create {out}: {e.strerror}; choose another --out") from None
+    store = ResultsStore(args.run)
+    if store.exists():
+        with store.reader() as reader:
+            figures = build_figures(reader, manifest, args.figures)
+    else:
+        figures = build_figures(None, manifest, args.figures)
+    if not figures:
+        raise AclarenaError(f"no figure matches {args.figures!r} with the results of this run; see `export --list`")
+    static = [f for f in formats if f != "html"]
+    written = write_static(figures, out, static) if static else []
+    if "html" in formats:
+        written.append(write_html_report(figures, out / "report.html", f"aclarena report: {manifest.name}"))
+    rows = [{"file": str(p), "bytes": p.stat().st_size} for p in written]
+    if args.json:
+        print_json({"out": str(out), "figures": [f.name for f in figures], "files": rows})
+    else:
+        print_table(rows, ["file", "bytes"], title=f"{len(figures)} figures exported to {out}")
+    return 0

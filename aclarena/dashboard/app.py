@@ -1,0 +1,78 @@
+"""``create_app(run_dir)``: the Dash app with one page per module of :data:`PAGES`."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+import dash
+from dash import Dash, dcc, html
+
+from aclarena.dashboard.data import RUN_KEY
+from aclarena.errors import AclarenaError
+from aclarena.store.manifest import load_manifest
+
+# Page modules under aclarena/dashboard/pages/, each with PAGE, layout and register_callbacks.
+PAGES = ("home",)
+
+ASSETS = Path(__file__).parent / "assets"
+
+
+def create_app(run_dir: str | os.PathLike[str]) -> Dash:
+    """Build the dashboard for a run folder (its manifest is checked first)."""
+    run_dir = Path(run_dir).resolve()
+    load_manifest(run_dir)  # one-line error now rather than a broken page later
+    app = Dash(
+        __name__,
+        use_pages=True,
+        pages_folder="",
+        assets_folder=str(ASSETS),
+        title="aclarena",
+        suppress_callback_exceptions=True,
+        update_title=None,
+    )
+    app.server.config[RUN_KEY] = str(run_dir)
+    app.server.before_request(_refuse_traversal)
+    modules = [importlib.import_module(f"aclarena.dashboard.pages.{name}") for name in PAGES]
+    for module in modules:
+        dash.register_page(module.__name__, layout=module.layout, **module.PAGE)
+    for module in modules:
+        module.register_callbacks(app, run_dir)
+    ordered = sorted(modules, key=lambda m: m.PAGE.get("order", 99))
+    app.layout = html.Div(
+        [
+            html.Header(
+                [
+                    html.Span("aclarena", className="brand"),
+                    html.Nav([dcc.Link(m.PAGE["name"], href=m.PAGE["path"], id=f"nav-{m.PAGE['name'].lower()}")
+                              for m in ordered]),
+                    html.Span(run_dir.name, className="run-name", title=str(run_dir)),
+                ],
+                className="topbar",
+            ),
+            html.Main(dash.page_container),
+        ]
+    )
+    return app
+
+
+def _refuse_traversal() -> tuple[str, int] | None:
+    """404 for any request path with a '..' segment, encoded or not (nothing outside the app is served)."""
+    from urllib.parse import unquote
+
+    from flask import request
+
+    raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI") or request.path
+    for candidate in (raw, unquote(raw), unquote(unquote(raw)), request.path):
+        if ".." in candidate.replace("\\", "/").split("/"):
+            return "not found", 404
+    return None
+
+
+def serve(run_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 8050, debug: bool = False) -> None:
+    app = create_app(run_dir)
+    try:
+        app.run(host=host, port=port, debug=debug)
+    except OSError as e:
+        raise AclarenaError(f"cannot serve on {host}:{port} ({e.strerror or e}); choose another --port") from None

@@ -1,0 +1,38 @@
+"""Store access for pages and callbacks: short-lived read-only handles, slices on demand."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from flask import current_app
+
+from aclarena.store.manifest import Manifest, load_manifest
+from aclarena.store.results import ResultsStore, StoreReader
+
+RUN_KEY = "ACLARENA_RUN"
+
+
+def current_run() -> Path:
+    """The run folder of the app serving the current request."""
+    return Path(current_app.config[RUN_KEY])
+
+
+def manifest(run_dir: Path) -> Manifest:
+    return load_manifest(run_dir)
+
+
+@contextlib.contextmanager
+def reader(run_dir: Path) -> Iterator[StoreReader | None]:
+    """Yield a reader of the run's results.h5, or None when the run has no results yet.
+
+    Each call opens the file anew (a few ms): writers replace results.h5 atomically, so a
+    fresh handle always sees the latest complete results.
+    """
+    store = ResultsStore(run_dir)
+    if not store.exists():
+        yield None
+        return
+    with store.reader() as r:
+        yield r

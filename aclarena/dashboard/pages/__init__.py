@@ -1,0 +1,1 @@
+"""Dashboard pages: one module each (see aclarena/dashboard/__init__.py)."""
