@@ -82,3 +82,46 @@ def file_state(path: Path) -> bytes | None:
 
 def scored_rows(probe: Any) -> list[np.ndarray]:
     return [np.asarray(p)[np.asarray(m, bool)] for p, m in zip(probe.ids, probe.scored, strict=True)]
+
+
+def noisy_head(model: Any, scale: float, seed: int) -> Any:
+    """A copy of ``model`` with Gaussian noise on its (untied) output head only."""
+    import copy
+
+    import torch
+
+    new = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        new.lm_head.weight.add_(torch.randn(new.lm_head.weight.shape, generator=g) * scale)
+    return new
+
+
+def make_token_run(root: Path, tokenizer: Any, *, max_new_tokens: int = 24) -> Path:
+    """A run whose token scores look like the study's: a peaked reference and two later stages
+    whose output heads drifted, so KL concentrates where the reference was unsure.
+
+    Runs ``probe`` and ``tokens`` through the command line (in-process).
+    """
+    import contextlib
+    import io
+
+    from aclarena.cli import main
+    from aclarena.store.manifest import Manifest, write_manifest
+
+    root.mkdir(parents=True, exist_ok=True)
+    write_manifest(Manifest(name="tokens-demo"), root)
+    ref = peaked_untied_model(tokenizer, seed=4, scale=150.0)
+    add_checkpoint(root, "seq-math", ref, tokenizer, parent=None, kind="stage", domain="math")
+    stage_a = noisy_head(ref, 0.05, seed=5)
+    add_checkpoint(root, "seq-search", stage_a, tokenizer, parent="seq-math", domain="search")
+    add_checkpoint(root, "seq-ecom", noisy_head(stage_a, 0.1, seed=6), tokenizer, parent="seq-search", domain="ecom")
+    prompts = write_jsonl(root / "prompts.jsonl", PROMPTS)
+    for argv in (["probe", "--run", str(root), "--ref", "seq-math", "--prompts", str(prompts),
+                  "--max-new-tokens", str(max_new_tokens), "--json"],
+                 ["tokens", "--run", str(root), "--ref", "seq-math", "--json"]):
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = main(argv)
+        assert code == 0, err.getvalue()
+    return root
