@@ -56,14 +56,18 @@ def token_checkpoints(reader: StoreReader, probe: str, manifest: Manifest | None
     return names
 
 
-def summaries(reader: StoreReader, probe: str, manifest: Manifest | None = None) -> list[dict[str, Any]]:
-    """One dict per checkpoint: its stored summary, ``checkpoint`` and ``n_nonfinite``."""
+def summaries(reader: StoreReader, probe: str, manifest: Manifest | None = None, *,
+              with_flags: bool = False) -> list[dict[str, Any]]:
+    """One dict per checkpoint: its stored summary and ``checkpoint`` (and, ``with_flags``,
+    ``n_nonfinite`` and ``n_beyond_context`` from the scores' attributes)."""
     rows = []
     for name in token_checkpoints(reader, probe, manifest):
         s = dict(reader.read(f"{summary_key(probe, name)}/summary"))
-        attrs = reader.attrs(scores_key(probe, name))
         s["checkpoint"] = name
-        s["n_nonfinite"] = int(attrs.get("n_nonfinite", 0))
+        if with_flags:
+            attrs = reader.attrs(scores_key(probe, name))
+            s["n_nonfinite"] = int(attrs.get("n_nonfinite", 0))
+            s["n_beyond_context"] = int(attrs.get("n_beyond_context", 0))
         rows.append(s)
     return rows
 
@@ -125,26 +129,33 @@ class TokenView:
     ref_alternatives: tuple[tuple[str, float], ...] = ()
 
 
+def _row_slices(reader: StoreReader, group: str, names: tuple[str, ...], seq: int) -> dict[str, list[Any]]:
+    """Row ``seq`` of several ragged arrays of one group, as lists (they share their offsets)."""
+    o = reader.slice(f"{group}/{names[0]}/offsets", slice(seq, seq + 2))
+    a, b = int(o[0]), int(o[1])
+    return {k: reader.slice(f"{group}/{k}/values", slice(a, b)).tolist() for k in names}
+
+
 def sequence_tokens(reader: StoreReader, probe: str, seq: int, checkpoint: str | None) -> list[TokenView]:
     """Every token of sequence ``seq`` with the reference's and ``checkpoint``'s values at scored ones."""
     pkey, rkey = probe_key(probe), reference_key(probe)
-    ids_view = reader.ragged(f"{pkey}/ids")
-    if not 0 <= seq < ids_view.n_rows:
-        raise IndexError(f"sequence {seq} out of range (0..{ids_view.n_rows - 1})")
-    a, b = int(ids_view.offsets[seq]), int(ids_view.offsets[seq + 1])
-    texts = [t.decode() if isinstance(t, bytes) else str(t) for t in reader.slice(f"{pkey}/token_text", slice(a, b))]
-    scored = np.asarray(reader.ragged(f"{pkey}/scored").row(seq), dtype=bool)
-    ref = {k: reader.ragged(f"{rkey}/{k}").row(seq) for k in ("entropy", "logprob", "top1", "topk_ids",
-                                                                "topk_logprobs")}
-    ck: dict[str, np.ndarray] = {}
+    n_rows = reader.shape(f"{pkey}/ids/offsets")[0] - 1
+    if not 0 <= seq < n_rows:
+        raise IndexError(f"sequence {seq} out of range (0..{n_rows - 1})")
+    o = reader.slice(f"{pkey}/ids/offsets", slice(seq, seq + 2))
+    texts = [t.decode() if isinstance(t, bytes) else str(t)
+             for t in reader.slice(f"{pkey}/token_text", slice(int(o[0]), int(o[1])))]
+    scored = reader.slice(f"{pkey}/scored/values", slice(int(o[0]), int(o[1]))).tolist()
+    ref = _row_slices(reader, rkey, ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs"), seq)
+    ck: dict[str, list[Any]] = {}
     if checkpoint is not None:
-        skey = scores_key(probe, checkpoint)
-        ck = {k: reader.ragged(f"{skey}/{k}").row(seq) for k in ("logprob", "kl", "js", "top1", "topk_ids",
-                                                                   "topk_logprobs", "status")}
+        ck = _row_slices(reader, scores_key(probe, checkpoint),
+                         ("logprob", "kl", "js", "top1", "topk_ids", "topk_logprobs", "status"), seq)
     voc = vocab(reader, probe)
+    nv = len(voc)
 
-    def word(i: int) -> str:
-        return voc[i] if 0 <= i < len(voc) else f"<{i}>"
+    def alts(ids: list[int], lps: list[float]) -> tuple[tuple[str, float], ...]:
+        return tuple((voc[i] if 0 <= i < nv else f"<{i}>", lp) for i, lp in zip(ids, lps, strict=True))
 
     out: list[TokenView] = []
     j = 0
@@ -152,93 +163,120 @@ def sequence_tokens(reader: StoreReader, probe: str, seq: int, checkpoint: str |
         if not scored[t]:
             out.append(TokenView(text=text, scored=False))
             continue
-        alts = tuple((word(int(i)), float(lp)) for i, lp in zip(ck["topk_ids"][j], ck["topk_logprobs"][j],
-                                                                   strict=True)) if ck else ()
-        ralts = tuple((word(int(i)), float(lp)) for i, lp in zip(ref["topk_ids"][j], ref["topk_logprobs"][j],
-                                                                    strict=True))
-        out.append(TokenView(
-            text=text, scored=True, entropy=float(ref["entropy"][j]), ref_logprob=float(ref["logprob"][j]),
-            logprob=float(ck["logprob"][j]) if ck else math.nan, kl=float(ck["kl"][j]) if ck else math.nan,
-            js=float(ck["js"][j]) if ck else math.nan,
-            flipped=bool(ck and int(ck["top1"][j]) != int(ref["top1"][j])),
-            status=int(ck["status"][j]) if ck else 0, alternatives=alts, ref_alternatives=ralts,
-        ))
+        ralts = alts(ref["topk_ids"][j], ref["topk_logprobs"][j])
+        if ck:
+            out.append(TokenView(
+                text=text, scored=True, entropy=ref["entropy"][j], ref_logprob=ref["logprob"][j],
+                logprob=ck["logprob"][j], kl=ck["kl"][j], js=ck["js"][j], flipped=ck["top1"][j] != ref["top1"][j],
+                status=ck["status"][j], alternatives=alts(ck["topk_ids"][j], ck["topk_logprobs"][j]),
+                ref_alternatives=ralts))
+        else:
+            out.append(TokenView(text=text, scored=True, entropy=ref["entropy"][j], ref_logprob=ref["logprob"][j],
+                                 ref_alternatives=ralts))
         j += 1
     return out
+
+
+@functools.lru_cache(maxsize=4)
+def _template(name: str = "plotly_white") -> dict[str, Any]:
+    """A plotly template as a plain dict (naming it per figure deep-copies it each time: ~0.1 s)."""
+    import plotly.io as pio
+
+    return pio.templates[name].to_plotly_json()
 
 
 def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarray, np.ndarray, int]:
     """Reference entropy and this checkpoint's KL at a seeded sample of the valid positions."""
     h = reader.ragged(f"{reference_key(probe)}/entropy").all()
     kl = reader.ragged(f"{scores_key(probe, checkpoint)}/kl").all()
-    ok = np.flatnonzero(np.isfinite(h) & np.isfinite(kl))
+    valid = np.isfinite(h) & np.isfinite(kl)
+    ok = np.flatnonzero(valid)
     if len(ok) > MAX_SCATTER_POINTS:
         # keep the largest drifts (the story) and a uniform sample of the rest
-        top = ok[np.argsort(-kl[ok], kind="stable")[: MAX_SCATTER_POINTS // 10]]
-        rest = np.setdiff1d(ok, top)
+        n_top = MAX_SCATTER_POINTS // 10
+        top = ok[np.argpartition(-kl[ok], n_top)[:n_top]]
+        valid[top] = False
+        rest = np.flatnonzero(valid)
         rng = np.random.default_rng(0)
-        pick = np.sort(np.concatenate([top, rng.choice(rest, MAX_SCATTER_POINTS - len(top), replace=False)]))
+        pick = np.sort(np.concatenate([top, rest[rng.choice(len(rest), MAX_SCATTER_POINTS - n_top, replace=False)]]))
     else:
         pick = ok
     return h[pick], kl[pick], len(ok)
 
 
 # --- figures ----------------------------------------------------------------------------------
+# The *_spec functions return plain figure dicts: the dashboard sends them as they are (no
+# plotly validation on every callback); the *_figure functions wrap them for export.
 
 
-def scatter_figure(reader: StoreReader, probe: str, checkpoint: str) -> go.Figure:
+def scatter_spec(reader: StoreReader, probe: str, checkpoint: str) -> dict[str, Any]:
     """Reference entropy (x) against KL(p_ref ‖ p_ckpt) (y, log) at every scored position."""
     x, y, n = _points(reader, probe, checkpoint)
     summary = reader.read(f"{summary_key(probe, checkpoint)}/summary")
     thr = summary.get("entropy_threshold")
     high = x >= thr if thr is not None else np.zeros(len(x), bool)
-    fig = go.Figure()
+    data = []
     for mask, name, color in ((~high, "low entropy", "#7f7f7f"), (high, "high entropy", "#d62728")):
-        fig.add_trace(go.Scatter(
-            x=x[mask], y=np.maximum(y[mask], KL_FLOOR), mode="markers", name=name,
+        data.append(dict(
+            type="scatter", x=x[mask].tolist(), y=np.maximum(y[mask], KL_FLOOR).tolist(), mode="markers", name=name,
             marker=dict(size=5, color=color, opacity=0.6),
             hovertemplate="entropy %{x:.3f} nats<br>KL %{y:.3g} nats<extra></extra>",
         ))
+    shapes, notes = [], []
     if thr is not None:
-        fig.add_vline(x=thr, line=dict(color="#d62728", dash="dash"),
-                      annotation_text=f"{summary.get('high')}: {thr:.2f} nats", annotation_position="top right")
+        shapes.append(dict(type="line", xref="x", yref="paper", x0=thr, x1=thr, y0=0, y1=1,
+                           line=dict(color="#d62728", dash="dash")))
+        notes.append(dict(xref="x", yref="paper", x=thr, y=1, xanchor="left", yanchor="bottom", showarrow=False,
+                          text=f"{summary.get('high')}: {thr:.2f} nats"))
     shown = f"{len(x):,} of {n:,} positions" if len(x) < n else f"{n:,} positions"
-    fig.update_layout(
-        title=f"Entropy vs drift: {checkpoint} against {reference_name(reader, probe)} ({shown})",
-        xaxis_title="reference entropy (nats)",
-        yaxis=dict(title="KL(p_ref ‖ p_ckpt) (nats)", type="log", exponentformat="power"),
-        template="plotly_white", legend=dict(orientation="h", y=-0.2),
-    )
-    return fig
+    return dict(data=data, layout=dict(
+        title=dict(text=f"Entropy vs drift: {checkpoint} against {reference_name(reader, probe)} ({shown})"),
+        xaxis=dict(title=dict(text="reference entropy (nats)")),
+        yaxis=dict(title=dict(text="KL(p_ref ‖ p_ckpt) (nats)"), type="log", exponentformat="power"),
+        template=_template(), legend=dict(orientation="h", y=-0.2), shapes=shapes, annotations=notes,
+    ))
+
+
+def scatter_figure(reader: StoreReader, probe: str, checkpoint: str) -> go.Figure:
+    return go.Figure(scatter_spec(reader, probe, checkpoint))
+
+
+def concentration_spec(reader: StoreReader, probe: str, manifest: Manifest | None = None,
+                       highlight: str | None = None) -> dict[str, Any]:
+    """Cumulative share of KL against share of positions ranked by reference entropy, every checkpoint."""
+    data: list[dict[str, Any]] = [dict(type="scatter", x=[0, 1], y=[0, 1], mode="lines",
+                                       name="no concentration (area 0.5)", line=dict(color="#bbb", dash="dot"),
+                                       hoverinfo="skip")]
+    rows = summaries(reader, probe, manifest)
+    for i, s in enumerate(rows):
+        yv = [None if v is None else v for v in s["curve_y"]]
+        area = s.get("concentration_area")
+        label = f"{s['checkpoint']} (area {area:.2f})" if area is not None else f"{s['checkpoint']} (no drift)"
+        data.append(dict(
+            type="scatter", x=s["curve_x"], y=yv, mode="lines", name=label,
+            line=dict(color=PALETTE[i % len(PALETTE)], width=4 if s["checkpoint"] == highlight else 2),
+            hovertemplate=f"{s['checkpoint']}<br>top %{{x:.0%}} by entropy hold %{{y:.0%}} of KL<extra></extra>",
+        ))
+    shapes, notes = [], []
+    q = rows[0].get("high") if rows else None
+    if q and str(q).startswith("q="):
+        xq = float(str(q)[2:])
+        shapes.append(dict(type="line", xref="x", yref="paper", x0=xq, x1=xq, y0=0, y1=1,
+                           line=dict(color="#d62728", dash="dash")))
+        notes.append(dict(xref="x", yref="paper", x=xq, y=1, xanchor="left", yanchor="bottom", showarrow=False,
+                          text=str(q)))
+    return dict(data=data, layout=dict(
+        title=dict(text=f"Where drift concentrates: against {reference_name(reader, probe)}"),
+        xaxis=dict(title=dict(text="share of positions, highest reference entropy first"), tickformat=".0%",
+                   range=[0, 1]),
+        yaxis=dict(title=dict(text="cumulative share of KL"), tickformat=".0%", range=[0, 1.02]),
+        template=_template(), shapes=shapes, annotations=notes,
+    ))
 
 
 def concentration_figure(reader: StoreReader, probe: str, manifest: Manifest | None = None,
                          highlight: str | None = None) -> go.Figure:
-    """Cumulative share of KL against share of positions ranked by reference entropy, every checkpoint."""
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="no concentration (area 0.5)",
-                             line=dict(color="#bbb", dash="dot"), hoverinfo="skip"))
-    rows = summaries(reader, probe, manifest)
-    for i, s in enumerate(rows):
-        yv = [math.nan if v is None else v for v in s["curve_y"]]
-        area = s.get("concentration_area")
-        label = f"{s['checkpoint']} (area {area:.2f})" if area is not None else f"{s['checkpoint']} (no drift)"
-        width = 4 if s["checkpoint"] == highlight else 2
-        fig.add_trace(go.Scatter(
-            x=s["curve_x"], y=yv, mode="lines", name=label,
-            line=dict(color=PALETTE[i % len(PALETTE)], width=width),
-            hovertemplate=f"{s['checkpoint']}<br>top %{{x:.0%}} by entropy hold %{{y:.0%}} of KL<extra></extra>",
-        ))
-    q = rows[0].get("high") if rows else None
-    if q and str(q).startswith("q="):
-        fig.add_vline(x=float(str(q)[2:]), line=dict(color="#d62728", dash="dash"), annotation_text=str(q))
-    fig.update_layout(
-        title=f"Where drift concentrates: against {reference_name(reader, probe)}",
-        xaxis=dict(title="share of positions, highest reference entropy first", tickformat=".0%", range=[0, 1]),
-        yaxis=dict(title="cumulative share of KL", tickformat=".0%", range=[0, 1.02]),
-        template="plotly_white",
-    )
-    return fig
+    return go.Figure(concentration_spec(reader, probe, manifest, highlight))
 
 
 def strata_figure(reader: StoreReader, probe: str, manifest: Manifest | None = None) -> go.Figure:
@@ -275,7 +313,7 @@ def fmt(value: Any) -> str:
 
 
 def summary_table_figure(reader: StoreReader, probe: str, manifest: Manifest | None = None) -> go.Figure:
-    rows = summaries(reader, probe, manifest)
+    rows = summaries(reader, probe, manifest, with_flags=True)
     fig = go.Figure(go.Table(
         header=dict(values=[h for _, h in SUMMARY_COLUMNS], align="left"),
         cells=dict(values=[[fmt(r.get(k)) for r in rows] for k, _ in SUMMARY_COLUMNS], align="left"),

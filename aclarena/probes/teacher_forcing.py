@@ -13,7 +13,7 @@ How, and why it is fast and small:
   scored positions are kept.
 * Logits are never materialised for a whole sequence: the output head is applied to a
   chunk of positions at a time into reused buffers, and both models' chunks go through
-  one fused pass (:func:`~aclarena.diagnostics.token_drift.pair_stats_`). Peak memory is
+  one fused pass (:func:`~aclarena.diagnostics.token_drift.pair_stats_`, over sub-chunks). Peak memory is
   ``O(chunk × vocabulary)``, independent of sequence length.
 * The reference is run once (:func:`reference_outputs`): its hidden states at the scored
   positions (positions × hidden, small) and its output head are cached, and its logits are
@@ -29,6 +29,7 @@ flagged (``status`` 1); positions beyond a checkpoint's maximum positions are fl
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -39,8 +40,6 @@ from aclarena.diagnostics.token_drift import (
     Workspace,
     compute_dtype,
     default_chunk_size,
-    dist_stats_,
-    pair_stats_,
 )
 from aclarena.errors import AclarenaError
 from aclarena.probes.probe_set import ProbeSet
@@ -149,10 +148,19 @@ def model_positions(model: Any) -> int | None:
     return None
 
 
+_VERIFIED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
 def verify_head(model: Any, head: OutputHead, ids: np.ndarray, name: str = "the model") -> None:
-    """Check, on a few tokens, that chunked logits equal the model's own forward logits."""
+    """Check, on a few tokens, that chunked logits equal the model's own forward logits.
+
+    Done once per model object (an architecture property; a training callback scores the
+    same live model many times), on the last of up to 8 tokens.
+    """
     import torch
 
+    if _VERIFIED.get(model):
+        return
     n = int(min(len(ids), 8))
     if n == 0:
         return
@@ -161,10 +169,14 @@ def verify_head(model: Any, head: OutputHead, ids: np.ndarray, name: str = "the 
     mask = torch.ones_like(x)
     pos = torch.arange(n, device=device).view(1, -1)
     with torch.inference_mode():
-        want = model(input_ids=x, attention_mask=mask, position_ids=pos, use_cache=False).logits[0].float()
-        h = _hidden(model, x, mask, pos)[0]
-        got = torch.empty(n, head.vocab_size, dtype=compute_dtype(head.dtype), device=device)
-        tmp = None if compute_dtype(head.dtype) == head.dtype else torch.empty(n, head.vocab_size, dtype=head.dtype,
+        try:  # only the last position's logits: the check then costs one row of the head
+            want = model(input_ids=x, attention_mask=mask, position_ids=pos, use_cache=False,
+                         logits_to_keep=1).logits[0, -1:].float()
+        except TypeError:
+            want = model(input_ids=x, attention_mask=mask, position_ids=pos, use_cache=False).logits[0, -1:].float()
+        h = _hidden(model, x, mask, pos)[0, -1:]
+        got = torch.empty(1, head.vocab_size, dtype=compute_dtype(head.dtype), device=device)
+        tmp = None if compute_dtype(head.dtype) == head.dtype else torch.empty(1, head.vocab_size, dtype=head.dtype,
                                                                                 device=device)
         head.into(h, got, tmp)
     if want.shape != got.shape:
@@ -176,7 +188,7 @@ def verify_head(model: Any, head: OutputHead, ids: np.ndarray, name: str = "the 
         raise AclarenaError(f"{name}: logits computed from its final hidden states are non-finite elsewhere than "
                             "its forward pass's; this architecture is not supported by teacher-forced scoring")
     if not bool(finite.any()):
-        return  # nothing finite to compare: the scores will flag these positions
+        return  # nothing finite to compare (NaN weights?): check again next time; the scores flag it
     scale = float(want[finite].abs().max().clamp_min(1.0))
     err = float((want[finite] - got[finite]).abs().max()) / scale
     tol = 1e-4 if head.dtype in (torch.float32, torch.float64) else 3e-2
@@ -185,6 +197,7 @@ def verify_head(model: Any, head: OutputHead, ids: np.ndarray, name: str = "the 
             f"{name}: logits computed from its final hidden states differ from its forward pass (relative error "
             f"{err:.1e}); this architecture transforms logits in a way aclarena does not reproduce"
         )
+    _VERIFIED[model] = True
 
 
 # --- batches ----------------------------------------------------------------------------------
@@ -321,6 +334,7 @@ class ReferenceOutputs:
     chunk_size: int
     topk: int
     positions_limit: int | None
+    sub_rows: int | None = None
 
 
 def _chunk_size(chunk_size: int | None, vocab: int, dtype: Any) -> int:
@@ -332,16 +346,20 @@ def _chunk_size(chunk_size: int | None, vocab: int, dtype: Any) -> int:
 
 
 class _Buffers:
-    def __init__(self, rows: int, head: OutputHead) -> None:
+    """The workspace of the fused pass and, for low-precision heads, where their matmul lands."""
+
+    def __init__(self, rows: int, heads: list[OutputHead], sub_rows: int | None = None) -> None:
         import torch
 
-        cdt = compute_dtype(head.dtype)
-        self.ws = Workspace(rows, head.vocab_size, cdt, head.weight.device)
-        self.tmp = None if cdt == head.dtype else torch.empty(rows, head.vocab_size, dtype=head.dtype,
-                                                              device=head.weight.device)
+        dtypes = [h.dtype for h in heads]
+        cdt = compute_dtype(dtypes[0] if len(set(dtypes)) == 1 else torch.float32)
+        device = heads[0].weight.device
+        self.ws = Workspace(rows, heads[0].vocab_size, cdt, device, sub_rows)
+        self.tmp = {d: torch.empty(rows, heads[0].vocab_size, dtype=d, device=device) for d in set(dtypes) if d != cdt}
 
-    def tmp_rows(self, n: int) -> torch.Tensor | None:
-        return None if self.tmp is None else self.tmp[:n]
+    def tmp_rows(self, head: OutputHead, n: int) -> torch.Tensor | None:
+        t = self.tmp.get(head.dtype)
+        return None if t is None else t[:n]
 
 
 def _check_topk(topk: int, vocab: int) -> None:
@@ -387,7 +405,7 @@ def reference_outputs(
         t = probe.positions(i)
         st.position[plan.offsets[i]:plan.offsets[i + 1]] = t
         st.token[plan.offsets[i]:plan.offsets[i + 1]] = np.asarray(probe.ids[i])[t]
-    buffers = _Buffers(max(1, min(cs, max(len(ix) for ix in plan.index))), head)
+    buffers = _Buffers(max(1, min(cs, max(len(ix) for ix in plan.index))), [head])
     hidden, targets = [], []
     was_training = _eval_mode(model)
     try:
@@ -400,9 +418,8 @@ def reference_outputs(
                 out = {key: [] for key in ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs")}
                 for s in range(0, h.shape[0], cs):
                     n = min(cs, h.shape[0] - s)
-                    z = buffers.ws.zr[:n]
-                    head.into(h[s:s + n], z, buffers.tmp_rows(n))
-                    ds = dist_stats_(z, tgt[s:s + n], k, buffers.ws.e[:n])
+                    head.into(h[s:s + n], buffers.ws.zr[:n], buffers.tmp_rows(head, n))
+                    ds = buffers.ws.dist_stats(n, tgt[s:s + n], k)
                     for key in out:
                         out[key].append(getattr(ds, key))
                 idx = plan.index[b]
@@ -422,7 +439,7 @@ def reference_outputs(
         arr[st.status != STATUS_OK] = np.nan
     return ReferenceOutputs(name=name or probe.reference, probe_digest=probe.digest, plan=plan, hidden=hidden,
                             targets=targets, head=head, stats=st, batch_size=batch_size, chunk_size=cs, topk=topk,
-                            positions_limit=limit)
+                            positions_limit=limit, sub_rows=buffers.ws.sub_rows)
 
 
 def score(
@@ -499,10 +516,8 @@ def score(
             res.ref.position[plan.offsets[i]:plan.offsets[i + 1]] = t
             res.ref.token[plan.offsets[i]:plan.offsets[i + 1]] = np.asarray(probe.ids[i])[t]
     rows_max = max(1, min(cs, max(len(ix) for ix in plan.index)))
-    buffers = _Buffers(rows_max, head)
-    ref_tmp = None
-    if compute_dtype(ref_head.dtype) != ref_head.dtype:
-        ref_tmp = torch.empty(rows_max, ref_head.vocab_size, dtype=ref_head.dtype, device=ref_head.weight.device)
+    # the same chunk and sub-chunk plan as the cached reference: identical models give identical bits
+    buffers = _Buffers(rows_max, [ref_head, head], reference.sub_rows if cached else None)
     ws = buffers.ws
     device = head.weight.device
     keys_c = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs")
@@ -530,10 +545,9 @@ def score(
                 ref_parts: dict[str, list[torch.Tensor]] = {key: [] for key in keys_c}
                 for s in range(0, hc.shape[0], cs):
                     n = min(cs, hc.shape[0] - s)
-                    ref_head.into(hr[s:s + n].to(ref_head.weight.device), ws.zr[:n],
-                                  None if ref_tmp is None else ref_tmp[:n])
-                    head.into(hc[s:s + n], ws.zc[:n], buffers.tmp_rows(n))
-                    ps = pair_stats_(ws.zr[:n], ws.zc[:n], tgt[s:s + n], k, ws.b[:n], ws.e[:n], ref_topk=not cached)
+                    ref_head.into(hr[s:s + n].to(ref_head.weight.device), ws.zr[:n], buffers.tmp_rows(ref_head, n))
+                    head.into(hc[s:s + n], ws.zc[:n], buffers.tmp_rows(head, n))
+                    ps = ws.pair_stats(n, tgt[s:s + n], k, ref_topk=not cached)
                     for key in keys_c:
                         parts[key].append(getattr(ps.ckpt, key))
                         if not cached:

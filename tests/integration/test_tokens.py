@@ -509,3 +509,17 @@ def test_sigkill_during_tokens_then_rerun_equals_uninterrupted(probed_template, 
         elif key.endswith("/summary"):
             assert got[key] == value, key
     assert not list(run.glob(".results.h5.*.tmp"))
+
+
+def test_scoring_refuses_logits_it_cannot_reproduce(probed_run):
+    """A config asking for soft-capping that the architecture does not apply: chunked logits
+    would differ from the model's forward pass, so scoring refuses with one line."""
+    from aclarena.errors import AclarenaError
+
+    manifest = load_manifest(probed_run)
+    probe = read_probe_set(ResultsStore(probed_run), "seq-math", with_text=False)
+    ref = load_model("seq-math", manifest, probed_run)
+    odd = load_model("seq-search", manifest, probed_run)
+    odd.config.final_logit_softcapping = 0.5  # Qwen3 ignores it; aclarena's head would apply it
+    with pytest.raises(AclarenaError, match="differ from its forward pass"):
+        score(odd, ref, probe, name="odd")

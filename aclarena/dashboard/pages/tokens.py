@@ -75,7 +75,7 @@ def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], in
         m = manifest(run_dir)
         labels = sequence_labels(r, probe)
         ckpts = token_checkpoints(r, probe, m)
-        rows = summaries(r, probe, m)
+        rows = summaries(r, probe, m, with_flags=True)
     table = html.Table(
         [html.Tr([html.Th(h) for _, h in SUMMARY_COLUMNS])]
         + [html.Tr([html.Td(fmt(row.get(k))) for k, _ in SUMMARY_COLUMNS],
@@ -109,8 +109,13 @@ def _hover(tok: Any) -> str:
     return "\n".join(lines)
 
 
+def _span(props: dict[str, Any]) -> dict[str, Any]:
+    """An html.Span in the JSON form the Dash renderer reads."""
+    return {"type": "Span", "namespace": "dash_html_components", "props": props}
+
+
 def on_view(run_dir: Path, probe: str | None, seq: int | None, checkpoint: str | None,
-            color_by: str) -> tuple[list[html.Span], str]:
+            color_by: str) -> tuple[list[dict[str, Any]], str]:
     """The coloured text of one sequence and the legend of its colour scale."""
     from aclarena.figures.tokens import sequence_tokens
 
@@ -135,31 +140,32 @@ def on_view(run_dir: Path, probe: str | None, seq: int | None, checkpoint: str |
         rgb = (214, 39, 40)
         legend = (f"red: KL(p_ref ‖ p_{checkpoint}) on a log scale from {KL_LOW:g} to {top:.3g} nats; "
                   "black: flagged positions; grey text: not scored (prompt, user and tool turns)")
-    spans = []
+    # children as component dicts: building 1,000 html.Span objects costs more than the rest
+    spans: list[dict[str, Any]] = []
     for tok, v in zip(tokens, value, strict=True):
         if not tok.scored:
-            spans.append(html.Span(tok.text, className="tok unscored"))
+            spans.append(_span({"children": tok.text, "className": "tok unscored"}))
             continue
         style = {"backgroundColor": "#222", "color": "#fff"} if tok.status == 1 else (
             {"backgroundColor": _color(v, rgb)} if v is not None else {})
-        spans.append(html.Span(tok.text, title=_hover(tok), style=style,
-                               className="tok flip" if tok.flipped and color_by != "entropy" else "tok"))
+        spans.append(_span({"children": tok.text, "title": _hover(tok), "style": style,
+                            "className": "tok flip" if tok.flipped and color_by != "entropy" else "tok"}))
     return spans, legend
 
 
 def on_checkpoint(run_dir: Path, probe: str | None, checkpoint: str | None) -> tuple[Any, Any]:
-    """The entropy-vs-KL scatter of ``checkpoint`` and the concentration curves, it highlighted."""
-    import plotly.graph_objects as go
+    """The entropy-vs-KL scatter of ``checkpoint`` and the concentration curves, it highlighted
+    (plain figure dicts: plotly's validation would cost more than reading the data)."""
+    from aclarena.figures.tokens import concentration_spec, scatter_spec
 
-    from aclarena.figures.tokens import concentration_figure, scatter_figure
-
+    empty: dict[str, Any] = {"data": [], "layout": {}}
     if probe is None or checkpoint is None:
-        return go.Figure(), go.Figure()
+        return empty, empty
     with reader(run_dir) as r:
         if r is None:
-            return go.Figure(), go.Figure()
+            return empty, empty
         m = manifest(run_dir)
-        return scatter_figure(r, probe, checkpoint), concentration_figure(r, probe, m, highlight=checkpoint)
+        return scatter_spec(r, probe, checkpoint), concentration_spec(r, probe, m, highlight=checkpoint)
 
 
 def register_callbacks(app: Dash, run_dir: Path) -> None:
