@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eps", type=float, default=0.05, help="|Δ log-prob| below which a position barely moves (0.05)")
     p.add_argument("--batch-size", type=int, default=8, metavar="B", help="sequences per forward pass (default 8)")
     p.add_argument("--chunk-size", type=int, default=None, metavar="C",
-                   help="positions per output-head chunk (default: ~320 MiB of buffers)")
+                   help="positions per output-head chunk (default: both models' logits in 640 MiB)")
     p.add_argument("--topk", type=int, default=5, metavar="K", help="alternatives kept per position (default 5)")
     p.add_argument("--force", action="store_true", help="rescore checkpoints even when finished results exist")
     add_load_options(p)

@@ -57,7 +57,7 @@ SCORING_VERSION = "1"
 # --- the model's parts --------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class OutputHead:
     """``logits = post(h @ W^T + b)``, applied chunk by chunk into a buffer.
 
@@ -258,7 +258,7 @@ def _batch_inputs(probe: ProbeSet, seqs: list[int], limit: int | None, device: A
 # --- results ----------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReferenceStats:
     """The reference's own statistics at every scored position (flat, probe order)."""
 
@@ -276,7 +276,7 @@ class ReferenceStats:
                 ("position", "token", "entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "status")}
 
 
-@dataclass
+@dataclass(frozen=True)
 class TokenScores:
     """One checkpoint's per-position results against the reference (flat arrays, probe order).
 
@@ -314,7 +314,7 @@ class TokenScores:
                 ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "kl", "js", "status")}
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReferenceOutputs:
     """A reference checkpoint run once on a probe set: what scoring other checkpoints needs.
 
@@ -465,7 +465,7 @@ def score(
             are used, and only ``model`` runs).
         probe: the probe set.
         batch_size: sequences per forward pass.
-        chunk_size: positions per output-head chunk (default: fits ~320 MiB of buffers).
+        chunk_size: positions per output-head chunk (default: both models' logits of a chunk fit in 640 MiB).
         topk: alternatives kept per position.
         padding_side: ``right`` (default) or ``left``; both give the same numbers.
         name: the checkpoint's name in error messages.
