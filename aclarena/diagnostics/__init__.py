@@ -1,5 +1,4 @@
-"""Pure maths over tensors and arrays: token entropy and drift, task vectors, displacement, CL metrics.
+"""Pure maths over arrays and tensors (torch and numpy only: no h5py, no transformers, no dash).
 
-Modules here import torch and numpy only (never h5py, transformers or dash), so every
-measure can be tested on its own against a naive reference.
+Each module is one analyzer; its docstring says what the measure is and where it comes from.
 """

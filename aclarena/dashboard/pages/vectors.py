@@ -1,0 +1,92 @@
+"""Vectors: task-vector cosines (all weights and per layer block) and distances to the oracles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dash import Dash, Input, Output, dcc, html
+
+from aclarena.dashboard.data import current_run, reader
+
+PAGE = {"path": "/vectors", "name": "Vectors", "order": 40}
+VIEW_OPTIONS = [{"label": "all weights", "value": "all"},
+                {"label": "without embeddings and head", "value": "no-embeddings"}]
+
+
+def summary(run_dir: Path, view: str = "all") -> dict[str, Any] | None:
+    from aclarena.figures.vectors import VECTORS_KEY, load_summary
+
+    with reader(run_dir) as r:
+        return load_summary(r, VECTORS_KEY, view)
+
+
+def slider_marks(groups: list[str]) -> dict[int, str]:
+    """At most ~12 labelled marks, so that a 36-layer model stays readable."""
+    step = max(1, -(-len(groups) // 12))
+    return {i: g.replace("layer.", "L") for i, g in enumerate(groups) if i % step == 0 or i == len(groups) - 1}
+
+
+def view_figures(run_dir: Path, view: str) -> tuple[Any, Any, int, dict[int, str]]:
+    """Global heatmap, distance lines, and the layer slider's max and marks for ``view``."""
+    from aclarena.figures.vectors import distance_figure, global_cosines_figure
+
+    s = summary(run_dir, view)
+    if s is None:
+        return {}, {}, 0, {}
+    groups = s["group_labels"]
+    return global_cosines_figure(s, view), distance_figure(s, view), max(0, len(groups) - 1), slider_marks(groups)
+
+
+def layer_figure(run_dir: Path, view: str, index: int | None) -> Any:
+    from aclarena.figures.vectors import layer_cosines_figure
+
+    s = summary(run_dir, view)
+    if s is None:
+        return {}
+    return layer_cosines_figure(s, index or 0, view)
+
+
+def layout(**_query: Any) -> html.Div:
+    run_dir = current_run()
+    s = summary(run_dir)
+    if s is None:
+        return html.Div([html.H2("Task vectors"),
+                         html.P("No task vectors yet: run `aclarena-diag vectors --run DIR`.", className="note",
+                                id="vectors-empty")])
+    heat, dist, gmax, marks = view_figures(run_dir, "all")
+    return html.Div([
+        html.H2("Task vectors"),
+        html.P("Cosines of stage updates (θ − θ_parent), cumulative updates (θ − θ_base) and oracle directions "
+               "(oracle − base). Study: stage updates are only partly aligned with their oracle; oracle-mix SFT from "
+               "the base and from the sequential end point has cosine 0.77, unrelated SFT tasks 0.05.",
+               className="note"),
+        html.Div([html.Div([html.Label("weights"),
+                            dcc.RadioItems(id="vectors-view", options=VIEW_OPTIONS, value="all", inline=True)])],
+                 className="controls"),
+        dcc.Graph(id="vectors-heatmap", figure=heat),
+        html.H3("Per layer block"),
+        html.Div(dcc.Slider(id="vectors-layer-slider", min=0, max=gmax, step=1, value=0, marks=marks,
+                            allow_direct_input=False), style={"maxWidth": "900px"}),
+        dcc.Graph(id="vectors-layer-heatmap", figure=layer_figure(run_dir, "all", 0)),
+        html.H3("Distance to each oracle along the chain"),
+        dcc.Graph(id="vectors-distances", figure=dist),
+        html.Ul([html.Li(n) for n in s["notes"]], id="vectors-notes", className="note"),
+    ])
+
+
+def register_callbacks(app: Dash, run_dir: Path) -> None:
+    @app.callback(
+        Output("vectors-heatmap", "figure"), Output("vectors-distances", "figure"),
+        Output("vectors-layer-slider", "max"), Output("vectors-layer-slider", "marks"),
+        Input("vectors-view", "value"), prevent_initial_call=True,
+    )
+    def _view(view: str) -> tuple[Any, Any, int, dict[int, str]]:
+        return view_figures(run_dir, view)
+
+    @app.callback(
+        Output("vectors-layer-heatmap", "figure"),
+        Input("vectors-layer-slider", "value"), Input("vectors-view", "value"), prevent_initial_call=True,
+    )
+    def _layer(index: int | None, view: str) -> Any:
+        return layer_figure(run_dir, view, index)

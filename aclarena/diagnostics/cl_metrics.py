@@ -1,0 +1,239 @@
+"""Continual-learning metrics over a capability matrix (pure numpy).
+
+The accuracy matrix ``R`` has one row per curriculum stage and one column per task, in
+stage order: ``R[i, j]`` is the score on task ``j``'s in-domain suite after stage ``i``
+(task ``j`` is the one stage ``j`` trains). ``b[j]`` is the base model's score on task
+``j`` (before any stage). ``T`` is the number of stages. Definitions:
+
+* average accuracy ``ACC = 1/T sum_j R[T-1, j]`` (Lopez-Paz & Ranzato, 2017, GEM);
+* backward transfer ``BWT = 1/(T-1) sum_{j<T-1} (R[T-1, j] - R[j, j])`` (GEM);
+  negative values are forgetting;
+* forward transfer ``FWT = 1/(T-1) sum_{j>0} (R[j-1, j] - b[j])`` (GEM);
+* forgetting, max variant (Chaudhry et al., 2018, RWalk):
+  ``f_j = max_{l<T-1} R[l, j] - R[T-1, j]`` for ``j < T-1``, averaged: how far each task
+  fell from its best score at any earlier stage;
+* forgetting, first-minus-last variant (e.g. Avalanche's ``StreamForgetting``):
+  ``f_j = R[j, j] - R[T-1, j]``: score right after learning ``j`` minus final score,
+  i.e. ``-BWT`` per task. The two differ when a later stage lifts a task above its
+  just-learned score before it is lost;
+* oracle-normalised retention ``R[T-1, j] / oracle_j`` (the study's comparison with
+  single-task oracles);
+* average incremental accuracy ``1/T sum_k (1/(k+1) sum_{j<=k} R[k, j])`` (Rebuffi et
+  al., 2017, iCaRL);
+* sample-wise forgetting and backward transfer: between two evaluations of the same
+  items, the share of items that go correct -> wrong, and wrong -> correct (item-level
+  forgetting events, after Toneva et al., 2019).
+
+Missing cells are NaN and make the metrics that need them NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def _matrix(R: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
+    R = np.asarray(R, dtype=np.float64)
+    if R.ndim != 2 or R.shape[0] != R.shape[1] or R.shape[0] == 0:
+        raise ValueError(f"`R` must be a non-empty square matrix (stages x tasks), got shape {R.shape}")
+    return R
+
+
+def _vector(x: np.ndarray | Sequence[float], n: int, name: str) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if x.shape != (n,):
+        raise ValueError(f"`{name}` must have one value per task ({n}), got shape {x.shape}")
+    return x
+
+
+def average_accuracy(R: np.ndarray | Sequence[Sequence[float]]) -> float:
+    """Mean final score over all tasks (GEM's ACC)."""
+    R = _matrix(R)
+    return float(R[-1].mean())
+
+
+def backward_transfer(R: np.ndarray | Sequence[Sequence[float]]) -> float:
+    """GEM's BWT: mean of final minus just-learned score over every task but the last (NaN if T = 1)."""
+    R = _matrix(R)
+    T = R.shape[0]
+    if T < 2:
+        return float("nan")
+    return float(np.mean([R[-1, j] - R[j, j] for j in range(T - 1)]))
+
+
+def forward_transfer(R: np.ndarray | Sequence[Sequence[float]], base: np.ndarray | Sequence[float]) -> float:
+    """GEM's FWT: mean over tasks j > 0 of the score before stage j minus the base score (NaN if T = 1)."""
+    R = _matrix(R)
+    T = R.shape[0]
+    b = _vector(base, T, "base")
+    if T < 2:
+        return float("nan")
+    return float(np.mean([R[j - 1, j] - b[j] for j in range(1, T)]))
+
+
+def forgetting_max(R: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
+    """Per task ``j < T-1``: best score at any earlier stage minus the final score (Chaudhry et al.)."""
+    R = _matrix(R)
+    T = R.shape[0]
+    return np.array([R[: T - 1, j].max() - R[-1, j] for j in range(T - 1)], dtype=np.float64)
+
+
+def forgetting_first_last(R: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
+    """Per task ``j < T-1``: score right after stage ``j`` minus the final score."""
+    R = _matrix(R)
+    T = R.shape[0]
+    return np.array([R[j, j] - R[-1, j] for j in range(T - 1)], dtype=np.float64)
+
+
+def retention(final: np.ndarray | Sequence[float], oracle: np.ndarray | Sequence[float]) -> np.ndarray:
+    """Final score over single-task oracle score, per task (NaN where the oracle scores 0 or is missing)."""
+    final = np.asarray(final, dtype=np.float64)
+    oracle = _vector(oracle, final.shape[0], "oracle")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(oracle > 0, final / np.where(oracle > 0, oracle, 1.0), np.nan)
+
+
+def average_incremental_accuracy(R: np.ndarray | Sequence[Sequence[float]]) -> float:
+    """Mean over stages k of the mean score on tasks 0..k after stage k (iCaRL)."""
+    R = _matrix(R)
+    return float(np.mean([R[k, : k + 1].mean() for k in range(R.shape[0])]))
+
+
+def peak_drop(series: np.ndarray | Sequence[float]) -> float:
+    """Along a chain of checkpoints: best score before the last one minus the last one (NaN if < 2)."""
+    s = np.asarray(series, dtype=np.float64)
+    if s.ndim != 1:
+        raise ValueError(f"`series` must be 1-d, got shape {s.shape}")
+    if s.shape[0] < 2:
+        return float("nan")
+    return float(s[:-1].max() - s[-1])
+
+
+@dataclass(frozen=True, slots=True)
+class SampleTransitions:
+    """Item-level changes between two evaluations of the same items."""
+
+    n_items: int
+    forgotten: int  # correct -> wrong
+    gained: int  # wrong -> correct
+    correct_before: int
+
+    @property
+    def forgetting(self) -> float:
+        """Share of items going correct -> wrong."""
+        return self.forgotten / self.n_items if self.n_items else float("nan")
+
+    @property
+    def backward_transfer(self) -> float:
+        """Share of items going wrong -> correct."""
+        return self.gained / self.n_items if self.n_items else float("nan")
+
+    @property
+    def forgetting_of_correct(self) -> float:
+        """Share of the items correct before that are wrong after."""
+        return self.forgotten / self.correct_before if self.correct_before else float("nan")
+
+
+def sample_transitions(before: np.ndarray | Sequence[float], after: np.ndarray | Sequence[float],
+                       threshold: float = 0.5) -> SampleTransitions:
+    """Count correct -> wrong and wrong -> correct items (an item is correct when its score > ``threshold``)."""
+    a = np.asarray(before, dtype=np.float64).ravel()
+    b = np.asarray(after, dtype=np.float64).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"`before` and `after` must score the same items, got {a.shape} and {b.shape}")
+    if not 0.0 <= threshold < 1.0:
+        raise ValueError(f"`threshold` must be in [0, 1), got {threshold!r}")
+    ca, cb = a > threshold, b > threshold
+    return SampleTransitions(n_items=int(a.size), forgotten=int(np.sum(ca & ~cb)), gained=int(np.sum(~ca & cb)),
+                             correct_before=int(ca.sum()))
+
+
+@dataclass(frozen=True)
+class CLReport:
+    """Every metric of a stage-ordered capability matrix; ``tasks`` names the columns."""
+
+    tasks: list[str]
+    R: np.ndarray
+    base: np.ndarray | None
+    oracle: np.ndarray | None
+    average_accuracy: float
+    backward_transfer: float
+    forward_transfer: float
+    forgetting_max: np.ndarray
+    forgetting_first_last: np.ndarray
+    retention: np.ndarray | None
+    average_incremental_accuracy: float
+    sample_forgetting: np.ndarray | None = None  # per task j < T-1: stage j -> final
+    sample_backward_transfer: np.ndarray | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float]:
+        """The scalar metrics, labelled."""
+
+        def mean(x: np.ndarray | None) -> float:
+            return float(np.mean(x)) if x is not None and x.size else float("nan")
+
+        def mean_known(x: np.ndarray | None) -> float:  # tasks without an oracle are left out
+            return float(np.nanmean(x)) if x is not None and np.isfinite(x).any() else float("nan")
+
+        return {
+            "average_accuracy": self.average_accuracy,
+            "backward_transfer": self.backward_transfer,
+            "forward_transfer": self.forward_transfer,
+            "forgetting_max": mean(self.forgetting_max),
+            "forgetting_first_last": mean(self.forgetting_first_last),
+            "retention_vs_oracle": mean_known(self.retention),
+            "average_incremental_accuracy": self.average_incremental_accuracy,
+            "sample_forgetting": mean(self.sample_forgetting),
+            "sample_backward_transfer": mean(self.sample_backward_transfer),
+        }
+
+
+def cl_report(
+    R: np.ndarray | Sequence[Sequence[float]],
+    tasks: Sequence[str],
+    *,
+    base: np.ndarray | Sequence[float] | None = None,
+    oracle: np.ndarray | Sequence[float] | None = None,
+    items: Sequence[Sequence[np.ndarray | None]] | None = None,
+) -> CLReport:
+    """All metrics at once. ``items[i][j]``: per-item scores of task ``j`` after stage ``i`` (or None)."""
+    R = _matrix(R)
+    T = R.shape[0]
+    if len(tasks) != T:
+        raise ValueError(f"`tasks` must name the {T} tasks, got {len(tasks)}")
+    b = _vector(base, T, "base") if base is not None else None
+    o = _vector(oracle, T, "oracle") if oracle is not None else None
+    sf = sb = None
+    if items is not None:
+        if len(items) != T or any(len(row) != T for row in items):
+            raise ValueError(f"`items` must be {T} x {T} (stages x tasks)")
+        sf_list, sb_list = [], []
+        for j in range(T - 1):
+            before, after = items[j][j], items[T - 1][j]
+            if before is None or after is None or np.asarray(before).size != np.asarray(after).size:
+                sf_list.append(np.nan)
+                sb_list.append(np.nan)
+                continue
+            tr = sample_transitions(before, after)
+            sf_list.append(tr.forgetting)
+            sb_list.append(tr.backward_transfer)
+        sf, sb = np.array(sf_list), np.array(sb_list)
+    return CLReport(
+        tasks=list(tasks),
+        R=R,
+        base=b,
+        oracle=o,
+        average_accuracy=average_accuracy(R),
+        backward_transfer=backward_transfer(R),
+        forward_transfer=forward_transfer(R, b) if b is not None else float("nan"),
+        forgetting_max=forgetting_max(R),
+        forgetting_first_last=forgetting_first_last(R),
+        retention=retention(R[-1], o) if o is not None else None,
+        average_incremental_accuracy=average_incremental_accuracy(R),
+        sample_forgetting=sf,
+        sample_backward_transfer=sb,
+    )

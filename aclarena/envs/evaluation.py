@@ -1,0 +1,122 @@
+"""Scoring a model on an arena suite: greedy and avg@k over seeds, with per-item outcomes.
+
+For each seed the suite's ``n`` evaluation tasks are drawn with that seed (the same tasks
+for every checkpoint, so per-item outcomes line up across the chain); each task is played
+once greedily and ``samples`` times with sampling (the study's avg@16 is ``samples=16``).
+The cell's score is the mean over seeds of the greedy accuracy, with its standard
+deviation over seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from aclarena.envs import ARENA_VERSION, parse_suite, sample_tasks
+from aclarena.envs.base import Trajectory
+from aclarena.envs.rollout import generate_trajectories
+from aclarena.errors import ConfigError
+from aclarena.store.capability import cell_payload
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How a suite is scored. Every field but ``batch_size`` is part of the cell's identity."""
+
+    n: int = 100
+    seeds: tuple[int, ...] = (0,)
+    samples: int = 4
+    temperature: float = 1.0
+    top_p: float = 1.0
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or self.n < 1:
+            raise ConfigError(f"-n must be a positive number of tasks, got {self.n!r}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"--seeds must be distinct integers, got {list(self.seeds)!r}")
+        if not isinstance(self.samples, int) or self.samples < 0:
+            raise ConfigError(f"--samples must be >= 0 (0: greedy only), got {self.samples!r}")
+        if not self.temperature > 0:
+            raise ConfigError(f"--temperature must be > 0, got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p!r}")
+        if self.batch_size < 1:
+            raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size!r}")
+
+    def identity(self) -> dict[str, Any]:
+        """The settings that decide the outcome (stored with the cell; its key is their hash)."""
+        d = asdict(self)
+        d.pop("batch_size")
+        d["seeds"] = list(self.seeds)
+        d["split"] = "eval"
+        d["arena_version"] = ARENA_VERSION
+        if self.samples == 0:
+            d.pop("temperature")
+            d.pop("top_p")
+        return d
+
+
+def suite_domain_role(suite: str) -> tuple[str, str]:
+    env, variant = parse_suite(suite)
+    return env, ("general" if env == "general" else variant)
+
+
+def transcript(traj: Trajectory) -> str:
+    """The generated part of a trajectory as compact text (after the opening user message)."""
+    lines = []
+    for m in traj.messages[2:]:
+        lines.append(f"[{m['role']}] {m.get('content') or ''}")
+    return "\n".join(lines)
+
+
+def evaluate_suite(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    suite: str,
+    settings: EvalSettings,
+    *,
+    checkpoint: str,
+    on_progress: Callable[[int], None] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Play ``suite`` with ``model``; returns the cell's (datasets, attributes) for the store."""
+    domain, role = suite_domain_role(suite)
+    n_seeds, n, k = len(settings.seeds), settings.n, settings.samples
+    greedy = np.zeros((n_seeds, n), dtype=np.float32)
+    sampled = np.zeros((n_seeds, n, k), dtype=np.float32) if k else None
+    ids: list[str] = []
+    transcripts: list[str] = []
+    reasons: list[str] = []
+    metric_rows: dict[str, np.ndarray] = {}
+    for si, seed in enumerate(settings.seeds):
+        tasks = sample_tasks(suite, n, seed=seed, split="eval")
+        ids.extend(t.id for t in tasks)
+        trajs = generate_trajectories(model, tokenizer, tasks, do_sample=False, seed=seed,
+                                      batch_size=settings.batch_size, on_batch=on_progress)
+        for i, tr in enumerate(trajs):
+            greedy[si, i] = tr.reward
+            transcripts.append(transcript(tr))
+            reasons.append(tr.end_reason)
+            for name, v in tr.metrics.items():
+                if name != "reward":
+                    metric_rows.setdefault(name, np.full((n_seeds, n), np.nan, dtype=np.float32))[si, i] = v
+        if k and sampled is not None:
+            repeated = [t for t in tasks for _ in range(k)]
+            trajs = generate_trajectories(model, tokenizer, repeated, do_sample=True, temperature=settings.temperature,
+                                          top_p=settings.top_p, seed=seed, batch_size=settings.batch_size,
+                                          on_batch=on_progress)
+            sampled[si] = np.array([tr.reward for tr in trajs], dtype=np.float32).reshape(n, k)
+    return cell_payload(checkpoint=checkpoint, suite=suite, domain=domain, role=role, source="arena",
+                        settings=settings.identity(), greedy=greedy, samples=sampled, item_ids=ids,
+                        metrics=metric_rows, transcripts=transcripts, end_reasons=reasons)
+
+
+def rollouts_per_suite(settings: EvalSettings) -> int:
+    """Episodes one suite costs (for progress bars)."""
+    return settings.n * len(settings.seeds) * (1 + settings.samples)

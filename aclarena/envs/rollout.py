@@ -1,0 +1,297 @@
+"""The rollout loop: multi-turn chat with tool calls in Qwen3's format, batched.
+
+The assistant calls tools by writing ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
+(one or more per turn); each result goes back as a ``{"role": "tool"}`` message. A turn
+without a tool call is an answer (single-turn and search tasks) or a message to the
+scripted user (e-commerce), who replies or ends the episode. Episodes end at the
+environment's turn limit or when the context is full.
+
+A malformed call (bad JSON, no ``name``, an unclosed tag), an unknown tool or arguments a
+tool refuses make a *failed step*: recorded in the trajectory, reported back to the model
+as ``Error: ...`` in a tool message, never raised.
+
+The loop is written against a *policy*: a function from a batch of conversations
+``(messages, tools)`` to assistant texts. :func:`model_policy` wraps a transformers model
+(batched ``generate`` with left padding); experts and other generators (vLLM) plug in the
+same way. :class:`Episode` is the step-by-step interface for custom RL rollouts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aclarena.envs.base import Environment, Step, Task, ToolError, Trajectory
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+Conversation = tuple[list[dict[str, Any]], list[dict[str, Any]] | None]
+# A policy answers a batch of conversations; None means "cannot continue" (context full).
+Policy = Callable[[Sequence[Conversation]], list[str | None]]
+
+TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+@dataclass
+class Parsed:
+    """An assistant text split into content, well-formed tool calls and the first format error."""
+
+    content: str
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+
+def parse_assistant(text: str) -> Parsed:
+    """Split an assistant turn into its content and ``<tool_call>`` blocks (Qwen3 / Hermes format)."""
+    calls: list[dict[str, Any]] = []
+    errors: list[str] = []
+    for m in TOOL_CALL_RE.finditer(text):
+        body = m.group(1).strip()
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            errors.append(f"malformed tool call: not JSON: {body[:60]!r}")
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+            errors.append('malformed tool call: expected {"name": ..., "arguments": {...}}')
+            continue
+        args = obj.get("arguments", {})
+        if isinstance(args, str):  # some models emit the arguments as a JSON string
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError:
+                errors.append(f"malformed tool call: arguments of {obj['name']!r} are not JSON")
+                continue
+        if not isinstance(args, dict):
+            errors.append(f"malformed tool call: arguments of {obj['name']!r} must be an object")
+            continue
+        calls.append({"name": obj["name"], "arguments": args})
+    rest = TOOL_CALL_RE.sub("", text)
+    if "<tool_call>" in rest or "</tool_call>" in rest:
+        errors.append("malformed tool call: unclosed <tool_call> tag")
+    content = THINK_RE.sub("", rest).strip()
+    return Parsed(content=content, calls=calls, error=errors[0] if errors else None)
+
+
+class Episode:
+    """One task being played: feed it assistant texts with :meth:`act` until :attr:`done`."""
+
+    def __init__(self, env: Environment, task: Task, *, max_turns: int | None = None) -> None:
+        self.env = env
+        self.task = task
+        self.max_turns = max_turns or env.max_turns
+        self.messages: list[dict[str, Any]] = task.messages
+        self.tools = task.tool_list
+        self.state = env.new_state(task)
+        self.steps: list[Step] = []
+        self.done = False
+        self.end_reason: str | None = None
+
+    @property
+    def conversation(self) -> Conversation:
+        """What the policy sees next: the messages so far and the tool schemas."""
+        return self.messages, self.tools
+
+    def act(self, text: str | None) -> bool:
+        """Play one assistant turn (``None``: the policy could not continue). Returns :attr:`done`."""
+        if self.done:
+            raise RuntimeError("the episode is over")
+        if text is None:
+            return self._end("context")
+        parsed = parse_assistant(text)
+        step = Step(turn=len(self.steps) + 1, text=text, content=parsed.content, tool_calls=parsed.calls,
+                    error=parsed.error)
+        self.steps.append(step)
+        self.messages.append({"role": "assistant", "content": text})
+        names = set(self.env.tool_names(self.task))
+        for call in parsed.calls:
+            if call["name"] not in names:
+                known = ", ".join(sorted(names)) or "none (answer directly)"
+                result, error = None, f"unknown tool {call['name']!r}; available tools: {known}"
+            else:
+                try:
+                    result, error = self.env.call_tool(self.task, self.state, call["name"], call["arguments"]), None
+                except ToolError as e:
+                    result, error = None, str(e)
+            if error is not None:
+                step.error = step.error or error
+                result = f"Error: {error}"
+            step.tool_results.append(result)
+            self.messages.append({"role": "tool", "content": result})
+        if parsed.error is not None and not parsed.calls:
+            self.messages.append({"role": "tool", "content": f"Error: {parsed.error}"})
+        if not parsed.calls and parsed.error is None:
+            reply = self.env.user_reply(self.task, self.state, parsed.content)
+            if reply is None:
+                return self._end("answer")
+            self.messages.append({"role": "user", "content": reply})
+        if len(self.steps) >= self.max_turns:
+            return self._end("turn_limit")
+        return False
+
+    def _end(self, reason: str) -> bool:
+        self.done, self.end_reason = True, reason
+        return True
+
+    def result(self) -> Trajectory:
+        """The scored trajectory (the episode must be over)."""
+        if not self.done:
+            raise RuntimeError("the episode is not over yet")
+        traj = Trajectory(task=self.task, messages=self.messages, steps=self.steps, state=self.state,
+                          end_reason=self.end_reason or "answer")
+        metrics = self.env.score(self.task, traj)
+        traj.reward = float(metrics["reward"])
+        traj.metrics = {k: float(v) for k, v in metrics.items()}
+        return traj
+
+
+def env_of(task: Task) -> Environment:
+    from aclarena.envs import get_env
+
+    return get_env(task.env)
+
+
+def run_episodes(
+    tasks: Sequence[Task],
+    policy: Policy,
+    *,
+    batch_size: int = 32,
+    max_turns: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[Trajectory]:
+    """Play every task with ``policy``, ``batch_size`` episodes at a time; trajectories in task order.
+
+    At each turn the still-running episodes of a batch are answered in one policy call.
+    ``on_batch(n)`` is called after each batch with the number of finished episodes.
+    """
+    if batch_size < 1:
+        raise ValueError(f"`batch_size` must be >= 1, got {batch_size}")
+    out: list[Trajectory] = []
+    for start in range(0, len(tasks), batch_size):
+        episodes = [Episode(env_of(t), t, max_turns=max_turns) for t in tasks[start:start + batch_size]]
+        while True:
+            live = [e for e in episodes if not e.done]
+            if not live:
+                break
+            texts = policy([e.conversation for e in live])
+            if len(texts) != len(live):
+                raise RuntimeError(f"the policy answered {len(texts)} conversations out of {len(live)}")
+            for e, text in zip(live, texts, strict=True):
+                e.act(text)
+        out.extend(e.result() for e in episodes)
+        if on_batch is not None:
+            on_batch(len(episodes))
+    return out
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    ids: set[int] = set()
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, list | tuple):
+        ids.update(int(i) for i in eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    for tok in ("<|im_end|>", "<|endoftext|>"):
+        tid = tokenizer.convert_tokens_to_ids(tok)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid >= 0:
+            ids.add(tid)
+    return sorted(ids)
+
+
+def model_policy(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    max_new_tokens: int = 64,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_context: int | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> Policy:
+    """A policy generating with ``model``: one left-padded ``generate`` call per batch.
+
+    Conversations longer than ``max_context - max_new_tokens`` tokens (default: the model's
+    ``max_position_embeddings``) get None: the episode ends with ``end_reason="context"``.
+    """
+    import torch
+
+    limit = max_context or int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+    stops = stop_token_ids(model, tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
+    device = next(model.parameters()).device
+    template_kwargs = dict(chat_template_kwargs or {})
+
+    def policy(convs: Sequence[Conversation]) -> list[str | None]:
+        texts = [tokenizer.apply_chat_template(m, tools=t, add_generation_prompt=True, tokenize=False,
+                                               **template_kwargs) for m, t in convs]
+        ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        keep = [i for i, x in enumerate(ids) if len(x) + max_new_tokens <= limit]
+        out: list[str | None] = [None] * len(convs)
+        if not keep:
+            return out
+        width = max(len(ids[i]) for i in keep)
+        input_ids = torch.full((len(keep), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(keep), width), dtype=torch.long)
+        for row, i in enumerate(keep):  # left padding: generation continues right after the prompt
+            input_ids[row, width - len(ids[i]):] = torch.tensor(ids[i], dtype=torch.long)
+            attention[row, width - len(ids[i]):] = 1
+        kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": do_sample, "pad_token_id": pad_id,
+                                  "eos_token_id": stops}
+        if do_sample:
+            kwargs |= {"temperature": temperature, "top_p": top_p, "top_k": 0}
+        else:
+            kwargs |= {"temperature": None, "top_p": None, "top_k": None}
+        with torch.no_grad():
+            gen = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
+        new = gen[:, width:].tolist()
+        stop_set = set(stops)
+        for row, i in enumerate(keep):
+            toks = new[row]
+            cut = next((j for j, t in enumerate(toks) if t in stop_set), len(toks))
+            out[i] = tokenizer.decode(toks[:cut], skip_special_tokens=False)
+        return out
+
+    return policy
+
+
+def generate_trajectories(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    tasks: Sequence[Task],
+    *,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    batch_size: int = 32,
+    max_new_tokens: int | None = None,
+    max_turns: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[Trajectory]:
+    """Roll ``model`` out on ``tasks`` (all of one environment or mixed); greedy unless ``do_sample``."""
+    import torch
+
+    if not tasks:
+        return []
+    torch.manual_seed(seed)
+    by_env: dict[str, list[int]] = {}
+    for i, t in enumerate(tasks):
+        by_env.setdefault(t.env, []).append(i)
+    out: list[Trajectory | None] = [None] * len(tasks)
+    for idx in by_env.values():
+        env = env_of(tasks[idx[0]])
+        policy = model_policy(model, tokenizer, max_new_tokens=max_new_tokens or env.max_new_tokens,
+                              do_sample=do_sample, temperature=temperature, top_p=top_p)
+        trajs = run_episodes([tasks[i] for i in idx], policy, batch_size=batch_size, max_turns=max_turns,
+                             on_batch=on_batch)
+        for i, tr in zip(idx, trajs, strict=True):
+            out[i] = tr
+    return [t for t in out if t is not None]

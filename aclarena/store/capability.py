@@ -1,0 +1,422 @@
+"""The capability matrix in results.h5: one result group per (checkpoint, suite, settings).
+
+Written by ``aclarena-diag eval`` (mini-arena suites) and by its lm-evaluation-harness
+import; read by ``forgetting``, the dashboard's Overview page and ``export``.
+
+A cell lives at ``capability/<checkpoint>/<suite key>/<settings id>`` (result type
+``capability-cell``). Its attributes say what it is (``checkpoint``, ``suite``, ``domain``,
+``role`` = id | ood | general | other, ``source`` = arena | lm-eval, ``status`` = ok |
+error, ``error``) and what it scored (``mean``, ``std`` over seeds, ``avg_k_mean``,
+``avg_k_std``, ``n_items``, ``n_seeds``, ``samples``, ``settings`` as JSON). Its datasets
+hold the per-item outcomes the sample-wise metrics need (``greedy``: seeds x items,
+``samples``: seeds x items x k, ``item_ids``). docs/store-format.md lists every key.
+
+This module also assembles what the continual-learning metrics take (plain arrays, see
+:func:`chain_data`): the manifest's chain of stages from the base, one in-domain suite per
+stage domain, the base row, single-task oracles and consolidated models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aclarena.errors import AclarenaError, ManifestError, unknown_name
+from aclarena.store.manifest import CheckpointSpec, Manifest
+from aclarena.store.results import StoreReader
+
+ROOT = "capability"
+RESULT_TYPE = "capability-cell"
+RESULT_VERSION = "0.1.0"
+ROLES = ("id", "ood", "general", "other")
+# The default curriculum's order, used to sort suites of known domains first.
+DOMAIN_ORDER = ("math", "search", "ecom", "if", "general")
+
+
+def suite_key(suite: str) -> str:
+    """The HDF5 group name of a suite (``math/id`` -> ``math-id``)."""
+    return re.sub(r"[^A-Za-z0-9._:+-]", "_", suite.replace("/", "-"))
+
+
+def settings_id(settings: Mapping[str, Any]) -> str:
+    """A short stable id of evaluation settings (the last key part of a cell)."""
+    text = json.dumps(dict(settings), sort_keys=True, default=str)
+    return "s" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+
+
+def cell_key(checkpoint: str, suite: str, settings: Mapping[str, Any] | str) -> str:
+    sid = settings if isinstance(settings, str) else settings_id(settings)
+    return f"{ROOT}/{checkpoint}/{suite_key(suite)}/{sid}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (checkpoint, suite, settings) result, without its per-item arrays."""
+
+    key: str
+    checkpoint: str
+    suite: str
+    domain: str | None
+    role: str
+    source: str
+    status: str
+    error: str | None
+    mean: float
+    std: float
+    avg_k_mean: float
+    avg_k_std: float
+    n_items: int
+    n_seeds: int
+    samples: int
+    settings: dict[str, Any]
+    written: str
+    computed_at: float = 0.0  # seconds since the epoch, sub-second: orders cells written in the same second
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _float(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _cell_from_attrs(key: str, a: Mapping[str, Any]) -> Cell:
+    settings = a.get("settings", "{}")
+    try:
+        settings = json.loads(settings) if isinstance(settings, str) else dict(settings)
+    except ValueError:
+        settings = {}
+    domain = a.get("domain") or None
+    return Cell(
+        key=key, checkpoint=str(a.get("checkpoint")), suite=str(a.get("suite")), domain=domain,
+        role=str(a.get("role", "other")), source=str(a.get("source", "arena")), status=str(a.get("status", "ok")),
+        error=a.get("error") or None, mean=_float(a.get("mean")), std=_float(a.get("std")),
+        avg_k_mean=_float(a.get("avg_k_mean")), avg_k_std=_float(a.get("avg_k_std")),
+        n_items=int(a.get("n_items", 0)), n_seeds=int(a.get("n_seeds", 0)), samples=int(a.get("samples", 0)),
+        settings=settings, written=str(a.get("written", "")), computed_at=_float(a.get("computed_at", 0.0)),
+    )
+
+
+def read_cells(reader: StoreReader) -> list[Cell]:
+    """Every capability cell of the store (attributes only; fast)."""
+    if not reader.has(ROOT):
+        return []
+    out = []
+    for key in reader.results(ROOT):
+        a = reader.attrs(key)
+        if a.get("result-type") == RESULT_TYPE:
+            out.append(_cell_from_attrs(key, a))
+    return out
+
+
+def read_items(reader: StoreReader, cell: Cell | str) -> tuple[list[str], np.ndarray] | None:
+    """Item ids and greedy per-item scores (seeds x items) of a cell; None when it has none."""
+    key = cell.key if isinstance(cell, Cell) else cell
+    if not reader.has(f"{key}/greedy"):
+        return None
+    scores = np.asarray(reader.read(f"{key}/greedy"), dtype=np.float64)
+    ids = reader.read(f"{key}/item_ids") if reader.has(f"{key}/item_ids") else [str(i) for i in range(scores.size)]
+    return [str(i) for i in ids], scores
+
+
+def cell_payload(
+    *,
+    checkpoint: str,
+    suite: str,
+    domain: str | None,
+    role: str,
+    source: str,
+    settings: Mapping[str, Any],
+    greedy: np.ndarray | None = None,
+    samples: np.ndarray | None = None,
+    item_ids: list[str] | None = None,
+    metrics: Mapping[str, np.ndarray] | None = None,
+    transcripts: list[str] | None = None,
+    end_reasons: list[str] | None = None,
+    mean: float | None = None,
+    std: float | None = None,
+    extra_attrs: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The datasets and attributes of an ``ok`` cell.
+
+    ``greedy`` is seeds x items (scores in [0, 1]); ``samples`` seeds x items x k. The
+    cell's mean and std are over seeds of the per-seed mean, unless given (imports).
+    """
+    if role not in ROLES:
+        raise ValueError(f"`role` must be one of {ROLES}, got {role!r}")
+    data: dict[str, Any] = {}
+    attrs: dict[str, Any] = {"checkpoint": checkpoint, "suite": suite, "domain": domain or "", "role": role,
+                             "source": source, "status": "ok", "error": "", "settings": json.dumps(dict(settings),
+                                                                                                  sort_keys=True)}
+    n_seeds = n_items = k = 0
+    if greedy is not None:
+        g = np.asarray(greedy, dtype=np.float32)
+        if g.ndim != 2:
+            raise ValueError(f"`greedy` must be seeds x items, got shape {g.shape}")
+        n_seeds, n_items = g.shape
+        data["greedy"] = g
+        per_seed = g.mean(axis=1) if n_items else np.full(n_seeds, np.nan)
+        data["seed_scores"] = per_seed.astype(np.float64)
+        mean = float(per_seed.mean()) if mean is None else mean
+        std = float(per_seed.std(ddof=1)) if std is None and n_seeds > 1 else (0.0 if std is None else std)
+    if samples is not None:
+        s = np.asarray(samples, dtype=np.float32)
+        if s.ndim != 3 or (greedy is not None and s.shape[:2] != (n_seeds, n_items)):
+            raise ValueError(f"`samples` must be seeds x items x k, got shape {s.shape}")
+        k = s.shape[2]
+        data["samples"] = s
+        avg = s.mean(axis=(1, 2))
+        data["seed_avg_k"] = avg.astype(np.float64)
+        attrs["avg_k_mean"] = float(avg.mean())
+        attrs["avg_k_std"] = float(avg.std(ddof=1)) if len(avg) > 1 else 0.0
+    if item_ids is not None:
+        if greedy is not None and len(item_ids) != n_seeds * n_items:
+            raise ValueError(f"`item_ids` must name seeds x items = {n_seeds * n_items} items, got {len(item_ids)}")
+        data["item_ids"] = [str(i) for i in item_ids] if item_ids else np.zeros(0, dtype=np.int64)
+    if metrics:
+        data["metrics"] = {name: np.asarray(v, dtype=np.float32) for name, v in metrics.items()}
+    if transcripts:
+        data["transcripts"] = list(transcripts)
+    if end_reasons:
+        data["end_reasons"] = list(end_reasons)
+    attrs |= {"mean": float("nan") if mean is None else float(mean), "std": float("nan") if std is None else float(std),
+              "n_items": n_items, "n_seeds": n_seeds, "samples": k, "computed_at": time.time()}
+    attrs.setdefault("avg_k_mean", float("nan"))
+    attrs.setdefault("avg_k_std", float("nan"))
+    attrs |= dict(extra_attrs or {})
+    return data, attrs
+
+
+def error_payload(*, checkpoint: str, suite: str, domain: str | None, role: str, source: str,
+                  settings: Mapping[str, Any], error: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An ``error`` cell: the matrix shows why this checkpoint has no score on this suite."""
+    attrs = {"checkpoint": checkpoint, "suite": suite, "domain": domain or "", "role": role, "source": source,
+             "status": "error", "error": error.splitlines()[0] if error else "unknown error",
+             "settings": json.dumps(dict(settings), sort_keys=True), "mean": float("nan"), "std": float("nan"),
+             "avg_k_mean": float("nan"), "avg_k_std": float("nan"), "n_items": 0, "n_seeds": 0, "samples": 0,
+             "computed_at": time.time()}
+    return {}, attrs
+
+
+def _suite_order(cell: Cell) -> tuple[int, int, str]:
+    d = DOMAIN_ORDER.index(cell.domain) if cell.domain in DOMAIN_ORDER else len(DOMAIN_ORDER)
+    r = ROLES.index(cell.role) if cell.role in ROLES else len(ROLES)
+    return (r, d, cell.suite)
+
+
+@dataclass
+class CapabilityMatrix:
+    """Checkpoints x suites: the latest cell of each pair (optionally of one settings id)."""
+
+    checkpoints: list[str]
+    suites: list[str]
+    cells: dict[tuple[str, str], Cell]
+    suite_info: dict[str, tuple[str | None, str]] = field(default_factory=dict)  # suite -> (domain, role)
+
+    def get(self, checkpoint: str, suite: str) -> Cell | None:
+        return self.cells.get((checkpoint, suite))
+
+    def value(self, checkpoint: str, suite: str, what: str = "mean") -> float:
+        c = self.get(checkpoint, suite)
+        return getattr(c, what) if c is not None and c.ok else float("nan")
+
+    def array(self, rows: Iterable[str], cols: Iterable[str], what: str = "mean") -> np.ndarray:
+        rows, cols = list(rows), list(cols)
+        return np.array([[self.value(r, c, what) for c in cols] for r in rows], dtype=np.float64).reshape(
+            len(rows), len(cols))
+
+    def errors(self) -> list[Cell]:
+        return [c for c in self.cells.values() if not c.ok]
+
+    def in_domain_suites(self, domain: str) -> list[str]:
+        return [s for s in self.suites if self.suite_info.get(s) == (domain, "id")]
+
+
+def load_matrix(reader: StoreReader | None, manifest: Manifest | None = None, *,
+                settings: str | None = None) -> CapabilityMatrix:
+    """The capability matrix of a store; rows in manifest order, suites in-domain first."""
+    cells = read_cells(reader) if reader is not None else []
+    if settings is not None:
+        cells = [c for c in cells if c.key.rsplit("/", 1)[-1] == settings]
+    latest: dict[tuple[str, str], Cell] = {}
+    for c in sorted(cells, key=lambda c: (c.computed_at, c.written)):
+        latest[(c.checkpoint, c.suite)] = c
+    names = [s.name for s in manifest] if manifest is not None else []
+    present = {c.checkpoint for c in latest.values()}
+    checkpoints = [n for n in names if n in present] + sorted(present - set(names))
+    info: dict[str, tuple[str | None, str]] = {}
+    firsts: dict[str, Cell] = {}
+    for c in latest.values():
+        info.setdefault(c.suite, (c.domain, c.role))
+        firsts.setdefault(c.suite, c)
+    suites = [c.suite for c in sorted(firsts.values(), key=_suite_order)]
+    return CapabilityMatrix(checkpoints=checkpoints, suites=suites, cells=latest, suite_info=info)
+
+
+# --- the chain of stages ------------------------------------------------------------------------
+
+
+def stage_chains(manifest: Manifest) -> list[list[CheckpointSpec]]:
+    """Every chain base -> stage -> stage ... (kind = stage, following ``parent``), base first."""
+    if manifest.base is None:
+        raise ManifestError("the manifest names no base checkpoint; set [run] base = \"<name>\"")
+    base = manifest.resolve(manifest.base)
+    chains: list[list[CheckpointSpec]] = []
+
+    def walk(chain: list[CheckpointSpec]) -> None:
+        kids = [manifest.resolve(n) for n in manifest.children(chain[-1].name)]
+        kids = [k for k in kids if k.kind == "stage"]
+        if not kids:
+            chains.append(chain)
+        for k in kids:
+            walk([*chain, k])
+
+    walk([base])
+    return chains
+
+
+def pick_chain(manifest: Manifest, leaf: str | None = None) -> list[CheckpointSpec]:
+    """The chain of stages ending at ``leaf`` (default: the only chain)."""
+    chains = stage_chains(manifest)
+    if leaf is not None:
+        manifest.resolve(leaf)
+        for chain in chains:
+            for i, spec in enumerate(chain):
+                if spec.name == leaf:
+                    return chain[: i + 1]
+        raise unknown_name("last stage of a chain", leaf, [s.name for c in chains for s in c[1:]])
+    if len(chains) > 1:
+        ends = ", ".join(c[-1].name for c in chains)
+        raise AclarenaError(f"the manifest has several chains of stages (ending at {ends}); pick one with --chain NAME")
+    return chains[0]
+
+
+@dataclass
+class ChainData:
+    """What the continual-learning metrics take, assembled from the matrix and the manifest.
+
+    ``tasks`` are the stage domains in curriculum order, ``suites`` their in-domain suites;
+    ``stages`` the checkpoint ending each stage (its last phase); ``R[i, j]`` the score of
+    ``stages[i]`` on ``suites[j]``; ``items[i][j]`` its per-item scores (aligned by item id,
+    None when missing); ``chain`` every checkpoint of the chain, base first.
+    """
+
+    chain: list[str]
+    tasks: list[str]
+    suites: list[str]
+    stages: list[str]
+    R: np.ndarray
+    base: np.ndarray | None
+    oracle: np.ndarray | None
+    oracle_names: list[str | None]
+    items: list[list[np.ndarray | None]]
+    consolidated: dict[str, np.ndarray]
+    notes: list[str] = field(default_factory=list)
+
+
+def chain_data(
+    matrix: CapabilityMatrix,
+    manifest: Manifest,
+    reader: StoreReader | None = None,
+    *,
+    chain: str | None = None,
+    suite_of: Mapping[str, str] | None = None,
+    what: str = "mean",
+) -> ChainData:
+    """Assemble the stage-ordered matrix for :func:`aclarena.diagnostics.cl_metrics.cl_report`.
+
+    ``suite_of`` maps a domain to the suite that measures it (default: ``<domain>/id`` when
+    evaluated, else the one suite tagged with that domain and role ``id``). ``what`` is the
+    score: ``mean`` (greedy) or ``avg_k_mean`` (sampled; per-item outcomes are greedy only).
+    """
+    if what not in ("mean", "avg_k_mean"):
+        raise ValueError(f"`what` must be 'mean' or 'avg_k_mean', got {what!r}")
+    specs = pick_chain(manifest, chain)
+    names = [s.name for s in specs]
+    stages_specs = specs[1:]
+    notes: list[str] = []
+    if not stages_specs:
+        raise AclarenaError("the manifest has no stage after the base (kind = \"stage\"); nothing to measure")
+    tasks: list[str] = []
+    stages: list[str] = []
+    for spec in stages_specs:
+        if spec.domain is None:
+            raise ManifestError(f"stage {spec.name!r} has no domain; add domain = \"...\" to it in the manifest")
+        if tasks and tasks[-1] == spec.domain:
+            stages[-1] = spec.name  # a later phase (sft -> rl) of the same stage ends it
+            continue
+        if spec.domain in tasks:
+            raise AclarenaError(f"domain {spec.domain!r} is trained by two separate stages of the chain; the GEM "
+                                "metrics need one stage per domain")
+        tasks.append(spec.domain)
+        stages.append(spec.name)
+    suite_of = dict(suite_of or {})
+    suites = []
+    for d in tasks:
+        if d in suite_of:
+            s = suite_of[d]
+            if s not in matrix.suites:
+                raise unknown_name(f"suite for domain {d!r}", s, matrix.suites, hint="run `aclarena-diag eval` first")
+        elif f"{d}/id" in matrix.suites:
+            s = f"{d}/id"
+        else:
+            candidates = matrix.in_domain_suites(d)
+            if not candidates:
+                s = f"{d}/id"
+                notes.append(f"no in-domain suite evaluated for {d!r}: its column is empty")
+            else:
+                s = candidates[0]
+                if len(candidates) > 1:
+                    notes.append(f"domain {d!r} has several in-domain suites ({', '.join(candidates)}); using {s} "
+                                 "(choose with --suite-of)")
+        suites.append(s)
+    R = matrix.array(stages, suites, what)
+    base_name = names[0]
+    base = matrix.array([base_name], suites, what)[0] if any(matrix.get(base_name, s) for s in suites) else None
+    oracle_names: list[str | None] = []
+    for d in tasks:
+        found = [s.name for s in manifest if s.kind == "oracle" and s.domain == d]
+        oracle_names.append(found[-1] if found else None)
+    oracle = None
+    if any(oracle_names):
+        oracle = np.array([matrix.value(o, s, what) if o else np.nan
+                           for o, s in zip(oracle_names, suites, strict=True)])
+    consolidated = {s.name: matrix.array([s.name], suites, what)[0] for s in manifest
+                    if s.kind == "consolidated" and any(matrix.get(s.name, x) for x in suites)}
+    items: list[list[np.ndarray | None]] = [[None] * len(tasks) for _ in stages]
+    if reader is not None and what == "mean":
+        for j, suite in enumerate(suites):
+            ref_ids: list[str] | None = None
+            for i, st in enumerate(stages):
+                cell = matrix.get(st, suite)
+                got = read_items(reader, cell) if cell is not None and cell.ok else None
+                if got is None:
+                    continue
+                ids, scores = got
+                if ref_ids is None:
+                    ref_ids = ids
+                if ids != ref_ids:
+                    notes.append(f"{st} on {suite} was scored on other items than earlier stages; "
+                                 "rerun eval with the same settings for sample-wise metrics")
+                    continue
+                items[i][j] = scores.ravel()
+    for i, st in enumerate(stages):
+        for j, suite in enumerate(suites):
+            if math.isnan(R[i, j]):
+                cell = matrix.get(st, suite)
+                why = f"error: {cell.error}" if cell is not None and not cell.ok else "not evaluated"
+                notes.append(f"{st} on {suite}: {why}")
+    return ChainData(chain=names, tasks=tasks, suites=suites, stages=stages, R=R, base=base, oracle=oracle,
+                     oracle_names=oracle_names, items=items, consolidated=consolidated, notes=notes)

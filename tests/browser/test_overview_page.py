@@ -1,0 +1,37 @@
+import pytest
+from browser_helpers import wait_for_dash
+from capability_helpers import write_fixture_matrix
+
+pytestmark = pytest.mark.browser
+
+
+def test_overview_page(fixture_run, serve, page, console_errors):
+    write_fixture_matrix(fixture_run)
+    url = serve(fixture_run)
+    page.goto(url + "/")
+    wait_for_dash(page)
+    page.click("#nav-overview")
+    wait_for_dash(page)
+    page.wait_for_selector("#overview-matrix .main-svg")
+    matrix_text = page.inner_text("#overview-matrix")
+    for label in ("seq-math", "seq-search", "oracle-math (oracle)", "lora-ecom (consolidated)", "math/id", "error"):
+        assert label in matrix_text
+    page.wait_for_selector("#overview-chain-scores .main-svg")
+    assert "math/id" in page.inner_text("#overview-chain-scores")
+    assert "-0.500" in page.inner_text("#overview-metric-backward_transfer")
+    assert "Chaudhry" in page.inner_text("#overview-metrics")
+    assert "0.375" in page.inner_text("#overview-metric-average_accuracy")
+    # switch to the sampled scores: the metrics follow
+    page.click("text=avg@k")
+    page.wait_for_function(
+        "() => document.querySelector('#overview-metric-average_accuracy').innerText.includes('0.188')")
+    assert console_errors == []
+
+
+def test_overview_page_without_matrix(fixture_run, serve, page, console_errors):
+    url = serve(fixture_run)
+    page.goto(url + "/overview")
+    wait_for_dash(page)
+    page.wait_for_selector("#overview-empty")
+    assert "aclarena-diag eval" in page.inner_text("#overview-empty")
+    assert console_errors == []

@@ -1,0 +1,75 @@
+"""The Vectors and Displacement pages in headless Chromium."""
+
+import pytest
+from browser_helpers import wait_for_dash
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture()
+def analysed_run(fixture_run, cli):
+    for verb in ("vectors", "displacement"):
+        code, _, err = cli(verb, "--run", str(fixture_run))
+        assert code == 0, err
+    return fixture_run
+
+
+def _title(page, graph_id):
+    return page.text_content(f"#{graph_id} .gtitle")  # SVG text: no innerText
+
+
+def test_vectors_page_heatmap_hover_and_layer_slider(analysed_run, serve, page, console_errors):
+    url = serve(analysed_run)
+    page.goto(url + "/vectors")
+    wait_for_dash(page)
+    page.wait_for_selector("#vectors-heatmap .main-svg")
+    assert "Task-vector cosines" in _title(page, "vectors-heatmap")
+    # hovering a cell shows its value
+    box = page.locator("#vectors-heatmap .nsewdrag").first.bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.08, box["y"] + box["height"] * 0.08)
+    page.wait_for_selector("#vectors-heatmap .hoverlayer .hovertext")
+    hover = page.text_content("#vectors-heatmap .hoverlayer")
+    assert "cos 1.0000" in hover and "seq-math - base" in hover
+    # the layer slider moves the per-layer heatmap from one block to the next
+    page.wait_for_selector("#vectors-layer-heatmap .main-svg")
+    assert "in embed" in _title(page, "vectors-layer-heatmap")
+    page.focus("#vectors-layer-slider [role=slider]")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function(
+        "() => document.querySelector('#vectors-layer-heatmap .gtitle').textContent.includes('layer.0')", timeout=20_000)
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function(
+        "() => document.querySelector('#vectors-layer-heatmap .gtitle').textContent.includes('layer.1')", timeout=20_000)
+    page.wait_for_selector("#vectors-distances .main-svg")
+    assert "oracle-math" in page.text_content("#vectors-distances")
+    assert "no oracle for domain 'search'" in page.inner_text("#vectors-notes")
+    # excluding the embeddings changes the view
+    page.get_by_text("without embeddings and head").click()
+    page.wait_for_function(
+        "() => document.querySelector('#vectors-heatmap .gtitle').textContent.includes('without embeddings')",
+        timeout=20_000)
+    assert console_errors == []
+
+
+def test_displacement_page(analysed_run, serve, page, console_errors):
+    url = serve(analysed_run)
+    page.goto(url + "/displacement")
+    wait_for_dash(page)
+    for gid in ("displacement-sft-rl", "displacement-layers", "displacement-sparsity"):
+        page.wait_for_selector(f"#{gid} .main-svg")
+    assert "SFT vs RL" in _title(page, "displacement-sft-rl")
+    assert "mean SFT / mean RL 2.00×" in page.text_content("#displacement-sft-rl")
+    assert "layer.1" in page.text_content("#displacement-layers")
+    assert "1e-08" in page.text_content("#displacement-sparsity")
+    assert console_errors == []
+
+
+def test_pages_without_results(fixture_run, serve, page, console_errors):
+    url = serve(fixture_run)
+    page.goto(url + "/vectors")
+    wait_for_dash(page)
+    assert "aclarena-diag vectors" in page.inner_text("#vectors-empty")
+    page.goto(url + "/displacement")
+    wait_for_dash(page)
+    assert "aclarena-diag displacement" in page.inner_text("#displacement-empty")
+    assert console_errors == []

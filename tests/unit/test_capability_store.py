@@ -1,0 +1,269 @@
+"""Capability cells in the store, the `forgetting` verb on a hand-made matrix, and lm-eval import."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aclarena.store import CheckpointSpec, Manifest, ResultsStore, write_manifest
+from aclarena.store.capability import (
+    RESULT_TYPE,
+    cell_key,
+    cell_payload,
+    chain_data,
+    error_payload,
+    load_matrix,
+    pick_chain,
+    read_cells,
+    read_items,
+    stage_chains,
+)
+from aclarena.store.lm_eval import choose_metric, parse_tag, read_results
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "lm_eval"
+
+# stage -> suite -> per-item outcomes (4 items): means give the matrix of the docstring below
+ITEMS = {
+    "base": {"math/id": [0, 0, 0, 0], "search/id": [1, 0, 0, 0], "if/id": [0, 0, 0, 0]},
+    "s1": {"math/id": [1, 1, 0, 0], "search/id": [1, 0, 0, 0], "if/id": [0, 0, 0, 0]},
+    "s2": {"math/id": [1, 1, 1, 1], "search/id": [1, 1, 1, 0], "if/id": [1, 0, 0, 0]},
+    "s3": {"math/id": [0, 1, 0, 0], "search/id": [1, 0, 1, 0], "if/id": [1, 1, 1, 1]},
+    "oracle-math": {"math/id": [1, 1, 1, 1]},
+    "merge": {"math/id": [1, 1, 1, 0], "search/id": [1, 1, 1, 0], "if/id": [1, 1, 0, 0]},
+}
+# R (stages s1..s3 x tasks math, search, if):
+#   s1: 0.50 0.25 0.00 ; s2: 1.00 0.75 0.25 ; s3: 0.25 0.50 1.00 ; base: 0.00 0.25 0.00
+
+
+def _run(tmp_path: Path) -> Path:
+    m = Manifest(name="hand", base="base")
+    m.add(CheckpointSpec("base", "ck/base", kind="base"))
+    m.add(CheckpointSpec("s1", "ck/s1", kind="stage", domain="math", phase="sft", parent="base"))
+    m.add(CheckpointSpec("s2", "ck/s2", kind="stage", domain="search", phase="rl", parent="s1"))
+    m.add(CheckpointSpec("s3", "ck/s3", kind="stage", domain="if", phase="rl", parent="s2"))
+    m.add(CheckpointSpec("oracle-math", "ck/om", kind="oracle", domain="math", parent="base"))
+    m.add(CheckpointSpec("merge", "ck/merge", kind="consolidated", method="merge-uniform", parent="s3"))
+    run = tmp_path / "run"
+    run.mkdir()
+    write_manifest(m, run)
+    settings = {"n": 4, "seeds": [0]}
+    items = []
+    for ck, suites in ITEMS.items():
+        for suite, outcomes in suites.items():
+            domain, role = suite.split("/")
+            data, attrs = cell_payload(checkpoint=ck, suite=suite, domain=domain, role=role, source="arena",
+                                       settings=settings, greedy=np.array([outcomes], dtype=float),
+                                       item_ids=[f"{suite}-{i}" for i in range(4)])
+            items.append((cell_key(ck, suite, settings), data, RESULT_TYPE, "0.1.0", attrs))
+    ResultsStore(run).write_many(items)
+    return run
+
+
+def test_cells_round_trip(tmp_path):
+    run = _run(tmp_path)
+    with ResultsStore(run).reader() as r:
+        cells = read_cells(r)
+        assert len(cells) == sum(len(v) for v in ITEMS.values())
+        c = next(c for c in cells if c.checkpoint == "s2" and c.suite == "search/id")
+        assert c.ok and c.mean == pytest.approx(0.75) and c.std == 0.0 and c.n_items == 4 and c.n_seeds == 1
+        assert c.domain == "search" and c.role == "id" and c.settings == {"n": 4, "seeds": [0]}
+        ids, scores = read_items(r, c)
+        assert ids == [f"search/id-{i}" for i in range(4)] and scores.tolist() == [[1, 1, 1, 0]]
+        m = load_matrix(r)
+    assert m.suites == ["math/id", "search/id", "if/id"]
+    np.testing.assert_allclose(m.array(["s1", "s2", "s3"], m.suites), [[0.5, 0.25, 0], [1, 0.75, 0.25], [0.25, 0.5, 1]])
+    assert np.isnan(m.value("oracle-math", "if/id"))
+
+
+def test_chain_and_forgetting_report_by_hand(tmp_path, cli):
+    run = _run(tmp_path)
+    from aclarena.store import load_manifest
+
+    manifest = load_manifest(run)
+    assert [s.name for s in pick_chain(manifest)] == ["base", "s1", "s2", "s3"]
+    code, out, err = cli("forgetting", "--run", str(run), "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["chain"] == ["base", "s1", "s2", "s3"] and rep["tasks"] == ["math", "search", "if"]
+    s = rep["summary"]
+    assert s["average_accuracy"] == pytest.approx((0.25 + 0.5 + 1.0) / 3)
+    assert s["backward_transfer"] == pytest.approx(-0.25)
+    assert s["forward_transfer"] == pytest.approx(0.125)
+    assert s["forgetting_max"] == pytest.approx(0.5)  # (0.75 + 0.25) / 2
+    assert s["forgetting_first_last"] == pytest.approx(0.25)  # the two definitions differ here
+    assert s["retention_vs_oracle"] == pytest.approx(0.25)  # math only: 0.25 / 1.0
+    assert s["average_incremental_accuracy"] == pytest.approx((0.5 + 0.875 + 1.75 / 3) / 3)
+    assert s["sample_forgetting"] == pytest.approx(0.25)  # one item of four, for math and for search
+    assert s["sample_backward_transfer"] == pytest.approx(0.0)
+    math_row = rep["domains"][0]
+    assert math_row["best_before_final"] == pytest.approx(1.0) and math_row["oracle"] == "oracle-math"
+    assert rep["domains"][2]["best_before_final"] is None and rep["domains"][2]["forgetting_max"] is None
+    merge = rep["consolidated"][0]
+    assert merge["checkpoint"] == "merge" and merge["average_accuracy"] == pytest.approx(2 / 3)
+    assert merge["backward_transfer"] == pytest.approx(0.125)
+    along = {a["suite"]: a for a in rep["along_chain"]}
+    assert along["math/id"]["peak_at"] == "s2" and along["math/id"]["peak_drop"] == pytest.approx(0.75)
+    code, out, _ = cli("forgetting", "--run", str(run))
+    assert code == 0 and "Chaudhry" in out and "first-minus-last" in out and "merge" in out
+
+
+def test_forgetting_bad_inputs(tmp_path, cli):
+    run = _run(tmp_path)
+    code, _, err = cli("forgetting", "--run", str(run), "--chain", "s22")
+    assert code == 1 and "did you mean 's2'" in err and "Traceback" not in err
+    code, _, err = cli("forgetting", "--run", str(run), "--suite-of", "math=math/idd")
+    assert code == 1 and "did you mean 'math/id'" in err
+    code, _, err = cli("forgetting", "--run", str(run), "--suite-of", "math")
+    assert code == 1 and "DOMAIN=SUITE" in err
+    (run / "results.h5").unlink()
+    code, _, err = cli("forgetting", "--run", str(run))
+    assert code == 1 and "run `aclarena-diag eval` first" in err
+
+
+def test_chain_of_a_shorter_branch_and_several_chains(tmp_path, cli):
+    run = _run(tmp_path)
+    from aclarena.store import load_manifest
+
+    m = load_manifest(run)
+    m.add(CheckpointSpec("alt", "ck/alt", kind="stage", domain="ecom", parent="s1"))
+    write_manifest(m, run)
+    assert len(stage_chains(m)) == 2
+    code, _, err = cli("forgetting", "--run", str(run))
+    assert code == 1 and "several chains" in err and "--chain" in err
+    code, out, err = cli("forgetting", "--run", str(run), "--chain", "s2", "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["chain"] == ["base", "s1", "s2"] and rep["summary"]["backward_transfer"] == pytest.approx(0.5)
+    code, out, _ = cli("forgetting", "--run", str(run), "--chain", "alt", "--json")
+    rep = json.loads(out)
+    assert any("not evaluated" in n for n in rep["notes"])  # ecom/id was never scored
+
+
+def test_error_cells_show_in_the_matrix_and_notes(tmp_path):
+    run = _run(tmp_path)
+    data, attrs = error_payload(checkpoint="s3", suite="math/id", domain="math", role="id", source="arena",
+                                settings={"n": 4}, error="CheckpointError: weights are truncated\nmore")
+    ResultsStore(run).write(cell_key("s3", "math/id", {"n": 4}), data, result_type=RESULT_TYPE, attrs=attrs)
+    from aclarena.store import load_manifest
+
+    with ResultsStore(run).reader() as r:
+        m = load_matrix(r)
+        assert not m.get("s3", "math/id").ok and m.get("s3", "math/id").error == "CheckpointError: weights are truncated"
+        d = chain_data(m, load_manifest(run), r)
+    assert np.isnan(d.R[2, 0])
+    assert any("s3 on math/id: error: CheckpointError" in n for n in d.notes)
+
+
+# --- lm-evaluation-harness import ---------------------------------------------------------------
+
+
+def test_read_lm_eval_results_and_samples():
+    res = {r.task: r for r in read_results(next((DATA / "seq-math").glob("results_*.json")))}
+    assert set(res) == {"gsm8k", "nq_open", "mmlu", "ifeval"}
+    assert res["gsm8k"].metric == "exact_match,strict-match" and res["gsm8k"].value == 0.5
+    assert res["gsm8k"].stderr == pytest.approx(0.0137)
+    assert res["gsm8k"].item_ids == [str(i) for i in range(6)]
+    assert res["gsm8k"].item_scores.tolist() == [1, 1, 0, 1, 0, 0]  # the strict-match lines only
+    assert res["ifeval"].metric == "prompt_level_strict_acc,none"
+    assert res["mmlu"].metric == "acc,none" and res["mmlu"].item_scores is None
+    assert res["nq_open"].metric == "exact_match,remove_whitespace"
+    flex = read_results(next((DATA / "seq-math").glob("results_*.json")), metric={"gsm8k": "exact_match,flexible-extract"})
+    assert next(r for r in flex if r.task == "gsm8k").item_scores.tolist() == [1, 1, 1, 1, 0, 0]
+
+
+def test_choose_metric_and_tags():
+    assert choose_metric("t", {"acc,none": 0.3, "acc_norm,none": 0.4, "alias": "t"}) == "acc,none"
+    assert choose_metric("t", {"acc,none": 0.3, "acc_norm,none": 0.4}, "acc_norm") == "acc_norm,none"
+    assert choose_metric("t", {"bleu,none": 3.0, "bleu_stderr,none": 0.1}) == "bleu,none"
+    assert choose_metric("t", {"alias": "t", "sample_len": 3}) is None
+    assert parse_tag("aime24=math/id") == ("aime24", ("math", "id"))
+    assert parse_tag("mmlu_redux=general") == ("mmlu_redux", ("general", "general"))
+    assert parse_tag("bfcl=ecom") == ("bfcl", ("ecom", "id"))
+
+
+def _import_run(tmp_path):
+    run = _run(tmp_path)
+    # a store with only lm-eval cells: forget the arena cells
+    (run / "results.h5").unlink()
+    from aclarena.store import load_manifest
+
+    m = load_manifest(run)
+    return run, m
+
+
+def test_import_cli_then_forgetting(tmp_path, cli):
+    run, _ = _import_run(tmp_path)
+    math_file = next((DATA / "seq-math").glob("results_*.json"))
+    search_file = next((DATA / "seq-search").glob("results_*.json"))
+    tags = ["--lm-eval-task", "gsm8k=math/id", "--lm-eval-task", "nq_open=search/id", "--lm-eval-task", "mmlu=general"]
+    code, out, err = cli("eval", "--run", str(run), "--import-lm-eval", f"s1={math_file}",
+                         "--import-lm-eval", f"s2={search_file}", *tags, "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["imported"] == 8
+    with ResultsStore(run).reader() as r:
+        m = load_matrix(r)
+        assert set(m.suites) == {"lm-eval/gsm8k", "lm-eval/nq_open", "lm-eval/mmlu", "lm-eval/ifeval"}
+        c = m.get("s1", "lm-eval/gsm8k")
+        assert c.mean == 0.5 and c.source == "lm-eval" and (c.domain, c.role) == ("math", "id") and c.n_items == 6
+        assert m.get("s2", "lm-eval/mmlu").role == "general" and m.get("s2", "lm-eval/ifeval").role == "other"
+        a = r.attrs(c.key)
+        assert a["metric"] == "exact_match,strict-match" and a["stderr"] == pytest.approx(0.0137)
+    # importing again changes nothing
+    code, out, _ = cli("eval", "--run", str(run), "--import-lm-eval", f"s1={math_file}", *tags, "--json")
+    assert code == 0 and json.loads(out)["imported"] == 0
+    # the chain base -> s1 -> s2 -> s3: s3 and base have no scores; use the --chain s2 prefix
+    code, out, err = cli("forgetting", "--run", str(run), "--chain", "s2", "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["suites"] == ["lm-eval/gsm8k", "lm-eval/nq_open"]
+    assert rep["summary"]["backward_transfer"] == pytest.approx(0.3333 - 0.5)
+    assert rep["summary"]["sample_forgetting"] == pytest.approx(1 / 6)  # doc 1 went correct -> wrong
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ("not json at all", "not JSON"),
+    ("[1, 2]", 'no "results" object'),
+    ('{"results": {}}', '"results" is empty'),
+    ('{"results": {"gsm8k": 0.5}}', "are not an object"),
+    ('{"results": {"gsm8k": {"alias": "gsm8k", "sample_len": 10}}}', "no numeric metric"),
+    ('{"scores": {"gsm8k": 0.5}}', 'no "results" object'),
+])
+def test_import_unknown_shape_is_one_line(tmp_path, cli, content, fragment):
+    run, _ = _import_run(tmp_path)
+    bad = tmp_path / "results_bad.json"
+    bad.write_text(content)
+    code, out, err = cli("eval", "--run", str(run), "--import-lm-eval", f"s1={bad}")
+    assert code == 1
+    assert fragment in err and "lm-evaluation-harness" in err and len(err.strip().splitlines()) == 1
+
+
+def test_import_bad_arguments(tmp_path, cli):
+    run, _ = _import_run(tmp_path)
+    f = next((DATA / "seq-math").glob("results_*.json"))
+    code, _, err = cli("eval", "--run", str(run), "--import-lm-eval", f"s11={f}")
+    assert code == 1 and "did you mean 's1'" in err
+    code, _, err = cli("eval", "--run", str(run), "--import-lm-eval", str(f))
+    assert code == 1 and "NAME=FILE" in err
+    code, _, err = cli("eval", "--run", str(run), "--import-lm-eval", f"s1={f}", "--lm-eval-task", "gsm8kk=math/id")
+    assert code == 1 and "did you mean 'gsm8k'" in err
+    code, _, err = cli("eval", "--run", str(run), "--import-lm-eval", f"s1={f}", "--lm-eval-metric", "gsm8k=bleu")
+    assert code == 1 and "no metric 'bleu'" in err
+    code, _, err = cli("eval", "--run", str(run), "--import-lm-eval", f"s1={tmp_path / 'missing.json'}")
+    assert code == 1 and "cannot read" in err
+    code, _, err = cli("eval", "--run", str(run), "--lm-eval-task", "gsm8k=math")
+    assert code == 1 and "--import-lm-eval" in err
+
+
+def test_samples_file_with_a_broken_line(tmp_path, cli):
+    run, _ = _import_run(tmp_path)
+    folder = tmp_path / "lm"
+    shutil.copytree(DATA / "seq-math", folder)
+    sample = next(folder.glob("samples_*.jsonl"))
+    sample.write_text(sample.read_text() + '{"doc_id": 7, "exact_ma')
+    code, _, err = cli("eval", "--run", str(run), "--import-lm-eval", f"s1={next(folder.glob('results_*.json'))}")
+    assert code == 1 and "not JSON" in err and "complete" in err
