@@ -523,3 +523,22 @@ def test_scoring_refuses_logits_it_cannot_reproduce(probed_run):
     odd.config.final_logit_softcapping = 0.5  # Qwen3 ignores it; aclarena's head would apply it
     with pytest.raises(AclarenaError, match="differ from its forward pass"):
         score(odd, ref, probe, name="odd")
+
+
+def test_probe_from_arena_domain_and_default_probe(fixture_run, cli):
+    code, out, err = cli("probe", "--run", str(fixture_run), "--ref", "seq-math", "--domain", "math", "-n", "3",
+                         "--max-new-tokens", "6", "--json")
+    assert code == 0, err
+    probe = read_probe_set(ResultsStore(fixture_run), "seq-math")
+    assert probe.n_sequences == 3 and probe.settings["source"] == "domain" and probe.settings["domain"] == "math"
+    assert all(s["domain"] == "math" and s["messages"][-1]["role"] == "user" for s in probe.sources)
+    assert all(1 <= m.sum() <= 6 for m in probe.scored)
+    code, _, err = cli("probe", "--run", str(fixture_run), "--ref", "seq-math", "--domain", "mth", "--name", "x")
+    one_line_error(code, err, "did you mean 'math'")
+    # no probe set for seq-search yet: `tokens` makes one from its domain (search) with defaults
+    code, out, err = cli("tokens", "--run", str(fixture_run), "--ref", "seq-search", "--json")
+    assert code == 0, err
+    made = read_probe_set(ResultsStore(fixture_run), "seq-search", with_text=False)
+    assert made.settings["domain"] == "search" and made.n_sequences == 32
+    assert made.settings["generation"]["max_new_tokens"] == 128 and made.settings["generation"]["greedy"]
+    assert [r["checkpoint"] for r in json.loads(out)["checkpoints"]] == ["lora-ecom"]
