@@ -258,6 +258,8 @@ class BaseSpec:
     max_positions: int = 1024
     chat_examples: int = 1500
     mc_examples: int = 1500
+    tool_examples: int = 1500
+    arithmetic_examples: int = 500
     trl: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -275,7 +277,7 @@ class BaseSpec:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise FieldError(name, f"`{name}` must be a positive integer, got {v!r}")
-        for name in ("chat_examples", "mc_examples"):
+        for name in ("chat_examples", "mc_examples", "tool_examples", "arithmetic_examples"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise FieldError(name, f"`{name}` must be an integer >= 0, got {v!r}")

@@ -19,7 +19,7 @@ Resumability, in two layers:
 
 aclarena's defaults (lowest precedence, under the config's and the command line's
 overrides): CPU-safe precision (``bf16`` only on CUDA, no gradient checkpointing), constant
-learning rate after a short warm-up, logging every few steps into the trainer's history
+learning rate (no warm-up: phases may be a few steps long), logging every few steps into the trainer's history
 (which the curriculum copies into results.h5), ``report_to`` tensorboard when it is
 installed, trl's progress bars off (the curriculum shows its own).
 """
@@ -237,8 +237,8 @@ def base_defaults(seed: int) -> dict[str, Any]:
         "fp16": False,
         "use_cpu": not cuda,
         "gradient_checkpointing": False,
-        "lr_scheduler_type": "constant_with_warmup",
-        "warmup_steps": 5,
+        "lr_scheduler_type": "constant",
+        "warmup_steps": 0,
         "weight_decay": 0.0,
         "save_strategy": "steps",
         "save_steps": 25,
