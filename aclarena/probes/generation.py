@@ -1,0 +1,183 @@
+"""Freezing a reference checkpoint's generations on prompts: the probe sets of ``aclarena-diag probe``.
+
+Generation is batched with LEFT padding (a tokenizer saved by trl's SFTTrainer reloads
+with ``padding_side='right'``, which silently corrupts batched ``generate``), seeded, and
+greedy unless a temperature is given. Every sequence stays within the model's maximum
+positions: long prompts are cut from the left and the number of new tokens is capped,
+each with a warning recorded in the probe set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from aclarena.errors import AclarenaError
+from aclarena.probes.probe_set import ProbeSet, token_pieces, vocab_strings
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationSettings:
+    """How the reference generates: ``temperature`` 0 is greedy decoding."""
+
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise AclarenaError(f"--max-new-tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if not (isinstance(self.temperature, int | float) and math.isfinite(self.temperature) and self.temperature >= 0):
+            raise AclarenaError(f"--temperature must be a number >= 0 (0 = greedy), got {self.temperature!r}")
+        if not (isinstance(self.top_p, int | float) and 0 < self.top_p <= 1):
+            raise AclarenaError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.seed, int):
+            raise AclarenaError(f"--seed must be an integer, got {self.seed!r}")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise AclarenaError(f"--batch-size must be an integer >= 1, got {self.batch_size!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"greedy": self.greedy}
+
+
+def model_max_length(model: PreTrainedModel) -> int | None:
+    """The model's maximum positions, from its config (None when it has no limit)."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    ids: set[int] = set()
+    for src in (getattr(model, "generation_config", None), model.config):
+        e = getattr(src, "eos_token_id", None) if src is not None else None
+        if isinstance(e, int):
+            ids.add(e)
+        elif isinstance(e, list | tuple):
+            ids.update(int(x) for x in e)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return sorted(ids)
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: Mapping[str, Any]) -> list[int]:
+    """Token ids of one prompt: chat messages with a generation prompt, or plain text."""
+    if "messages" in prompt:
+        if not getattr(tokenizer, "chat_template", None):
+            raise AclarenaError("the reference's tokenizer has no chat template, so chat prompts cannot be rendered; "
+                                'use {"prompt": "..."} lines or add a chat template')
+        try:
+            enc = tokenizer.apply_chat_template(list(prompt["messages"]), tools=prompt.get("tools"),
+                                                add_generation_prompt=True, tokenize=True, return_dict=True)
+        except Exception as e:
+            raise AclarenaError(f"the chat template cannot render a prompt: {str(e).splitlines()[0]}") from None
+        return [int(x) for x in enc["input_ids"]]
+    return [int(x) for x in tokenizer(prompt["prompt"], add_special_tokens=True)["input_ids"]]
+
+
+def generate_probe_set(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[Mapping[str, Any]],
+    *,
+    name: str,
+    reference: str,
+    settings: GenerationSettings = GenerationSettings(),
+    max_length: int | None = None,
+    source: str = "prompts",
+    progress: Callable[[int], None] | None = None,
+) -> ProbeSet:
+    """Generate from ``model`` on ``prompts`` and freeze the result as a probe set.
+
+    Each prompt is ``{"messages": [...], "tools": [...]}`` (rendered with the chat template)
+    or ``{"prompt": "text"}``. The generated tokens (up to and including the end-of-sequence
+    token) are the scored positions. ``max_length`` defaults to the model's maximum positions.
+    """
+    import torch
+
+    if not prompts:
+        raise AclarenaError("no prompts to generate from; give at least one")
+    limit = max_length or model_max_length(model) or (1 << 30)
+    if limit < 2:
+        raise AclarenaError(f"the model's maximum positions ({limit}) leave no room to generate")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad_id is None:
+        raise AclarenaError("the reference's tokenizer has neither a pad nor an end-of-sequence token; set one")
+    stop = eos_ids(model, tokenizer)
+    warnings: list[str] = []
+    encoded = []
+    for i, p in enumerate(prompts):
+        ids = encode_prompt(tokenizer, p)
+        if not ids:
+            raise AclarenaError(f"prompt {i} is empty after tokenization; give some text")
+        if len(ids) > limit - 1:
+            warnings.append(f"prompt {i} cut from {len(ids)} to its last {limit - 1} tokens "
+                            f"(the model's maximum positions are {limit})")
+            ids = ids[-(limit - 1):]
+        encoded.append(ids)
+    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), i))
+    device = next(model.parameters()).device
+    results: dict[int, list[int]] = {}
+    capped = 0
+    for b, start in enumerate(range(0, len(order), settings.batch_size)):
+        idx = order[start:start + settings.batch_size]
+        width = max(len(encoded[i]) for i in idx)
+        new = min(settings.max_new_tokens, limit - width)
+        if new < settings.max_new_tokens:
+            capped += len(idx)
+        input_ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(idx), width), dtype=torch.long)
+        for r, i in enumerate(idx):  # left padding
+            input_ids[r, width - len(encoded[i]):] = torch.tensor(encoded[i])
+            attention[r, width - len(encoded[i]):] = 1
+        kwargs: dict[str, Any] = {"max_new_tokens": new, "pad_token_id": pad_id, "eos_token_id": stop or None}
+        if settings.greedy:
+            kwargs["do_sample"] = False
+        else:
+            kwargs.update(do_sample=True, temperature=float(settings.temperature), top_p=float(settings.top_p),
+                          top_k=0, repetition_penalty=1.0)
+        torch.manual_seed(settings.seed + b)
+        with torch.no_grad():
+            out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
+        gen = out[:, width:].cpu().tolist()
+        for r, i in enumerate(idx):
+            toks = gen[r]
+            cut = next((j + 1 for j, t in enumerate(toks) if t in stop), len(toks))
+            results[i] = toks[:cut]
+        if progress is not None:
+            progress(len(idx))
+    if capped:
+        warnings.append(f"generation capped below {settings.max_new_tokens} new tokens for {capped} prompts "
+                        f"to fit the model's {limit} positions")
+    ids_out, masks, pieces, texts, sources = [], [], [], [], []
+    for i, p in enumerate(prompts):
+        seq = np.asarray(encoded[i] + results[i], dtype=np.int32)
+        mask = np.zeros(len(seq), dtype=bool)
+        mask[len(encoded[i]):] = True
+        mask[0] = False
+        ids_out.append(seq)
+        masks.append(mask)
+        pieces.append(token_pieces(tokenizer, seq))
+        texts.append("".join(pieces[-1]))
+        sources.append(dict(p))
+    vocab_size = getattr(model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config,
+                         "vocab_size", None)
+    info = {"source": source, "generation": settings.to_dict(), "max_length": limit, "padding_side": "left"}
+    return ProbeSet(name=name, reference=reference, ids=ids_out, scored=masks, texts=texts, token_text=pieces,
+                    sources=sources, settings=info, warnings=warnings, vocab=vocab_strings(tokenizer, vocab_size))

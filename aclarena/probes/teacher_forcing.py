@@ -1,0 +1,584 @@
+"""Teacher-forced scoring of a probe set: the one place that runs a model for analysis.
+
+For every checkpoint and every scored position of a probe set, :func:`score` computes the
+checkpoint's next-token entropy, the log-prob of the reference token, its top-1 and top-k
+tokens, and the exact full-vocabulary ``KL(p_ref ‖ p_ckpt)`` and JS divergence against the
+reference checkpoint's distribution at the same position (maths in
+:mod:`aclarena.diagnostics.token_drift`).
+
+How, and why it is fast and small:
+
+* Each model's decoder runs once per batch (RIGHT padding, explicit positions; left
+  padding is supported and gives the same numbers). Only the final hidden states at the
+  scored positions are kept.
+* Logits are never materialised for a whole sequence: the output head is applied to a
+  chunk of positions at a time into reused buffers, and both models' chunks go through
+  one fused pass (:func:`~aclarena.diagnostics.token_drift.pair_stats_`, over sub-chunks). Peak memory is
+  ``O(chunk × vocabulary)``, independent of sequence length.
+* The reference is run once (:func:`reference_outputs`): its hidden states at the scored
+  positions (positions × hidden, small) and its output head are cached, and its logits are
+  recomputed per chunk next to each checkpoint's. The cache is what a training callback
+  keeps between calls.
+* bf16 models compute their logits in bf16 (as their own forward does) and every
+  statistic in float32.
+
+A checkpoint whose logits are NaN or infinite at some positions gets those positions
+flagged (``status`` 1); positions beyond a checkpoint's maximum positions are flagged
+``status`` 2. Neither is ever averaged into a summary.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from aclarena.diagnostics.token_drift import (
+    Workspace,
+    compute_dtype,
+    default_chunk_size,
+)
+from aclarena.errors import AclarenaError
+from aclarena.probes.probe_set import ProbeSet
+from aclarena.store import Ragged
+
+if TYPE_CHECKING:
+    import torch
+
+STATUS_OK = 0
+STATUS_NONFINITE = 1
+STATUS_BEYOND_CONTEXT = 2
+SCORING_VERSION = "1"
+
+
+# --- the model's parts --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutputHead:
+    """``logits = post(h @ W^T + b)``, applied chunk by chunk into a buffer.
+
+    ``post`` covers the architectures that transform logits after the linear head
+    (Gemma-2 soft-capping, Cohere's ``logit_scale``, Granite's ``logits_scaling``); any other
+    module is called as it is. :func:`verify_head` checks the result against the model's
+    own forward pass.
+    """
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None = None
+    softcap: float | None = None
+    scale: float | None = None
+    module: Any = None  # a head that is not a plain Linear (e.g. a LoRA-wrapped one)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.weight.shape[0])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weight.dtype
+
+    def into(self, h: torch.Tensor, out: torch.Tensor, tmp: torch.Tensor | None) -> None:
+        """Write the logits of hidden states ``h`` ``[n, H]`` into ``out`` ``[n, V]`` (compute dtype)."""
+        import torch
+
+        if self.module is not None:
+            out.copy_(self.module(h))
+        elif tmp is None:  # head in the compute dtype: straight into the buffer
+            torch.matmul(h, self.weight.t(), out=out)
+        else:
+            torch.matmul(h, self.weight.t(), out=tmp)
+            out.copy_(tmp)
+        if self.module is None and self.bias is not None:
+            out.add_(self.bias)
+        if self.softcap:
+            out.div_(self.softcap).tanh_().mul_(self.softcap)
+        if self.scale is not None:
+            out.mul_(self.scale)
+
+
+def _unwrap(model: Any) -> Any:
+    """The transformers model inside a PEFT wrapper (its LoRA layers stay active)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def output_head(model: Any) -> OutputHead:
+    """The output head of a causal LM as an :class:`OutputHead`."""
+    import torch
+
+    base = _unwrap(model)
+    head = base.get_output_embeddings()
+    if head is None:
+        raise AclarenaError(f"{type(base).__name__} has no output head (get_output_embeddings() is None); "
+                            "score a causal language model")
+    cfg = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
+    softcap = getattr(cfg, "final_logit_softcapping", None)
+    scale = getattr(cfg, "logit_scale", None)
+    divide = getattr(cfg, "logits_scaling", None)
+    if divide:
+        scale = (scale or 1.0) / float(divide)
+    plain = type(head) is torch.nn.Linear
+    return OutputHead(weight=head.weight, bias=head.bias if plain else None, softcap=softcap or None,
+                      scale=float(scale) if scale not in (None, 1, 1.0) else None,
+                      module=None if plain else head)
+
+
+def _decoder(model: Any) -> Any:
+    return _unwrap(model).get_decoder()
+
+
+def _hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+            position_ids: torch.Tensor) -> torch.Tensor:
+    out = _decoder(model)(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          use_cache=False)
+    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
+def model_positions(model: Any) -> int | None:
+    """The model's maximum positions, from its config (None when it has no limit)."""
+    base = _unwrap(model)
+    cfg = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+_VERIFIED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def verify_head(model: Any, head: OutputHead, ids: np.ndarray, name: str = "the model") -> None:
+    """Check, on a few tokens, that chunked logits equal the model's own forward logits.
+
+    Done once per model object (an architecture property; a training callback scores the
+    same live model many times), on the last of up to 8 tokens.
+    """
+    import torch
+
+    if _VERIFIED.get(model):
+        return
+    n = int(min(len(ids), 8))
+    if n == 0:
+        return
+    device = head.weight.device
+    x = torch.as_tensor(np.asarray(ids[:n], dtype=np.int64), device=device).view(1, -1)
+    mask = torch.ones_like(x)
+    pos = torch.arange(n, device=device).view(1, -1)
+    with torch.inference_mode():
+        try:  # only the last position's logits: the check then costs one row of the head
+            want = model(input_ids=x, attention_mask=mask, position_ids=pos, use_cache=False,
+                         logits_to_keep=1).logits[0, -1:].float()
+        except TypeError:
+            want = model(input_ids=x, attention_mask=mask, position_ids=pos, use_cache=False).logits[0, -1:].float()
+        h = _hidden(model, x, mask, pos)[0, -1:]
+        got = torch.empty(1, head.vocab_size, dtype=compute_dtype(head.dtype), device=device)
+        tmp = None if compute_dtype(head.dtype) == head.dtype else torch.empty(1, head.vocab_size, dtype=head.dtype,
+                                                                                device=device)
+        head.into(h, got, tmp)
+    if want.shape != got.shape:
+        raise AclarenaError(f"{name}: its forward returns {want.shape[-1]} logits but its output head has "
+                            f"{head.vocab_size} rows; this architecture is not supported by teacher-forced scoring")
+    got = got.float()
+    finite = torch.isfinite(want)
+    if not torch.equal(finite, torch.isfinite(got)):
+        raise AclarenaError(f"{name}: logits computed from its final hidden states are non-finite elsewhere than "
+                            "its forward pass's; this architecture is not supported by teacher-forced scoring")
+    if not bool(finite.any()):
+        return  # nothing finite to compare (NaN weights?): check again next time; the scores flag it
+    scale = float(want[finite].abs().max().clamp_min(1.0))
+    err = float((want[finite] - got[finite]).abs().max()) / scale
+    tol = 1e-4 if head.dtype in (torch.float32, torch.float64) else 3e-2
+    if not err <= tol:
+        raise AclarenaError(
+            f"{name}: logits computed from its final hidden states differ from its forward pass (relative error "
+            f"{err:.1e}); this architecture transforms logits in a way aclarena does not reproduce"
+        )
+    _VERIFIED[model] = True
+
+
+# --- batches ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Which sequences go together, and where each scored position lands in probe order.
+
+    Sequences are sorted by length (less padding); within a batch, positions are laid out
+    sequence by sequence. ``index[b]`` maps batch ``b``'s rows to the flat probe-order
+    position index.
+    """
+
+    batches: list[list[int]]
+    index: list[np.ndarray]
+    offsets: np.ndarray
+
+    @classmethod
+    def make(cls, probe: ProbeSet, batch_size: int) -> BatchPlan:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise AclarenaError(f"batch size must be an integer >= 1, got {batch_size!r}")
+        offsets = probe.scored_offsets()
+        order = sorted(range(probe.n_sequences), key=lambda i: (-len(probe.ids[i]), i))
+        batches = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+        index = [np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in b]).astype(np.int64) for b in batches]
+        return cls(batches=batches, index=index, offsets=offsets)
+
+
+def _batch_inputs(probe: ProbeSet, seqs: list[int], limit: int | None, device: Any, padding_side: str
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray]:
+    """Padded inputs and, for every scored position in batch order: row, column, target, computable."""
+    import torch
+
+    lengths = [len(probe.ids[i]) if limit is None else min(len(probe.ids[i]), limit) for i in seqs]
+    width = max(max(lengths), 1)
+    pad = int(probe.ids[seqs[0]][0])  # any id: padded positions are masked and never read
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    pos = torch.zeros((len(seqs), width), dtype=torch.long)
+    rows, cols, targets, ok = [], [], [], []
+    for r, (i, n) in enumerate(zip(seqs, lengths, strict=True)):
+        shift = width - n if padding_side == "left" else 0
+        ids[r, shift:shift + n] = torch.as_tensor(np.asarray(probe.ids[i][:n], dtype=np.int64))
+        mask[r, shift:shift + n] = 1
+        pos[r, shift:shift + n] = torch.arange(n)
+        t = probe.positions(i)
+        computable = t <= n  # token t is predicted at position t - 1, which must be in the input
+        rows.append(np.full(len(t), r))
+        cols.append(np.where(computable, t - 1 + shift, shift))
+        targets.append(np.asarray(probe.ids[i], dtype=np.int64)[t])
+        ok.append(computable)
+    cat = np.concatenate
+    return (ids.to(device), mask.to(device), pos.to(device), torch.as_tensor(cat(rows), device=device),
+            torch.as_tensor(cat(cols), device=device), cat(ok), torch.as_tensor(cat(targets), device=device))
+
+
+# --- results ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReferenceStats:
+    """The reference's own statistics at every scored position (flat, probe order)."""
+
+    position: np.ndarray  # token index t within its sequence
+    token: np.ndarray  # the reference token y_t
+    entropy: np.ndarray
+    logprob: np.ndarray
+    top1: np.ndarray
+    topk_ids: np.ndarray
+    topk_logprobs: np.ndarray
+    status: np.ndarray
+
+    def to_store(self, offsets: np.ndarray) -> dict[str, Any]:
+        return {k: Ragged(values=getattr(self, k), offsets=offsets) for k in
+                ("position", "token", "entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "status")}
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """One checkpoint's per-position results against the reference (flat arrays, probe order).
+
+    Sequence ``i``'s positions are ``[offsets[i]:offsets[i + 1]]``. ``status``: 0 ok,
+    1 non-finite logits, 2 beyond the checkpoint's maximum positions.
+    """
+
+    offsets: np.ndarray
+    entropy: np.ndarray
+    logprob: np.ndarray
+    top1: np.ndarray
+    topk_ids: np.ndarray
+    topk_logprobs: np.ndarray
+    kl: np.ndarray
+    js: np.ndarray
+    status: np.ndarray
+    ref: ReferenceStats
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def flips(self) -> np.ndarray:
+        return self.top1 != self.ref.top1
+
+    @property
+    def n_nonfinite(self) -> int:
+        return int(np.count_nonzero(self.status == STATUS_NONFINITE))
+
+    @property
+    def n_beyond_context(self) -> int:
+        return int(np.count_nonzero(self.status == STATUS_BEYOND_CONTEXT))
+
+    def to_store(self) -> dict[str, Any]:
+        o = self.offsets
+        return {k: Ragged(values=getattr(self, k), offsets=o) for k in
+                ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "kl", "js", "status")}
+
+
+@dataclass(frozen=True)
+class ReferenceOutputs:
+    """A reference checkpoint run once on a probe set: what scoring other checkpoints needs.
+
+    ``hidden[b]`` holds the final hidden states at batch ``b``'s scored positions; with the
+    output ``head`` they give the reference logits again, chunk by chunk, without keeping
+    any ``positions × vocabulary`` array.
+    """
+
+    name: str
+    probe_digest: str
+    plan: BatchPlan
+    hidden: list[torch.Tensor]
+    targets: list[torch.Tensor]
+    head: OutputHead
+    stats: ReferenceStats
+    batch_size: int
+    chunk_size: int
+    topk: int
+    positions_limit: int | None
+    sub_rows: int | None = None
+
+
+def _chunk_size(chunk_size: int | None, vocab: int, dtype: Any) -> int:
+    if chunk_size is None:
+        return default_chunk_size(vocab, dtype)
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise AclarenaError(f"chunk size must be an integer >= 1, got {chunk_size!r}")
+    return chunk_size
+
+
+class _Buffers:
+    """The workspace of the fused pass and, for low-precision heads, where their matmul lands."""
+
+    def __init__(self, rows: int, heads: list[OutputHead], sub_rows: int | None = None) -> None:
+        import torch
+
+        dtypes = [h.dtype for h in heads]
+        cdt = compute_dtype(dtypes[0] if len(set(dtypes)) == 1 else torch.float32)
+        device = heads[0].weight.device
+        self.ws = Workspace(rows, heads[0].vocab_size, cdt, device, sub_rows)
+        self.tmp = {d: torch.empty(rows, heads[0].vocab_size, dtype=d, device=device) for d in set(dtypes) if d != cdt}
+
+    def tmp_rows(self, head: OutputHead, n: int) -> torch.Tensor | None:
+        t = self.tmp.get(head.dtype)
+        return None if t is None else t[:n]
+
+
+def _check_topk(topk: int, vocab: int) -> None:
+    if not isinstance(topk, int) or isinstance(topk, bool) or not 1 <= topk <= vocab:
+        raise AclarenaError(f"top-k must be an integer in [1, {vocab}], got {topk!r}")
+
+
+def _eval_mode(model: Any) -> bool:
+    was = bool(getattr(model, "training", False))
+    model.eval()
+    return was
+
+
+def reference_outputs(
+    model: Any,
+    probe: ProbeSet,
+    *,
+    name: str | None = None,
+    batch_size: int = 8,
+    chunk_size: int | None = None,
+    topk: int = 5,
+    padding_side: str = "right",
+    progress: Callable[[int], None] | None = None,
+) -> ReferenceOutputs:
+    """Run the reference once on ``probe`` and cache what scoring needs (see the module doc)."""
+    import torch
+
+    head = output_head(model)
+    _check_topk(topk, head.vocab_size)
+    verify_head(model, head, probe.ids[0], name or probe.reference)
+    cs = _chunk_size(chunk_size, head.vocab_size, head.dtype)
+    plan = BatchPlan.make(probe, batch_size)
+    limit = model_positions(model)
+    p_total = int(plan.offsets[-1])
+    k = topk
+    st = ReferenceStats(
+        position=np.zeros(p_total, np.int32), token=np.zeros(p_total, np.int32),
+        entropy=np.full(p_total, np.nan, np.float32), logprob=np.full(p_total, np.nan, np.float32),
+        top1=np.full(p_total, -1, np.int32), topk_ids=np.full((p_total, k), -1, np.int32),
+        topk_logprobs=np.full((p_total, k), np.nan, np.float32), status=np.zeros(p_total, np.uint8),
+    )
+    for i in range(probe.n_sequences):
+        t = probe.positions(i)
+        st.position[plan.offsets[i]:plan.offsets[i + 1]] = t
+        st.token[plan.offsets[i]:plan.offsets[i + 1]] = np.asarray(probe.ids[i])[t]
+    buffers = _Buffers(max(1, min(cs, max(len(ix) for ix in plan.index))), [head])
+    hidden, targets = [], []
+    was_training = _eval_mode(model)
+    try:
+        with torch.inference_mode():
+            for b, seqs in enumerate(plan.batches):
+                ids, mask, pos, rows, cols, ok, tgt = _batch_inputs(probe, seqs, limit, head.weight.device, padding_side)
+                h = _hidden(model, ids, mask, pos)[rows, cols]
+                hidden.append(h.clone())
+                targets.append(tgt)
+                out = {key: [] for key in ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs")}
+                for s in range(0, h.shape[0], cs):
+                    n = min(cs, h.shape[0] - s)
+                    head.into(h[s:s + n], buffers.ws.zr[:n], buffers.tmp_rows(head, n))
+                    ds = buffers.ws.dist_stats(n, tgt[s:s + n], k)
+                    for key in out:
+                        out[key].append(getattr(ds, key))
+                idx = plan.index[b]
+                if len(idx):
+                    for key, parts in out.items():
+                        getattr(st, key)[idx] = torch.cat(parts).cpu().numpy()
+                bad = ~np.isfinite(st.entropy[idx]) | ~np.isfinite(st.logprob[idx])
+                st.status[idx[bad]] = STATUS_NONFINITE
+                st.status[idx[~ok]] = STATUS_BEYOND_CONTEXT
+                if progress is not None:
+                    progress(len(seqs))
+    finally:
+        if was_training:
+            model.train()
+    for key in ("entropy", "logprob", "topk_logprobs"):
+        arr = getattr(st, key)
+        arr[st.status != STATUS_OK] = np.nan
+    return ReferenceOutputs(name=name or probe.reference, probe_digest=probe.digest, plan=plan, hidden=hidden,
+                            targets=targets, head=head, stats=st, batch_size=batch_size, chunk_size=cs, topk=topk,
+                            positions_limit=limit, sub_rows=buffers.ws.sub_rows)
+
+
+def score(
+    model: Any,
+    reference: Any,
+    probe: ProbeSet,
+    *,
+    batch_size: int = 8,
+    chunk_size: int | None = None,
+    topk: int = 5,
+    padding_side: str = "right",
+    name: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> TokenScores:
+    """Score ``probe`` teacher-forced with ``model`` against ``reference``.
+
+    Args:
+        model: the checkpoint to score (a transformers causal LM, PEFT-wrapped or not; it
+            may be the live model of a training run: it is scored in eval mode and put back).
+        reference: the reference checkpoint, either a model (then both run side by side,
+            one output-head pass each) or :class:`ReferenceOutputs` from
+            :func:`reference_outputs` (then its cached batch size, chunk size and top-k
+            are used, and only ``model`` runs).
+        probe: the probe set.
+        batch_size: sequences per forward pass.
+        chunk_size: positions per output-head chunk (default: both models' logits of a chunk fit in 640 MiB).
+        topk: alternatives kept per position.
+        padding_side: ``right`` (default) or ``left``; both give the same numbers.
+        name: the checkpoint's name in error messages.
+        progress: called with the number of sequences finished after each batch.
+    """
+    import torch
+
+    if padding_side not in ("left", "right"):
+        raise AclarenaError(f"padding side must be 'left' or 'right', got {padding_side!r}")
+    label = name or "the checkpoint"
+    head = output_head(model)
+    cached = isinstance(reference, ReferenceOutputs)
+    if cached:
+        if reference.probe_digest != probe.digest:
+            raise AclarenaError("the cached reference outputs were made on another probe set; rebuild them")
+        batch_size, topk, cs = reference.batch_size, reference.topk, reference.chunk_size
+        ref_head, plan = reference.head, reference.plan
+    else:
+        ref_head = output_head(reference)
+        _check_topk(topk, head.vocab_size)
+        cs = _chunk_size(chunk_size, head.vocab_size, head.dtype)
+        plan = BatchPlan.make(probe, batch_size)
+        verify_head(reference, ref_head, probe.ids[0], "the reference")
+    if ref_head.vocab_size != head.vocab_size:
+        raise AclarenaError(f"{label} has a vocabulary of {head.vocab_size} tokens but the reference has "
+                            f"{ref_head.vocab_size}; per-token scores need the same tokenizer and vocabulary")
+    verify_head(model, head, probe.ids[0], label)
+    limit = model_positions(model)
+    ref_limit = reference.positions_limit if cached else model_positions(reference)
+    p_total = int(plan.offsets[-1])
+    k = topk
+    res = TokenScores(
+        offsets=plan.offsets, entropy=np.full(p_total, np.nan, np.float32),
+        logprob=np.full(p_total, np.nan, np.float32), top1=np.full(p_total, -1, np.int32),
+        topk_ids=np.full((p_total, k), -1, np.int32), topk_logprobs=np.full((p_total, k), np.nan, np.float32),
+        kl=np.full(p_total, np.nan, np.float32), js=np.full(p_total, np.nan, np.float32),
+        status=np.zeros(p_total, np.uint8),
+        ref=reference.stats if cached else ReferenceStats(
+            position=np.zeros(p_total, np.int32), token=np.zeros(p_total, np.int32),
+            entropy=np.full(p_total, np.nan, np.float32), logprob=np.full(p_total, np.nan, np.float32),
+            top1=np.full(p_total, -1, np.int32), topk_ids=np.full((p_total, k), -1, np.int32),
+            topk_logprobs=np.full((p_total, k), np.nan, np.float32), status=np.zeros(p_total, np.uint8)),
+        info={"chunk_size": cs, "batch_size": batch_size, "topk": k, "positions_limit": limit},
+    )
+    if not cached:
+        for i in range(probe.n_sequences):
+            t = probe.positions(i)
+            res.ref.position[plan.offsets[i]:plan.offsets[i + 1]] = t
+            res.ref.token[plan.offsets[i]:plan.offsets[i + 1]] = np.asarray(probe.ids[i])[t]
+    rows_max = max(1, min(cs, max(len(ix) for ix in plan.index)))
+    # the same chunk and sub-chunk plan as the cached reference: identical models give identical bits
+    buffers = _Buffers(rows_max, [ref_head, head], reference.sub_rows if cached else None)
+    ws = buffers.ws
+    device = head.weight.device
+    keys_c = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs")
+    was_training = _eval_mode(model)
+    ref_was_training = False if cached else _eval_mode(reference)
+    try:
+        with torch.inference_mode():
+            for b, seqs in enumerate(plan.batches):
+                ids, mask, pos, rows, cols, ok, tgt = _batch_inputs(probe, seqs, limit, device, padding_side)
+                hc = _hidden(model, ids, mask, pos)[rows, cols]
+                if cached:
+                    hr = reference.hidden[b].to(ref_head.weight.device)
+                    ok_ref = reference.stats.status[plan.index[b]] != STATUS_BEYOND_CONTEXT
+                else:
+                    rids, rmask, rpos, rrows, rcols, ok_ref, _ = _batch_inputs(
+                        probe, seqs, ref_limit, ref_head.weight.device, padding_side)
+                    hr = _hidden(reference, rids, rmask, rpos)[rrows, rcols]
+                both = ok & ok_ref
+                sel = np.flatnonzero(both)
+                if len(sel) < len(both):  # positions one of the models cannot see are left out
+                    sel_t = torch.as_tensor(sel, device=device)
+                    hc, tgt = hc[sel_t], tgt[sel_t]
+                    hr = hr[torch.as_tensor(sel, device=hr.device)]
+                parts: dict[str, list[torch.Tensor]] = {key: [] for key in (*keys_c, "kl", "js")}
+                ref_parts: dict[str, list[torch.Tensor]] = {key: [] for key in keys_c}
+                for s in range(0, hc.shape[0], cs):
+                    n = min(cs, hc.shape[0] - s)
+                    ref_head.into(hr[s:s + n].to(ref_head.weight.device), ws.zr[:n], buffers.tmp_rows(ref_head, n))
+                    head.into(hc[s:s + n], ws.zc[:n], buffers.tmp_rows(head, n))
+                    ps = ws.pair_stats(n, tgt[s:s + n], k, ref_topk=not cached)
+                    for key in keys_c:
+                        parts[key].append(getattr(ps.ckpt, key))
+                        if not cached:
+                            ref_parts[key].append(getattr(ps.ref, key))
+                    parts["kl"].append(ps.kl)
+                    parts["js"].append(ps.js)
+                idx = plan.index[b][sel]
+                if len(idx):
+                    for key, chunks in parts.items():
+                        getattr(res, key)[idx] = torch.cat(chunks).cpu().numpy()
+                    if not cached:
+                        for key, chunks in ref_parts.items():
+                            getattr(res.ref, key)[idx] = torch.cat(chunks).cpu().numpy()
+                res.status[plan.index[b][~ok]] = STATUS_BEYOND_CONTEXT
+                if not cached:
+                    res.ref.status[plan.index[b][~ok_ref]] = STATUS_BEYOND_CONTEXT
+                if progress is not None:
+                    progress(len(seqs))
+    finally:
+        if was_training:
+            model.train()
+        if ref_was_training:
+            reference.train()
+    if not cached:
+        bad_ref = (res.ref.status == STATUS_OK) & ~(np.isfinite(res.ref.entropy) & np.isfinite(res.ref.logprob))
+        res.ref.status[bad_ref] = STATUS_NONFINITE
+    computed = res.status == STATUS_OK
+    finite = np.isfinite(res.kl) & np.isfinite(res.js) & np.isfinite(res.entropy) & np.isfinite(res.logprob)
+    res.status[computed & ~finite & (res.ref.status == STATUS_OK)] = STATUS_NONFINITE
+    # positions the reference itself cannot score are not this checkpoint's fault: keep its
+    # status ok but leave the values out (NaN), as the summaries do
+    for key in ("kl", "js"):
+        getattr(res, key)[res.ref.status != STATUS_OK] = np.nan
+    return res

@@ -1,0 +1,117 @@
+"""The Tokens page in headless Chromium, and the export of its figures."""
+
+import json
+import os
+import re
+import struct
+from pathlib import Path
+
+import pytest
+from browser_helpers import wait_for_dash
+from tokens_helpers import make_token_run
+
+from aclarena.cli import main
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+SIZES = {"concentration": (900, 560), "strata": (1000, 480), "scatter": (900, 560), "summary": (1100, 420)}
+
+
+@pytest.fixture(scope="module")
+def token_run(tmp_path_factory, tokenizer):
+    return make_token_run(tmp_path_factory.mktemp("tokens-page") / "run", tokenizer)
+
+
+def scored_colours(page):
+    return page.eval_on_selector_all("#tokens-text span.tok[title]", "els => els.map(e => e.style.backgroundColor)")
+
+
+def scatter_y(page):
+    """Where the scatter's points are drawn (their y follows KL)."""
+    return page.eval_on_selector_all("#tokens-scatter .scatterlayer path.point",
+                                     "els => els.map(e => e.getAttribute('transform'))")
+
+
+def choose(page, dropdown_id, option):
+    page.click(f"#{dropdown_id}")
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def test_tokens_page_switches_checkpoint(token_run, serve, page, console_errors):
+    url = serve(token_run)
+    page.set_viewport_size({"width": 1400, "height": 1100})
+    page.goto(url + "/tokens")
+    wait_for_dash(page)
+    page.wait_for_selector("#tokens-text span.tok[title]")
+    page.wait_for_selector("#tokens-scatter .main-svg")
+    page.wait_for_selector("#tokens-summary-table")
+    assert "seq-ecom" in page.text_content("#tokens-scatter .gtitle")
+    summary = page.inner_text("#tokens-summary-table")
+    assert "seq-search" in summary and "seq-ecom" in summary
+    hover = page.get_attribute("#tokens-text span.tok[title]", "title")
+    assert "reference entropy" in hover and "KL" in hover and "checkpoint's top" in hover and "log p(token)" in hover
+    unscored = page.inner_text("#tokens-text").split("<|im_start|>assistant")[0]
+    assert "what is 3 + 4?" in unscored  # the prompt is shown, uncoloured
+    before_colours, before_y = scored_colours(page), scatter_y(page)
+    assert len(set(before_colours)) > 3 and len(before_y) > 50
+
+    choose(page, "tokens-checkpoint", "seq-search")
+    page.wait_for_function(
+        "() => document.querySelector('#tokens-scatter .gtitle').textContent.includes('seq-search')")
+    wait_for_dash(page)
+    after_colours, after_y = scored_colours(page), scatter_y(page)
+    assert len(after_colours) == len(before_colours) and after_colours != before_colours
+    assert after_y != before_y
+    assert "p_seq-search" in page.inner_text("#tokens-legend")
+
+    # coloured by reference entropy, the checkpoint no longer changes the text
+    page.get_by_label("reference entropy").check()
+    page.wait_for_function("() => document.querySelector('#tokens-legend').textContent.includes('entropy')")
+    wait_for_dash(page)
+    by_entropy = scored_colours(page)
+    choose(page, "tokens-checkpoint", "seq-ecom")
+    page.wait_for_function(
+        "() => document.querySelector('#tokens-scatter .gtitle').textContent.includes('seq-ecom')")
+    wait_for_dash(page)
+    assert scored_colours(page) == by_entropy
+    page.get_by_label("drift (KL)").check()
+    page.wait_for_function("() => document.querySelector('#tokens-legend').textContent.includes('KL')")
+    wait_for_dash(page)
+    if os.environ.get("ACLARENA_SCREENSHOTS"):  # refresh the README's picture
+        page.screenshot(path=str(ROOT / "docs" / "img" / "tokens-page.png"), full_page=True)
+    assert console_errors == []
+
+
+def test_tokens_page_without_scores(fixture_run, serve, page, console_errors):
+    url = serve(fixture_run)
+    page.goto(url + "/tokens")
+    wait_for_dash(page)
+    assert "aclarena-diag tokens" in page.inner_text("#tokens-empty")
+    assert console_errors == []
+
+
+def test_export_tokens_figures_and_report(token_run, tmp_path, page, console_errors, capsys):
+    out = tmp_path / "figs"
+    code = main(["export", "--run", str(token_run), "--figures", "tokens/*", "--out", str(out), "--json"])
+    assert code == 0
+    files = {Path(r["file"]).name for r in json.loads(capsys.readouterr().out)["files"]}
+    stems = {"tokens-concentration-seq-math", "tokens-strata-seq-math", "tokens-summary-seq-math",
+             "tokens-scatter-seq-math-seq-search", "tokens-scatter-seq-math-seq-ecom"}
+    assert files == {f"{s}.{ext}" for s in stems for ext in ("png", "svg", "pdf")} | {"report.html"}
+    for stem in stems:
+        width, height = SIZES[stem.split("-")[1]]
+        png = (out / f"{stem}.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (width, height), stem
+        svg = (out / f"{stem}.svg").read_text()
+        assert svg.lstrip().startswith("<svg") and f'width="{width}"' in svg and f'height="{height}"' in svg
+        pdf = (out / f"{stem}.pdf").read_bytes()
+        assert pdf[:5] == b"%PDF-" and pdf.rstrip().endswith(b"%%EOF")
+        box = re.search(rb"/MediaBox\s*\[\s*0\s+0\s+([\d.]+)\s+([\d.]+)\s*\]", pdf)
+        assert box and float(box[1]) / float(box[2]) == pytest.approx(width / height, rel=0.01), stem
+    page.goto((out / "report.html").as_uri())
+    page.wait_for_function(f"() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= {len(stems)}",
+                           timeout=30_000)
+    text = page.inner_text("body")
+    assert "Where drift concentrates" in text and "Entropy vs drift" in text
+    assert console_errors == []
