@@ -49,6 +49,7 @@ from aclarena.diagnostics.early_warning import Alert, MetricRule, TrendRule, War
 from aclarena.diagnostics.token_drift import HighEntropy
 from aclarena.errors import AclarenaError, StoreError, did_you_mean
 from aclarena.probes.probe_set import ProbeSet
+from aclarena.store.monitor_series import latest_rows
 
 logger = logging.getLogger("aclarena.monitor")
 
@@ -439,6 +440,11 @@ class DriftMonitorCallback(TrainerCallback):
         if trainer is not None:
             self.bind(trainer)
 
+    @property
+    def session(self) -> int:
+        """This training run's session number in the store (0 for the first ``train()`` of a label)."""
+        return self._session
+
     # --- wiring -------------------------------------------------------------------------------
     def bind(self, trainer: Any) -> DriftMonitorCallback:
         """Send the scalars through ``trainer``'s callbacks (``report_to`` backends included).
@@ -716,21 +722,6 @@ def _settings_bytes(settings: Mapping[str, Any]) -> bytes:
     if len(raw) > SETTINGS_WIDTH:  # keep the rules (what the dashboard draws), drop the rest
         raw = json.dumps({"rules": settings.get("rules"), "truncated": True}, default=str).encode()[:SETTINGS_WIDTH]
     return raw
-
-
-def latest_rows(data: Mapping[str, np.ndarray], sessions: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Rows of a monitor series as the latest run sees them: a resumed session replaces the rows of
-    earlier sessions from the step it resumed at; the result is ordered by step."""
-    if not len(data.get("step", [])):
-        return {k: np.asarray(v) for k, v in data.items()}
-    starts = {int(s): int(st) for s, st in zip(sessions["session"], sessions["step"], strict=True)}
-    sess = np.asarray(data["session"])
-    step = np.asarray(data["step"])
-    keep = np.ones(len(step), dtype=bool)
-    for s, st in starts.items():
-        keep &= ~((sess < s) & (step >= st))
-    order = np.argsort(step[keep], kind="stable")
-    return {k: np.asarray(v)[keep][order] for k, v in data.items()}
 
 
 # --- trainer glue -------------------------------------------------------------------------------

@@ -287,9 +287,11 @@ def _positions(folder: str) -> int | None:
 
 
 def _run_job(cfg: CurriculumConfig, job: Job, out: Path, folders: dict[str, str], callbacks: list[Any],
-             chat_template: str | None) -> PhaseResult:
-    folder = out / CHECKPOINTS / job.name
-    work = out / WORK / job.name
+             chat_template: str | None, *, folder: Path | None = None, work: Path | None = None) -> PhaseResult:
+    """Train one job into ``folder`` (default ``out/checkpoints/<name>``; the lead-time measurement
+    retrains a stage into a scratch folder instead)."""
+    folder = folder if folder is not None else out / CHECKPOINTS / job.name
+    work = work if work is not None else out / WORK / job.name
     meta = {"name": job.name, "kind": job.kind, "domain": job.domain, "phase": job.phase, "parent": job.parent,
             "seed": job.seed, "run_seed": job.run_seed, "replicate": job.replicate}
     keep = cfg.keep_trainer_checkpoints
