@@ -23,6 +23,8 @@ import numpy as np
 from aclarena.store.series import SeriesReader
 
 PREFIX = "monitor/"
+#: results.h5 group of the lead-time tables (``monitor/lead-time/<stage>``).
+LEAD_KEY = "monitor/lead-time"
 
 
 def latest_rows(data: Mapping[str, np.ndarray], sessions: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
@@ -72,12 +74,14 @@ class MonitorView:
 
 
 def monitor_labels(reader: SeriesReader) -> list[str]:
-    """The labels (monitored training runs) in the file, in the order they appear."""
-    out: list[str] = []
+    """The labels (monitored training runs) in the file, in the order their latest session started
+    (the most recent last)."""
+    found: list[tuple[float, str]] = []
     for name in reader.names():
         if name.startswith(PREFIX) and name.endswith("/sessions"):
-            out.append(name[len(PREFIX):-len("/sessions")])
-    return out
+            t = reader.read(name).get("time")
+            found.append((float(t.max()) if t is not None and len(t) else 0.0, name[len(PREFIX):-len("/sessions")]))
+    return [label for _, label in sorted(found)]
 
 
 def load_monitor(reader: SeriesReader, label: str) -> MonitorView:

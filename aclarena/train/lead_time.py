@@ -49,9 +49,9 @@ from aclarena.diagnostics.early_warning import (
     lead_time,
 )
 from aclarena.errors import AclarenaError
+from aclarena.store.monitor_series import LEAD_KEY
 from aclarena.train.callbacks import DriftMonitorCallback, MonitorStore, default_rules
 
-LEAD_KEY = "monitor/lead-time"
 LEAD_TYPE = "monitor-lead-time"
 LEAD_VERSION = "0.1.0"
 MAX_ITEMS = 512
