@@ -232,11 +232,12 @@ def check_tokenizer(probe: ProbeSet, tokenizer: Any, vocab_size: int | None) -> 
         from aclarena.probes.probe_set import printable, vocab_strings
 
         mine = [printable(v) for v in vocab_strings(tokenizer, len(probe.vocab))]
-        if mine != list(probe.vocab):
-            bad = next(i for i, (a, b) in enumerate(zip(mine, probe.vocab, strict=True)) if a != b)
+        theirs = [printable(v) for v in probe.vocab]  # stored probe sets hold printable text
+        if mine != theirs:
+            bad = next(i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if a != b)
             raise AclarenaError(
                 f"probe set {probe.name!r} was made with another tokenizer than the trained model's (token {bad} is "
-                f"{probe.vocab[bad]!r} there, {mine[bad]!r} here); make the probe set with a checkpoint of this model"
+                f"{theirs[bad]!r} there, {mine[bad]!r} here); make the probe set with a checkpoint of this model"
             )
     if vocab_size is not None and probe.vocab is not None and len(probe.vocab) != vocab_size:
         raise AclarenaError(f"probe set {probe.name!r} has a vocabulary of {len(probe.vocab)} tokens but the trained "
