@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 from aclarena.cli._common import add_verb, manifest_of, print_json, print_table, progress
@@ -54,25 +51,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def weights_fingerprint(info: Any, manifest: Any, run_dir: str) -> str:
-    """Names, sizes and modification times of a checkpoint's weight files (and its base's)."""
+    """The checkpoint's fingerprint, including its base's when it is an adapter."""
     from aclarena.models.checkpoint import inspect
+    from aclarena.models.tensors import checkpoint_fingerprint
 
-    h = hashlib.sha256()
-    cur = info
-    while cur is not None:
-        h.update(cur.location.encode())
-        files = sorted({str(t.file) for t in cur.tensors.values()})
-        for f in files:
-            try:
-                st = os.stat(f)
-                h.update(f"{Path(f).name}:{st.st_size}:{st.st_mtime_ns}".encode())
-            except OSError:
-                h.update(f.encode())
-        if cur.source == "adapter" and cur.spec.on:
-            cur = inspect(manifest.resolve(cur.spec.on), manifest, run_dir, allow_pickle=True)
-        else:
-            cur = None
-    return h.hexdigest()[:16]
+    on = None
+    if info.source == "adapter" and info.spec.on:
+        on = inspect(manifest.resolve(info.spec.on), manifest, run_dir, allow_pickle=True)
+    return checkpoint_fingerprint(info, on=on)
 
 
 def targets_of(manifest: Any, ref: str, against: str) -> list[str]:

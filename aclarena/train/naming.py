@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -26,3 +28,19 @@ def phase_names(prefix: str, stage: Any, replicate: int = 0) -> list[str]:
     if len(kinds) == 1:
         return [f"{prefix}-{stage.domain}{suffix}"]
     return [f"{prefix}-{stage.domain}-{k}{suffix}" for k in kinds[:-1]] + [f"{prefix}-{stage.domain}{suffix}"]
+
+
+REPLICATE_RE = re.compile(r"^(?P<stem>.+)-s(?P<r>[1-9][0-9]*)$")
+
+
+def replicate_groups(names: Iterable[str]) -> dict[str, list[str]]:
+    """Checkpoints of ``--seeds N`` curricula grouped by their seed-0 name: ``{"seq-math":
+    ["seq-math", "seq-math-s1", "seq-math-s2"]}``; only names with at least one replicate appear."""
+    names = list(names)
+    known = set(names)
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        m = REPLICATE_RE.match(n)
+        if m and m["stem"] in known:
+            groups.setdefault(m["stem"], [m["stem"]]).append(n)
+    return groups

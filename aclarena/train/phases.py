@@ -311,14 +311,26 @@ def wait_for_everyone() -> None:
 
 
 def last_checkpoint(work_dir: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest *complete* trainer checkpoint in ``work_dir`` (None if there is none).
 
+    The Trainer writes a checkpoint's ``trainer_state.json`` after its weights, optimizer and RNG
+    states, so a checkpoint whose state file is missing or unreadable was cut short (a kill, a
+    full disk) and is removed rather than resumed from.
+    """
     if not work_dir.is_dir():
         return None
-    try:
-        return get_last_checkpoint(str(work_dir))
-    except (OSError, ValueError):
-        return None
+    found = []
+    for p in work_dir.glob("checkpoint-*"):
+        with contextlib.suppress(ValueError):
+            found.append((int(p.name.rsplit("-", 1)[1]), p))
+    for _, p in sorted(found, reverse=True):
+        try:
+            json.loads((p / "trainer_state.json").read_text(encoding="utf-8"))
+            return str(p)
+        except (OSError, ValueError):
+            if is_main_process():
+                shutil.rmtree(p, ignore_errors=True)
+    return None
 
 
 def _prepare_work(work_dir: Path, fingerprint: str | None) -> None:

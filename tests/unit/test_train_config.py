@@ -224,3 +224,20 @@ def test_shipped_presets_are_the_examples(name):
     assert preset_path(name).read_text() == (EXAMPLES / f"{name}.toml").read_text()
     with pytest.raises(Exception, match="did you mean 'mini'"):
         preset_path("mimi")
+
+
+def test_replicate_groups_and_eval_over_training_seeds():
+    from aclarena.cli.eval import _over_training_seeds
+    from aclarena.train.naming import replicate_groups
+
+    names = ["base", "seq-math", "seq-math-s1", "seq-math-s2", "seq-x-s1", "oracle-if", "oracle-if-s1"]
+    assert replicate_groups(names) == {"seq-math": ["seq-math", "seq-math-s1", "seq-math-s2"],
+                                       "oracle-if": ["oracle-if", "oracle-if-s1"]}
+    rows = [{"checkpoint": c, "suite": "math/id", "status": "ok", "mean": m}
+            for c, m in [("seq-math", 0.2), ("seq-math-s1", 0.4), ("seq-math-s2", 0.6), ("base", 0.0)]]
+    rows.append({"checkpoint": "oracle-if", "suite": "math/id", "status": "ok", "mean": 0.5})
+    rows.append({"checkpoint": "oracle-if-s1", "suite": "math/id", "status": "error", "mean": None})
+    out = _over_training_seeds(rows, names)
+    assert len(out) == 1  # oracle-if has one usable cell only
+    assert out[0]["checkpoint"] == "seq-math" and out[0]["n_curricula"] == 3
+    assert out[0]["mean"] == pytest.approx(0.4) and out[0]["std"] == pytest.approx(0.2)
