@@ -98,6 +98,8 @@ def _rows(cols: dict[str, Any], last: int | None) -> list[dict[str, Any]]:
             if k in ("session", "time"):
                 continue
             x = v[i].item() if hasattr(v[i], "item") else v[i]
+            if isinstance(x, bytes):  # fixed-width text columns (bench: suite, outcomes)
+                x = x.decode("utf-8", "replace")
             row[k] = None if isinstance(x, float) and not math.isfinite(x) else x
         out.append(row)
     return out

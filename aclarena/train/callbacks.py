@@ -347,7 +347,7 @@ class DriftMonitorCallback(TrainerCallback):
         label: str = "train",
         references: Mapping[str, Any] | None = None,
         stage_start: Any = None,
-        every_n_steps: int = 5,
+        every_n_steps: int = 10,
         high: HighEntropy | str = "q=0.06",
         rules: Mapping[str, MetricRule] | None = None,
         on_warning: str = "log",
@@ -696,12 +696,14 @@ class DriftMonitorCallback(TrainerCallback):
         out: dict[str, dict[str, float]] = {}
         for p in self.probes:
             ref = self._ref[p.name]
-            s = score(model, ref, p, name="the trained model")
+            start = self._start[p.name]
+            # one forward pass of the live model serves both comparisons (same probe, same batch plan)
+            shared = [] if start is not ref and start.plan.batches == ref.plan.batches else None
+            s = score(model, ref, p, name="the trained model", hidden_cache=shared)
             valid = s.status == STATUS_OK
             summ = summarize_drift(s.ref.entropy, s.ref.logprob, s.ref.top1, s.kl, s.js, s.logprob, s.top1,
                                    high=self.high, valid=valid, n_points=2)
-            start = self._start[p.name]
-            f = s if start is ref else score(model, start, p, name="the trained model")
+            f = s if start is ref else score(model, start, p, name="the trained model", hidden_cache=shared)
             ref_ok = np.isfinite(s.ref.entropy) & np.isfinite(s.ref.logprob)
             is_high = np.zeros(len(s.kl), dtype=bool)
             if ref_ok.any():

@@ -13,9 +13,9 @@ with the stage start). Scalars go to the run's ``series.h5`` under ``monitor/<ph
     stages = ["ecom", "if"]        # default: every stage after the first
     domains = ["math", "search"]   # earlier domains to probe (default: all earlier ones)
     probes = []                    # extra probe sets already in results.h5 (aclarena-diag probe)
-    probe_n = 16                   # prompts per domain probe set
+    probe_n = 8                    # prompts per domain probe set
     probe_max_new_tokens = 64
-    every_n_steps = 5
+    every_n_steps = 10
     high = "q=0.06"
     on_warning = "log"             # log | save | stop
     on_store_error = "raise"       # raise | continue
@@ -69,10 +69,10 @@ class MonitorSpec:
     stages: tuple[str, ...] | None = None
     domains: tuple[str, ...] | None = None
     probes: tuple[str, ...] = ()
-    probe_n: int = 16
+    probe_n: int = 8
     probe_max_new_tokens: int = 64
     probe_seed: int = 0
-    every_n_steps: int = 5
+    every_n_steps: int = 10
     high: str = "q=0.06"
     on_warning: str = "log"
     on_store_error: str = "raise"
@@ -194,9 +194,9 @@ def parse_monitor(data: Any, stage_domains: Sequence[str]) -> MonitorSpec:
         if key in data and not isinstance(data[key], str):
             raise MonitorFieldError((key,), f"`{key}` must be a string, got {data[key]!r}")
     return MonitorSpec(
-        stages=stages, domains=domains, probes=probes, probe_n=_int(data, "probe_n", 16, 1),
+        stages=stages, domains=domains, probes=probes, probe_n=_int(data, "probe_n", 8, 1),
         probe_max_new_tokens=_int(data, "probe_max_new_tokens", 64, 1), probe_seed=_int(data, "probe_seed", 0, 0),
-        every_n_steps=_int(data, "every_n_steps", 5, 1), high=data.get("high", "q=0.06"),
+        every_n_steps=_int(data, "every_n_steps", 10, 1), high=data.get("high", "q=0.06"),
         on_warning=data.get("on_warning", "log"), on_store_error=data.get("on_store_error", "raise"),
         batch_size=_int(data, "batch_size", 8, 1), rules=build_rules(thresholds, trend),
     )

@@ -241,3 +241,37 @@ mon.bind(tr)
 tr.train()
 (out / f"rank{{rank}}.txt").write_text(f"{{tr.state.global_step}} {{len(mon.history)}}")
 """
+
+
+def test_one_forward_pass_serves_both_references(tiny, tokenizer, tmp_path):
+    """The monitor scores the live model once per batch for the reference and the stage start, with the same numbers."""
+    import torch
+
+    from aclarena.models.tiny import build_model, tiny_config
+    from aclarena.probes.teacher_forcing import reference_outputs, score
+
+    model, ref_folder = tiny
+    probe = make_probe(model, tokenizer, folder=ref_folder)
+    ref = reference_outputs(model, probe, batch_size=4)
+    start_model = build_model(tiny_config(tokenizer), seed=5)
+    start = reference_outputs(start_model, probe, batch_size=4)
+    live = build_model(tiny_config(tokenizer), seed=7)
+    calls = []
+    hook = live.model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        plain = [score(live, r, probe) for r in (ref, start)]
+        n_plain = len(calls)
+        calls.clear()
+        cache: list = []
+        shared = [score(live, r, probe, hidden_cache=cache) for r in (ref, start)]
+        n_shared = len(calls)
+    finally:
+        hook.remove()
+    batches = len(ref.plan.batches)
+    # the second call ran no batch (the head check runs once per model, so it may be missing here too)
+    assert len(cache) == batches and n_shared <= n_plain - batches
+    for a, b in zip(plain, shared, strict=True):
+        for key in ("kl", "js", "entropy", "logprob", "top1"):
+            torch.testing.assert_close(torch.from_numpy(getattr(a, key)), torch.from_numpy(getattr(b, key)),
+                                       rtol=0, atol=0, equal_nan=True)
+    assert not np.allclose(np.nan_to_num(plain[0].kl), np.nan_to_num(plain[1].kl))  # two different comparisons
