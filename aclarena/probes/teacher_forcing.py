@@ -453,6 +453,7 @@ def score(
     padding_side: str = "right",
     name: str | None = None,
     progress: Callable[[int], None] | None = None,
+    hidden_cache: list[Any] | None = None,
 ) -> TokenScores:
     """Score ``probe`` teacher-forced with ``model`` against ``reference``.
 
@@ -470,6 +471,10 @@ def score(
         padding_side: ``right`` (default) or ``left``; both give the same numbers.
         name: the checkpoint's name in error messages.
         progress: called with the number of sequences finished after each batch.
+        hidden_cache: an empty list to keep ``model``'s hidden states of each batch in, or the
+            list a previous call filled: then ``model`` is not run again. For scoring the same
+            model (unchanged weights) on the same probe with the same batch plan against
+            several cached references (the drift monitor: the probe's reference and the stage start).
     """
     import torch
 
@@ -527,7 +532,12 @@ def score(
         with torch.inference_mode():
             for b, seqs in enumerate(plan.batches):
                 ids, mask, pos, rows, cols, ok, tgt = _batch_inputs(probe, seqs, limit, device, padding_side)
-                hc = _hidden(model, ids, mask, pos)[rows, cols]
+                if hidden_cache is not None and b < len(hidden_cache):
+                    hc = hidden_cache[b]
+                else:
+                    hc = _hidden(model, ids, mask, pos)[rows, cols]
+                    if hidden_cache is not None:
+                        hidden_cache.append(hc)
                 if cached:
                     hr = reference.hidden[b].to(ref_head.weight.device)
                     ok_ref = reference.stats.status[plan.index[b]] != STATUS_BEYOND_CONTEXT

@@ -316,6 +316,7 @@ class CurriculumConfig:
     oracles: tuple[str, ...] = ()
     defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     keep_trainer_checkpoints: bool = False
+    monitor: Any = None  # a MonitorSpec (aclarena.train.monitor) when the config has [monitor]
     source: str = "<config>"
 
     def __post_init__(self) -> None:
@@ -364,7 +365,7 @@ RUN_KEYS = ("name", "seed", "description", "keep_trainer_checkpoints")
 BASE_KEYS = tuple(f.name for f in dataclasses.fields(BaseSpec))
 STAGE_KEYS = ("domain", "phases", "parent", "note", *PHASE_KINDS)
 PHASE_KEYS = ("data", "n", "k", "path", "reward", "rollout", "max_turns", "max_new_tokens", "trl", "note")
-TOP_KEYS = ("run", "base", "defaults", "stages", "oracles")
+TOP_KEYS = ("run", "base", "defaults", "stages", "oracles", "monitor")
 ORACLE_KEYS = ("domains",)
 
 
@@ -554,6 +555,14 @@ def parse_config(text: str, source: str = "<config>", *, overrides: Sequence[str
                                 "defaults": ("defaults",)},
     )
     _check_parents(cfg, where)
+    if "monitor" in data:
+        from aclarena.train.monitor import MonitorFieldError, parse_monitor
+
+        try:
+            monitor = parse_monitor(data["monitor"], [s.domain for s in cfg.stages])
+        except MonitorFieldError as e:
+            raise ConfigError(f"{where(('monitor', *e.path))}: {e}") from None
+        cfg = dataclasses.replace(cfg, monitor=monitor)
     return cfg
 
 

@@ -358,9 +358,11 @@ def _clean_log(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def _train_and_save(trainer: Any, tokenizer: Any, out_dir: Path, work_dir: Path, *, what: str,
                     meta: Mapping[str, Any], fingerprint: str | None, keep_work: bool) -> PhaseResult:
+    from aclarena.train.callbacks import bind_callbacks, stopped_by_monitor
     from aclarena.train.progress import remove_printer
 
     remove_printer(trainer)
+    bind_callbacks(trainer)  # drift monitors log through the trainer's callbacks (report_to included)
     resume = last_checkpoint(work_dir)
     resumed_from = None
     if resume is not None:
@@ -370,6 +372,9 @@ def _train_and_save(trainer: Any, tokenizer: Any, out_dir: Path, work_dir: Path,
     with disk_errors(what):
         trainer.train(resume_from_checkpoint=resume)
         elapsed = time.monotonic() - t0
+        stopped = stopped_by_monitor(trainer, f"training {out_dir.name}")
+        if stopped is not None:  # not finished: its trainer checkpoint at the warning is kept to resume from
+            raise stopped
         if is_main_process() and out_dir.exists():
             shutil.rmtree(out_dir)  # leftovers of a save that was interrupted (no marker)
         wait_for_everyone()
