@@ -70,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     except AclarenaError as e:
         print(f"aclarena-diag {args.verb}: error: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `aclarena-diag ... | head`: the reader left; that is not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"aclarena-diag {args.verb}: interrupted; finished results are kept, rerun to resume", file=sys.stderr)
         return 130

@@ -41,3 +41,18 @@ def test_usage_error_exit_2(cli):
 def test_version(cli, argv):
     code, out, _ = cli(*argv)
     assert code == 0 and "aclarena" in out
+
+
+def test_broken_pipe_is_not_an_error(tmp_path):
+    """`aclarena-diag ... | head` must not print an internal error when head exits early."""
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "aclarena.toml").write_text(
+        "".join(f'[checkpoints.c{i}]\npath = "x{i}"\n' for i in range(400))
+    )
+    cmd = f"{sys.executable} -m aclarena checkpoints --run {tmp_path} --json | head -c 10"
+    out = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert "internal error" not in out.stderr and "Traceback" not in out.stderr, out.stderr
