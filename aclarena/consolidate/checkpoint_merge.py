@@ -126,9 +126,9 @@ def check_mergeable(infos: Sequence[CheckpointInfo]) -> None:
 
 
 def fingerprint(spec: MergeSpec, infos: Sequence[CheckpointInfo], base: CheckpointInfo | None) -> str:
-    from aclarena.models.tensors import checkpoint_fingerprint
-
     import hashlib
+
+    from aclarena.models.tensors import checkpoint_fingerprint
 
     ident = {"spec": spec.identity(), "sources": [[i.name, checkpoint_fingerprint(i)] for i in infos],
              "base": [base.name, checkpoint_fingerprint(base)] if base is not None else None, "version": 1}

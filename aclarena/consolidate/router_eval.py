@@ -1,7 +1,8 @@
-"""Scoring routers on labelled contexts, and their result in results.h5 (``routing/<router>``).
+"""Scoring routers on labelled contexts, and writing their result to results.h5 (``routing/<router>``).
 
 The metrics are those of :mod:`aclarena.diagnostics.routing`; the contexts those of
-:mod:`aclarena.consolidate.contexts`. docs/store-format.md lists the stored elements.
+:mod:`aclarena.consolidate.contexts`; :mod:`aclarena.store.routing` reads the results back.
+docs/store-format.md lists the stored elements.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import numpy as np
 from aclarena.consolidate.contexts import NONE, LabelledContext
 from aclarena.consolidate.routers import Route, Router
 from aclarena.diagnostics.routing import GroupAccuracy, accuracy_by_group, confusion_matrix, item_chance
+from aclarena.store.routing import RESULT_TYPE, RESULT_VERSION, ROOT, read_reports
 
-RESULT_TYPE = "routing"
-RESULT_VERSION = "0.1.0"
-ROOT = "routing"
+__all__ = ["RESULT_TYPE", "RESULT_VERSION", "ROOT", "RouterReport", "evaluate_router", "read_reports", "report_data",
+           "write_report"]
 
 
 @dataclass(frozen=True)
@@ -103,26 +104,3 @@ def write_report(store: Any, report: RouterReport, *, fingerprint: str, extra: M
                        "seconds": report.seconds, "settings": dict(report.settings)},
                 overwrite=True, manifest_text=manifest_text)
     return key
-
-
-def read_reports(reader: Any) -> dict[str, dict[str, Any]]:
-    """``{router: {"accuracy": {...columns}, "labels", "confusion", "mixed", "attrs"}}`` from an open store."""
-    out: dict[str, dict[str, Any]] = {}
-    if reader is None or not reader.has(ROOT):
-        return out
-    for name in reader.keys(ROOT):
-        key = f"{ROOT}/{name}"
-        attrs = reader.attrs(key)
-        if attrs.get("result-type") != RESULT_TYPE:
-            continue
-        acc = reader.read(f"{key}/accuracy")
-        out[name] = {
-            "accuracy": {c: np.asarray(acc.columns[c]).tolist() for c in acc.columns},
-            "labels": reader.read(f"{key}/labels"),
-            "confusion": np.asarray(reader.read(f"{key}/confusion")),
-            "mixed": reader.read(f"{key}/mixed"),
-            "attrs": attrs,
-        }
-        if reader.has(f"{key}/regret"):
-            out[name]["regret"] = np.asarray(reader.read(f"{key}/regret"))
-    return out

@@ -81,8 +81,7 @@ class Router(Protocol):
 # --- rule router -----------------------------------------------------------------------------------
 
 STOPWORDS = frozenset(
-    "a an the and or of to in on for with by from at as is are be your you their them they it its this that "
-    "then than only any before after each every one per end reply answer".split()
+    ["a", "an", "the", "and", "or", "of", "to", "in", "on", "for", "with", "by", "from", "at", "as", "is", "are", "be", "your", "you", "their", "them", "they", "it", "its", "this", "that", "then", "than", "only", "any", "before", "after", "each", "every", "one", "per", "end", "reply", "answer"]
 )
 
 
@@ -105,7 +104,7 @@ def _words(text: str) -> list[str]:
 
 def _signature(tool: Mapping[str, Any]) -> tuple[str, ...]:
     f = tool.get("function", tool)
-    return tuple(sorted(((f.get("parameters") or {}).get("properties") or {})))
+    return tuple(sorted((f.get("parameters") or {}).get("properties") or {}))
 
 
 class RuleRouter:

@@ -147,7 +147,7 @@ class ShardedWriter:
             self.abort()
             raise ValueError(f"writer closed before {missing} was written")
         try:
-            for tmp, fh in self._handles:
+            for _tmp, fh in self._handles:
                 fh.flush()  # type: ignore[attr-defined]
                 os.fsync(fh.fileno())  # type: ignore[attr-defined]
                 fh.close()  # type: ignore[attr-defined]

@@ -129,11 +129,11 @@ def test_other_tokenizer_is_refused(fixture_run, tmp_path):
 def test_lora_cat_merge_is_the_sum_of_deltas_and_linear_is_not(fixture_run, tmp_path):
     import copy
 
+    from fixtures import make_lora
     from peft import PeftModel
 
     from aclarena.consolidate.lora_merge import merge_lora_adapters
     from aclarena.models.tensors import read_lora
-    from fixtures import make_lora
 
     m, infos = _infos(fixture_run)
     from aclarena.models.loading import load_model

@@ -14,8 +14,9 @@ from aclarena.errors import AclarenaError
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, tokenizer):
-    from aclarena.models.tiny import build_model, tiny_config
     from fixtures import make_lora
+
+    from aclarena.models.tiny import build_model, tiny_config
 
     root = tmp_path_factory.mktemp("serving")
     base = build_model(tiny_config(tokenizer), seed=0)

@@ -14,7 +14,7 @@ from aclarena.consolidate.contexts import (
     rename_tools,
     training_contexts,
 )
-from aclarena.consolidate.router_eval import evaluate_router, read_reports, write_report
+from aclarena.consolidate.router_eval import evaluate_router, write_report
 from aclarena.consolidate.routers import (
     BanditRouter,
     LearnedRouter,
@@ -27,6 +27,7 @@ from aclarena.consolidate.routers import (
 )
 from aclarena.diagnostics.routing import binomial_tail, confusion_matrix, item_chance
 from aclarena.errors import AclarenaError
+from aclarena.store.routing import read_reports
 
 EXPERTS = ("math", "search", "ecom", "if")
 
