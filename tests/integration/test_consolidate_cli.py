@@ -153,3 +153,19 @@ def test_mle_row_uses_the_routed_expert_of_each_suite(fixture_run, cli):
     assert row["cells"]["general"]["mean"] == 0.75
     # the experts themselves are not rows of their own
     assert not any(r["label"] == "mle-math" for r in json.loads(out)["rows"])
+
+
+def test_tokens_scores_consolidations_after_the_chain(fixture_run, cli):
+    from aclarena.cli.tokens import targets_of
+
+    code, _, err = cli("consolidate", "--run", str(fixture_run), "--method", "merge-uniform")
+    assert code == 0, err
+    m = load_manifest(fixture_run)
+    # merge-uniform's parent is the base, yet it consolidates the chain: later than each stage
+    assert targets_of(m, "seq-math", "later") == ["seq-search", "lora-ecom", "merge-uniform"]
+    assert "merge-uniform" in targets_of(m, "seq-search", "later")
+    # an oracle is not on the chain: only its own descendants
+    from aclarena.errors import AclarenaError
+
+    with pytest.raises(AclarenaError, match="no later checkpoints"):
+        targets_of(m, "oracle-math", "later")
