@@ -55,13 +55,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--density", type=float, default=0.2, help="merge-ties: share of each task vector kept (default 0.2)")
     g.add_argument("--drop", type=float, default=0.5, help="merge-dare: drop rate p (default 0.5)")
     g.add_argument("--name", metavar="PREFIX", help="name of the output(s) instead of the method's")
+    t = p.add_argument_group("training methods (mmopd, sdft, mle)")
+    t.add_argument("--n", type=int, metavar="N", help="tasks or prompts per domain (default: sized to the run)")
+    t.add_argument("--steps", type=int, metavar="N", help="optimizer steps (mle: per expert)")
+    t.add_argument("--batch", type=int, metavar="N", help="per-device batch size (sdft: a multiple of the domains)")
+    t.add_argument("--lr", type=float, metavar="LR", help="learning rate")
+    t.add_argument("--trl", action="append", default=[], metavar="FIELD=VALUE",
+                   help="a trl config override (repeatable), e.g. --trl gradient_accumulation_steps=2")
+    t.add_argument("--teachers", default="oracle", metavar="WHICH",
+                   help="mmopd: each domain's teacher: oracle (default) or stage (the end of its stage)")
+    t.add_argument("--divergence", default="reverse", metavar="D",
+                   help="mmopd: per-token divergence: reverse KL (default), forward KL or js")
+    t.add_argument("--start", default="base", metavar="FROM",
+                   help="sdft: train from the base (default) or from the sequential end point (end)")
+    t.add_argument("--lora-r", type=int, default=8, metavar="R", help="mle: LoRA rank of each expert (default 8)")
+    t.add_argument("--lora-alpha", type=int, metavar="A", help="mle: LoRA alpha (default 2 x rank)")
+    t.add_argument("--target-modules", metavar="M,...",
+                   help="mle: modules the experts adapt (default q,k,v,o,gate,up,down projections)")
     r = p.add_argument_group("mle")
     r.add_argument("--routers", default="rule,learned,bandit", metavar="R,...",
                    help="routers to train and score: rule, learned, bandit (default all)")
-    r.add_argument("--router", default="rule", metavar="R",
-                   help="the router whose choices make the MLE row of `compare` (default rule)")
     r.add_argument("--fallback", default="backbone", metavar="POLICY",
-                   help="when no expert fits: backbone (serve the frozen backbone, default) or refuse")
+                   help="when no expert fits: backbone (serve the frozen backbone, default) or refuse (the MLE row "
+                        "of `compare` then has no score for such suites)")
     r.add_argument("--router-reward", default="auto", metavar="SIGNAL",
                    help="the bandit's success signal: measured (the experts' scores in the capability matrix), "
                         "simulated (0.8 on an expert's own domain, 0.1 elsewhere) or auto (measured when evaluated)")
@@ -75,9 +91,10 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     if args.lambdas:
         opts["lambdas"] = _floats(args.lambdas, "--lambdas")
     opts["routers"] = [x.strip() for x in args.routers.split(",") if x.strip()]
-    opts |= {"router": args.router, "fallback": args.fallback, "router_reward": args.router_reward,
+    opts |= {"fallback": args.fallback, "router_reward": args.router_reward,
              "routers_only": args.routers_only}
-    for key in ("teachers", "divergence", "start", "steps", "lora_r", "lora_alpha", "target_modules"):
+    for key in ("teachers", "divergence", "start", "n", "steps", "batch", "lr", "trl", "lora_r", "lora_alpha",
+                "target_modules"):
         if getattr(args, key, None) is not None:
             opts[key] = getattr(args, key)
     return opts

@@ -94,4 +94,12 @@ class Output:
 
 def run_method(method: Method, job: Job) -> list[Output]:
     module = importlib.import_module(f"aclarena.consolidate.{method.module}")
-    return module.run(job)
+    try:
+        return module.run(job)
+    except ModuleNotFoundError as e:
+        if e.name is not None and e.name.startswith("aclarena.train"):
+            from aclarena.errors import AclarenaError
+
+            raise AclarenaError(f"{method.name} trains models and needs aclarena's training core (aclarena.train), "
+                                "which this installation lacks") from None
+        raise

@@ -53,11 +53,92 @@ def run(job: Job) -> list[Output]:
     return outputs
 
 
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def lora_settings(options: Any) -> dict[str, Any]:
+    """Rank, alpha and target modules of the experts (``--lora-r``, ``--lora-alpha``, ``--target-modules``)."""
+    r = int(options.get("lora_r") or 8)
+    alpha = int(options.get("lora_alpha") or 2 * r)
+    targets = options.get("target_modules") or ",".join(DEFAULT_TARGETS)
+    targets = [t.strip() for t in str(targets).split(",") if t.strip()]
+    if r < 1 or alpha < 1 or not targets:
+        raise AclarenaError("--lora-r and --lora-alpha must be positive and --target-modules must name modules")
+    return {"r": r, "lora_alpha": alpha, "target_modules": targets}
+
+
 def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
-    raise AclarenaError(
-        "MLE expert training needs the training core (aclarena.train, issue 6), which this build lacks; "
-        "score the routers alone with --routers-only"
-    )
+    """One LoRA expert per domain on the frozen SDFT backbone, trained by GRPO in the domain's environment."""
+    import hashlib
+    import json
+
+    from peft import LoraConfig
+
+    from aclarena.consolidate.recipe import curriculum, parse_trl, sizes
+    from aclarena.consolidate.serving import expert_parameters
+    from aclarena.models.checkpoint import inspect
+    from aclarena.models.tensors import checkpoint_fingerprint
+    from aclarena.store import Table
+    from aclarena.store.manifest import CheckpointSpec
+    from aclarena.train.data import arena_rl_data
+    from aclarena.train.phases import finished, run_rl
+    from aclarena.train.progress import log_table
+
+    suffix = job.lineage.suffix
+    backbone = backbone_name(suffix)
+    if backbone not in job.manifest:
+        raise AclarenaError(f"MLE trains its experts on the SDFT backbone {backbone!r}, which the run does not have yet; "
+                            f"run `aclarena-diag consolidate --run {job.run_dir} --method sdft` first (same --seeds)")
+    info = inspect(job.manifest.resolve(backbone), job.manifest, job.run_dir)
+    info.require_loadable()
+    lora = lora_settings(job.options)
+    sz = sizes("mle", job.run_dir, job.options)
+    cfg = curriculum(job.run_dir)
+    positions = int(info.config.get("max_position_embeddings") or 1024)
+    outputs = []
+    for d in domains:
+        name = expert_name(d, suffix)
+        stage_rl = _stage_rl(cfg, d)
+        trl: dict[str, Any] = dict(sz.extra)
+        if stage_rl is not None:
+            # the stage's RL recipe (steps, batch, generations...), at the adapters' learning rate
+            trl |= {k: v for k, v in stage_rl.trl.items() if k != "learning_rate"}
+        trl |= {"max_steps": sz.steps, "learning_rate": sz.lr}
+        if job.options.get("batch") is not None:
+            trl["per_device_train_batch_size"] = sz.batch
+        trl |= parse_trl(job.options.get("trl"))
+        settings = {"backbone": backbone, "domain": d, "lora": lora, "n": sz.n, "trl": trl, "seed": job.seed,
+                    "max_turns": getattr(stage_rl, "max_turns", None),
+                    "max_new_tokens": getattr(stage_rl, "max_new_tokens", None)}
+        fp = hashlib.sha256(json.dumps({"settings": settings, "backbone": checkpoint_fingerprint(info)},
+                                       sort_keys=True, default=str).encode()).hexdigest()[:16]
+        folder = job.folder(name)
+        spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method="mle", domain=d,
+                              phase="rl", parent=backbone, on=backbone, seed=job.lineage.seed)
+        done = finished(folder, fp)
+        if done is not None and not job.force:
+            outputs.append(Output(spec, {**settings, "parameters": expert_parameters(folder)}, done.time_s, reused=True))
+            continue
+        job.status(f"{name}: GRPO of a LoRA expert on {backbone}")
+        data = arena_rl_data(d, sz.n, job.seed, max_context=positions, max_turns=settings["max_turns"],
+                             max_new_tokens=settings["max_new_tokens"])
+        t0 = time.perf_counter()
+        res = run_rl(info.location, data, folder, trl=trl, seed=job.seed, fingerprint=fp,
+                     meta={"name": name, "method": "mle", "domain": d},
+                     peft_config=LoraConfig(task_type="CAUSAL_LM", **lora))
+        outputs.append(Output(spec, {**settings, "parameters": expert_parameters(folder)}, time.perf_counter() - t0,
+                              data={"log": Table(log_table(res.log_history))}))
+    return outputs
+
+
+def _stage_rl(cfg: Any, domain: str) -> Any:
+    if cfg is None:
+        return None
+    try:
+        stage = cfg.stage(domain)
+    except Exception:  # a curriculum without that stage: the defaults apply
+        return None
+    return next((p for p in stage.phases if p.kind == "rl"), None)
 
 
 def _success_signal(job: Job, domains: Sequence[str]) -> Any:
@@ -123,12 +204,16 @@ def score_routers(job: Job, domains: Sequence[str]) -> list[str]:
 def record_routes(job: Job, domains: Sequence[str]) -> None:
     """Route every suite's deployed context; write ``consolidate/mle[-s<r>]`` with the answering checkpoints."""
     from aclarena.consolidate.contexts import env_context, training_contexts
-    from aclarena.consolidate.routers import build_router
+    from aclarena.consolidate.routers import FALLBACKS, build_router
     from aclarena.envs import SUITES
+    from aclarena.errors import unknown_name
     from aclarena.store import Json, ResultsStore
 
     suffix = job.lineage.suffix
     backbone = backbone_name(suffix)
+    fallback = job.options.get("fallback", "backbone")
+    if fallback not in FALLBACKS:
+        raise unknown_name("fallback policy", fallback, FALLBACKS)
     names = list(job.options.get("routers") or ("rule", "learned", "bandit"))
     train = training_contexts(domains, n=ROUTER_TRAIN_N, seed=job.seed)
     signal = _success_signal(job, domains)
@@ -138,9 +223,11 @@ def record_routes(job: Job, domains: Sequence[str]) -> None:
         routes[name] = {}
         for suite, (env, variant) in SUITES.items():
             r = router.route(env_context(env, variant))
-            ckpt = expert_name(r.expert, suffix) if r.expert is not None else backbone
+            if r.expert is not None:
+                ckpt: str | None = expert_name(r.expert, suffix)
+            else:
+                ckpt = backbone if fallback == "backbone" else None  # refuse: the suite is not served
             routes[name][suite] = {"expert": r.expert, "checkpoint": ckpt, "reason": r.reason}
-    fallback = job.options.get("fallback", "backbone")
     ResultsStore(job.run_dir).write(
         f"consolidate/mle{suffix}", {"routes": Json(routes), "experts": Json({d: expert_name(d, suffix) for d in domains}),
                                      "backbone": Json(backbone)},

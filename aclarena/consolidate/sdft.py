@@ -79,3 +79,75 @@ def top_up(records: list[dict[str, Any]], domain: str, minimum: int, seed: int) 
         return records, 0
     extra = hf_ready(expert_dataset(domain, missing, seed=seed + 7919, split="train"))
     return records + extra, missing
+
+
+def run(job: Any) -> list[Any]:
+    """Consolidate one replicate with SDFT into ``sdft[-s<r>]`` (``sdft-from-end[-s<r>]`` with ``--start end``)."""
+    import hashlib
+    import json
+    import time
+
+    from aclarena.consolidate.methods import Output
+    from aclarena.consolidate.recipe import parse_trl, sizes
+    from aclarena.models.checkpoint import inspect
+    from aclarena.models.tensors import checkpoint_fingerprint
+    from aclarena.store import Json, Table
+    from aclarena.store.manifest import CheckpointSpec
+    from aclarena.train.phases import finished, load_start, run_sft
+    from aclarena.train.progress import log_table
+
+    lin = job.lineage
+    domains = lin.domains
+    missing = [d for d in domains if d not in lin.oracles]
+    if missing:
+        raise AclarenaError(f"SDFT samples each domain's oracle; the run has no oracle for {missing[0]!r} "
+                            "(train the oracles: [oracles] in the curriculum config)")
+    start = job.options.get("start") or "base"
+    if start not in ("base", "end"):
+        from aclarena.errors import unknown_name
+
+        raise unknown_name("SDFT start", start, ("base", "end"))
+    start_name = lin.base if start == "base" else lin.end
+    name = ("sdft" if start == "base" else "sdft-from-end") + lin.suffix
+    sz = sizes("sdft", job.run_dir, job.options)
+    batch = sz.batch if sz.batch % len(domains) == 0 else len(domains) * max(1, sz.batch // len(domains))
+    trl = {"max_steps": sz.steps, "per_device_train_batch_size": batch, "learning_rate": sz.lr,
+           "train_sampling_strategy": "sequential"} | parse_trl(job.options.get("trl"))
+    seen: dict[str, Any] = {}
+    infos = {n: inspect(job.manifest.resolve(n), job.manifest, job.run_dir, _seen=seen)
+             for n in [start_name, *lin.oracles.values()]}
+    for info in infos.values():
+        info.require_loadable()
+    settings = {"start": start_name, "oracles": dict(lin.oracles), "n": sz.n, "k": sz.k, "minimum": sz.minimum,
+                "batch": batch, "trl": trl, "seed": job.seed}
+    fp = hashlib.sha256(json.dumps({"settings": settings, "inputs": {n: checkpoint_fingerprint(i) for n, i in
+                                                                      infos.items()}}, sort_keys=True,
+                                   default=str).encode()).hexdigest()[:16]
+    folder = job.folder(name)
+    spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method="sdft", parent=start_name,
+                          seed=lin.seed)
+    done = finished(folder, fp)
+    if done is not None and not job.force:
+        return [Output(spec, {**settings, **done.meta.get("data", {})}, done.time_s, reused=True)]
+    t0 = time.perf_counter()
+    by_domain: dict[str, list[dict[str, Any]]] = {}
+    kept: dict[str, int] = {}
+    filled: dict[str, int] = {}
+    for d in domains:
+        job.status(f"{name}: rollouts of {lin.oracles[d]}")
+        model, tok = load_start(infos[lin.oracles[d]].location)
+        recs = filtered_rollouts(model, tok, d, sz.n, sz.k, job.seed)
+        del model
+        kept[d] = len(recs)
+        by_domain[d], filled[d] = top_up(recs, d, sz.minimum, job.seed)
+        if filled[d]:
+            job.note(f"{name}: {lin.oracles[d]} solved {kept[d]} of {sz.n} {d} tasks ({sz.k} samples each); "
+                     f"{filled[d]} scripted expert trajectories fill the {d} share")
+    rollout_s = time.perf_counter() - t0
+    order = balanced_order(by_domain, batch, sz.steps * int(trl.get("gradient_accumulation_steps", 1)), job.seed)
+    data = {"kept": kept, "filled": filled, "rollout_seconds": round(rollout_s, 2)}
+    job.status(f"{name}: mixed SFT on {len(order)} records")
+    res = run_sft(infos[start_name].location, order, folder, trl=trl, seed=job.seed, fingerprint=fp,
+                  meta={"name": name, "method": "sdft", "data": data})
+    return [Output(spec, {**settings, **data}, time.perf_counter() - t0,
+                   data={"log": Table(log_table(res.log_history)), "summary": Json(data)})]

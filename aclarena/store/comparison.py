@@ -198,8 +198,8 @@ def _mle_rows(matrix: CapabilityMatrix, manifest: Manifest, mle: dict[str, dict[
                 choice = routes.get(suite)
                 if choice is None:
                     continue
-                name = choice["checkpoint"]
-                if name not in manifest:
+                name = choice.get("checkpoint")
+                if name is None or name not in manifest:
                     continue
                 members.append(name)
                 per_rep.append(name)
