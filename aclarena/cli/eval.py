@@ -165,11 +165,14 @@ def run(args: argparse.Namespace) -> int:
                          "n_seeds": c.n_seeds, "samples": c.samples, "error": c.error,
                          "computed": (spec.name, suite) in computed, "key": c.key})
     errors = [r for r in rows if r["status"] != "ok"]
+    over_seeds = _over_training_seeds(rows, [s.name for s in specs])
     if args.json:
         print_json({"settings": ident, "settings_id": sid, "checkpoints": [s.name for s in specs], "suites": suites,
-                    "skipped": skipped, "cells": rows})
+                    "skipped": skipped, "cells": rows, "over_training_seeds": over_seeds})
     else:
         _print_matrix(rows, [s.name for s in specs], suites, settings.samples, sid, skipped)
+        if over_seeds:
+            _print_over_seeds(over_seeds, suites)
     if errors:
         first = errors[0]
         print(f"aclarena-diag eval: error: {len(errors)} cell(s) failed, e.g. {first['checkpoint']} on "
@@ -177,6 +180,38 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def _over_training_seeds(rows: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
+    """Mean ± std (ddof 1) over the curricula of `train --seeds N` (``seq-math``, ``seq-math-s1``, ...)."""
+    import statistics
+
+    from aclarena.train.naming import replicate_groups
+
+    by = {(r["checkpoint"], r["suite"]): r for r in rows if r["status"] == "ok" and r["mean"] is not None}
+    out = []
+    for stem, members in replicate_groups(names).items():
+        for suite in dict.fromkeys(r["suite"] for r in rows):
+            vals = [float(by[(m, suite)]["mean"]) for m in members if (m, suite) in by]
+            if len(vals) >= 2:
+                out.append({"checkpoint": stem, "suite": suite, "mean": statistics.fmean(vals),
+                            "std": statistics.stdev(vals), "n_curricula": len(vals),
+                            "members": [m for m in members if (m, suite) in by]})
+    return out
+
+
+def _print_over_seeds(rows: list[dict[str, Any]], suites: list[str]) -> None:
+    by = {(r["checkpoint"], r["suite"]): r for r in rows}
+    table = []
+    for stem in dict.fromkeys(r["checkpoint"] for r in rows):
+        line: dict[str, Any] = {"checkpoint": stem}
+        for s in suites:
+            r = by.get((stem, s))
+            line[s] = "-" if r is None else f"{fmt(r['mean'], 3)}±{fmt(r['std'], 2)}"
+        table.append(line)
+    n = max(r["n_curricula"] for r in rows)
+    print_table(table, ["checkpoint", *suites], title=f"mean ± std over {n} training seeds (train --seeds)",
+                caption="each curriculum's greedy accuracy; std with ddof 1")
 
 
 def _one_line(e: BaseException) -> str:

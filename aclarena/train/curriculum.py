@@ -1,0 +1,400 @@
+"""The curriculum runner: base, stages in order, then single-task oracles, each phase resumable.
+
+:func:`plan` turns a :class:`~aclarena.train.config.CurriculumConfig` into the list of phases
+to train (:class:`Job`), with their names (:mod:`aclarena.train.naming`), parents, seeds and
+fingerprints; :func:`run_curriculum` trains them in order into a run folder:
+
+* ``checkpoints/<name>/``: each phase's checkpoint (HF folder, safetensors, tokenizer), with
+  the completion marker written last (:mod:`aclarena.train.phases`);
+* ``work/<name>/``: trainer checkpoints of the phase in progress (deleted once it is finished);
+* ``aclarena.toml``: the manifest, rewritten after every phase with kind, domain, phase, parent
+  and seed of every finished checkpoint (entries the user added are kept);
+* ``results.h5``: ``train/<name>`` per phase: the trainer's log history (loss, reward, entropy,
+  KL when trl computes it...) as a table, the settings, the time and the steps;
+* ``curriculum.toml``: a copy of the config the run was started with.
+
+Seeds: replicate ``r`` of ``--seeds N`` uses seed ``config.seed + r``; each phase derives its
+training and data seed from it, the domain and the phase kind, so a domain's oracle trained
+from the base with its stage's recipe uses the same data and seed as the stage. When that
+stage also starts from the base (the first stage), oracle and stage are the same computation:
+the oracle is registered with the stage's folder instead of being trained twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aclarena.errors import AclarenaError, CheckpointError
+from aclarena.train.config import DOMAINS, PHASE_KINDS, CurriculumConfig, PhaseSpec
+from aclarena.train.naming import phase_names, replicate_suffix
+from aclarena.train.phases import (
+    PhaseResult,
+    check_writable,
+    finished,
+    is_main_process,
+    run_rl,
+    run_sft,
+    wait_for_everyone,
+)
+
+CHECKPOINTS = "checkpoints"
+WORK = "work"
+CONFIG_COPY = "curriculum.toml"
+LOG_TYPE = "train-log"
+LOG_VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One phase to train (or the base to build / point at).
+
+    Attributes:
+        name: the checkpoint name (``seq-math-sft``, ``oracle-ecom``...).
+        kind: ``base``, ``stage`` or ``oracle`` (the manifest's kind).
+        domain, phase: what it trains (``None`` for the base).
+        parent: the checkpoint it starts from (a name of this plan).
+        spec: the phase's settings (``None`` for the base).
+        seed: the phase's training and data seed.
+        replicate: which curriculum of ``--seeds N`` (0 for the first).
+        run_seed: the curriculum's seed (recorded in the manifest).
+        fingerprint: identity of everything that decides the result (settings, seeds, parents).
+        same_as: a job with the same fingerprint whose folder this one reuses.
+    """
+
+    name: str
+    kind: str
+    domain: str | None
+    phase: str | None
+    parent: str | None
+    spec: PhaseSpec | None
+    seed: int
+    replicate: int
+    run_seed: int
+    fingerprint: str
+    same_as: str | None = None
+
+    @property
+    def trains(self) -> bool:
+        return self.same_as is None
+
+
+def phase_seed(seed: int, domain: str, kind: str) -> int:
+    """The seed of a phase: the run's seed, the domain and the phase kind (not the stage's position)."""
+    return seed * 1000 + (DOMAINS.index(domain) + 1) * 10 + PHASE_KINDS.index(kind)
+
+
+def _fp(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def plan(cfg: CurriculumConfig, seeds: int = 1) -> list[Job]:
+    """Every phase of ``seeds`` replicates of the curriculum, in training order (base first)."""
+    if seeds < 1:
+        raise AclarenaError(f"--seeds must be >= 1, got {seeds}")
+    base_fp = _fp({"base": cfg.base.identity(), "seed": cfg.seed})
+    jobs = [Job(name="base", kind="base", domain=None, phase=None, parent=None, spec=None, seed=cfg.seed,
+                replicate=0, run_seed=cfg.seed, fingerprint=base_fp)]
+    fps = {"base": base_fp}
+    for r in range(seeds):
+        run_seed = cfg.seed + r
+        suffix = replicate_suffix(r)
+        by_fp: dict[str, str] = {}
+        previous = "base"
+        for stage in cfg.stages:
+            names = phase_names("seq", stage, r)
+            parent = previous if stage.parent is None else (
+                "base" if stage.parent == "base" else stage.parent + suffix)
+            for name, spec in zip(names, stage.phases, strict=True):
+                seed = phase_seed(run_seed, stage.domain, spec.kind)
+                fp = _fp({"spec": spec.identity(), "seed": seed, "parent": fps[parent]})
+                jobs.append(Job(name=name, kind="stage", domain=stage.domain, phase=spec.kind, parent=parent,
+                                spec=spec, seed=seed, replicate=r, run_seed=run_seed, fingerprint=fp))
+                fps[name] = fp
+                by_fp.setdefault(fp, name)
+                parent = name
+            previous = names[-1]
+        for domain in cfg.oracles:
+            stage = cfg.stage(domain)
+            parent = "base"
+            for name, spec in zip(phase_names("oracle", stage, r), stage.phases, strict=True):
+                seed = phase_seed(run_seed, domain, spec.kind)
+                fp = _fp({"spec": spec.identity(), "seed": seed, "parent": fps[parent]})
+                jobs.append(Job(name=name, kind="oracle", domain=domain, phase=spec.kind, parent=parent, spec=spec,
+                                seed=seed, replicate=r, run_seed=run_seed, fingerprint=fp, same_as=by_fp.get(fp)))
+                fps[name] = fp
+                parent = name
+    return jobs
+
+
+@dataclass
+class PhaseRecord:
+    """What happened to a job in this invocation: ``trained``, ``finished`` (already done),
+    ``reused`` (an oracle identical to a stage) or ``external`` (an HF base)."""
+
+    job: Job
+    status: str
+    folder: str
+    result: PhaseResult | None = None
+
+    def row(self) -> dict[str, Any]:
+        r = self.result
+        return {"name": self.job.name, "kind": self.job.kind, "domain": self.job.domain, "phase": self.job.phase,
+                "parent": self.job.parent, "seed": self.job.seed, "status": self.status, "folder": self.folder,
+                "steps": r.steps if r else None, "time_s": r.time_s if r else None,
+                "resumed_from_step": r.resumed_from_step if r else None, "same_as": self.job.same_as}
+
+
+@dataclass
+class CurriculumRun:
+    """The outcome of :func:`run_curriculum`: one record per job, and this invocation's wall time."""
+
+    out: Path
+    records: list[PhaseRecord] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [r.row() for r in self.records]
+
+
+CallbackFactory = Callable[[Job], Sequence[Any]]
+
+
+def run_curriculum(
+    cfg: CurriculumConfig,
+    out: str | os.PathLike[str],
+    *,
+    seeds: int = 1,
+    show_progress: bool = True,
+    callbacks: CallbackFactory | None = None,
+    config_text: str | None = None,
+    on_phase: Callable[[PhaseRecord], None] | None = None,
+) -> CurriculumRun:
+    """Train every phase of ``cfg`` (``seeds`` replicates) into the run folder ``out``.
+
+    Finished phases are skipped, an interrupted one resumes from its last trainer checkpoint.
+    ``callbacks(job)`` returns extra ``TrainerCallback`` objects for a phase (e.g. a drift
+    monitor on the ecom stage); ``on_phase(record)`` is called after each phase.
+    """
+    from aclarena.cli._common import progress
+
+    t0 = time.monotonic()
+    out = Path(out)
+    check_writable(out)
+    check_writable(out / CHECKPOINTS)
+    jobs = plan(cfg, seeds)
+    run = CurriculumRun(out=out)
+    if config_text is not None and is_main_process():
+        _write_text(out / CONFIG_COPY, config_text)
+    chat_template = _read_template(cfg)
+    folders: dict[str, str] = {}
+    with progress(show_progress) as bar:
+        overall = bar.add_task(f"{cfg.name}: {len(jobs)} phases", total=len(jobs))
+        for job in jobs:
+            label = f"{job.name} ({job.phase or 'pretrain'})"
+            if job.kind == "base" and not cfg.base.is_mini:
+                from aclarena.train.base import check_external_base
+
+                folders[job.name] = check_external_base(cfg.base)
+                rec = PhaseRecord(job, "external", folders[job.name])
+            elif not job.trains:
+                assert job.same_as is not None
+                folders[job.name] = folders[job.same_as]
+                rec = PhaseRecord(job, "reused", folders[job.name])
+            else:
+                rel = f"{CHECKPOINTS}/{job.name}"
+                folders[job.name] = rel
+                task = bar.add_task(label, total=None)
+                cbs = [_progress_callback(bar, task, label)] if show_progress else []
+                cbs += list(callbacks(job)) if callbacks is not None else []
+                result = _run_job(cfg, job, out, folders, cbs, chat_template)
+                bar.update(task, completed=result.steps, total=max(1, result.steps),
+                           description=f"{label} {'(already finished)' if result.skipped else ''}".rstrip())
+                rec = PhaseRecord(job, "finished" if result.skipped else "trained", rel, result)
+            run.records.append(rec)
+            if is_main_process():
+                _register(cfg, out, run.records, folders)
+            wait_for_everyone()
+            if on_phase is not None:
+                on_phase(rec)
+            bar.advance(overall)
+    run.wall_s = time.monotonic() - t0
+    return run
+
+
+def _progress_callback(bar: Any, task: Any, label: str) -> Any:
+    from aclarena.train.progress import PhaseProgress
+
+    return PhaseProgress(bar, task, label)
+
+
+def _write_text(path: Path, text: str) -> None:
+    from aclarena.store.manifest import write_text_atomic
+
+    write_text_atomic(path, text)
+
+
+def _read_template(cfg: CurriculumConfig) -> str | None:
+    if cfg.base.chat_template is None:
+        return None
+    p = Path(cfg.base.chat_template)
+    if not p.is_file():
+        raise AclarenaError(f"[base] chat_template = {cfg.base.chat_template!r}: no such file")
+    return p.read_text(encoding="utf-8")
+
+
+def _location(out: Path, folder: str) -> str:
+    """Where to load a checkpoint from: run-relative folders under ``out``; absolute folders and hub ids as they are."""
+    return str(out / folder) if folder.startswith(CHECKPOINTS + "/") else folder
+
+
+def _parent_location(out: Path, job: Job, folders: dict[str, str]) -> str:
+    """The parent's folder (or hub id), checked: a parent trained in this run must be finished and whole."""
+    assert job.parent is not None
+    folder = folders[job.parent]
+    loc = _location(out, folder)
+    if not folder.startswith(CHECKPOINTS + "/"):
+        return loc  # the HF base named in the config
+    try:
+        done = finished(loc)
+    except CheckpointError as e:
+        raise CheckpointError(f"cannot train {job.name}: its parent checkpoint {job.parent!r} is unusable: {e}") from None
+    if done is None:
+        raise CheckpointError(f"cannot train {job.name}: its parent checkpoint {job.parent!r} is missing or unfinished "
+                              f"in {loc}; rerun the whole curriculum into this --out (finished phases are kept)")
+    return loc
+
+
+def _positions(folder: str) -> int | None:
+    try:
+        return int(json.loads((Path(folder) / "config.json").read_text())["max_position_embeddings"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _run_job(cfg: CurriculumConfig, job: Job, out: Path, folders: dict[str, str], callbacks: list[Any],
+             chat_template: str | None) -> PhaseResult:
+    folder = out / CHECKPOINTS / job.name
+    work = out / WORK / job.name
+    meta = {"name": job.name, "kind": job.kind, "domain": job.domain, "phase": job.phase, "parent": job.parent,
+            "seed": job.seed, "run_seed": job.run_seed, "replicate": job.replicate}
+    keep = cfg.keep_trainer_checkpoints
+    if job.kind == "base":
+        from aclarena.train.base import build_mini_base
+
+        return build_mini_base(cfg.base, folder, seed=job.seed, fingerprint=job.fingerprint, callbacks=callbacks,
+                               work_dir=work, keep_trainer_checkpoints=keep)
+    done = finished(folder, job.fingerprint)
+    if done is not None:
+        return done
+    spec = job.spec
+    assert spec is not None and job.domain is not None
+    start = _parent_location(out, job, folders)
+    template = chat_template if job.parent == "base" else None
+    common: dict[str, Any] = {"trl": spec.trl, "seed": job.seed, "callbacks": callbacks, "work_dir": work,
+                              "fingerprint": job.fingerprint, "meta": meta, "keep_trainer_checkpoints": keep,
+                              "chat_template": template}
+    from aclarena.train import data as D
+
+    if spec.kind == "sft":
+        if spec.data == "expert":
+            records: Any = D.expert_records(job.domain, spec.n, job.seed)
+        elif spec.data == "rejection":
+            from aclarena.train.phases import load_start
+
+            model, tok = load_start(start, chat_template=template)
+            records = D.rejection_records(model, tok, job.domain, spec.n, spec.k, job.seed)
+            del model
+            if not records:
+                raise AclarenaError(
+                    f"rejection sampling for {job.name} kept no trajectory: {job.parent!r} solved none of {spec.n} "
+                    f"{job.domain} tasks in {spec.k} samples each; use data = \"expert\" or raise n / k"
+                )
+        else:
+            assert spec.path is not None
+            records = D.file_records(spec.path, spec.n)
+        return run_sft(start, records, folder, **common)
+    if spec.data == "arena":
+        rl = D.arena_rl_data(job.domain, spec.n, job.seed, max_context=_positions(start), max_turns=spec.max_turns,
+                             max_new_tokens=spec.max_new_tokens)
+    else:
+        assert spec.path is not None and spec.reward is not None
+        rl = D.file_rl_data(spec.path, spec.n, spec.reward, rollout=spec.rollout,
+                            max_completion_length=int(spec.trl.get("max_completion_length", 512)))
+    return run_rl(start, rl, folder, **common)
+
+
+def _register(cfg: CurriculumConfig, out: Path, records: list[PhaseRecord], folders: dict[str, str]) -> None:
+    """Write the manifest entries and the train logs of every finished job (idempotent)."""
+    from aclarena.store import Json, ResultsStore, Table
+    from aclarena.store.manifest import CheckpointSpec, Manifest, load_manifest, manifest_path, write_manifest
+    from aclarena.train.progress import log_table
+
+    path = manifest_path(out)
+    manifest = load_manifest(out) if path.is_file() else Manifest(name=cfg.name)
+    before = manifest.to_toml() if path.is_file() else None
+    manifest.name = manifest.name if path.is_file() else cfg.name
+    manifest.base = "base"
+    if cfg.description and manifest.description is None:
+        manifest.description = cfg.description
+    for rec in records:
+        j = rec.job
+        spec = CheckpointSpec(name=j.name, path=folders[j.name], kind=j.kind, domain=j.domain, phase=j.phase,
+                              parent=j.parent, seed=j.run_seed if j.kind != "base" else None)
+        manifest.checkpoints[j.name] = spec
+    manifest.validate()
+    if manifest.to_toml() != before:
+        write_manifest(manifest, out)
+    store = ResultsStore(out)
+    have = set(store.keys("train")) if store.exists() and store.has("train") else set()
+    items = []
+    for rec in records:
+        r = rec.result
+        if rec.status in ("external", "reused") or r is None or rec.job.name in have:
+            continue
+        j = rec.job
+        settings = {"spec": j.spec.identity() if j.spec else cfg.base.identity(), "seed": j.seed,
+                    "fingerprint": j.fingerprint}
+        attrs = {"checkpoint": j.name, "kind": j.kind, "domain": j.domain or "", "phase": j.phase or "pretrain",
+                 "parent": j.parent or "", "seed": j.seed, "steps": r.steps, "time_s": r.time_s,
+                 "resumed_from_step": -1 if r.resumed_from_step is None else r.resumed_from_step,
+                 "fingerprint": j.fingerprint}
+        items.append((f"train/{j.name}", {"log": Table(log_table(r.log_history)), "settings": Json(settings)},
+                      LOG_TYPE, LOG_VERSION, attrs))
+    if items:
+        store.write_many(items, overwrite=True, manifest_text=path.read_text(encoding="utf-8"))
+
+
+def read_train_logs(run_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """``{checkpoint: {"attrs": ..., "log": {column: values}}}`` of every phase stored by ``train``."""
+    from aclarena.store import ResultsStore
+
+    store = ResultsStore(run_dir)
+    if not store.exists() or not store.has("train"):
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    with store.reader() as r:
+        for name in r.keys("train"):
+            attrs = r.attrs(f"train/{name}")
+            if attrs.get("result-type") != LOG_TYPE:
+                continue
+            table = r.read(f"train/{name}/log")
+            out[name] = {"attrs": attrs, "log": dict(table.columns)}
+    return out
+
+
+def clear_work(out: str | os.PathLike[str]) -> None:
+    """Remove the trainer checkpoints of unfinished phases (they are only needed to resume)."""
+    shutil.rmtree(Path(out) / WORK, ignore_errors=True)
+
+
+def stdout_is_tty() -> bool:
+    return sys.stdout.isatty()

@@ -1,0 +1,46 @@
+"""Checkpoint names of a curriculum run (docs/training.md, "Names").
+
+* ``base``: stage 0 (the mini base, or the HF base named in the config).
+* ``seq-<domain>``: the end of a stage of the sequential chain; when the stage has an SFT
+  phase before its RL phase, the SFT end is ``seq-<domain>-sft`` and ``seq-<domain>`` is the
+  RL end (the manifest's ``phase`` says which is which).
+* ``oracle-<domain>`` (and ``oracle-<domain>-sft``): the single-task oracle, trained from
+  the base with that domain's stage recipe.
+* With ``--seeds N``, replicate ``r`` >= 1 of the curriculum appends ``-s<r>`` to every name
+  but ``base``, which all replicates share (``seq-math-s1``, ``oracle-if-sft-s2``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+
+def replicate_suffix(replicate: int) -> str:
+    return f"-s{replicate}" if replicate else ""
+
+
+def phase_names(prefix: str, stage: Any, replicate: int = 0) -> list[str]:
+    """Names of a stage's phases, in order: ``[seq-d-sft, seq-d]`` or ``[seq-d]``."""
+    suffix = replicate_suffix(replicate)
+    kinds = [p.kind for p in stage.phases]
+    if len(kinds) == 1:
+        return [f"{prefix}-{stage.domain}{suffix}"]
+    return [f"{prefix}-{stage.domain}-{k}{suffix}" for k in kinds[:-1]] + [f"{prefix}-{stage.domain}{suffix}"]
+
+
+REPLICATE_RE = re.compile(r"^(?P<stem>.+)-s(?P<r>[1-9][0-9]*)$")
+
+
+def replicate_groups(names: Iterable[str]) -> dict[str, list[str]]:
+    """Checkpoints of ``--seeds N`` curricula grouped by their seed-0 name: ``{"seq-math":
+    ["seq-math", "seq-math-s1", "seq-math-s2"]}``; only names with at least one replicate appear."""
+    names = list(names)
+    known = set(names)
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        m = REPLICATE_RE.match(n)
+        if m and m["stem"] in known:
+            groups.setdefault(m["stem"], [m["stem"]]).append(n)
+    return groups

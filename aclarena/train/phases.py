@@ -1,0 +1,507 @@
+"""Phase runners: one SFT or RL phase from a starting checkpoint into a checkpoint folder.
+
+:func:`run_sft` trains with trl's ``SFTTrainer`` (assistant tokens only for conversations,
+every token for plain ``text`` records); :func:`run_rl` with trl's ``GRPOTrainer``
+(critic-free, group-relative advantages), with trl's own generation for single-turn prompts
+or a ``rollout_func`` for multi-turn tool episodes (:mod:`aclarena.train.rollout`). Both are
+plain functions that other parts reuse (consolidation, monitoring): a starting checkpoint, the
+data, an output folder, trl overrides and extra callbacks.
+
+Resumability, in two layers:
+
+* A phase is *finished* when its output folder holds the completion marker
+  (``.aclarena-phase.json``), written last, after the weights and tokenizer. A finished phase
+  with the same fingerprint is never trained again: the runner returns its recorded result.
+* Inside a phase the trainer saves checkpoints (``save_steps``) into a work folder; a killed
+  phase resumes from the last one (``resume_from_checkpoint``). The work folder is deleted
+  once the phase is finished (``keep_trainer_checkpoints`` keeps it), and discarded when its
+  fingerprint differs from the phase's (the settings changed).
+
+aclarena's defaults (lowest precedence, under the config's and the command line's
+overrides): CPU-safe precision (``bf16`` only on CUDA, no gradient checkpointing), constant
+learning rate after a short warm-up, logging every few steps into the trainer's history
+(which the curriculum copies into results.h5), ``report_to`` tensorboard when it is
+installed, trl's progress bars off (the curriculum shows its own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aclarena.errors import AclarenaError, CheckpointError, ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
+
+MARKER = ".aclarena-phase.json"
+LOG_FILE = "train_log.json"
+WORK_STATE = "aclarena-work.json"
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """What a finished phase recorded.
+
+    Attributes:
+        folder: the checkpoint folder (HF format, safetensors, tokenizer beside it).
+        steps: optimizer steps of the phase.
+        time_s: wall time of the training call that finished it (a resumed phase counts its last
+            session only; ``resumed_from_step`` says where that session started).
+        log_history: the trainer's log history (loss, reward, entropy, ... per logging step).
+        skipped: True when the phase was already finished and nothing ran.
+        meta: what the caller recorded with it (name, seed, parent, fingerprint...).
+    """
+
+    folder: Path
+    steps: int
+    time_s: float
+    log_history: list[dict[str, Any]] = field(default_factory=list)
+    resumed_from_step: int | None = None
+    skipped: bool = False
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RLData:
+    """The inputs of an RL phase.
+
+    Attributes:
+        dataset: a ``datasets.Dataset`` with a conversational ``prompt`` column (and any columns
+            the reward functions take as keyword arguments).
+        reward_funcs: trl reward functions ``(prompts, completions, **columns) -> list[float]``.
+        rollout: a trl ``rollout_func(prompts, trainer)`` for multi-turn episodes, or None for
+            trl's own single-turn generation.
+        max_completion_length: tokens per completion (trl's generation), or the cap the rollout uses.
+    """
+
+    dataset: Any
+    reward_funcs: list[Callable[..., list[float]]]
+    rollout: Callable[..., dict[str, list[Any]]] | None = None
+    max_completion_length: int = 64
+
+
+# --- markers ---------------------------------------------------------------------------------
+
+
+def read_marker(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The completion marker of a phase folder, or None when the phase is not finished."""
+    path = Path(folder) / MARKER
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def finished(folder: str | os.PathLike[str], fingerprint: str | None = None) -> PhaseResult | None:
+    """The recorded result of a finished phase in ``folder`` (None if unfinished).
+
+    A finished phase whose fingerprint differs from ``fingerprint`` is an error: the folder
+    holds a model trained with other settings.
+    """
+    folder = Path(folder)
+    marker = read_marker(folder)
+    if marker is None:
+        return None
+    if fingerprint is not None and marker.get("fingerprint") not in (None, fingerprint):
+        raise ConfigError(
+            f"{folder} holds a phase trained with other settings (fingerprint {marker.get('fingerprint')} != "
+            f"{fingerprint}); train into a new --out, or delete that folder to retrain it"
+        )
+    if not any((folder / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json",
+                                                 "adapter_model.safetensors")):
+        raise CheckpointError(
+            f"{folder} is marked finished but its weights are missing; delete the folder to retrain that phase"
+        )
+    logs = []
+    with contextlib.suppress(OSError, ValueError):
+        logs = json.loads((folder / LOG_FILE).read_text(encoding="utf-8"))
+    return PhaseResult(folder=folder, steps=int(marker.get("steps", 0)), time_s=float(marker.get("time_s", 0.0)),
+                       log_history=logs, resumed_from_step=marker.get("resumed_from_step"), skipped=True,
+                       meta=marker.get("meta", {}))
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+DISK_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+DISK_WORDS = ("No space left", "File too large", "Disk quota", "Read-only file system", "Permission denied",
+              "FileTooLarge", "StorageFull", "os error 27", "os error 28")
+
+
+def disk_problem(e: BaseException) -> str | None:
+    """A one-line reason when ``e`` is a failed write (full disk, file size limit, permissions), else None."""
+    if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+        return e.strerror or str(e)
+    text = str(e)
+    for w in DISK_WORDS:
+        if w in text:
+            return w if not w.startswith("os error") else ("No space left on device" if w.endswith("28")
+                                                           else "File too large")
+    cause = e.__cause__ or e.__context__
+    if cause is not None and cause is not e:
+        return disk_problem(cause)
+    return None
+
+
+@contextlib.contextmanager
+def disk_errors(what: str) -> Iterator[None]:
+    """Turn a failed write while doing ``what`` into one line; finished phases stay as they are."""
+    try:
+        yield
+    except AclarenaError:
+        raise
+    except Exception as e:
+        reason = disk_problem(e)
+        if reason is None:
+            raise
+        raise AclarenaError(f"cannot write while {what}: {reason}; free space (or fix permissions) and rerun: "
+                            "finished phases are kept and this one resumes from its last saved step") from None
+
+
+def check_writable(folder: str | os.PathLike[str]) -> None:
+    """Create ``folder`` if needed and check that files can be written in it (one-line error otherwise)."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".aclarena-write-test.{os.getpid()}"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as e:
+        raise AclarenaError(f"cannot write in {folder}: {e.strerror or e}; choose a writable output folder (--out)") from None
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def load_start(start: str | os.PathLike[str], *, require_chat_template: bool = True, allow_pickle: bool = False,
+               chat_template: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The model and tokenizer a phase starts from: an HF folder, or a hub id (downloaded only when named).
+
+    Goes through :mod:`aclarena.models.loading` (safetensors only unless ``allow_pickle``), in
+    float32 on the CPU; the trainer moves it. The tokenizer must carry a chat template
+    (``chat_template`` replaces it).
+    """
+    from aclarena.models.loading import LoadOptions, load_model, load_tokenizer
+    from aclarena.store.manifest import CheckpointSpec, Manifest
+
+    src = str(start)
+    path = Path(src)
+    spec = CheckpointSpec(name="start", path=str(path.resolve()) if path.exists() else src, kind="base")
+    manifest = Manifest(name="phase", checkpoints={"start": spec})
+    model = load_model(spec, manifest, ".", LoadOptions(dtype="float32", device="cpu", allow_pickle=allow_pickle))
+    tok = load_tokenizer(spec, manifest, ".", require_chat_template=require_chat_template and chat_template is None)
+    if chat_template is not None:
+        tok.chat_template = chat_template
+    if require_chat_template and not getattr(tok, "chat_template", None):
+        raise CheckpointError(f"the tokenizer of {src} has no chat template; add one (chat_template.jinja) or use an "
+                              "instruct tokenizer")
+    model.train()
+    return model, tok
+
+
+# --- trl arguments ---------------------------------------------------------------------------
+
+
+def tensorboard_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorboard") is not None or importlib.util.find_spec("tensorboardX") is not None
+
+
+def base_defaults(seed: int) -> dict[str, Any]:
+    """Defaults shared by SFT and RL (the lowest precedence)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {
+        "seed": seed,
+        "data_seed": seed,
+        "bf16": cuda and torch.cuda.is_bf16_supported(),
+        "fp16": False,
+        "use_cpu": not cuda,
+        "gradient_checkpointing": False,
+        "lr_scheduler_type": "constant_with_warmup",
+        "warmup_steps": 5,
+        "weight_decay": 0.0,
+        "save_strategy": "steps",
+        "save_steps": 25,
+        "save_total_limit": 1,
+        "disable_tqdm": True,
+        "report_to": ["tensorboard"] if tensorboard_installed() else "none",
+        "dataloader_num_workers": 0,
+    }
+
+
+SFT_DEFAULTS: dict[str, Any] = {"per_device_train_batch_size": 8, "learning_rate": 5e-4, "logging_steps": 5}
+RL_DEFAULTS: dict[str, Any] = {"per_device_train_batch_size": 8, "num_generations": 4, "learning_rate": 5e-5,
+                               "logging_steps": 1, "beta": 0.0, "temperature": 1.0, "shuffle_dataset": True}
+
+
+def make_args(kind: str, output_dir: Path, seed: int, overrides: Mapping[str, Any], extra: Mapping[str, Any]) -> Any:
+    """trl's SFTConfig / GRPOConfig: aclarena's defaults < ``extra`` (the runner's) < ``overrides`` (the user's)."""
+    from trl import GRPOConfig, SFTConfig
+
+    from aclarena.train.config import check_trl
+
+    try:
+        check_trl(kind, overrides)
+    except ConfigError as e:
+        raise ConfigError(str(e)) from None
+    kwargs = {**base_defaults(seed), **(SFT_DEFAULTS if kind == "sft" else RL_DEFAULTS), **extra, **overrides}
+    kwargs["output_dir"] = str(output_dir)
+    if kwargs.get("report_to") not in (None, "none", []) and "logging_dir" not in overrides:
+        kwargs["logging_dir"] = str(output_dir / "runs")
+    cls = SFTConfig if kind == "sft" else GRPOConfig
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"trl rejects the {kind.upper()} settings: {first}") from None
+
+
+# --- shared machinery ------------------------------------------------------------------------
+
+
+def quiet() -> None:
+    """Keep training output to aclarena's own progress view."""
+    import warnings
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    with contextlib.suppress(ImportError):
+        import datasets
+
+        datasets.disable_progress_bars()
+        datasets.logging.set_verbosity_error()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"trl(\.|$)")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"(trl|transformers|accelerate)(\.|$)")
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+
+
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def wait_for_everyone() -> None:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from accelerate import PartialState
+
+        PartialState().wait_for_everyone()
+
+
+def last_checkpoint(work_dir: Path) -> str | None:
+    """The newest *complete* trainer checkpoint in ``work_dir`` (None if there is none).
+
+    The Trainer writes a checkpoint's ``trainer_state.json`` after its weights, optimizer and RNG
+    states, so a checkpoint whose state file is missing or unreadable was cut short (a kill, a
+    full disk) and is removed rather than resumed from.
+    """
+    if not work_dir.is_dir():
+        return None
+    found = []
+    for p in work_dir.glob("checkpoint-*"):
+        with contextlib.suppress(ValueError):
+            found.append((int(p.name.rsplit("-", 1)[1]), p))
+    for _, p in sorted(found, reverse=True):
+        try:
+            json.loads((p / "trainer_state.json").read_text(encoding="utf-8"))
+            return str(p)
+        except (OSError, ValueError):
+            if is_main_process():
+                shutil.rmtree(p, ignore_errors=True)
+    return None
+
+
+def _prepare_work(work_dir: Path, fingerprint: str | None) -> None:
+    """Keep the trainer checkpoints of an interrupted run of the same phase; discard others."""
+    state = work_dir / WORK_STATE
+    if work_dir.is_dir() and is_main_process():
+        old = None
+        with contextlib.suppress(OSError, ValueError):
+            old = json.loads(state.read_text(encoding="utf-8")).get("fingerprint")
+        if old != fingerprint:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    if is_main_process():
+        work_dir.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(state, {"fingerprint": fingerprint})
+    wait_for_everyone()
+
+
+def _clean_log(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for row in history:
+        out.append({k: (float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
+                    for k, v in row.items() if isinstance(v, int | float | str) and not isinstance(v, bool)})
+    return out
+
+
+def _train_and_save(trainer: Any, tokenizer: Any, out_dir: Path, work_dir: Path, *, what: str,
+                    meta: Mapping[str, Any], fingerprint: str | None, keep_work: bool) -> PhaseResult:
+    from aclarena.train.progress import remove_printer
+
+    remove_printer(trainer)
+    resume = last_checkpoint(work_dir)
+    resumed_from = None
+    if resume is not None:
+        with contextlib.suppress(ValueError):
+            resumed_from = int(Path(resume).name.rsplit("-", 1)[-1])
+    t0 = time.monotonic()
+    with disk_errors(what):
+        trainer.train(resume_from_checkpoint=resume)
+        elapsed = time.monotonic() - t0
+        if is_main_process() and out_dir.exists():
+            shutil.rmtree(out_dir)  # leftovers of a save that was interrupted (no marker)
+        wait_for_everyone()
+        trainer.save_model(str(out_dir))
+        history = _clean_log(trainer.state.log_history)
+        steps = int(trainer.state.global_step)
+        if is_main_process():
+            tokenizer.padding_side = "left"  # generation pads left; trl saves 'right'
+            tokenizer.save_pretrained(str(out_dir))
+            _write_json_atomic(out_dir / LOG_FILE, history)
+            marker = {"fingerprint": fingerprint, "steps": steps, "time_s": round(elapsed, 3),
+                      "resumed_from_step": resumed_from, "finished_at": time.time(), "meta": dict(meta)}
+            _write_json_atomic(out_dir / MARKER, marker)  # last: the phase is finished from here on
+            if not keep_work:
+                shutil.rmtree(work_dir, ignore_errors=True)
+        wait_for_everyone()
+    return PhaseResult(folder=out_dir, steps=steps, time_s=elapsed, log_history=history,
+                       resumed_from_step=resumed_from, meta=dict(meta))
+
+
+def _default_work(out_dir: Path) -> Path:
+    return out_dir.parent / f".work-{out_dir.name}"
+
+
+# --- the runners -----------------------------------------------------------------------------
+
+
+def run_sft(
+    start: str | os.PathLike[str],
+    records: Sequence[Mapping[str, Any]] | Any,
+    out_dir: str | os.PathLike[str],
+    *,
+    trl: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    callbacks: Sequence[TrainerCallback] = (),
+    work_dir: str | os.PathLike[str] | None = None,
+    fingerprint: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+    keep_trainer_checkpoints: bool = False,
+    model: Any = None,
+    tokenizer: Any = None,
+    chat_template: str | None = None,
+) -> PhaseResult:
+    """Supervised fine-tuning of ``start`` on ``records`` into ``out_dir``; resumable.
+
+    Args:
+        start: HF folder or hub id of the starting checkpoint (``model``/``tokenizer`` may be
+            given already loaded instead, e.g. a freshly initialised base).
+        records: conversations ``{"messages": [...], "tools": [...] | JSON string | None}``
+            (loss on assistant tokens only) or plain ``{"text": ...}`` (loss on every token);
+            a list or a ``datasets.Dataset``.
+        out_dir: the checkpoint folder; holds the completion marker once finished.
+        trl: ``SFTConfig`` overrides (they win over aclarena's defaults).
+        seed: training seed (data order, initialisation of anything random).
+        callbacks: extra ``TrainerCallback`` objects (monitoring, progress).
+        work_dir: where trainer checkpoints go (default: a hidden sibling of ``out_dir``).
+        fingerprint: identity of the phase's settings; a finished folder with another one is an error.
+        meta: recorded in the marker (name, parent, domain...).
+        chat_template: replaces the starting tokenizer's chat template (saved with the result).
+    """
+    out = Path(out_dir)
+    done = finished(out, fingerprint)
+    if done is not None:
+        return done
+    quiet()
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    work = Path(work_dir) if work_dir is not None else _default_work(out)
+    check_writable(out.parent)
+    _prepare_work(work, fingerprint)
+    if model is None or tokenizer is None:
+        model, tokenizer = load_start(start, chat_template=chat_template)
+    ds = records if isinstance(records, Dataset) else Dataset.from_list([dict(r) for r in records])
+    if len(ds) == 0:
+        raise ConfigError(f"no training records for {out.name}; check the phase's data settings")
+    conversational = "messages" in ds.column_names
+    keep = ["messages", "tools"] if conversational else ["text"]
+    if not conversational and "text" not in ds.column_names:
+        raise ConfigError(f"SFT records for {out.name} need `messages` (conversations) or `text`; got columns "
+                          f"{ds.column_names}")
+    ds = ds.remove_columns([c for c in ds.column_names if c not in keep])
+    positions = int(getattr(model.config, "max_position_embeddings", 1024) or 1024)
+    extra = {"assistant_only_loss": conversational, "max_length": min(positions, 4096), "packing": False}
+    args = make_args("sft", work, seed, dict(trl or {}), extra)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer,
+                         callbacks=list(callbacks))
+    return _train_and_save(trainer, tokenizer, out, work, what=f"training {out.name}", meta=meta or {},
+                           fingerprint=fingerprint, keep_work=keep_trainer_checkpoints)
+
+
+def run_rl(
+    start: str | os.PathLike[str],
+    data: RLData,
+    out_dir: str | os.PathLike[str],
+    *,
+    trl: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    callbacks: Sequence[TrainerCallback] = (),
+    work_dir: str | os.PathLike[str] | None = None,
+    fingerprint: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+    keep_trainer_checkpoints: bool = False,
+    chat_template: str | None = None,
+) -> PhaseResult:
+    """GRPO of ``start`` on ``data`` (prompts, rewards, optional multi-turn rollout) into ``out_dir``; resumable.
+
+    Arguments as :func:`run_sft`; ``trl`` overrides ``GRPOConfig``. Build ``data`` for an arena
+    domain with :func:`aclarena.train.data.arena_rl_data`.
+    """
+    out = Path(out_dir)
+    done = finished(out, fingerprint)
+    if done is not None:
+        return done
+    quiet()
+    from trl import GRPOTrainer
+
+    work = Path(work_dir) if work_dir is not None else _default_work(out)
+    check_writable(out.parent)
+    _prepare_work(work, fingerprint)
+    model, tokenizer = load_start(start, chat_template=chat_template)
+    tokenizer.padding_side = "left"
+    extra: dict[str, Any] = {"max_completion_length": data.max_completion_length}
+    args = make_args("rl", work, seed, dict(trl or {}), extra)
+    gen_batch = (args.generation_batch_size or args.per_device_train_batch_size * (args.steps_per_generation or 1))
+    if gen_batch % args.num_generations:
+        raise ConfigError(f"the generation batch ({gen_batch}) must be a multiple of num_generations "
+                          f"({args.num_generations}); change per_device_train_batch_size or num_generations")
+    kwargs: dict[str, Any] = {}
+    if data.rollout is not None:
+        kwargs["rollout_func"] = data.rollout
+    trainer = GRPOTrainer(model=model, reward_funcs=data.reward_funcs, args=args, train_dataset=data.dataset,
+                          processing_class=tokenizer, callbacks=list(callbacks), **kwargs)
+    return _train_and_save(trainer, tokenizer, out, work, what=f"training {out.name}", meta=meta or {},
+                           fingerprint=fingerprint, keep_work=keep_trainer_checkpoints)

@@ -1,0 +1,18 @@
+"""The curricula shipped with aclarena: ``mini`` (what ``aclarena-diag demo`` trains) and ``tiny``
+(every phase at toy size, for tests). examples/mini.toml and examples/tiny.toml are the same
+files (a test keeps them identical)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aclarena.errors import unknown_name
+
+PRESETS = ("mini", "tiny")
+
+
+def preset_path(name: str) -> Path:
+    """The TOML file of a shipped curriculum."""
+    if name not in PRESETS:
+        raise unknown_name("preset", name, PRESETS)
+    return Path(__file__).with_name(f"{name}.toml")
