@@ -38,9 +38,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 def make(root: Path, k: int, hidden: int, layers: int) -> None:
     import torch
+    from fixtures import make_tokenizer
 
     from aclarena.models.tiny import build_model, save_checkpoint, tiny_config
-    from fixtures import make_tokenizer
 
     tok = make_tokenizer()
     cfg = tiny_config(tok, hidden_size=hidden, num_layers=layers, num_heads=max(4, hidden // 64),

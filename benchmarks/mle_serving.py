@@ -46,6 +46,7 @@ def main() -> None:
     import tempfile
 
     import torch
+    from fixtures import make_tokenizer
     from peft import LoraConfig, get_peft_model
 
     from aclarena.consolidate.contexts import env_context, training_contexts
@@ -53,7 +54,6 @@ def main() -> None:
     from aclarena.consolidate.serving import PeftExpertServer
     from aclarena.envs import DOMAINS, sample_prompts
     from aclarena.models.tiny import build_model, tiny_config
-    from fixtures import make_tokenizer
 
     if args.threads:
         torch.set_num_threads(args.threads)

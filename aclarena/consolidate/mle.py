@@ -101,8 +101,9 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
         stage_rl = _stage_rl(cfg, d)
         trl: dict[str, Any] = dict(sz.extra)
         if stage_rl is not None:
-            # the stage's RL recipe (steps, batch, generations...), at the adapters' learning rate
-            trl |= {k: v for k, v in stage_rl.trl.items() if k != "learning_rate"}
+            # the run's RL recipe for that stage (batch, generations...), at the adapters' steps and learning rate
+            trl |= {k: v for k, v in {**cfg.defaults.get("rl", {}), **stage_rl.trl}.items()
+                    if k not in ("learning_rate", "max_steps")}
         trl |= {"max_steps": sz.steps, "learning_rate": sz.lr}
         if job.options.get("batch") is not None:
             trl["per_device_train_batch_size"] = sz.batch

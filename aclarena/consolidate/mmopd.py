@@ -32,9 +32,10 @@ def run(job: Job) -> list[Output]:
     from aclarena.models.tensors import checkpoint_fingerprint
     from aclarena.store import Json, Table
     from aclarena.store.manifest import CheckpointSpec
-    from aclarena.train.phases import distill_args, finished, load_start, run_trainer
+    from aclarena.train.phases import finished, load_start, quiet, run_trainer
     from aclarena.train.progress import log_table
 
+    quiet()  # before any model is loaded: no per-model progress bars
     lin = job.lineage
     which = job.options.get("teachers") or "oracle"
     if which not in TEACHERS:
@@ -81,12 +82,14 @@ def run(job: Job) -> list[Output]:
         model.eval()
         model.requires_grad_(False)
         teachers[d] = model
-    work = job.run_dir / "work" / name
-    args = distill_args(work, job.seed, overrides)
-    trainer = multi_teacher_trainer(model=student, teachers=teachers, args=args, train_dataset=Dataset.from_list(rows),
-                                    processing_class=tok)
+    dataset = Dataset.from_list(rows)
+
+    def build(args: Any) -> Any:
+        return multi_teacher_trainer(model=student, teachers=teachers, args=args, train_dataset=dataset,
+                                     processing_class=tok)
+
     job.status(f"{name}: distilling {lin.end} from {', '.join(teacher_of.values())}")
-    res = run_trainer(trainer, tok, folder, work, what=f"training {name}", meta={"name": name, "method": "mmopd"},
-                      fingerprint=fp)
+    res = run_trainer(build, tok, folder, kind="distill", trl=overrides, seed=job.seed, fingerprint=fp,
+                      meta={"name": name, "method": "mmopd"})
     return [Output(spec, settings, time.perf_counter() - t0, data={"log": Table(log_table(res.log_history)),
                                                                   "summary": Json({"prompts": len(rows)})})]

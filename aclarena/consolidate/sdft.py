@@ -1,7 +1,7 @@
 """SDFT as the ACLArena study defines it: oracle rollouts, a reward filter, one domain-balanced mixed SFT.
 
 For each domain, the domain's single-task oracle samples ``k`` trajectories on ``n`` training
-tasks; the trajectories with reward 1 are kept (:func:`aclarena.envs.experts.rejection_sample`);
+tasks; the trajectories with reward 1 are kept (:func:`aclarena.train.data.rejection_records`);
 then one SFT phase trains on all domains at once, every batch holding an equal share of each
 domain (:func:`balanced_order`, read in order by the trainer), from the base by default
 (``--start end``: from the sequential end point).
@@ -59,26 +59,14 @@ def balanced_order(by_domain: Mapping[str, Sequence[dict[str, Any]]], batch_size
     return out
 
 
-def filtered_rollouts(model: Any, tokenizer: Any, domain: str, n: int, k: int, seed: int) -> list[dict[str, Any]]:
-    """Reward-1 trajectories of ``model`` on ``n`` train tasks of ``domain`` (``k`` samples each), as SFT records."""
-    from aclarena.envs import get_env
-    from aclarena.envs.experts import hf_ready, rejection_sample
-
-    tasks = get_env(domain).generate(n, seed=seed, split="train", variant="id")
-    tokenizer.padding_side = "left"
-    model.eval()
-    return hf_ready(rejection_sample(model, tokenizer, tasks, k=k, seed=seed))
-
-
 def top_up(records: list[dict[str, Any]], domain: str, minimum: int, seed: int) -> tuple[list[dict[str, Any]], int]:
     """``records`` with scripted expert trajectories added up to ``minimum``; returns them and how many were added."""
-    from aclarena.envs.experts import expert_dataset, hf_ready
+    from aclarena.train.data import expert_records
 
     missing = max(0, minimum - len(records))
     if not missing:
         return records, 0
-    extra = hf_ready(expert_dataset(domain, missing, seed=seed + 7919, split="train"))
-    return records + extra, missing
+    return records + expert_records(domain, missing, seed + 7919), missing
 
 
 def run(job: Any) -> list[Any]:
@@ -93,9 +81,11 @@ def run(job: Any) -> list[Any]:
     from aclarena.models.tensors import checkpoint_fingerprint
     from aclarena.store import Json, Table
     from aclarena.store.manifest import CheckpointSpec
-    from aclarena.train.phases import finished, load_start, run_sft
+    from aclarena.train.data import rejection_records
+    from aclarena.train.phases import finished, load_start, quiet, run_sft
     from aclarena.train.progress import log_table
 
+    quiet()  # before any model is loaded: no per-model progress bars
     lin = job.lineage
     domains = lin.domains
     missing = [d for d in domains if d not in lin.oracles]
@@ -136,7 +126,7 @@ def run(job: Any) -> list[Any]:
     for d in domains:
         job.status(f"{name}: rollouts of {lin.oracles[d]}")
         model, tok = load_start(infos[lin.oracles[d]].location)
-        recs = filtered_rollouts(model, tok, d, sz.n, sz.k, job.seed)
+        recs = rejection_records(model, tok, d, sz.n, sz.k, job.seed)
         del model
         kept[d] = len(recs)
         by_domain[d], filled[d] = top_up(recs, d, sz.minimum, job.seed)

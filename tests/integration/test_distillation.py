@@ -7,7 +7,12 @@ import json
 import pytest
 import torch
 
-from aclarena.consolidate.distillation import divergence_beta, multi_teacher_trainer, prompt_records, sequence_kl
+from aclarena.consolidate.distillation import (
+    divergence_beta,
+    multi_teacher_trainer,
+    prompt_records,
+    sequence_kl,
+)
 from aclarena.errors import AclarenaError
 
 
