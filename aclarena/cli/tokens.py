@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--probe", metavar="P", help="probe set to score (default: the one named like --ref; made with "
                    "defaults from the reference's domain when missing)")
     p.add_argument("--against", default="later", metavar="WHICH",
-                   help="later (default: every descendant of --ref), all, or a comma-separated list of names")
+                   help="later (default: every descendant of --ref and every consolidated checkpoint), all, or a "
+                        "comma-separated list of names")
     p.add_argument("--high", default="q=0.06", metavar="SPEC",
                    help="high-entropy set: q=FRACTION of positions (default q=0.06) or nats=THRESHOLD")
     p.add_argument("--eps", type=float, default=0.05, help="|Δ log-prob| below which a position barely moves (0.05)")
@@ -64,6 +65,12 @@ def weights_fingerprint(info: Any, manifest: Any, run_dir: str) -> str:
 def targets_of(manifest: Any, ref: str, against: str) -> list[str]:
     if against == "later":
         names = manifest.descendants(ref)
+        spec = manifest.resolve(ref)
+        if spec.kind in ("base", "stage"):
+            # consolidations are made from the whole chain, so they come after each of its stages
+            # (those of the same replicate when seeds are recorded), whatever their `parent`
+            names += [s.name for s in manifest if s.kind == "consolidated" and s.name not in names and s.name != ref
+                      and (s.seed is None or spec.seed is None or s.seed == spec.seed)]
         if not names:
             raise AclarenaError(
                 f"checkpoint {ref!r} has no later checkpoints (none has it as an ancestor in the manifest); "

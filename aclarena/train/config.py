@@ -73,20 +73,23 @@ class FieldError(ConfigError):
 
 @cache
 def trl_fields(kind: str) -> Mapping[str, Any]:
-    """``{field: default}`` of trl's ``SFTConfig`` (``kind="sft"``) or ``GRPOConfig`` (``"rl"``)."""
+    """``{field: default}`` of trl's ``SFTConfig`` (``kind="sft"``), ``GRPOConfig`` (``"rl"``) or
+    ``DistillationConfig`` (``"distill"``)."""
     if kind == "sft":
         from trl import SFTConfig as cls
     elif kind == "rl":
         from trl import GRPOConfig as cls
+    elif kind == "distill":
+        from trl import DistillationConfig as cls
     else:
-        raise ValueError(f"`kind` must be 'sft' or 'rl', got {kind!r}")
+        raise ValueError(f"`kind` must be 'sft', 'rl' or 'distill', got {kind!r}")
     return MappingProxyType({f.name: f.default for f in dataclasses.fields(cls)})
 
 
 def check_trl(kind: str, overrides: Mapping[str, Any]) -> None:
     """Raise :class:`FieldError` (field = the bad key) for a field trl's config lacks or a value of the wrong type."""
     known = trl_fields(kind)
-    cls = "SFTConfig" if kind == "sft" else "GRPOConfig"
+    cls = {"sft": "SFTConfig", "rl": "GRPOConfig", "distill": "DistillationConfig"}[kind]
     for key, value in overrides.items():
         if key in RESERVED_TRL:
             raise FieldError(key, f"trl field {key!r} is set by aclarena (per phase); remove it")

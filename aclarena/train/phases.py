@@ -252,11 +252,16 @@ def base_defaults(seed: int) -> dict[str, Any]:
 SFT_DEFAULTS: dict[str, Any] = {"per_device_train_batch_size": 8, "learning_rate": 5e-4, "logging_steps": 5}
 RL_DEFAULTS: dict[str, Any] = {"per_device_train_batch_size": 8, "num_generations": 4, "learning_rate": 5e-5,
                                "logging_steps": 1, "beta": 0.0, "temperature": 1.0, "shuffle_dataset": True}
+# on-policy distillation (trl's DistillationTrainer: the student samples every completion)
+DISTILL_DEFAULTS: dict[str, Any] = {"per_device_train_batch_size": 8, "learning_rate": 1e-4, "logging_steps": 1,
+                                    "temperature": 1.0}
+DEFAULTS: dict[str, dict[str, Any]] = {"sft": SFT_DEFAULTS, "rl": RL_DEFAULTS, "distill": DISTILL_DEFAULTS}
 
 
 def make_args(kind: str, output_dir: Path, seed: int, overrides: Mapping[str, Any], extra: Mapping[str, Any]) -> Any:
-    """trl's SFTConfig / GRPOConfig: aclarena's defaults < ``extra`` (the runner's) < ``overrides`` (the user's)."""
-    from trl import GRPOConfig, SFTConfig
+    """trl's SFTConfig / GRPOConfig / DistillationConfig (``kind`` sft, rl, distill): aclarena's
+    defaults < ``extra`` (the runner's) < ``overrides`` (the user's)."""
+    from trl import DistillationConfig, GRPOConfig, SFTConfig
 
     from aclarena.train.config import check_trl
 
@@ -264,11 +269,11 @@ def make_args(kind: str, output_dir: Path, seed: int, overrides: Mapping[str, An
         check_trl(kind, overrides)
     except ConfigError as e:
         raise ConfigError(str(e)) from None
-    kwargs = {**base_defaults(seed), **(SFT_DEFAULTS if kind == "sft" else RL_DEFAULTS), **extra, **overrides}
+    kwargs = {**base_defaults(seed), **DEFAULTS[kind], **extra, **overrides}
     kwargs["output_dir"] = str(output_dir)
     if kwargs.get("report_to") not in (None, "none", []) and "logging_dir" not in overrides:
         kwargs["logging_dir"] = str(output_dir / "runs")
-    cls = SFTConfig if kind == "sft" else GRPOConfig
+    cls = {"sft": SFTConfig, "rl": GRPOConfig, "distill": DistillationConfig}[kind]
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as e:
@@ -479,11 +484,14 @@ def run_rl(
     meta: Mapping[str, Any] | None = None,
     keep_trainer_checkpoints: bool = False,
     chat_template: str | None = None,
+    peft_config: Any = None,
 ) -> PhaseResult:
     """GRPO of ``start`` on ``data`` (prompts, rewards, optional multi-turn rollout) into ``out_dir``; resumable.
 
     Arguments as :func:`run_sft`; ``trl`` overrides ``GRPOConfig``. Build ``data`` for an arena
-    domain with :func:`aclarena.train.data.arena_rl_data`.
+    domain with :func:`aclarena.train.data.arena_rl_data`. With ``peft_config`` (a peft
+    ``LoraConfig``) only an adapter on the frozen ``start`` trains, and ``out_dir`` holds the
+    adapter alone (``adapter_model.safetensors``).
     """
     out = Path(out_dir)
     done = finished(out, fingerprint)
@@ -506,7 +514,47 @@ def run_rl(
     kwargs: dict[str, Any] = {}
     if data.rollout is not None:
         kwargs["rollout_func"] = data.rollout
+    if peft_config is not None:
+        kwargs["peft_config"] = peft_config
     trainer = GRPOTrainer(model=model, reward_funcs=data.reward_funcs, args=args, train_dataset=data.dataset,
                           processing_class=tokenizer, callbacks=list(callbacks), **kwargs)
+    return _train_and_save(trainer, tokenizer, out, work, what=f"training {out.name}", meta=meta or {},
+                           fingerprint=fingerprint, keep_work=keep_trainer_checkpoints)
+
+
+def run_trainer(
+    build: Callable[[Any], Any],
+    tokenizer: Any,
+    out_dir: str | os.PathLike[str],
+    *,
+    kind: str,
+    trl: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    work_dir: str | os.PathLike[str] | None = None,
+    fingerprint: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+    keep_trainer_checkpoints: bool = False,
+) -> PhaseResult:
+    """Any trl trainer as a resumable phase into ``out_dir`` (what :func:`run_sft` and :func:`run_rl` do
+    with theirs); for trainers aclarena does not run itself (e.g. multi-teacher distillation).
+
+    Args:
+        build: ``build(args) -> trainer``, given trl's config for ``kind`` (``sft``, ``rl`` or
+            ``distill``) made from aclarena's defaults < ``extra`` < ``trl``; its ``output_dir``
+            is the work folder, so an interrupted phase resumes from its last saved step.
+        tokenizer: saved beside the weights.
+        (the rest as :func:`run_sft`)
+    """
+    out = Path(out_dir)
+    done = finished(out, fingerprint)
+    if done is not None:
+        return done
+    quiet()
+    work = Path(work_dir) if work_dir is not None else _default_work(out)
+    check_writable(out.parent)
+    _prepare_work(work, fingerprint)
+    args = make_args(kind, work, seed, dict(trl or {}), dict(extra or {}))
+    trainer = build(args)
     return _train_and_save(trainer, tokenizer, out, work, what=f"training {out.name}", meta=meta or {},
                            fingerprint=fingerprint, keep_work=keep_trainer_checkpoints)

@@ -1,0 +1,78 @@
+"""``aclarena-diag compare``: the study-shaped comparison table of the consolidation methods.
+
+Rows: the single-task oracles and the sequential end point (reference), then each
+consolidation (its replicates together), then MLE routed by ``--router``; columns: in-domain
+suites, then out-of-domain ones; cells: mean ± std over replicates. Read from the capability
+matrix (run ``eval`` first); see :mod:`aclarena.store.comparison`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from aclarena.cli._common import add_verb, manifest_of, print_json, print_table
+from aclarena.errors import AclarenaError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        sub,
+        "compare",
+        help="the study-shaped table: consolidation methods x suites (mean ± std over replicates), oracles and the "
+             "sequential end point as reference rows",
+        examples=(
+            "aclarena-diag compare --run runs/demo",
+            "aclarena-diag compare --run runs/demo --router learned --score avg",
+            "aclarena-diag compare --run runs/demo --json",
+        ),
+    )
+    p.add_argument("--router", default="rule", help="router whose choices make the MLE row: rule, learned, bandit "
+                                                   "(default rule)")
+    p.add_argument("--score", default="greedy", choices=("greedy", "avg"), help="greedy accuracy or avg@k (default greedy)")
+    p.add_argument("--settings", metavar="ID", help="use only capability cells of this eval settings id")
+    p.set_defaults(func=run)
+
+
+def compare_report(run_dir: str, manifest: Any, *, router: str = "rule", score: str = "greedy",
+                   settings: str | None = None) -> Any:
+    """The :class:`~aclarena.store.comparison.Comparison` of a run (also used by the dashboard and tests)."""
+    from aclarena.consolidate.routers import ROUTERS
+    from aclarena.errors import unknown_name
+    from aclarena.store import ResultsStore
+    from aclarena.store.capability import load_matrix
+    from aclarena.store.comparison import comparison
+
+    if router not in ROUTERS:
+        raise unknown_name("router", router, ROUTERS)
+    store = ResultsStore(run_dir)
+    if not store.exists():
+        raise AclarenaError(f"no results.h5 in {run_dir}; run `aclarena-diag eval --run {run_dir}` first")
+    with store.reader() as r:
+        matrix = load_matrix(r, manifest, settings=settings)
+        if not matrix.cells:
+            raise AclarenaError(f"no capability matrix in {run_dir}; run `aclarena-diag eval --run {run_dir}` first")
+        return comparison(matrix, manifest, r, router=router, what="mean" if score == "greedy" else "avg_k_mean")
+
+
+def run(args: argparse.Namespace) -> int:
+    manifest = manifest_of(args)
+    cmp = compare_report(args.run, manifest, router=args.router, score=args.score, settings=args.settings)
+    if args.json:
+        print_json(cmp.to_json())
+        return 0
+    if not any(r.role in ("method", "mle") for r in cmp.rows):
+        cmp.notes.append("no consolidated models yet: run `aclarena-diag consolidate --method ...`")
+    rows = []
+    for r in cmp.rows:
+        row: dict[str, Any] = {"model": r.label}
+        for s in cmp.suites:
+            row[s] = r.cells[s].text()
+        rows.append(row)
+    heads = ["model"] + [f"{s} (id)" if s in cmp.in_domain else s for s in cmp.suites]
+    print_table(rows, ["model", *cmp.suites], headers=heads,
+                title=f"consolidation methods ({cmp.score}; mean ± std over replicates)",
+                caption="in-domain suites first, then out-of-domain; reference rows: oracles, sequential end point")
+    for n in cmp.notes:
+        print(f"note: {n}")
+    return 0

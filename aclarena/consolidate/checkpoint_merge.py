@@ -1,0 +1,250 @@
+"""Merging whole checkpoints out of core: read tensor by tensor, merge, stream to safetensors.
+
+:func:`merge_checkpoints` lines the checkpoints up with
+:class:`aclarena.models.tensors.TensorReader` (headers only, then each file read once, front to
+back, through ``preadv``), applies a method of :mod:`aclarena.consolidate.merging` to one tensor
+at a time, and streams the result into safetensors shards with
+:class:`aclarena.models.writing.ShardedWriter`; config, generation config and tokenizer are
+copied from the first merged checkpoint, so the output is an ordinary HF folder.
+
+Memory: element-wise methods (uniform, task arithmetic) work on row blocks of
+``block_elements`` entries per checkpoint; TIES (which ranks a whole tensor's magnitudes) and
+DARE (whose masks are drawn per whole tensor, so a merge does not depend on block sizes) hold
+one tensor of each checkpoint at a time: ``K + 2`` float32 copies of the largest tensor.
+
+mergekit (0.1.5) installs with this project's pins and merges out of core as well; this module
+exists so that merges run with no extra dependency and write the run's own marker and
+manifest entries (docs/consolidation.md compares the two).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aclarena.consolidate import merging
+from aclarena.errors import AclarenaError, CheckpointError
+from aclarena.models.checkpoint import CheckpointInfo, require_same_tokenizer
+from aclarena.models.tensors import TensorReader
+from aclarena.models.writing import ShardedWriter, copy_model_files
+
+MARKER = "consolidation.json"
+MERGE_METHODS = merging.METHODS
+BLOCK_ELEMENTS = 1 << 20
+
+
+@dataclass(frozen=True)
+class MergeSpec:
+    """A merge: ``method`` (uniform, task_arithmetic, ties, dare) and its settings.
+
+    ``lam`` scales the merged task vector (task arithmetic, TIES, DARE); ``density`` is the
+    share of entries TIES keeps; ``p`` DARE's drop rate and ``seed`` its mask seed.
+    """
+
+    method: str
+    lam: float = 1.0
+    density: float = 0.2
+    p: float = 0.9
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.method not in MERGE_METHODS:
+            from aclarena.errors import unknown_name
+
+            raise unknown_name("merge method", self.method, MERGE_METHODS)
+        if not (self.lam == self.lam and abs(self.lam) < float("inf")):
+            raise AclarenaError(f"λ must be a finite number, got {self.lam!r}")
+        if not 0.0 < self.density <= 1.0:
+            raise AclarenaError(f"TIES density must be in (0, 1], got {self.density!r}; e.g. 0.2 keeps the top 20%")
+        if not 0.0 <= self.p < 1.0:
+            raise AclarenaError(f"DARE drop rate must be in [0, 1), got {self.p!r}; e.g. 0.9")
+
+    @property
+    def needs_base(self) -> bool:
+        return self.method != "uniform"
+
+    def identity(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"method": self.method}
+        if self.method in ("task_arithmetic", "ties", "dare"):
+            out["lam"] = self.lam
+        if self.method == "ties":
+            out["density"] = self.density
+        if self.method == "dare":
+            out |= {"p": self.p, "seed": self.seed}
+        return out
+
+
+@dataclass
+class MergeResult:
+    folder: Path
+    spec: MergeSpec
+    sources: list[str]
+    base: str | None
+    n_tensors: int
+    bytes_written: int
+    seconds: float
+    reused: bool = False
+    copied: list[str] = field(default_factory=list)
+
+
+def check_mergeable(infos: Sequence[CheckpointInfo]) -> None:
+    """One line when checkpoints cannot be merged: not loadable, adapters, other architectures or tokenizers."""
+    for info in infos:
+        info.require_loadable()
+        if info.source == "adapter":
+            raise CheckpointError(
+                f"checkpoint {info.name!r} is a LoRA adapter; merge adapters with merge_lora_adapters (peft), "
+                "full checkpoints with merge_checkpoints"
+            )
+    first = infos[0]
+    for other in infos[1:]:
+        a, b = first.architecture, other.architecture
+        if a is not None and b is not None and a != b:
+            raise CheckpointError(
+                f"cannot merge {first.name!r} ({a}) with {other.name!r} ({b}): weight merging needs checkpoints of "
+                "one architecture trained from one base"
+            )
+        for key in ("hidden_size", "num_hidden_layers", "vocab_size", "intermediate_size"):
+            x, y = first.config.get(key), other.config.get(key)
+            if x is not None and y is not None and x != y:
+                raise CheckpointError(
+                    f"cannot merge {first.name!r} ({key} {x}) with {other.name!r} ({key} {y}): weight merging needs "
+                    "checkpoints of one architecture and size"
+                )
+    try:
+        require_same_tokenizer(list(infos))
+    except CheckpointError as e:
+        raise CheckpointError(f"{e}; merged weights would mix token ids") from None
+
+
+def fingerprint(spec: MergeSpec, infos: Sequence[CheckpointInfo], base: CheckpointInfo | None) -> str:
+    import hashlib
+
+    from aclarena.models.tensors import checkpoint_fingerprint
+
+    ident = {"spec": spec.identity(), "sources": [[i.name, checkpoint_fingerprint(i)] for i in infos],
+             "base": [base.name, checkpoint_fingerprint(base)] if base is not None else None, "version": 1}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_marker(folder: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((folder / MARKER).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def merge_checkpoints(
+    infos: Sequence[CheckpointInfo],
+    spec: MergeSpec,
+    out: str | os.PathLike[str],
+    *,
+    base: CheckpointInfo | None = None,
+    max_shard_bytes: int = 2 << 30,
+    block_elements: int = BLOCK_ELEMENTS,
+    out_dtype: torch.dtype | None = None,
+    force: bool = False,
+    on_tensor: Any = None,
+) -> MergeResult:
+    """Merge full checkpoints ``infos`` (with ``base`` for the task-vector methods) into ``out``.
+
+    The output folder is written under a temporary name and renamed when complete, with a
+    marker holding the settings; a rerun with the same inputs and settings reuses it.
+
+    Raises:
+        CheckpointError: adapters, other architectures, other tokenizers, unreadable files.
+        AclarenaError: fewer than one model, or a task-vector method without a base.
+    """
+    if not infos:
+        raise AclarenaError("nothing to merge: name at least one checkpoint")
+    if spec.needs_base and base is None:
+        raise AclarenaError(f"{spec.method} merges task vectors θ_i − θ_base: name the base checkpoint")
+    everything = ([base] if spec.needs_base and base is not None else []) + list(infos)
+    check_mergeable(everything)
+    out = Path(out)
+    fp = fingerprint(spec, infos, base if spec.needs_base else None)
+    marker = read_marker(out)
+    if marker is not None and marker.get("fingerprint") == fp and not force:
+        return MergeResult(out, spec, [i.name for i in infos], base.name if base is not None and spec.needs_base else None,
+                           int(marker.get("n_tensors", 0)), int(marker.get("bytes", 0)), 0.0, reused=True)
+    t0 = time.perf_counter()
+    tmp = out.parent / f".{out.name}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CheckpointError(f"cannot create {out.parent}: {e.strerror or e}; choose a writable --run") from None
+    n_base = 1 if spec.needs_base else 0
+    with TensorReader(everything) as reader:
+        ref = n_base  # the first merged model decides stored dtypes and extra tensors
+        layout = [(n, out_dtype or reader.dtypes(n)[ref], reader.shape(n)) for n in reader.names]
+        extras = _extra_tensors(infos[0], reader)
+        layout += [(n, t.dtype, tuple(t.shape)) for n, t in extras.items()]
+        try:
+            with ShardedWriter(tmp, layout, max_shard_bytes=max_shard_bytes,
+                               metadata={"aclarena-merge": json.dumps(spec.identity())}) as writer:
+                for name in reader.names:
+                    _merge_tensor(reader, name, spec, n_base, writer, block_elements)
+                    if on_tensor is not None:
+                        on_tensor(name)
+                for name, t in extras.items():
+                    writer.write(name, t)
+                total = writer.total_bytes
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    copied = copy_model_files(infos[0].location, tmp)
+    seconds = time.perf_counter() - t0
+    result = MergeResult(out, spec, [i.name for i in infos], base.name if base is not None and spec.needs_base else None,
+                         len(layout), total, seconds, copied=copied)
+    (tmp / MARKER).write_text(json.dumps({
+        "fingerprint": fp, "merge": spec.identity(), "sources": result.sources, "base": result.base,
+        "n_tensors": result.n_tensors, "bytes": total, "seconds": round(seconds, 3),
+    }, indent=2) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return result
+
+
+def _merge_tensor(reader: TensorReader, name: str, spec: MergeSpec, n_base: int, writer: ShardedWriter,
+                  block_elements: int) -> None:
+    if spec.method in ("uniform", "task_arithmetic"):
+        for chunk in reader.chunks(name, max_elements=block_elements):
+            ts = list(chunk.tensors)
+            if spec.method == "uniform":
+                writer.write(name, merging.uniform(ts))
+            else:
+                writer.write(name, merging.task_arithmetic(ts[0], ts[1:], spec.lam))
+        return
+    ts = reader.read(name)
+    if spec.method == "ties":
+        merged = merging.ties(ts[0], ts[1:], density=spec.density, lam=spec.lam)
+    else:
+        merged = merging.dare(ts[0], ts[1:], p=spec.p, lam=spec.lam, seed=spec.seed, tensor=name)
+    writer.write(name, merged)
+
+
+def _extra_tensors(info: CheckpointInfo, reader: TensorReader) -> dict[str, torch.Tensor]:
+    """Non-floating tensors (integer buffers) of the first model, copied as they are."""
+    if not reader.skipped:
+        return {}
+    from safetensors import safe_open
+
+    out: dict[str, torch.Tensor] = {}
+    for name in reader.skipped:
+        meta = info.tensors.get(name)
+        if meta is None:
+            continue
+        with safe_open(str(meta.file), framework="pt") as f:
+            out[name] = f.get_tensor(name)
+    return out

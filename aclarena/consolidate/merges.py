@@ -1,0 +1,118 @@
+"""The merge methods of ``consolidate``: merge-uniform, merge-ta (λ sweep), merge-ties, merge-dare.
+
+Sources (``--sources``): ``stages`` (default: the checkpoint ending each stage of the chain,
+as the study's uniform merge), ``oracles`` (the single-task oracles, each trained from the
+base: the setting task arithmetic, TIES and DARE were designed for), or explicit names. Task
+vectors are ``τ_i = θ_i − θ_base``. Full checkpoints are merged out of core
+(:mod:`aclarena.consolidate.checkpoint_merge`); LoRA adapters on one model are merged with peft's
+``cat`` (:mod:`aclarena.consolidate.lora_merge`), exact for uniform and task arithmetic.
+
+Defaults: task arithmetic sweeps λ over 0.25, 0.5, 0.75 and 1.0 (one checkpoint each);
+TIES keeps 20% of each task vector (density 0.2) with λ = 1; DARE drops half of each task
+vector (``--drop 0.5``; the paper's 0.9 suits large models, whose updates are more redundant
+than a few-million-parameter model's) and averages the rescaled vectors (λ = 1/K, as
+mergekit's ``normalize``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aclarena.consolidate.checkpoint_merge import MergeSpec, merge_checkpoints
+from aclarena.consolidate.methods import Job, Output
+from aclarena.errors import AclarenaError
+from aclarena.store.manifest import CheckpointSpec
+
+DEFAULT_LAMBDAS = (0.25, 0.5, 0.75, 1.0)
+MERGE_OF = {"merge-uniform": "uniform", "merge-ta": "task_arithmetic", "merge-ties": "ties", "merge-dare": "dare"}
+
+
+def source_names(job: Job) -> tuple[list[str], str]:
+    """The checkpoints to merge and the name tag of that choice (``""``, ``-oracles``, ``-custom``)."""
+    choice = job.options.get("sources") or "stages"
+    lin = job.lineage
+    if choice == "stages":
+        return list(lin.stages.values()), ""
+    if choice == "oracles":
+        if not lin.oracles:
+            raise AclarenaError("the manifest has no oracles (kind = \"oracle\") for this replicate; merge --sources stages "
+                                "or train the oracles")
+        return [lin.oracles[d] for d in lin.domains if d in lin.oracles], "-oracles"
+    names = [n.strip() for n in str(choice).split(",") if n.strip()]
+    for n in names:
+        job.manifest.resolve(n)
+    if len(names) < 2:
+        raise AclarenaError("--sources needs at least two checkpoints (or 'stages' / 'oracles')")
+    return names, "-custom"
+
+
+def run(job: Job) -> list[Output]:
+    from aclarena.models.checkpoint import inspect
+
+    method = job.options["method"]
+    kind = MERGE_OF[method]
+    names, tag = source_names(job)
+    prefix = job.options.get("name") or f"{method}{tag}"
+    specs = [job.manifest.resolve(n) for n in names]
+    adapters = [s for s in specs if s.is_adapter]
+    if adapters and len(adapters) != len(specs):
+        raise AclarenaError(f"cannot merge full checkpoints with LoRA adapters ({adapters[0].name}); merge one kind")
+    if adapters:
+        return _merge_adapters(job, kind, specs, prefix)
+    seen: dict[str, Any] = {}
+    infos = [inspect(s, job.manifest, job.run_dir, _seen=seen) for s in specs]
+    base = inspect(job.manifest.resolve(job.lineage.base), job.manifest, job.run_dir, _seen=seen)
+    k = len(infos)
+    if kind == "task_arithmetic":
+        lambdas = job.options.get("lambdas") or DEFAULT_LAMBDAS
+        plans = [(f"{prefix}-l{lam:g}", MergeSpec(kind, lam=lam)) for lam in lambdas]
+    elif kind == "ties":
+        plans = [(prefix, MergeSpec(kind, density=job.options.get("density", 0.2), lam=job.options.get("lam") or 1.0))]
+    elif kind == "dare":
+        lam = job.options.get("lam") or 1.0 / k
+        plans = [(prefix, MergeSpec(kind, p=job.options.get("drop", 0.5), lam=lam, seed=job.seed))]
+    else:
+        plans = [(prefix, MergeSpec(kind))]
+    outputs = []
+    for stem, spec in plans:
+        name = stem + job.lineage.suffix
+        job.status(f"{name}: {spec.method} of {', '.join(names)}")
+        t0 = time.perf_counter()
+        res = merge_checkpoints(infos, spec, job.folder(name), base=base, force=job.force)
+        out_spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method=method,
+                                  parent=job.lineage.base, seed=job.lineage.seed)
+        settings = {"merge": spec.identity(), "sources": names, "base": res.base, "k": k}
+        outputs.append(Output(out_spec, settings, time.perf_counter() - t0, reused=res.reused))
+    return outputs
+
+
+def _merge_adapters(job: Job, kind: str, specs: list[CheckpointSpec], prefix: str) -> list[Output]:
+    from aclarena.consolidate.lora_merge import merge_lora_adapters
+    from aclarena.models.checkpoint import inspect
+    from aclarena.models.loading import load_model
+
+    ons = {s.on for s in specs}
+    if len(ons) != 1:
+        raise AclarenaError(f"the adapters are applied on different models ({', '.join(sorted(map(str, ons)))}); "
+                            "merge adapters of one model")
+    if kind not in ("uniform", "task_arithmetic"):
+        raise AclarenaError(f"{kind} has no exact form for LoRA adapters (it trims or drops entries of the dense delta); "
+                            "merge adapters with merge-uniform or merge-ta")
+    on = ons.pop()
+    assert on is not None
+    k = len(specs)
+    plans = ([(prefix, 1.0 / k)] if kind == "uniform" else
+             [(f"{prefix}-l{lam:g}", lam) for lam in (job.options.get("lambdas") or DEFAULT_LAMBDAS)])
+    outputs = []
+    folders = [(s.name, inspect(s, job.manifest, job.run_dir).location) for s in specs]
+    for stem, w in plans:
+        name = stem + job.lineage.suffix
+        t0 = time.perf_counter()
+        base_model = load_model(on, job.manifest, job.run_dir)
+        merge_lora_adapters(base_model, folders, [w] * k, job.folder(name))
+        spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method=job.options["method"],
+                              parent=on, on=on, seed=job.lineage.seed)
+        settings = {"merge": {"method": kind, "weight": w, "lora": "cat"}, "sources": [s.name for s in specs], "k": k}
+        outputs.append(Output(spec, settings, time.perf_counter() - t0))
+    return outputs

@@ -1,0 +1,105 @@
+"""The registry of consolidation methods and what a method run takes and gives.
+
+A method module (``aclarena.consolidate.<module>``) has ``run(job: Job) -> list[Output]``: it
+consolidates one replicate of the curriculum (:class:`~aclarena.consolidate.sources.Lineage`)
+into one or more checkpoints under ``<run>/checkpoints/`` and returns their manifest entries;
+``aclarena-diag consolidate`` adds them to the manifest and records each in results.h5.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aclarena.consolidate.sources import Lineage
+from aclarena.errors import unknown_name
+from aclarena.store.manifest import CheckpointSpec, Manifest
+
+CHECKPOINTS = "checkpoints"
+RESULT_ROOT = "consolidate"
+RESULT_TYPE = "consolidation"
+RESULT_VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class Method:
+    """A consolidation method: its name, a one-line summary, its module, and whether it has a seed of its own."""
+
+    name: str
+    summary: str
+    module: str
+    seeded: bool
+
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("mmopd", "multi-teacher on-policy distillation of the end point, each prompt's domain teacher, "
+           "per-token reverse KL", "mmopd", True),
+    Method("sdft", "oracle rollouts, reward filter, one domain-balanced mixed SFT (the study's SDFT)", "sdft", True),
+    Method("merge-uniform", "uniform average of the stage checkpoints", "merges", False),
+    Method("merge-ta", "task arithmetic θ_base + λ Σ τ_i, one model per λ of the sweep", "merges", False),
+    Method("merge-ties", "TIES: trim, elect sign, disjoint mean", "merges", False),
+    Method("merge-dare", "DARE: drop with p, rescale by 1/(1-p), add", "merges", True),
+    Method("mle", "frozen SDFT backbone + one LoRA expert per domain trained by GRPO, routed by execution context",
+           "mle", True),
+)}
+
+
+def get_method(name: str) -> Method:
+    """The method called ``name``; unknown names fail with a did-you-mean."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise unknown_name("consolidation method", name, METHODS, hint="see `aclarena-diag consolidate --help`") from None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One replicate to consolidate: the run, its manifest, the lineage, the method's options and seed."""
+
+    run_dir: Path
+    manifest: Manifest
+    lineage: Lineage
+    options: Mapping[str, Any]
+    seed: int
+    force: bool = False
+    progress: Callable[[str], None] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def folder(self, name: str) -> Path:
+        return self.run_dir / CHECKPOINTS / name
+
+    def status(self, text: str) -> None:
+        """Show what is being done (the progress bar's label)."""
+        if self.progress is not None:
+            self.progress(text)
+
+    def note(self, text: str) -> None:
+        """A note for the user, printed after the table."""
+        self.notes.append(text)
+
+
+@dataclass(frozen=True)
+class Output:
+    """A consolidated checkpoint: its manifest entry and how it was made."""
+
+    spec: CheckpointSpec
+    settings: Mapping[str, Any]
+    seconds: float
+    reused: bool = False
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+def run_method(method: Method, job: Job) -> list[Output]:
+    module = importlib.import_module(f"aclarena.consolidate.{method.module}")
+    try:
+        return module.run(job)
+    except ModuleNotFoundError as e:
+        if e.name is not None and e.name.startswith("aclarena.train"):
+            from aclarena.errors import AclarenaError
+
+            raise AclarenaError(f"{method.name} trains models and needs aclarena's training core (aclarena.train), "
+                                "which this installation lacks") from None
+        raise

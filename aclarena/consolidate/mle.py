@@ -1,0 +1,236 @@
+"""MLE: a frozen SDFT backbone, one LoRA expert per domain trained by GRPO, routed by execution context.
+
+For one replicate, :func:`run`
+
+1. finds the SDFT backbone (``sdft[-s<r>]``, made by ``consolidate --method sdft``);
+2. trains one LoRA adapter per curriculum domain on it with GRPO in that domain's
+   environment (the backbone is frozen: only the adapter's weights train), registered as
+   ``mle-<domain>[-s<r>]`` with ``on`` = the backbone;
+3. trains and scores the routers (:mod:`aclarena.consolidate.routers`) on labelled contexts
+   and writes ``routing/<router>``;
+4. routes each suite's deployed context with every router and records, under
+   ``consolidate/mle[-s<r>]``, which checkpoint answers it (an expert, or the backbone when
+   the router finds none): ``compare`` builds the MLE row from that.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from aclarena.consolidate.methods import Job, Output
+from aclarena.errors import AclarenaError
+
+ROUTER_TRAIN_N = 60
+ROUTER_EVAL_N = 20
+
+
+def expert_name(domain: str, suffix: str) -> str:
+    return f"mle-{domain}{suffix}"
+
+
+def backbone_name(suffix: str) -> str:
+    return f"sdft{suffix}"
+
+
+def run(job: Job) -> list[Output]:
+    from aclarena.envs import DOMAINS
+
+    domains = job.lineage.domains
+    foreign = [d for d in domains if d not in DOMAINS]
+    if foreign:
+        raise AclarenaError(f"MLE routes by the arena environments' contexts; domain {foreign[0]!r} has no environment "
+                            f"in the arena (known: {', '.join(DOMAINS)})")
+    outputs: list[Output] = []
+    if not job.options.get("routers_only"):
+        outputs += train_experts(job, domains)
+    if job.lineage.replicate == 0:
+        for note in score_routers(job, domains):
+            job.note(note)
+    if outputs:
+        record_routes(job, domains)
+    return outputs
+
+
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def lora_settings(options: Any) -> dict[str, Any]:
+    """Rank, alpha and target modules of the experts (``--lora-r``, ``--lora-alpha``, ``--target-modules``)."""
+    r = int(options.get("lora_r") or 8)
+    alpha = int(options.get("lora_alpha") or 2 * r)
+    targets = options.get("target_modules") or ",".join(DEFAULT_TARGETS)
+    targets = [t.strip() for t in str(targets).split(",") if t.strip()]
+    if r < 1 or alpha < 1 or not targets:
+        raise AclarenaError("--lora-r and --lora-alpha must be positive and --target-modules must name modules")
+    return {"r": r, "lora_alpha": alpha, "target_modules": targets}
+
+
+def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
+    """One LoRA expert per domain on the frozen SDFT backbone, trained by GRPO in the domain's environment."""
+    import hashlib
+    import json
+
+    from peft import LoraConfig
+
+    from aclarena.consolidate.recipe import curriculum, parse_trl, sizes
+    from aclarena.consolidate.serving import expert_parameters
+    from aclarena.models.checkpoint import inspect
+    from aclarena.models.tensors import checkpoint_fingerprint
+    from aclarena.store import Table
+    from aclarena.store.manifest import CheckpointSpec
+    from aclarena.train.data import arena_rl_data
+    from aclarena.train.phases import finished, run_rl
+    from aclarena.train.progress import log_table
+
+    suffix = job.lineage.suffix
+    backbone = backbone_name(suffix)
+    if backbone not in job.manifest:
+        raise AclarenaError(f"MLE trains its experts on the SDFT backbone {backbone!r}, which the run does not have yet; "
+                            f"run `aclarena-diag consolidate --run {job.run_dir} --method sdft` first (same --seeds)")
+    info = inspect(job.manifest.resolve(backbone), job.manifest, job.run_dir)
+    info.require_loadable()
+    lora = lora_settings(job.options)
+    sz = sizes("mle", job.run_dir, job.options)
+    cfg = curriculum(job.run_dir)
+    positions = int(info.config.get("max_position_embeddings") or 1024)
+    outputs = []
+    for d in domains:
+        name = expert_name(d, suffix)
+        stage_rl = _stage_rl(cfg, d)
+        trl: dict[str, Any] = dict(sz.extra)
+        if stage_rl is not None:
+            # the run's RL recipe for that stage (batch, generations...), at the adapters' steps and learning rate
+            trl |= {k: v for k, v in {**cfg.defaults.get("rl", {}), **stage_rl.trl}.items()
+                    if k not in ("learning_rate", "max_steps")}
+        trl |= {"max_steps": sz.steps, "learning_rate": sz.lr}
+        if job.options.get("batch") is not None:
+            trl["per_device_train_batch_size"] = sz.batch
+        trl |= parse_trl(job.options.get("trl"))
+        settings = {"backbone": backbone, "domain": d, "lora": lora, "n": sz.n, "trl": trl, "seed": job.seed,
+                    "max_turns": getattr(stage_rl, "max_turns", None),
+                    "max_new_tokens": getattr(stage_rl, "max_new_tokens", None)}
+        fp = hashlib.sha256(json.dumps({"settings": settings, "backbone": checkpoint_fingerprint(info)},
+                                       sort_keys=True, default=str).encode()).hexdigest()[:16]
+        folder = job.folder(name)
+        spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method="mle", domain=d,
+                              phase="rl", parent=backbone, on=backbone, seed=job.lineage.seed)
+        done = finished(folder, fp)
+        if done is not None and not job.force:
+            outputs.append(Output(spec, {**settings, "parameters": expert_parameters(folder)}, done.time_s, reused=True))
+            continue
+        job.status(f"{name}: GRPO of a LoRA expert on {backbone}")
+        data = arena_rl_data(d, sz.n, job.seed, max_context=positions, max_turns=settings["max_turns"],
+                             max_new_tokens=settings["max_new_tokens"])
+        t0 = time.perf_counter()
+        res = run_rl(info.location, data, folder, trl=trl, seed=job.seed, fingerprint=fp,
+                     meta={"name": name, "method": "mle", "domain": d},
+                     peft_config=LoraConfig(task_type="CAUSAL_LM", **lora))
+        outputs.append(Output(spec, {**settings, "parameters": expert_parameters(folder)}, time.perf_counter() - t0,
+                              data={"log": Table(log_table(res.log_history))}))
+    return outputs
+
+
+def _stage_rl(cfg: Any, domain: str) -> Any:
+    if cfg is None:
+        return None
+    try:
+        stage = cfg.stage(domain)
+    except Exception:  # a curriculum without that stage: the defaults apply
+        return None
+    return next((p for p in stage.phases if p.kind == "rl"), None)
+
+
+def _success_signal(job: Job, domains: Sequence[str]) -> Any:
+    from aclarena.consolidate.routers import MatrixSuccess
+    from aclarena.store import ResultsStore
+    from aclarena.store.capability import load_matrix
+
+    mode = job.options.get("router_reward", "auto")
+    if mode not in ("auto", "measured", "simulated"):
+        from aclarena.errors import unknown_name
+
+        raise unknown_name("router reward", mode, ("auto", "measured", "simulated"))
+    if mode == "simulated":
+        return MatrixSuccess.simulated(domains)
+    rates: dict[str, dict[str, float]] = {}
+    store = ResultsStore(job.run_dir)
+    if store.exists():
+        with store.reader() as r:
+            matrix = load_matrix(r, job.manifest)
+        for e in domains:
+            rates[e] = {d: matrix.value(expert_name(e, job.lineage.suffix), f"{d}/id") for d in domains}
+    complete = bool(rates) and all(v == v for row in rates.values() for v in row.values())
+    if complete:
+        return MatrixSuccess(rates, "measured")
+    if mode == "measured":
+        raise AclarenaError("--router-reward measured needs every MLE expert scored on every domain's in-domain suite; "
+                            f"run `aclarena-diag eval --run {job.run_dir} --suites id` first")
+    return MatrixSuccess.simulated(domains)
+
+
+def score_routers(job: Job, domains: Sequence[str]) -> list[str]:
+    """Train and score every router of ``--routers``; write ``routing/<router>``; one note per router."""
+    from aclarena.consolidate.contexts import evaluation_contexts, fingerprint, training_contexts
+    from aclarena.consolidate.router_eval import evaluate_router, write_report
+    from aclarena.consolidate.routers import build_router
+    from aclarena.store import ResultsStore
+
+    names = list(job.options.get("routers") or ("rule", "learned", "bandit"))
+    train = training_contexts(domains, n=ROUTER_TRAIN_N, seed=job.seed)
+    held = evaluation_contexts(domains, n=ROUTER_EVAL_N, seed=job.seed + 1)
+    signal = _success_signal(job, domains)
+    store = ResultsStore(job.run_dir)
+    notes = []
+    for name in names:
+        t0 = time.perf_counter()
+        router = build_router(name, domains, train, signal=signal, seed=job.seed)
+        fit_s = time.perf_counter() - t0
+        settings: dict[str, Any] = {"experts": list(domains), "train_n": ROUTER_TRAIN_N, "eval_n": ROUTER_EVAL_N,
+                                    "seed": job.seed, "fit_seconds": round(fit_s, 3)}
+        extra: dict[str, Any] = {}
+        if name == "bandit":
+            settings["reward"] = signal.source
+            import numpy as np
+
+            extra["regret"] = np.asarray(router.log.regret, dtype=np.float64)  # type: ignore[attr-defined]
+        report = evaluate_router(router, held, settings)
+        write_report(store, report, fingerprint=fingerprint(held), extra=extra)
+        parts = [f"{g.group} {g.accuracy:.2f}" for g in report.groups]
+        notes.append(f"{name} router: " + ", ".join(parts))
+    return notes
+
+
+def record_routes(job: Job, domains: Sequence[str]) -> None:
+    """Route every suite's deployed context; write ``consolidate/mle[-s<r>]`` with the answering checkpoints."""
+    from aclarena.consolidate.contexts import env_context, training_contexts
+    from aclarena.consolidate.routers import FALLBACKS, build_router
+    from aclarena.envs import SUITES
+    from aclarena.errors import unknown_name
+    from aclarena.store import Json, ResultsStore
+
+    suffix = job.lineage.suffix
+    backbone = backbone_name(suffix)
+    fallback = job.options.get("fallback", "backbone")
+    if fallback not in FALLBACKS:
+        raise unknown_name("fallback policy", fallback, FALLBACKS)
+    names = list(job.options.get("routers") or ("rule", "learned", "bandit"))
+    train = training_contexts(domains, n=ROUTER_TRAIN_N, seed=job.seed)
+    signal = _success_signal(job, domains)
+    routes: dict[str, dict[str, Any]] = {}
+    for name in names:
+        router = build_router(name, domains, train, signal=signal, seed=job.seed)
+        routes[name] = {}
+        for suite, (env, variant) in SUITES.items():
+            r = router.route(env_context(env, variant))
+            if r.expert is not None:
+                ckpt: str | None = expert_name(r.expert, suffix)
+            else:
+                ckpt = backbone if fallback == "backbone" else None  # refuse: the suite is not served
+            routes[name][suite] = {"expert": r.expert, "checkpoint": ckpt, "reason": r.reason}
+    ResultsStore(job.run_dir).write(
+        f"consolidate/mle{suffix}", {"routes": Json(routes), "experts": Json({d: expert_name(d, suffix) for d in domains}),
+                                     "backbone": Json(backbone)},
+        result_type="consolidation", attrs={"method": "mle", "replicate": job.lineage.replicate, "fallback": fallback,
+                                            "seed": job.seed}, overwrite=True)

@@ -1,0 +1,143 @@
+"""SDFT as the ACLArena study defines it: oracle rollouts, a reward filter, one domain-balanced mixed SFT.
+
+For each domain, the domain's single-task oracle samples ``k`` trajectories on ``n`` training
+tasks; the trajectories with reward 1 are kept (:func:`aclarena.train.data.rejection_records`);
+then one SFT phase trains on all domains at once, every batch holding an equal share of each
+domain (:func:`balanced_order`, read in order by the trainer), from the base by default
+(``--start end``: from the sequential end point).
+
+A domain whose oracle solves too few tasks is topped up with the arena's scripted expert
+trajectories, and the run records how many (``settings.filled``): on a tiny model an oracle of a
+hard domain may solve almost nothing, and SFT on nothing would drop the domain silently.
+
+Not to be confused with *Self-Distillation Fine-Tuning* (Yang et al., 2024, arXiv 2402.13669),
+also abbreviated SDFT, which fine-tunes on the model's own rewrites of demonstrations
+(demonstration-conditioned self-distillation); docs/consolidation.md compares the two.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aclarena.errors import AclarenaError
+
+
+def balanced_order(by_domain: Mapping[str, Sequence[dict[str, Any]]], batch_size: int, n_batches: int,
+                   seed: int) -> list[dict[str, Any]]:
+    """``n_batches`` consecutive batches of ``batch_size`` records, each with ``batch_size / D`` of every domain.
+
+    Each domain's records are cycled through in a shuffled order (reshuffled on every pass),
+    and each batch is shuffled, so a trainer reading the list in order (a sequential sampler)
+    sees every domain equally in every batch.
+    """
+    domains = [d for d in by_domain]
+    if not domains:
+        raise AclarenaError("no domain to train on")
+    empty = [d for d in domains if not by_domain[d]]
+    if empty:
+        raise AclarenaError(f"no training record for domain {empty[0]!r}; SDFT needs every domain")
+    if batch_size % len(domains):
+        raise AclarenaError(f"the SDFT batch size ({batch_size}) must be a multiple of the number of domains "
+                            f"({len(domains)}) so that every batch holds an equal share of each")
+    per = batch_size // len(domains)
+    rng = random.Random(seed)
+    pools: dict[str, list[dict[str, Any]]] = {d: [] for d in domains}
+
+    def draw(d: str) -> dict[str, Any]:
+        if not pools[d]:
+            pools[d] = list(by_domain[d])
+            rng.shuffle(pools[d])
+        return pools[d].pop()
+
+    out: list[dict[str, Any]] = []
+    for _ in range(n_batches):
+        batch = [draw(d) for d in domains for _ in range(per)]
+        rng.shuffle(batch)
+        out.extend(batch)
+    return out
+
+
+def top_up(records: list[dict[str, Any]], domain: str, minimum: int, seed: int) -> tuple[list[dict[str, Any]], int]:
+    """``records`` with scripted expert trajectories added up to ``minimum``; returns them and how many were added."""
+    from aclarena.train.data import expert_records
+
+    missing = max(0, minimum - len(records))
+    if not missing:
+        return records, 0
+    return records + expert_records(domain, missing, seed + 7919), missing
+
+
+def run(job: Any) -> list[Any]:
+    """Consolidate one replicate with SDFT into ``sdft[-s<r>]`` (``sdft-from-end[-s<r>]`` with ``--start end``)."""
+    import hashlib
+    import json
+    import time
+
+    from aclarena.consolidate.methods import Output
+    from aclarena.consolidate.recipe import parse_trl, sizes
+    from aclarena.models.checkpoint import inspect
+    from aclarena.models.tensors import checkpoint_fingerprint
+    from aclarena.store import Json, Table
+    from aclarena.store.manifest import CheckpointSpec
+    from aclarena.train.data import rejection_records
+    from aclarena.train.phases import finished, load_start, quiet, run_sft
+    from aclarena.train.progress import log_table
+
+    quiet()  # before any model is loaded: no per-model progress bars
+    lin = job.lineage
+    domains = lin.domains
+    missing = [d for d in domains if d not in lin.oracles]
+    if missing:
+        raise AclarenaError(f"SDFT samples each domain's oracle; the run has no oracle for {missing[0]!r} "
+                            "(train the oracles: [oracles] in the curriculum config)")
+    start = job.options.get("start") or "base"
+    if start not in ("base", "end"):
+        from aclarena.errors import unknown_name
+
+        raise unknown_name("SDFT start", start, ("base", "end"))
+    start_name = lin.base if start == "base" else lin.end
+    name = ("sdft" if start == "base" else "sdft-from-end") + lin.suffix
+    sz = sizes("sdft", job.run_dir, job.options)
+    batch = sz.batch if sz.batch % len(domains) == 0 else len(domains) * max(1, sz.batch // len(domains))
+    trl = {"max_steps": sz.steps, "per_device_train_batch_size": batch, "learning_rate": sz.lr,
+           "train_sampling_strategy": "sequential"} | parse_trl(job.options.get("trl"))
+    seen: dict[str, Any] = {}
+    infos = {n: inspect(job.manifest.resolve(n), job.manifest, job.run_dir, _seen=seen)
+             for n in [start_name, *lin.oracles.values()]}
+    for info in infos.values():
+        info.require_loadable()
+    settings = {"start": start_name, "oracles": dict(lin.oracles), "n": sz.n, "k": sz.k, "minimum": sz.minimum,
+                "batch": batch, "trl": trl, "seed": job.seed}
+    fp = hashlib.sha256(json.dumps({"settings": settings, "inputs": {n: checkpoint_fingerprint(i) for n, i in
+                                                                      infos.items()}}, sort_keys=True,
+                                   default=str).encode()).hexdigest()[:16]
+    folder = job.folder(name)
+    spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method="sdft", parent=start_name,
+                          seed=lin.seed)
+    done = finished(folder, fp)
+    if done is not None and not job.force:
+        return [Output(spec, {**settings, **done.meta.get("data", {})}, done.time_s, reused=True)]
+    t0 = time.perf_counter()
+    by_domain: dict[str, list[dict[str, Any]]] = {}
+    kept: dict[str, int] = {}
+    filled: dict[str, int] = {}
+    for d in domains:
+        job.status(f"{name}: rollouts of {lin.oracles[d]}")
+        model, tok = load_start(infos[lin.oracles[d]].location)
+        recs = rejection_records(model, tok, d, sz.n, sz.k, job.seed)
+        del model
+        kept[d] = len(recs)
+        by_domain[d], filled[d] = top_up(recs, d, sz.minimum, job.seed)
+        if filled[d]:
+            job.note(f"{name}: {lin.oracles[d]} solved {kept[d]} of {sz.n} {d} tasks ({sz.k} samples each); "
+                     f"{filled[d]} scripted expert trajectories fill the {d} share")
+    rollout_s = time.perf_counter() - t0
+    order = balanced_order(by_domain, batch, sz.steps * int(trl.get("gradient_accumulation_steps", 1)), job.seed)
+    data = {"kept": kept, "filled": filled, "rollout_seconds": round(rollout_s, 2)}
+    job.status(f"{name}: mixed SFT on {len(order)} records")
+    res = run_sft(infos[start_name].location, order, folder, trl=trl, seed=job.seed, fingerprint=fp,
+                  meta={"name": name, "method": "sdft", "data": data})
+    return [Output(spec, {**settings, **data}, time.perf_counter() - t0,
+                   data={"log": Table(log_table(res.log_history)), "summary": Json(data)})]

@@ -1,0 +1,90 @@
+"""Consolidation: the study-shaped comparison of consolidation methods, and a bar or radar view."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dash import Dash, Input, Output, dcc, html
+
+from aclarena.dashboard.data import current_run, manifest, reader
+
+PAGE = {"path": "/consolidation", "name": "Consolidation", "order": 60}
+ROUTER_OPTIONS = [{"label": r, "value": r} for r in ("rule", "learned", "bandit")]
+
+
+def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: str = "bars") -> dict[str, Any]:
+    """The comparison rows and the chosen figure (callbacks return these; tests call it directly)."""
+    from aclarena.figures.consolidation import method_bars, method_radar
+    from aclarena.store.capability import load_matrix
+    from aclarena.store.comparison import comparison
+
+    m = manifest(run_dir)
+    with reader(run_dir) as r:
+        if r is None:
+            return {"empty": True}
+        matrix = load_matrix(r, m)
+        if not matrix.cells:
+            return {"empty": True}
+        cmp = comparison(matrix, m, r, router=router, what="mean" if score == "greedy" else "avg_k_mean")
+    if not any(row.role in ("method", "mle") for row in cmp.rows):
+        return {"empty": True, "no_methods": True}
+    fig = method_radar(cmp) if view == "radar" else method_bars(cmp)
+    rows = [{"label": row.label, "role": row.role, "cells": [row.cells[s].text() for s in cmp.suites]}
+            for row in cmp.rows]
+    headers = [f"{s} (id)" if s in cmp.in_domain else s for s in cmp.suites]
+    return {"empty": False, "headers": headers, "rows": rows, "figure": fig, "notes": cmp.notes}
+
+
+def _table(c: dict[str, Any]) -> html.Table:
+    return html.Table(
+        [html.Tr([html.Th("model"), *[html.Th(h) for h in c["headers"]]])]
+        + [html.Tr([html.Td(r["label"]), *[html.Td(v) for v in r["cells"]]], className=f"role-{r['role']}",
+                   id=f"consolidation-row-{i}") for i, r in enumerate(c["rows"])],
+        className="simple", id="consolidation-table-inner",
+    )
+
+
+def layout(**_query: Any) -> html.Div:
+    run_dir = current_run()
+    c = content(run_dir)
+    if c["empty"]:
+        why = ("No consolidated models yet: run `aclarena-diag consolidate --method ...`, then `aclarena-diag eval`."
+               if c.get("no_methods") else "No capability matrix yet: run `aclarena-diag eval` (after "
+               "`aclarena-diag consolidate`).")
+        return html.Div([html.H2("Consolidation"), html.P(why, className="note", id="consolidation-empty")])
+    return html.Div([
+        html.H2("Consolidation"),
+        html.P("Oracles and the sequential end point are reference rows; each method's cells are mean ± std over its "
+               "replicates. MLE answers each suite with the expert its router picks from the suite's execution "
+               "context (the backbone when no expert fits). Study: MMOPD is the most balanced shared-weight model, "
+               "SDFT recovers search but loses IF, uniform merging keeps general knowledge, MLE stays near each "
+               "oracle in-domain.", className="note"),
+        html.Div([
+            html.Div([html.Label("score"), dcc.RadioItems(id="consolidation-score", value="greedy", inline=True,
+                                                          options=[{"label": " greedy ", "value": "greedy"},
+                                                                   {"label": " avg@k ", "value": "avg"}])]),
+            html.Div([html.Label("MLE router"), dcc.Dropdown(id="consolidation-router", options=ROUTER_OPTIONS,
+                                                             value="rule", clearable=False)]),
+            html.Div([html.Label("view"), dcc.RadioItems(id="consolidation-view", value="bars", inline=True,
+                                                         options=[{"label": " bars ", "value": "bars"},
+                                                                  {"label": " radar ", "value": "radar"}])]),
+        ], className="controls"),
+        html.Div(_table(c), id="consolidation-table"),
+        dcc.Graph(id="consolidation-figure", figure=c["figure"]),
+        html.Ul([html.Li(n) for n in c["notes"]], id="consolidation-notes", className="note"),
+    ])
+
+
+def register_callbacks(app: Dash, run_dir: Path) -> None:
+    @app.callback(
+        Output("consolidation-table", "children"), Output("consolidation-figure", "figure"),
+        Output("consolidation-notes", "children"),
+        Input("consolidation-score", "value"), Input("consolidation-router", "value"),
+        Input("consolidation-view", "value"), prevent_initial_call=True,
+    )
+    def _update(score: str, router: str, view: str) -> tuple[Any, Any, Any]:
+        c = content(run_dir, score, router, view)
+        if c["empty"]:
+            return html.P("nothing to show"), {}, []
+        return _table(c), c["figure"], [html.Li(n) for n in c["notes"]]

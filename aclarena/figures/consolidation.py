@@ -1,0 +1,177 @@
+"""Consolidation and routing figures.
+
+* ``consolidation/table``: the study-shaped comparison (``aclarena-diag compare``) as a
+  heatmap, rows = oracles, sequential end point, methods, MLE; columns = in-domain suites,
+  then out-of-domain; each cell shows mean ± std over replicates.
+* ``consolidation/bars``: each method's score per suite as grouped bars, with error bars
+  (std over replicates), the oracles' in-domain scores as a dashed reference.
+* ``consolidation/radar``: each method's in-domain profile on one polar chart.
+* ``router/accuracy``: each router's accuracy per context type, with chance marked.
+* ``router/confusion``: each router's confusion matrix (experts and ``none``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from aclarena.figures import register_figure
+
+if TYPE_CHECKING:
+    from aclarena.store.comparison import Comparison
+    from aclarena.store.manifest import Manifest
+    from aclarena.store.results import StoreReader
+
+ROLE_COLORS = {"oracle": "#2ca02c", "end": "#1f77b4", "method": "#d62728", "mle": "#9467bd"}
+PALETTE = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#9467bd", "#1f77b4",
+           "#2ca02c")
+
+
+def _comparison(reader: StoreReader | None, manifest: Manifest, router: str = "rule") -> Comparison | None:
+    from aclarena.errors import AclarenaError
+    from aclarena.store.capability import load_matrix
+    from aclarena.store.comparison import comparison
+
+    if reader is None:
+        return None
+    matrix = load_matrix(reader, manifest)
+    if not matrix.cells:
+        return None
+    try:
+        return comparison(matrix, manifest, reader, router=router)
+    except AclarenaError:
+        return None
+
+
+def comparison_heatmap(cmp: Comparison) -> go.Figure:
+    """Rows x suites, colour = mean score, text = mean ± std."""
+    suites = cmp.suites
+    labels = [r.label for r in cmp.rows]
+    z = np.array([[r.cells[s].mean for s in suites] for r in cmp.rows], dtype=float).reshape(len(labels), len(suites))
+    text = [[r.cells[s].text(2) for s in suites] for r in cmp.rows]
+    cols = [f"{s} (id)" if s in cmp.in_domain else s for s in suites]
+    fig = go.Figure(go.Heatmap(z=z, x=cols, y=labels, text=text, texttemplate="%{text}", zmin=0, zmax=1,
+                               colorscale="Viridis", colorbar={"title": cmp.score},
+                               hovertemplate="%{y}<br>%{x}: %{text}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(title=f"Consolidation methods ({cmp.score}, mean ± std over replicates)",
+                      margin={"l": 260, "r": 20, "t": 60, "b": 60}, height=max(320, 40 * len(labels) + 140))
+    return fig
+
+
+def method_bars(cmp: Comparison, rows: Sequence[str] | None = None) -> go.Figure:
+    """Grouped bars per suite, one bar group per row (methods and references), std as error bars."""
+    fig = go.Figure()
+    chosen = [r for r in cmp.rows if rows is None or r.label in rows]
+    for i, r in enumerate(chosen):
+        color = ROLE_COLORS.get(r.role) if r.role != "method" else PALETTE[i % len(PALETTE)]
+        fig.add_bar(name=r.label, x=cmp.suites, y=[_nan_none(r.cells[s].mean) for s in cmp.suites],
+                    error_y={"type": "data", "array": [_nan_zero(r.cells[s].std) for s in cmp.suites], "visible": True},
+                    marker_color=color, opacity=0.6 if r.role in ("oracle", "end") else 1.0)
+    fig.update_layout(barmode="group", title=f"Scores per suite ({cmp.score})", yaxis={"range": [0, 1], "title": cmp.score},
+                      legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def method_radar(cmp: Comparison, rows: Sequence[str] | None = None) -> go.Figure:
+    """Each row's in-domain scores on a polar chart (all suites when there are fewer than 3 in-domain)."""
+    axes = cmp.in_domain if len(cmp.in_domain) >= 3 else cmp.suites
+    fig = go.Figure()
+    chosen = [r for r in cmp.rows if rows is None or r.label in rows]
+    for i, r in enumerate(chosen):
+        vals = [_nan_zero(r.cells[s].mean) for s in axes]
+        fig.add_trace(go.Scatterpolar(r=[*vals, vals[0]] if vals else [], theta=[*axes, axes[0]] if axes else [],
+                                      name=r.label, mode="lines+markers",
+                                      line={"dash": "dash" if r.role in ("oracle", "end") else "solid",
+                                            "color": ROLE_COLORS.get(r.role) if r.role != "method"
+                                            else PALETTE[i % len(PALETTE)]}))
+    fig.update_layout(title=f"In-domain profile ({cmp.score})", polar={"radialaxis": {"range": [0, 1]}},
+                      legend={"orientation": "h", "y": -0.15})
+    return fig
+
+
+def router_accuracy(reports: dict[str, dict[str, Any]]) -> go.Figure:
+    """Accuracy per context type, one bar group per router; chance as markers."""
+    fig = go.Figure()
+    types: list[str] = []
+    for rep in reports.values():
+        for t in rep["accuracy"]["type"]:
+            if t not in types:
+                types.append(t)
+    for i, (name, rep) in enumerate(reports.items()):
+        acc = dict(zip(rep["accuracy"]["type"], rep["accuracy"]["accuracy"], strict=True))
+        abst = dict(zip(rep["accuracy"]["type"], rep["accuracy"]["abstain_rate"], strict=True))
+        fig.add_bar(name=name, x=types, y=[_nan_none(acc.get(t, math.nan)) for t in types],
+                    customdata=[_nan_none(abst.get(t, math.nan)) for t in types], marker_color=PALETTE[i % len(PALETTE)],
+                    hovertemplate="%{x}: accuracy %{y:.2f}, no expert %{customdata:.2f}<extra>" + name + "</extra>")
+    first = next(iter(reports.values()), None)
+    if first is not None:
+        chance = dict(zip(first["accuracy"]["type"], first["accuracy"]["chance"], strict=True))
+        fig.add_scatter(name="chance (random expert)", x=types, y=[chance.get(t) for t in types], mode="markers",
+                        marker={"symbol": "line-ew-open", "size": 28, "color": "black"})
+    fig.update_layout(barmode="group", title="Routing accuracy per context type", yaxis={"range": [0, 1.05],
+                      "title": "accuracy"}, legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def confusion_heatmap(name: str, rep: dict[str, Any]) -> go.Figure:
+    """Rows: the right answer; columns: what the router chose (mixed contexts excluded)."""
+    labels = list(rep["labels"])
+    c = np.asarray(rep["confusion"], dtype=float)
+    fig = go.Figure(go.Heatmap(z=c, x=labels, y=labels, text=c.astype(int), texttemplate="%{text}",
+                               colorscale="Blues", hovertemplate="answer %{y}, routed %{x}: %{z}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", title="right answer")
+    fig.update_xaxes(title="routed to")
+    fig.update_layout(title=f"Confusion matrix: {name} router", width=560, height=480)
+    return fig
+
+
+def _nan_none(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def _nan_zero(x: float) -> float:
+    return 0.0 if x is None or math.isnan(x) else float(x)
+
+
+@register_figure("consolidation/table", "Consolidation methods", width=1100, height=560)
+def _table(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
+    cmp = _comparison(reader, manifest)
+    if cmp is None or not any(r.role in ("method", "mle") for r in cmp.rows):
+        return []
+    return [("", comparison_heatmap(cmp))]
+
+
+@register_figure("consolidation/bars", "Consolidation methods per suite", width=1100, height=560)
+def _bars(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
+    cmp = _comparison(reader, manifest)
+    if cmp is None or not any(r.role in ("method", "mle") for r in cmp.rows):
+        return []
+    return [("", method_bars(cmp))]
+
+
+@register_figure("consolidation/radar", "In-domain profile of each method", width=800, height=640)
+def _radar(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
+    cmp = _comparison(reader, manifest)
+    if cmp is None or not any(r.role in ("method", "mle") for r in cmp.rows):
+        return []
+    return [("", method_radar(cmp))]
+
+
+@register_figure("router/accuracy", "Routing accuracy per context type", width=1000, height=520)
+def _router_accuracy(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
+    from aclarena.store.routing import read_reports
+
+    reports = read_reports(reader)
+    return [("", router_accuracy(reports))] if reports else []
+
+
+@register_figure("router/confusion", "Routing confusion matrix", width=560, height=480)
+def _router_confusion(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
+    from aclarena.store.routing import read_reports
+
+    return [(name, confusion_heatmap(name, rep)) for name, rep in read_reports(reader).items()]

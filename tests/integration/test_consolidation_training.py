@@ -1,0 +1,114 @@
+"""The training methods on the tiny curriculum: SDFT, MMOPD and MLE run and register what they must."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from aclarena.store import ResultsStore, load_manifest
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    from aclarena.cli import main
+
+    out = tmp_path_factory.mktemp("tiny-consolidate") / "run"
+    assert main(["train", "--config", str(REPO / "examples" / "tiny.toml"), "--out", str(out), "--json"]) == 0
+    return out
+
+
+@pytest.fixture()
+def run(tiny_run, tmp_path) -> Path:
+    dst = tmp_path / "run"
+    shutil.copytree(tiny_run, dst)
+    return dst
+
+
+def _sha(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.safetensors"))}
+
+
+def test_sdft_then_mle_backbone_frozen_adapters_trained(run, cli):
+    code, out, err = cli("consolidate", "--run", str(run), "--method", "sdft", "--json")
+    assert code == 0, err
+    res = json.loads(out)["outputs"][0]
+    m = load_manifest(run)
+    spec = m.resolve("sdft")
+    assert (spec.kind, spec.method, spec.parent) == ("consolidated", "sdft", "base")
+    assert set(res["settings"]["kept"]) == {"math", "search", "ecom", "if"}
+    backbone = run / "checkpoints" / "sdft"
+    before = _sha(backbone)
+
+    code, out, err = cli("consolidate", "--run", str(run), "--method", "mle", "--json")
+    assert code == 0, err
+    outs = json.loads(out)["outputs"]
+    assert [o["checkpoint"] for o in outs] == ["mle-math", "mle-search", "mle-ecom", "mle-if"]
+    # the backbone is bit-identical after training the experts
+    assert _sha(backbone) == before
+    m = load_manifest(run)
+    from safetensors.torch import load_file
+
+    for o in outs:
+        spec = m.resolve(o["checkpoint"])
+        assert (spec.on, spec.parent, spec.method, spec.kind) == ("sdft", "sdft", "mle", "consolidated")
+        folder = run / "checkpoints" / o["checkpoint"]
+        # only adapters were saved and changed: no full weights, LoRA B moved off its zero initialisation
+        assert not (folder / "model.safetensors").exists()
+        weights = load_file(str(folder / "adapter_model.safetensors"))
+        assert weights and all(".lora_" in k for k in weights)
+        assert any(v.abs().max() > 0 for k, v in weights.items() if "lora_B" in k)
+        assert o["settings"]["parameters"] == sum(v.numel() for v in weights.values())
+    with ResultsStore(run).reader() as r:
+        routes = r.read("consolidate/mle/routes")
+        assert routes["rule"]["math/id"]["checkpoint"] == "mle-math"
+        assert routes["rule"]["general"]["checkpoint"] == "sdft"  # no expert: the backbone serves it
+        assert set(r.keys("routing")) == {"rule", "learned", "bandit"}
+        from aclarena.store.routing import read_reports
+
+        reports = read_reports(r)
+    # each router's accuracy is stored, and it beats a random expert on held-out contexts
+    for name, rep in reports.items():
+        acc = rep["accuracy"]
+        i = acc["type"].index("held-out")
+        assert acc["accuracy"][i] > acc["chance"][i], name
+        assert acc["p_chance"][i] < 1e-3, name
+        assert 0.0 <= rep["attrs"]["overall"] <= 1.0
+    # eval includes the experts (adapters on the backbone)
+    code, out, err = cli("eval", "--run", str(run), "--checkpoints", "mle-math,sdft", "--suites", "math/id", "-n", "2",
+                         "--samples", "0", "--json")
+    assert code == 0, err
+
+
+def test_mmopd_distils_the_end_point(run, cli):
+    code, out, err = cli("consolidate", "--run", str(run), "--method", "mmopd", "--json")
+    assert code == 0, err
+    spec = load_manifest(run).resolve("mmopd")
+    assert (spec.kind, spec.method, spec.parent) == ("consolidated", "mmopd", "seq-if")
+    # the student moved away from the end point it started from
+    from safetensors.torch import load_file
+
+    a = load_file(str(run / "checkpoints" / "mmopd" / "model.safetensors"))
+    b = load_file(str(run / "checkpoints" / "seq-if" / "model.safetensors"))
+    assert any(not (a[k] == b[k]).all() for k in a)
+    code, out, _ = cli("consolidate", "--run", str(run), "--method", "mmopd", "--json")
+    assert json.loads(out)["outputs"][0]["status"] == "reused"
+
+
+def test_mle_needs_its_backbone_and_teachers_need_one_tokenizer(run, cli):
+    code, _, err = cli("consolidate", "--run", str(run), "--method", "mle")
+    assert code == 1 and "method sdft" in err and len(err.strip().splitlines()) == 1
+    tj = run / load_manifest(run).resolve("oracle-ecom").path / "tokenizer.json"
+    data = json.loads(tj.read_text())
+    vocab = data["model"]["vocab"]
+    a, b = list(vocab)[20:22]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    tj.write_text(json.dumps(data))
+    code, _, err = cli("consolidate", "--run", str(run), "--method", "mmopd")
+    assert code == 1 and "tokenizers differ" in err and "one tokenizer" in err
