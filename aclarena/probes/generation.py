@@ -22,6 +22,8 @@ from aclarena.probes.probe_set import ProbeSet, token_pieces, vocab_strings
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from aclarena.distributed import World
+
 
 @dataclass(frozen=True, slots=True)
 class GenerationSettings:
@@ -102,12 +104,17 @@ def generate_probe_set(
     max_length: int | None = None,
     source: str = "prompts",
     progress: Callable[[int], None] | None = None,
-) -> ProbeSet:
+    world: World | None = None,
+) -> ProbeSet | None:
     """Generate from ``model`` on ``prompts`` and freeze the result as a probe set.
 
     Each prompt is ``{"messages": [...], "tools": [...]}`` (rendered with the chat template)
     or ``{"prompt": "text"}``. The generated tokens (up to and including the end-of-sequence
     token) are the scored positions. ``max_length`` defaults to the model's maximum positions.
+
+    With a data-parallel ``world`` (:mod:`aclarena.distributed`) each rank generates its
+    round-robin share of the batches (each seeded by its batch index, as in one process);
+    rank 0 gets the probe set and the other ranks None.
     """
     import torch
 
@@ -133,35 +140,53 @@ def generate_probe_set(
         encoded.append(ids)
     order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), i))
     device = next(model.parameters()).device
-    results: dict[int, list[int]] = {}
-    capped = 0
-    for b, start in enumerate(range(0, len(order), settings.batch_size)):
-        idx = order[start:start + settings.batch_size]
-        width = max(len(encoded[i]) for i in idx)
-        new = min(settings.max_new_tokens, limit - width)
-        if new < settings.max_new_tokens:
-            capped += len(idx)
-        input_ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(idx), width), dtype=torch.long)
-        for r, i in enumerate(idx):  # left padding
-            input_ids[r, width - len(encoded[i]):] = torch.tensor(encoded[i])
-            attention[r, width - len(encoded[i]):] = 1
-        kwargs: dict[str, Any] = {"max_new_tokens": new, "pad_token_id": pad_id, "eos_token_id": stop or None}
-        if settings.greedy:
-            kwargs["do_sample"] = False
-        else:
-            kwargs.update(do_sample=True, temperature=float(settings.temperature), top_p=float(settings.top_p),
-                          top_k=0, repetition_penalty=1.0)
-        torch.manual_seed(settings.seed + b)
-        with torch.no_grad():
-            out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
-        gen = out[:, width:].cpu().tolist()
-        for r, i in enumerate(idx):
-            toks = gen[r]
-            cut = next((j + 1 for j, t in enumerate(toks) if t in stop), len(toks))
-            results[i] = toks[:cut]
-        if progress is not None:
-            progress(len(idx))
+
+    def generate_batches(mine: list[int]) -> tuple[dict[int, list[int]], int]:
+        results: dict[int, list[int]] = {}
+        capped = 0
+        mine_set = set(mine)
+        for b, start in enumerate(range(0, len(order), settings.batch_size)):
+            if b not in mine_set:
+                continue
+            idx = order[start:start + settings.batch_size]
+            width = max(len(encoded[i]) for i in idx)
+            new = min(settings.max_new_tokens, limit - width)
+            if new < settings.max_new_tokens:
+                capped += len(idx)
+            input_ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+            attention = torch.zeros((len(idx), width), dtype=torch.long)
+            for r, i in enumerate(idx):  # left padding
+                input_ids[r, width - len(encoded[i]):] = torch.tensor(encoded[i])
+                attention[r, width - len(encoded[i]):] = 1
+            kwargs: dict[str, Any] = {"max_new_tokens": new, "pad_token_id": pad_id, "eos_token_id": stop or None}
+            if settings.greedy:
+                kwargs["do_sample"] = False
+            else:
+                kwargs.update(do_sample=True, temperature=float(settings.temperature), top_p=float(settings.top_p),
+                              top_k=0, repetition_penalty=1.0)
+            torch.manual_seed(settings.seed + b)
+            with torch.no_grad():
+                out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
+            gen = out[:, width:].cpu().tolist()
+            for r, i in enumerate(idx):
+                toks = gen[r]
+                cut = next((j + 1 for j, t in enumerate(toks) if t in stop), len(toks))
+                results[i] = toks[:cut]
+            if progress is not None:
+                progress(len(idx))
+        return results, capped
+
+    n_batches = -(-len(order) // settings.batch_size)
+    if world is None:
+        results, capped = generate_batches(list(range(n_batches)))
+    else:  # every rank generates its share; rank 0 gets all of them (errors reach every rank)
+        parts = world.map_batches(n_batches, generate_batches)
+        if parts is None:
+            return None
+        results, capped = {}, 0
+        for r, c in parts:
+            results.update(r)
+            capped += c
     if capped:
         warnings.append(f"generation capped below {settings.max_new_tokens} new tokens for {capped} prompts "
                         f"to fit the model's {limit} positions")
