@@ -128,6 +128,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also run probe, tokens and eval on the tiny test fixtures on the device (default on)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit (no torch model is built)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of lines")
+    p.add_argument("--save", metavar="FILE", help="also write the results as JSON to FILE")
     args = p.parse_args(argv)
     if args.tiny:
         args.models, args.vector_shape, args.device = "tiny", "tiny", "cpu"
@@ -204,7 +205,7 @@ def check_scoring(shape: Shape, args: argparse.Namespace) -> dict:
         ckpt = AutoModelForCausalLM.from_config(shape.config(), dtype=dtype).eval()
     with torch.no_grad():
         for p, q in zip(ref.parameters(), ckpt.parameters(), strict=True):
-            q.add_(torch.randn_like(q) * 1e-3)  # a later checkpoint: same shapes, moved weights
+            q.copy_(p).add_(torch.randn_like(q) * 1e-3)  # a later checkpoint: the reference, moved a little
     _sync(device)
     build_s = time.perf_counter() - t0
     probe = synthetic_probe(args.sequences, args.seq_len, args.scored_fraction, shape.vocab)
@@ -363,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     for m in args.model_list:
         r = check_scoring(SHAPES[m], args)
         results["scoring"].append(r)
+        if args.save:
+            Path(args.save).write_text(json.dumps(results, indent=2), encoding="utf-8")
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a (cpu)"
         say(f"scoring {m}: {r['params_total'] / 1e9:.2f} B params {r['dtype']}, {args.sequences} x {args.seq_len} "
             f"tokens ({r['scored_positions']} scored), score {min(r['score_s']):.3f} s: "
@@ -390,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
             say(f"cli {verb} --device {args.device}: exit {r['exit']} in {r['s']} s"
                 + (f", KL mean per checkpoint {r['kl_mean']}" if r.get("kl_mean") else "")
                 + (f": {r['error'][0]}" if r["error"] else ""))
+    if args.save:
+        Path(args.save).write_text(json.dumps(results, indent=2), encoding="utf-8")
     if args.json:
         print(json.dumps(results, indent=2))
     return 0
