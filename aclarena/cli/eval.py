@@ -49,6 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (default auto)")
     p.add_argument("--device-map", default=None, metavar="MAP",
                    help="spread a model larger than one GPU over the visible GPUs (e.g. auto; needs accelerate)")
+    p.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                   help="generate with transformers (hf, default) or vLLM (GPU machines, the gpu extra)")
     p.add_argument("--force", action="store_true", help="recompute (or re-import) cells already in the store")
     p.add_argument("--import-lm-eval", action="append", default=[], metavar="NAME=FILE",
                    help="import an lm-evaluation-harness results JSON for checkpoint NAME (repeatable)")
@@ -112,6 +114,13 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
         settings_id,
     )
 
+    if getattr(args, "engine", "hf") == "vllm":
+        from aclarena.models.vllm_engine import require_vllm
+
+        require_vllm()  # before any cell: a missing vLLM is bad input, not an error cell
+        if w.distributed:
+            raise AclarenaError("--engine vllm runs one process (vLLM parallelizes itself); do not start it with "
+                                "torchrun")
     specs = manifest.resolve_many(args.checkpoints) if args.checkpoints else list(manifest)
     if not specs:
         raise AclarenaError("the manifest has no checkpoints; add some with `aclarena-diag init`")
@@ -153,7 +162,12 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
             model = tokenizer = None
             load_error = None
             try:
-                model = load_model(spec, manifest, args.run, options)
+                if args.engine == "vllm":
+                    from aclarena.models.vllm_engine import load_llm
+
+                    model = load_llm(spec.name, manifest, args.run, options, seed=settings.seeds[0])
+                else:
+                    model = load_model(spec, manifest, args.run, options)
                 tokenizer = load_tokenizer(spec, manifest, args.run, require_chat_template=True)
             except Exception as e:  # any failure becomes an error cell, the rest goes on
                 load_error = _one_line(e)

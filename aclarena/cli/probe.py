@@ -53,6 +53,8 @@ def add_probe_source_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="T", help="tokens to generate per prompt (default 128)")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T", help="sampling temperature; 0 = greedy (default)")
     p.add_argument("--seed", type=int, default=0, help="random seed for prompts and sampling (default 0)")
+    p.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                   help="generate with transformers (hf, default) or vLLM (GPU machines, the gpu extra)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -109,6 +111,7 @@ def make_probe(
     load: Any = None,
     show_progress: bool = True,
     world: Any = None,
+    engine: str = "hf",
 ) -> Any:
     """Build (not store) a probe set: generate with ``ref`` or import traces (``probe`` and ``tokens`` use it).
 
@@ -122,6 +125,10 @@ def make_probe(
 
     spec = manifest.resolve(ref)
     settings = settings or GenerationSettings()
+    if engine == "vllm" and not traces_file:
+        from aclarena.models.vllm_engine import require_vllm
+
+        require_vllm()
     load = load or LoadOptions()
     if n is not None and n < 1:
         raise AclarenaError(f"-n must be at least 1, got {n}")
@@ -152,9 +159,17 @@ def make_probe(
                 progress=lambda k: bar.advance(task, k))
     assert prompts is not None
     device = world.device(load.device) if world is not None else load.device
-    model = load_model(spec, manifest, run_dir, LoadOptions(dtype=load.dtype, device=device,
-                                                            allow_pickle=load.allow_pickle, merge_adapter=True,
-                                                            device_map=load.device_map))
+    if engine == "vllm":
+        from aclarena.models.vllm_engine import load_llm
+
+        if world is not None and world.distributed:
+            raise AclarenaError("--engine vllm runs one process (vLLM parallelizes itself); do not start it with "
+                                "torchrun")
+        model = load_llm(ref, manifest, run_dir, load, seed=settings.seed)
+    else:
+        model = load_model(spec, manifest, run_dir, LoadOptions(dtype=load.dtype, device=device,
+                                                                allow_pickle=load.allow_pickle, merge_adapter=True,
+                                                                device_map=load.device_map))
     with progress(show_progress) as bar:
         task = bar.add_task(f"generating with {ref}", total=len(prompts))
         probe = generate_probe_set(model, tok, prompts, name=name, reference=ref, settings=settings,
@@ -220,7 +235,8 @@ def _run(args: argparse.Namespace, w: Any) -> int:
                                   batch_size=args.batch_size)
     probe = make_probe(args.run, manifest, args.ref, name, prompts_file=args.prompts, domain=args.domain,
                        traces_file=args.from_traces, n=args.n, settings=settings,
-                       load=load_options(args), show_progress=not args.json and w.is_main, world=w)
+                       load=load_options(args), show_progress=not args.json and w.is_main, world=w,
+                       engine=args.engine)
     if probe is None:  # another rank than 0: its share is with rank 0, which writes
         return 0
     write_probe_set(store, probe, overwrite=True, manifest_text=manifest.to_toml())

@@ -309,10 +309,16 @@ def generate_trajectories(
     for i, t in enumerate(tasks):
         by_env.setdefault(t.env, []).append(i)
     out: list[Trajectory | None] = [None] * len(tasks)
+    from aclarena.models.vllm_engine import is_vllm, vllm_policy
+
     for idx in by_env.values():
         env = env_of(tasks[idx[0]])
-        policy = model_policy(model, tokenizer, max_new_tokens=max_new_tokens or env.max_new_tokens,
-                              do_sample=do_sample, temperature=temperature, top_p=top_p)
+        if is_vllm(model):  # --engine vllm: the same loop, answered by a vLLM engine
+            policy = vllm_policy(model, tokenizer, max_new_tokens=max_new_tokens or env.max_new_tokens,
+                                 do_sample=do_sample, temperature=temperature, top_p=top_p, seed=seed)
+        else:
+            policy = model_policy(model, tokenizer, max_new_tokens=max_new_tokens or env.max_new_tokens,
+                                  do_sample=do_sample, temperature=temperature, top_p=top_p)
         trajs = run_episodes([tasks[i] for i in idx], policy, batch_size=batch_size, max_turns=max_turns,
                              on_batch=on_batch, before_batch=before_batch)
         for i, tr in zip(idx, trajs, strict=True):

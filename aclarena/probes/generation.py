@@ -57,6 +57,8 @@ class GenerationSettings:
 
 def model_max_length(model: PreTrainedModel) -> int | None:
     """The model's maximum positions, from its config (None when it has no limit)."""
+    if not hasattr(model, "config") and hasattr(model, "llm_engine"):  # a vLLM engine
+        return int(model.llm_engine.model_config.max_model_len)
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(cfg, key, None)
@@ -67,7 +69,7 @@ def model_max_length(model: PreTrainedModel) -> int | None:
 
 def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     ids: set[int] = set()
-    for src in (getattr(model, "generation_config", None), model.config):
+    for src in (getattr(model, "generation_config", None), getattr(model, "config", None)):
         e = getattr(src, "eos_token_id", None) if src is not None else None
         if isinstance(e, int):
             ids.add(e)
@@ -139,7 +141,10 @@ def generate_probe_set(
             ids = ids[-(limit - 1):]
         encoded.append(ids)
     order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), i))
-    device = next(model.parameters()).device
+    from aclarena.models.vllm_engine import is_vllm
+
+    vllm = is_vllm(model)
+    device = None if vllm else next(model.parameters()).device
 
     def generate_batches(mine: list[int]) -> tuple[dict[int, list[int]], int]:
         results: dict[int, list[int]] = {}
@@ -164,10 +169,18 @@ def generate_probe_set(
             else:
                 kwargs.update(do_sample=True, temperature=float(settings.temperature), top_p=float(settings.top_p),
                               top_k=0, repetition_penalty=1.0)
-            torch.manual_seed(settings.seed + b)
-            with torch.no_grad():
-                out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
-            gen = out[:, width:].cpu().tolist()
+            if vllm:  # --engine vllm: token-id prompts, one seed per batch as below
+                from aclarena.models.vllm_engine import generate_ids, sampling_params
+
+                gen = generate_ids(model, [encoded[i] for i in idx], sampling_params(
+                    max_new_tokens=new, do_sample=not settings.greedy, temperature=settings.temperature,
+                    top_p=settings.top_p, seed=settings.seed + b, stop_token_ids=stop))
+            else:
+                torch.manual_seed(settings.seed + b)
+                with torch.no_grad():
+                    out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                                         **kwargs)
+                gen = out[:, width:].cpu().tolist()
             for r, i in enumerate(idx):
                 toks = gen[r]
                 cut = next((j + 1 for j, t in enumerate(toks) if t in stop), len(toks))
@@ -201,8 +214,8 @@ def generate_probe_set(
         pieces.append(token_pieces(tokenizer, seq))
         texts.append("".join(pieces[-1]))
         sources.append(dict(p))
-    vocab_size = getattr(model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config,
-                         "vocab_size", None)
+    cfg = getattr(model, "config", None)
+    vocab_size = getattr(cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg, "vocab_size", None)
     info = {"source": source, "generation": settings.to_dict(), "max_length": limit, "padding_side": "left"}
     return ProbeSet(name=name, reference=reference, ids=ids_out, scored=masks, texts=texts, token_text=pieces,
                     sources=sources, settings=info, warnings=warnings, vocab=vocab_strings(tokenizer, vocab_size))

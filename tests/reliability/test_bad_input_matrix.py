@@ -4,6 +4,8 @@ The cases are listed in tests/reliability_helpers.py (and shown in docs/reliabil
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from distributed_helpers import file_hash
 from reliability_helpers import BAD_ARGS, DAMAGES, VERB_ARGV, fill, seed_store
@@ -60,3 +62,15 @@ def test_eval_records_an_unloadable_checkpoint_as_an_error_cell(fixture_run, tmp
     with store.reader() as r:
         cells = read_cells(r)
     assert [(c.checkpoint, c.status) for c in cells] == [("seq-math", "error")]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+@pytest.mark.parametrize("verb", ["probe", "eval"])
+def test_engine_vllm_without_vllm(fixture_run, tmp_path, cli, verb):
+    """The `gpu` extra missing: one line naming the install command, nothing loaded or stored."""
+    seed_store(fixture_run)
+    before = file_hash(fixture_run / "results.h5")
+    code, _, err = cli(*fill([*VERB_ARGV[verb], "--engine", "vllm"], fixture_run, tmp_path))
+    _one_line_error(code, err, verb, "needs vLLM")
+    assert "pip install" in err and "[gpu]" in err
+    assert file_hash(fixture_run / "results.h5") == before
