@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
                                    required=False)
     results["forgetting"] = step("forgetting", ["forgetting", "--run", run_dir], "forgetting metrics",
                                  required=False)
-    summary = build_summary(rows, results, stage_ends, steps, time.monotonic() - t_start, args.preset, n)
+    summary = _plain(build_summary(rows, results, stage_ends, steps, time.monotonic() - t_start, args.preset, n))
     _store(out, summary)
     if args.json:
         print_json({"out": str(out), "summary": summary, "phases": rows})
@@ -237,11 +237,12 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
 def _store(out: Path, summary: dict[str, Any]) -> None:
     from aclarena.store import Json, ResultsStore
 
+    summary = _plain(summary)
     ResultsStore(out).write(SUMMARY_KEY, {"summary": Json(summary)}, result_type="demo-summary", overwrite=True)
     # written whole, then renamed: a reader never sees half a file
     tmp = out / "summary.json.tmp"
     try:
-        tmp.write_text(json.dumps(_plain(summary), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n", encoding="utf-8")
         tmp.replace(out / SUMMARY_FILE)
     except OSError as e:
         raise AclarenaError(f"cannot write {out / SUMMARY_FILE}: {e.strerror or e}; free space or fix the "
