@@ -168,9 +168,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _is_stage_end(name: str, rows: list[dict[str, Any]]) -> bool:
-    """The last phase of its stage: no other row of the same kind has it as parent."""
-    kind = next(r["kind"] for r in rows if r["name"] == name)
-    return not any(r["parent"] == name and r["kind"] == kind for r in rows)
+    """The last phase of its stage: no row of the same kind and domain has it as parent (the next
+    stage's first phase has it as parent too, but another domain)."""
+    row = next(r for r in rows if r["name"] == name)
+    return not any(r["parent"] == name and r["kind"] == row["kind"] and r["domain"] == row["domain"] for r in rows)
 
 
 def _cells(*evals: Any) -> dict[tuple[str, str], float]:
