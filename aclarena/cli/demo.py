@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
                                    required=False)
     results["forgetting"] = step("forgetting", ["forgetting", "--run", run_dir], "forgetting metrics",
                                  required=False)
-    summary = build_summary(rows, results, stage_ends, steps, time.monotonic() - t_start, args.preset, n)
+    summary = _plain(build_summary(rows, results, stage_ends, steps, time.monotonic() - t_start, args.preset, n))
     _store(out, summary)
     if args.json:
         print_json({"out": str(out), "summary": summary, "phases": rows})
@@ -168,9 +168,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _is_stage_end(name: str, rows: list[dict[str, Any]]) -> bool:
-    """The last phase of its stage: no other row of the same kind has it as parent."""
-    kind = next(r["kind"] for r in rows if r["name"] == name)
-    return not any(r["parent"] == name and r["kind"] == kind for r in rows)
+    """The last phase of its stage: no row of the same kind and domain has it as parent (the next
+    stage's first phase has it as parent too, but another domain)."""
+    row = next(r for r in rows if r["name"] == name)
+    return not any(r["parent"] == name and r["kind"] == row["kind"] and r["domain"] == row["domain"] for r in rows)
 
 
 def _cells(*evals: Any) -> dict[tuple[str, str], float]:
@@ -237,11 +238,12 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
 def _store(out: Path, summary: dict[str, Any]) -> None:
     from aclarena.store import Json, ResultsStore
 
+    summary = _plain(summary)
     ResultsStore(out).write(SUMMARY_KEY, {"summary": Json(summary)}, result_type="demo-summary", overwrite=True)
     # written whole, then renamed: a reader never sees half a file
     tmp = out / "summary.json.tmp"
     try:
-        tmp.write_text(json.dumps(_plain(summary), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n", encoding="utf-8")
         tmp.replace(out / SUMMARY_FILE)
     except OSError as e:
         raise AclarenaError(f"cannot write {out / SUMMARY_FILE}: {e.strerror or e}; free space or fix the "
