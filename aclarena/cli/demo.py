@@ -158,6 +158,11 @@ def run(args: argparse.Namespace) -> int:
                                    required=False)
     results["forgetting"] = step("forgetting", ["forgetting", "--run", run_dir], "forgetting metrics",
                                  required=False)
+    if "seq-ecom" in stage_ends:
+        lead_n, lead_every = ("20", "10") if args.preset == "mini" else ("4", "2")
+        results["lead_time"] = step("lead_time", ["monitor", "--run", run_dir, "--lead-time", "--stage", "ecom",
+                                                  "-n", lead_n, "--eval-every", lead_every],
+                                    "lead time of the drift warnings (retraining the ecom stage)", required=False)
     summary = _plain(build_summary(rows, results, stage_ends, steps, time.monotonic() - t_start, args.preset, n))
     _store(out, summary)
     if args.json:
@@ -223,6 +228,7 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
              for r in (tok or {}).get("checkpoints", []) if r.get("status", "ok") in ("ok", "computed", "reused",
                                                                                       "skipped", "stored")]
     forg = results.get("forgetting") if isinstance(results.get("forgetting"), dict) else {}
+    lead = results.get("lead_time") if isinstance(results.get("lead_time"), dict) else {}
     phases = [{"name": r["name"], "status": r["status"], "steps": r["steps"], "time_s": r["time_s"]} for r in rows]
     errors = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and "error" in v}
     return {
@@ -230,6 +236,8 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
         "sft_rl": sft_rl, "sft_rl_overall": (disp or {}).get("sft_rl_overall"),
         "token_drift": {"high": (tok or {}).get("high"), "checkpoints": drift},
         "forgetting": (forg or {}).get("summary"), "phase_times": phases,
+        "lead_time": [{k: r.get(k) for k in ("domain", "predictor", "metric", "warn_step", "drop_step", "lead")}
+                      for r in (lead or {}).get("table", [])],
         "training_s": sum(p["time_s"] or 0.0 for p in phases), "step_times": steps, "total_s": total_s,
         "errors": errors, "study": STUDY,
     }
@@ -297,6 +305,13 @@ def print_summary(s: dict[str, Any], run_dir: str) -> None:
                              "mean KL"],
                     title=f"token drift on seq-math's generations (high = {s['token_drift']['high']})",
                     caption=f"study: {STUDY['high_entropy']}")
+    if s.get("lead_time"):
+        print_table([{**r, "warned": "never" if r["warn_step"] is None else r["warn_step"],
+                      "drop": "none" if r["drop_step"] is None else r["drop_step"],
+                      "lead": "-" if r["lead"] is None else r["lead"]} for r in s["lead_time"]],
+                    ["domain", "predictor", "warned", "drop", "lead"],
+                    headers=["domain", "predictor", "first warning (step)", "significant drop (step)", "lead (steps)"],
+                    title="lead time of the drift warnings, ecom stage (aclarena-diag monitor --lead-time)")
     times = [{"phase": p["name"], "status": p["status"], "steps": p["steps"],
               "time": "-" if p["time_s"] is None else f"{p['time_s']:.1f} s"} for p in s["phase_times"]]
     print_table(times, ["phase", "status", "steps", "time"], title="phase times")
