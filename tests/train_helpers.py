@@ -20,11 +20,14 @@ seed = 0
 preset = "tiny"
 chat_examples = 40
 mc_examples = 40
+tool_examples = 20
+arithmetic_examples = 10
 
 [base.trl]
 max_steps = 4
 per_device_train_batch_size = 8
 save_steps = 2
+logging_steps = 1
 
 [defaults.sft]
 max_steps = 3

@@ -15,6 +15,7 @@ import sys
 import traceback
 
 from aclarena import __version__
+from aclarena.distributed import DISTRIBUTED_VERBS
 from aclarena.errors import AclarenaError
 
 # In the order `--help` lists them.
@@ -59,16 +60,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _launch_env() -> tuple[int, int]:
+    """(RANK, WORLD_SIZE) set by torchrun / accelerate launch; (0, 1) otherwise or when garbled."""
+    import os
+
+    try:
+        return int(os.environ.get("RANK") or 0), int(os.environ.get("WORLD_SIZE") or 1)
+    except ValueError:
+        return 0, 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:
+        # `torchrun ... -m aclarena -- tokens --run DIR`: torchrun's own parser would take `--run`
+        # for an abbreviation of its --run-path, unless a `--` ends its options (docs/reliability.md)
+        argv = argv[1:]
     args = parser.parse_args(argv)
     if args.verb is None:
         parser.print_help()
         return 2
+    # under torchrun / accelerate launch: only rank 0 prints (every rank gets the same errors)
+    rank, size = _launch_env()
+    quiet = size > 1 and rank > 0
+    if size > 1 and args.verb not in DISTRIBUTED_VERBS:
+        if not quiet:
+            print(f"aclarena-diag {args.verb}: error: {args.verb} does not run data-parallel (WORLD_SIZE={size}); "
+                  f"run it as one process (data-parallel verbs: {', '.join(sorted(DISTRIBUTED_VERBS))})",
+                  file=sys.stderr)
+        return 1
     try:
+        if quiet:
+            import contextlib
+            import os
+
+            with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+                return int(args.func(args) or 0)
         return int(args.func(args) or 0)
     except AclarenaError as e:
-        print(f"aclarena-diag {args.verb}: error: {e}", file=sys.stderr)
+        if not quiet:
+            print(f"aclarena-diag {args.verb}: error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `aclarena-diag ... | head`: the reader left; that is not an error
         import os

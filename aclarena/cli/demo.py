@@ -1,14 +1,17 @@
 """``aclarena-diag demo``: the embedded default, the whole loop on the mini arena.
 
 Trains the mini curriculum and its single-task oracles into ``--out`` (``train``), scores the
-chain on every suite (``eval``), freezes seq-math's generations (``probe``) and scores every
+chain on the in-domain suites and the general one (``eval``; the
+out-of-domain suites are left out to keep the demo near 15 minutes on 2 cores: ``aclarena-diag
+eval --run DIR --suites ood`` adds them), freezes seq-math's generations (``probe``) and scores every
 later checkpoint on them (``tokens``), measures task vectors (``vectors``), SFT and RL
 displacement (``displacement``) and the continual-learning metrics (``forgetting``), then
 prints what the study measures, as found on the mini arena, and the dashboard command.
 
 Each step is the verb itself (called through :func:`aclarena.cli.main` with ``--json``), so a
 rerun skips every finished phase and result. The summary, with the time of every phase and
-step, is stored in results.h5 under ``demo/summary``.
+step, is stored in results.h5 under ``demo/summary`` and written to ``summary.json`` in the run
+folder (plain JSON, for copying the numbers into a report exactly).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ STUDY = {
     "high_entropy": "~94% of low-entropy positions barely move; forgetting concentrates at ~6% high-entropy positions",
 }
 SUMMARY_KEY = "demo/summary"
+SUMMARY_FILE = "summary.json"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -135,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
 
     base_eval = ["eval", "--run", run_dir, "-n", str(n), "--samples", "0", "--seeds", "0"]
     results["eval_chain"] = step("eval", [*base_eval, "--checkpoints", ",".join(["base", *stage_ends]),
-                                          "--suites", "id,ood,general"],
+                                          "--suites", "id,general"],
                                  f"evaluating base and {len(stage_ends)} stages on every suite", required=False)
     if sft_ends:
         results["eval_sft"] = step("eval", [*base_eval, "--checkpoints", ",".join(sft_ends), "--suites", "id"],
@@ -146,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     if "seq-math" in stage_ends:
         probe_n = "32" if args.preset == "mini" else "4"
         results["probe"] = step("probe", ["probe", "--run", run_dir, "--ref", "seq-math", "--domain", "math",
-                                          "-n", probe_n], "freezing seq-math's generations", required=False)
+                                          "-n", probe_n, "--max-new-tokens", "64"], "freezing seq-math's generations", required=False)
         results["tokens"] = step("tokens", ["tokens", "--run", run_dir, "--ref", "seq-math"],
                                  "token drift of later checkpoints on seq-math's generations", required=False)
     results["vectors"] = step("vectors", ["vectors", "--run", run_dir], "task vectors", required=False)
@@ -154,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
                                    required=False)
     results["forgetting"] = step("forgetting", ["forgetting", "--run", run_dir], "forgetting metrics",
                                  required=False)
-    summary = build_summary(rows, results, stage_ends, steps, time.monotonic() - t_start, args.preset, n)
+    summary = _plain(build_summary(rows, results, stage_ends, steps, time.monotonic() - t_start, args.preset, n))
     _store(out, summary)
     if args.json:
         print_json({"out": str(out), "summary": summary, "phases": rows})
@@ -164,9 +168,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _is_stage_end(name: str, rows: list[dict[str, Any]]) -> bool:
-    """The last phase of its stage: no other row of the same kind has it as parent."""
-    kind = next(r["kind"] for r in rows if r["name"] == name)
-    return not any(r["parent"] == name and r["kind"] == kind for r in rows)
+    """The last phase of its stage: no row of the same kind and domain has it as parent (the next
+    stage's first phase has it as parent too, but another domain)."""
+    row = next(r for r in rows if r["name"] == name)
+    return not any(r["parent"] == name and r["kind"] == row["kind"] and r["domain"] == row["domain"] for r in rows)
 
 
 def _cells(*evals: Any) -> dict[tuple[str, str], float]:
@@ -208,7 +213,7 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
         before = stage_parent("seq-ecom")
         ecom = {"before": before, "after": "seq-ecom",
                 **{s: {"before": cells.get((before, s)), "after": cells.get(("seq-ecom", s))}
-                   for s in ("math/id", "math/ood", "search/id", "search/ood", "general")}}
+                   for s in ("math/id", "search/id", "general")}}
     disp = results.get("displacement") if isinstance(results.get("displacement"), dict) else {}
     sft_rl = [{"stage": r["stage"], "ratio": r.get("ratio"), "sft": r.get("sft"), "rl": r.get("rl")}
               for r in (disp or {}).get("sft_rl", [])]
@@ -233,7 +238,31 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
 def _store(out: Path, summary: dict[str, Any]) -> None:
     from aclarena.store import Json, ResultsStore
 
+    summary = _plain(summary)
     ResultsStore(out).write(SUMMARY_KEY, {"summary": Json(summary)}, result_type="demo-summary", overwrite=True)
+    # written whole, then renamed: a reader never sees half a file
+    tmp = out / "summary.json.tmp"
+    try:
+        tmp.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        tmp.replace(out / SUMMARY_FILE)
+    except OSError as e:
+        raise AclarenaError(f"cannot write {out / SUMMARY_FILE}: {e.strerror or e}; free space or fix the "
+                            f"folder's permissions, then rerun (finished work is kept)") from None
+
+
+def _plain(x: Any) -> Any:
+    """Strict JSON values: NaN and infinities become null (``jq`` and browsers reject them)."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    return str(x)
 
 
 def _score(x: Any) -> str:
@@ -275,4 +304,5 @@ def print_summary(s: dict[str, Any], run_dir: str) -> None:
     print(f"total {s['total_s']:.1f} s ({other})")
     for k, v in s["errors"].items():
         print(f"note: the {k} step did not finish: {v}", file=sys.stderr)
-    print(f"\nExplore: aclarena-diag dashboard --run {run_dir}")
+    print(f"\nSummary as JSON: {Path(run_dir) / SUMMARY_FILE}")
+    print(f"Explore: aclarena-diag dashboard --run {run_dir}")

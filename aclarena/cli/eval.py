@@ -13,6 +13,7 @@ rest of the matrix is still computed (error cells are retried on the next run).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=32, help="episodes generated together (default 32)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (default auto)")
+    p.add_argument("--device-map", default=None, metavar="MAP",
+                   help="spread a model larger than one GPU over the visible GPUs (e.g. auto; needs accelerate)")
+    p.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                   help="generate with transformers (hf, default) or vLLM (GPU machines, the gpu extra)")
     p.add_argument("--force", action="store_true", help="recompute (or re-import) cells already in the store")
     p.add_argument("--import-lm-eval", action="append", default=[], metavar="NAME=FILE",
                    help="import an lm-evaluation-harness results JSON for checkpoint NAME (repeatable)")
@@ -75,9 +80,25 @@ def _manifest_text(run_dir: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from aclarena.distributed import current, world
+
     manifest = manifest_of(args)
     if args.import_lm_eval:
+        if current().distributed or _launched():
+            raise AclarenaError("--import-lm-eval reads files and runs no model: run it as one process, "
+                                "not under torchrun")
         return _import(args, manifest)
+    with world(args.device) as w:
+        return _run(args, manifest, w)
+
+
+def _launched() -> bool:
+    from aclarena.distributed import env_world
+
+    return env_world()[1] > 1
+
+
+def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
     if args.lm_eval_task or args.lm_eval_metric:
         raise AclarenaError("--lm-eval-task and --lm-eval-metric go with --import-lm-eval NAME=FILE")
     from aclarena.envs import resolve_suites
@@ -93,33 +114,46 @@ def run(args: argparse.Namespace) -> int:
         settings_id,
     )
 
+    if getattr(args, "engine", "hf") == "vllm":
+        from aclarena.models.vllm_engine import require_vllm
+
+        require_vllm()  # before any cell: a missing vLLM is bad input, not an error cell
+        if w.distributed:
+            raise AclarenaError("--engine vllm runs one process (vLLM parallelizes itself); do not start it with "
+                                "torchrun")
     specs = manifest.resolve_many(args.checkpoints) if args.checkpoints else list(manifest)
     if not specs:
         raise AclarenaError("the manifest has no checkpoints; add some with `aclarena-diag init`")
     suites = resolve_suites(args.suites)
     settings = EvalSettings(n=args.n, seeds=_seeds(args.seeds), samples=args.samples, temperature=args.temperature,
                             top_p=args.top_p, batch_size=args.batch_size)
-    options = LoadOptions(dtype=args.dtype, device=args.device)
+    options = LoadOptions(dtype=args.dtype, device=w.device(args.device),
+                          device_map=getattr(args, "device_map", None))
     ident = settings.identity()
     sid = settings_id(ident)
     store = ResultsStore(args.run)
-    existing = {}
-    if store.exists():
-        with store.reader() as r:
-            existing = {c.key: c for c in read_cells(r)}
-    todo: dict[str, list[str]] = {}
-    skipped = 0
-    for spec in specs:
-        for suite in suites:
-            c = existing.get(cell_key(spec.name, suite, sid))
-            if c is not None and c.ok and not args.force:
-                skipped += 1
-                continue
-            todo.setdefault(spec.name, []).append(suite)
+
+    def plan() -> tuple[dict[str, list[str]], int]:  # rank 0 alone reads the store
+        existing = {}
+        if store.exists():
+            with store.reader() as r:
+                existing = {c.key: c for c in read_cells(r)}
+        todo: dict[str, list[str]] = {}
+        skipped = 0
+        for spec in specs:
+            for suite in suites:
+                c = existing.get(cell_key(spec.name, suite, sid))
+                if c is not None and c.ok and not args.force:
+                    skipped += 1
+                    continue
+                todo.setdefault(spec.name, []).append(suite)
+        return todo, skipped
+
+    todo, skipped = w.run_main(plan)
     manifest_text = _manifest_text(args.run)
     computed: set[tuple[str, str]] = set()
     per_suite = rollouts_per_suite(settings)
-    with progress(enabled=not args.json and sys.stderr.isatty()) as bar:
+    with progress(enabled=not args.json and sys.stderr.isatty() and w.is_main) as bar:
         task = bar.add_task("eval", total=sum(len(v) for v in todo.values()) * per_suite)
         for spec in specs:
             pending = todo.get(spec.name, [])
@@ -128,7 +162,12 @@ def run(args: argparse.Namespace) -> int:
             model = tokenizer = None
             load_error = None
             try:
-                model = load_model(spec, manifest, args.run, options)
+                if args.engine == "vllm":
+                    from aclarena.models.vllm_engine import load_llm
+
+                    model = load_llm(spec.name, manifest, args.run, options, seed=settings.seeds[0])
+                else:
+                    model = load_model(spec, manifest, args.run, options)
                 tokenizer = load_tokenizer(spec, manifest, args.run, require_chat_template=True)
             except Exception as e:  # any failure becomes an error cell, the rest goes on
                 load_error = _one_line(e)
@@ -141,17 +180,24 @@ def run(args: argparse.Namespace) -> int:
                     bar.advance(task, per_suite)
                 else:
                     try:
-                        data, attrs = evaluate_suite(model, tokenizer, suite, settings, checkpoint=spec.name,
-                                                     on_progress=lambda k: bar.advance(task, k))
+                        cell = evaluate_suite(model, tokenizer, suite, settings, checkpoint=spec.name,
+                                              on_progress=lambda k: bar.advance(task, k), world=w)
                     except AclarenaError:
                         raise
                     except Exception as e:  # a failing checkpoint must not stop the matrix
-                        data, attrs = error_payload(checkpoint=spec.name, suite=suite, domain=domain, role=role,
-                                                    source="arena", settings=ident, error=_one_line(e))
-                store.write(cell_key(spec.name, suite, sid), data, result_type=RESULT_TYPE,
-                            result_version=RESULT_VERSION, attrs=attrs, overwrite=True, manifest_text=manifest_text)
+                        cell = error_payload(checkpoint=spec.name, suite=suite, domain=domain, role=role,
+                                             source="arena", settings=ident, error=_one_line(e))
+                    if not w.is_main:  # rank 0 has this rank's share and writes the cell
+                        w.run_main(lambda: None)
+                        continue
+                    data, attrs = cell
+                w.run_main(functools.partial(store.write, cell_key(spec.name, suite, sid), data,
+                                             result_type=RESULT_TYPE, result_version=RESULT_VERSION, attrs=attrs,
+                                             overwrite=True, manifest_text=manifest_text))
                 computed.add((spec.name, suite))
             del model, tokenizer
+    if not w.is_main:
+        return 0
     with store.reader() as r:
         cells = {c.key: c for c in read_cells(r)}
     rows = []

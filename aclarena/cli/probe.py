@@ -29,6 +29,16 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                    help="dtype to load models in (default: auto = float32 on CPU, stored dtype on GPU)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle weights (pytorch_model.bin)")
+    p.add_argument("--device-map", default=None, metavar="MAP",
+                   help="spread a model larger than one GPU over the visible GPUs (e.g. auto; needs accelerate)")
+
+
+def load_options(args: argparse.Namespace, **extra: Any) -> Any:
+    """The LoadOptions of the command line's --dtype, --device, --device-map and --allow-pickle."""
+    from aclarena.models.loading import LoadOptions
+
+    return LoadOptions(dtype=args.dtype, device=args.device, allow_pickle=args.allow_pickle,
+                       device_map=getattr(args, "device_map", None), **extra)
 
 
 def add_probe_source_options(p: argparse.ArgumentParser) -> None:
@@ -43,6 +53,8 @@ def add_probe_source_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="T", help="tokens to generate per prompt (default 128)")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T", help="sampling temperature; 0 = greedy (default)")
     p.add_argument("--seed", type=int, default=0, help="random seed for prompts and sampling (default 0)")
+    p.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                   help="generate with transformers (hf, default) or vLLM (GPU machines, the gpu extra)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,8 +110,14 @@ def make_probe(
     settings: Any = None,
     load: Any = None,
     show_progress: bool = True,
+    world: Any = None,
+    engine: str = "hf",
 ) -> Any:
-    """Build (not store) a probe set: generate with ``ref`` or import traces (``probe`` and ``tokens`` use it)."""
+    """Build (not store) a probe set: generate with ``ref`` or import traces (``probe`` and ``tokens`` use it).
+
+    With a data-parallel ``world`` the generation is shared by the ranks; rank 0 gets the
+    probe set, the other ranks None.
+    """
     from aclarena.models.checkpoint import inspect
     from aclarena.models.loading import LoadOptions, load_model, load_tokenizer
     from aclarena.probes.generation import GenerationSettings, generate_probe_set, model_max_length
@@ -107,6 +125,10 @@ def make_probe(
 
     spec = manifest.resolve(ref)
     settings = settings or GenerationSettings()
+    if engine == "vllm" and not traces_file:
+        from aclarena.models.vllm_engine import require_vllm
+
+        require_vllm()
     load = load or LoadOptions()
     if n is not None and n < 1:
         raise AclarenaError(f"-n must be at least 1, got {n}")
@@ -126,6 +148,8 @@ def make_probe(
     if conversations is not None:
         cfg = info.config or {}
         limit = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+        if world is not None and not world.is_main:
+            return None  # importing traces is cheap: rank 0 does it alone
         with progress(show_progress) as bar:
             task = bar.add_task(f"tokenizing traces for {name}", total=len(conversations))
             return probe_set_from_conversations(
@@ -134,13 +158,25 @@ def make_probe(
                           "tokenizer": info.tokenizer_fingerprint},
                 progress=lambda k: bar.advance(task, k))
     assert prompts is not None
-    model = load_model(spec, manifest, run_dir, LoadOptions(dtype=load.dtype, device=load.device,
-                                                            allow_pickle=load.allow_pickle, merge_adapter=True))
+    device = world.device(load.device) if world is not None else load.device
+    if engine == "vllm":
+        from aclarena.models.vllm_engine import load_llm
+
+        if world is not None and world.distributed:
+            raise AclarenaError("--engine vllm runs one process (vLLM parallelizes itself); do not start it with "
+                                "torchrun")
+        model = load_llm(ref, manifest, run_dir, load, seed=settings.seed)
+    else:
+        model = load_model(spec, manifest, run_dir, LoadOptions(dtype=load.dtype, device=device,
+                                                                allow_pickle=load.allow_pickle, merge_adapter=True,
+                                                                device_map=load.device_map))
     with progress(show_progress) as bar:
         task = bar.add_task(f"generating with {ref}", total=len(prompts))
         probe = generate_probe_set(model, tok, prompts, name=name, reference=ref, settings=settings,
                                    max_length=model_max_length(model), source="domain" if domain else "prompts",
-                                   progress=lambda k: bar.advance(task, k))
+                                   progress=lambda k: bar.advance(task, k), world=world)
+    if probe is None:
+        return None
     probe.settings.update({"tokenizer": info.tokenizer_fingerprint, "domain": domain,
                            "file": str(Path(prompts_file).resolve()) if prompts_file else None})
     return probe
@@ -167,6 +203,13 @@ def print_warnings(warnings: list[str], verb: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from aclarena.distributed import world
+
+    with world(args.device) as w:
+        return _run(args, w)
+
+
+def _run(args: argparse.Namespace, w: Any) -> int:
     from aclarena.probes.probe_set import list_probe_sets, write_probe_set
     from aclarena.store import ResultsStore
     from aclarena.store.manifest import NAME_RE
@@ -179,18 +222,23 @@ def run(args: argparse.Namespace) -> int:
     if not NAME_RE.match(name):
         raise AclarenaError(f"probe name {name!r} is not allowed; use letters, digits, '.', '_' and '-'")
     store = ResultsStore(args.run)
-    if name in list_probe_sets(store) and not args.force:
-        raise AclarenaError(f"probe set {name!r} already exists in {store.path}; pass --force to replace it "
-                            "(its token scores are dropped) or --name OTHER")
-    from aclarena.models.loading import LoadOptions
+
+    def check_free() -> None:  # rank 0 alone opens the store
+        if name in list_probe_sets(store) and not args.force:
+            raise AclarenaError(f"probe set {name!r} already exists in {store.path}; pass --force to replace it "
+                                "(its token scores are dropped) or --name OTHER")
+
+    w.run_main(check_free)
     from aclarena.probes.generation import GenerationSettings
 
     settings = GenerationSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
                                   batch_size=args.batch_size)
     probe = make_probe(args.run, manifest, args.ref, name, prompts_file=args.prompts, domain=args.domain,
                        traces_file=args.from_traces, n=args.n, settings=settings,
-                       load=LoadOptions(dtype=args.dtype, device=args.device, allow_pickle=args.allow_pickle),
-                       show_progress=not args.json)
+                       load=load_options(args), show_progress=not args.json and w.is_main, world=w,
+                       engine=args.engine)
+    if probe is None:  # another rank than 0: its share is with rank 0, which writes
+        return 0
     write_probe_set(store, probe, overwrite=True, manifest_text=manifest.to_toml())
     if store.has(tokens_key(name)):
         store.delete(tokens_key(name))  # scores of the replaced probe set no longer apply

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 from aclarena.cli._common import add_verb, manifest_of, print_json, print_table, progress
@@ -55,25 +52,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def weights_fingerprint(info: Any, manifest: Any, run_dir: str) -> str:
-    """Names, sizes and modification times of a checkpoint's weight files (and its base's)."""
+    """The checkpoint's fingerprint, including its base's when it is an adapter."""
     from aclarena.models.checkpoint import inspect
+    from aclarena.models.tensors import checkpoint_fingerprint
 
-    h = hashlib.sha256()
-    cur = info
-    while cur is not None:
-        h.update(cur.location.encode())
-        files = sorted({str(t.file) for t in cur.tensors.values()})
-        for f in files:
-            try:
-                st = os.stat(f)
-                h.update(f"{Path(f).name}:{st.st_size}:{st.st_mtime_ns}".encode())
-            except OSError:
-                h.update(f.encode())
-        if cur.source == "adapter" and cur.spec.on:
-            cur = inspect(manifest.resolve(cur.spec.on), manifest, run_dir, allow_pickle=True)
-        else:
-            cur = None
-    return h.hexdigest()[:16]
+    on = None
+    if info.source == "adapter" and info.spec.on:
+        on = inspect(manifest.resolve(info.spec.on), manifest, run_dir, allow_pickle=True)
+    return checkpoint_fingerprint(info, on=on)
 
 
 def targets_of(manifest: Any, ref: str, against: str) -> list[str]:
@@ -147,6 +133,13 @@ def _row(name: str, summary: Any, status: str, scores_attrs: dict[str, Any] | No
 
 
 def run(args: argparse.Namespace) -> int:
+    from aclarena.distributed import world
+
+    with world(args.device) as w:
+        return _run(args, w)
+
+
+def _run(args: argparse.Namespace, w: Any) -> int:
     from aclarena.diagnostics.token_drift import DriftSummary, HighEntropy
     from aclarena.models.checkpoint import inspect, require_same_tokenizer
     from aclarena.probes.probe_set import list_probe_sets, read_probe_set, write_probe_set
@@ -172,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
         info.require_loadable()
     require_same_tokenizer(list(infos.values()))
     store = ResultsStore(args.run)
-    probes = list_probe_sets(store)
+    # rank 0 alone reads and writes the store; the other ranks get what they need from it
+    probes = w.run_main(lambda: list_probe_sets(store))
     probe_name = args.probe or ref
     manifest_text = manifest.to_toml()
     warnings: list[str] = []
@@ -187,16 +181,24 @@ def run(args: argparse.Namespace) -> int:
                 f"checkpoint {ref!r} has no probe set and no domain in the manifest to make one from; run "
                 f"`aclarena-diag probe --ref {ref} --prompts FILE.jsonl` (or --from-traces) first"
             )
-        from aclarena.models.loading import LoadOptions
+        from aclarena.cli.probe import load_options
 
-        probe = make_probe(args.run, manifest, ref, probe_name, domain=domain, show_progress=not args.json,
-                           load=LoadOptions(dtype=args.dtype, device=args.device, allow_pickle=args.allow_pickle))
-        write_probe_set(store, probe, manifest_text=manifest_text)
-        warnings += probe.warnings
-    probe = read_probe_set(store, probe_name, with_text=False)
-    if probe.reference != ref:
-        raise AclarenaError(f"probe set {probe_name!r} holds generations of {probe.reference!r}, not {ref!r}; "
-                            f"pass --ref {probe.reference} or another --probe")
+        probe = make_probe(args.run, manifest, ref, probe_name, domain=domain,
+                           show_progress=not args.json and w.is_main, load=load_options(args), world=w)
+        if w.is_main:
+            w.run_main(lambda: write_probe_set(store, probe, manifest_text=manifest_text))
+            warnings += probe.warnings
+        else:
+            w.run_main(lambda: None)
+
+    def read_probe() -> Any:
+        probe = read_probe_set(store, probe_name, with_text=False)
+        if probe.reference != ref:
+            raise AclarenaError(f"probe set {probe_name!r} holds generations of {probe.reference!r}, not {ref!r}; "
+                                f"pass --ref {probe.reference} or another --probe")
+        return probe
+
+    probe = w.run_main(read_probe)
     base_settings = {"probe": probe_name, "probe_digest": probe.digest, "reference": ref,
                      "reference_weights": weights_fingerprint(infos[ref], manifest, args.run),
                      "topk": args.topk, "dtype": args.dtype, "scoring_version": "1"}
@@ -204,21 +206,25 @@ def run(args: argparse.Namespace) -> int:
     def ckpt_settings(name: str) -> dict[str, Any]:
         return base_settings | {"checkpoint": name, "weights": weights_fingerprint(infos[name], manifest, args.run)}
 
-    todo, done = [], []
-    with_store = store.exists()
-    for name in targets:
-        key = scores_key(probe_name, name)
-        if not args.force and with_store and store.has(key) and \
-                _attr_settings(store.attrs(key)) == ckpt_settings(name):
-            done.append(name)
-        else:
-            todo.append(name)
-    statuses: dict[str, str] = {n: "cached" for n in done}
-    ref_ok = with_store and store.has(reference_key(probe_name)) and \
-        _attr_settings(store.attrs(reference_key(probe_name))) == base_settings
+    def plan() -> tuple[list[str], bool]:
+        todo = []
+        with_store = store.exists()
+        for name in targets:
+            key = scores_key(probe_name, name)
+            if args.force or not (with_store and store.has(key)
+                                  and _attr_settings(store.attrs(key)) == ckpt_settings(name)):
+                todo.append(name)
+        ref_ok = with_store and store.has(reference_key(probe_name)) and \
+            _attr_settings(store.attrs(reference_key(probe_name))) == base_settings
+        return todo, bool(ref_ok)
+
+    todo, ref_ok = w.run_main(plan)
+    statuses: dict[str, str] = {n: "cached" for n in targets if n not in todo}
     if todo or not ref_ok:
-        _score(args, manifest, store, probe_name, ref, todo, base_settings, ckpt_settings, high, statuses,
-               warnings, manifest_text, write_reference=not ref_ok)
+        _score(args, manifest, store, probe, ref, todo, base_settings, ckpt_settings, high, statuses,
+               warnings, manifest_text, write_reference=not ref_ok, world=w)
+    if not w.is_main:
+        return 0
     # summaries: recompute where the settings (--high, --eps) or the scores changed
     rows = []
     writes = []
@@ -249,41 +255,84 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _score(args: argparse.Namespace, manifest: Any, store: Any, probe_name: str, ref: str, todo: list[str],
+def _gather_rows(w: Any, plan: Any, mine: list[int], obj: Any, fields: tuple[str, ...]) -> None:
+    """Rank 0: fill ``obj``'s flat arrays with the other ranks' positions (their batches)."""
+    if not w.distributed:
+        return
+    index = plan.positions_of(mine)
+    parts = w.gather((index, {k: getattr(obj, k)[index] for k in fields}))
+    if parts is not None:
+        for idx, values in parts[1:]:
+            for k, v in values.items():
+                getattr(obj, k)[idx] = v
+
+
+REF_FIELDS = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "status")
+SCORE_FIELDS = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "kl", "js", "status")
+
+
+def _score(args: argparse.Namespace, manifest: Any, store: Any, probe: Any, ref: str, todo: list[str],
            base_settings: dict[str, Any], ckpt_settings: Any, high: Any, statuses: dict[str, str],
-           warnings: list[str], manifest_text: str, *, write_reference: bool) -> None:
+           warnings: list[str], manifest_text: str, *, write_reference: bool, world: Any) -> None:
+    """Score ``todo`` against ``ref``; with several ranks each computes its round-robin share of the
+    batches (the same batches as one process) and rank 0 gathers and writes."""
+    import functools
     import gc
     import uuid
+    from dataclasses import replace
 
+    from aclarena.cli.probe import load_options
     from aclarena.diagnostics.token_drift import summarize_drift
-    from aclarena.models.loading import LoadOptions, load_model
-    from aclarena.probes.probe_set import read_probe_set
-    from aclarena.probes.teacher_forcing import STATUS_BEYOND_CONTEXT, reference_outputs, score
+    from aclarena.models.loading import load_model
+    from aclarena.probes.teacher_forcing import STATUS_BEYOND_CONTEXT, BatchPlan, reference_outputs, score
     from aclarena.store import Json
     from aclarena.store.token_keys import reference_key, scores_key, summary_key
 
-    probe = read_probe_set(store, probe_name, with_text=False)
-    opts = LoadOptions(dtype=args.dtype, device=args.device, allow_pickle=args.allow_pickle, merge_adapter=True)
-    with progress(not args.json) as bar:
-        task = bar.add_task(f"reference {ref}", total=probe.n_sequences)
-        ref_model = load_model(ref, manifest, args.run, opts)
-        cache = reference_outputs(ref_model, probe, name=ref, batch_size=args.batch_size, chunk_size=args.chunk_size,
-                                  topk=args.topk, progress=lambda k: bar.advance(task, k))
-        del ref_model
-        gc.collect()
+    w = world
+    probe_name = probe.name
+    opts = load_options(args, merge_adapter=True)
+    opts = replace(opts, device=w.device(opts.device))
+    batches = BatchPlan.make(probe, args.batch_size).batches
+    mine = w.mine(len(batches))
+    share = sum(len(batches[b]) for b in mine)
+    with progress(not args.json and w.is_main) as bar:
+        task = bar.add_task(f"reference {ref}", total=share)
+
+        def reference_pass() -> Any:
+            ref_model = load_model(ref, manifest, args.run, opts)
+            out = reference_outputs(ref_model, probe, name=ref, batch_size=args.batch_size,
+                                    chunk_size=args.chunk_size, topk=args.topk,
+                                    progress=lambda k: bar.advance(task, k), batches=mine)
+            del ref_model
+            gc.collect()
+            return out
+
+        cache = w.each(reference_pass)
+        _gather_rows(w, cache.plan, mine, cache.stats, REF_FIELDS)
         offsets = cache.plan.offsets
         if write_reference:
-            n_bad = int((cache.stats.status != 0).sum())
-            store.write(reference_key(probe_name), cache.stats.to_store(offsets), result_type=REFERENCE_TYPE,
-                        result_version=RESULT_VERSION, overwrite=True, manifest_text=manifest_text,
-                        attrs={"settings": base_settings, "reference": ref, "n_positions": int(offsets[-1]),
-                               "n_invalid": n_bad})
+            def write_ref() -> None:
+                n_bad = int((cache.stats.status != 0).sum())
+                store.write(reference_key(probe_name), cache.stats.to_store(offsets), result_type=REFERENCE_TYPE,
+                            result_version=RESULT_VERSION, overwrite=True, manifest_text=manifest_text,
+                            attrs={"settings": base_settings, "reference": ref, "n_positions": int(offsets[-1]),
+                                   "n_invalid": n_bad})
+            w.run_main(write_ref)
         for name in todo:
-            bar.update(task, description=f"scoring {name}", completed=0, total=probe.n_sequences)
-            model = load_model(name, manifest, args.run, opts)
-            res = score(model, cache, probe, name=name, progress=lambda k: bar.advance(task, k))
-            del model
-            gc.collect()
+            bar.update(task, description=f"scoring {name}", completed=0, total=share)
+
+            def score_one(name: str = name) -> Any:
+                model = load_model(name, manifest, args.run, opts)
+                out = score(model, cache, probe, name=name, progress=lambda k: bar.advance(task, k), batches=mine)
+                del model
+                gc.collect()
+                return out
+
+            res = w.each(score_one)
+            _gather_rows(w, cache.plan, mine, res, SCORE_FIELDS)
+            if not w.is_main:
+                w.run_main(lambda: None)  # wait for rank 0's write (and fail with it)
+                continue
             summary = summarize_drift(cache.stats.entropy, cache.stats.logprob, cache.stats.top1, res.kl, res.js,
                                       res.logprob, res.top1, high=high, eps=args.eps, valid=res.status == 0)
             beyond = int((res.status == STATUS_BEYOND_CONTEXT).sum())
@@ -297,11 +346,12 @@ def _score(args: argparse.Namespace, manifest: Any, store: Any, probe_name: str,
             mattrs = {"settings": {"high": str(high), "eps": args.eps, "scores_id": scores_id},
                       "checkpoint": name, "reference": ref}
             # one atomic write per checkpoint: a kill leaves it either fully scored or not at all
-            store.write_many([
+            items = [
                 (scores_key(probe_name, name), res.to_store(), SCORES_TYPE, RESULT_VERSION, sattrs),
                 (summary_key(probe_name, name), {"summary": Json(summary.to_dict())}, SUMMARY_TYPE, RESULT_VERSION,
                  mattrs),
-            ], overwrite=True, manifest_text=manifest_text)
+            ]
+            w.run_main(functools.partial(store.write_many, items, overwrite=True, manifest_text=manifest_text))
             statuses[name] = "scored"
 
 

@@ -26,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "aclarena-diag train --config examples/mini.toml --out runs/mini",
             "aclarena-diag train --config examples/tiny.toml --out runs/tiny --seeds 3",
             "accelerate launch -m aclarena train --config examples/paper.toml --out runs/paper --trl rl.use_vllm=true",
+            "aclarena-diag train --config examples/mini.toml --out runs/mini --stop-on-warning",
         ),
         run_option=False,
     )
@@ -42,6 +43,9 @@ def add_train_options(p: argparse.ArgumentParser, *, config_required: bool = Tru
     p.add_argument("--seed", type=int, default=None, metavar="S", help="the first curriculum's seed (default: the config's)")
     p.add_argument("--trl", action="append", default=[], metavar="[sft.|rl.|base.]FIELD=VALUE",
                    help="trl config override on top of the config file (repeatable), e.g. rl.max_steps=20")
+    p.add_argument("--stop-on-warning", action="store_true",
+                   help="stop training at the first drift-monitor warning (the config's [monitor] section, or the "
+                        "default monitor on every stage after the first; docs/monitor.md)")
 
 
 def train_from_args(args: argparse.Namespace, *, config_path: str, out: str, show_progress: bool) -> Any:
@@ -59,6 +63,10 @@ def train_from_args(args: argparse.Namespace, *, config_path: str, out: str, sho
         cfg = replace(cfg, seed=args.seed)
     if args.seeds < 1:
         raise AclarenaError(f"--seeds must be >= 1, got {args.seeds}")
+    if getattr(args, "stop_on_warning", False):
+        from aclarena.train.monitor import with_on_warning
+
+        cfg = with_on_warning(cfg, "stop")
     text = Path(config_path).read_text(encoding="utf-8")
     return run_curriculum(cfg, out, seeds=args.seeds, show_progress=show_progress, config_text=text)
 

@@ -24,6 +24,8 @@ from aclarena.store.capability import cell_payload
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from aclarena.distributed import World
+
 
 @dataclass(frozen=True)
 class EvalSettings:
@@ -76,6 +78,10 @@ def transcript(traj: Trajectory) -> str:
     return "\n".join(lines)
 
 
+def _outcome(tr: Trajectory) -> tuple[float, dict[str, float], str, str]:
+    return tr.reward, {k: v for k, v in tr.metrics.items() if k != "reward"}, transcript(tr), tr.end_reason
+
+
 def evaluate_suite(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -84,10 +90,41 @@ def evaluate_suite(
     *,
     checkpoint: str,
     on_progress: Callable[[int], None] | None = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Play ``suite`` with ``model``; returns the cell's (datasets, attributes) for the store."""
+    world: World | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Play ``suite`` with ``model``; returns the cell's (datasets, attributes) for the store.
+
+    With a data-parallel ``world`` (:mod:`aclarena.distributed`) each rank plays its
+    round-robin share of the generation batches (the same batches, seeded the same way, as
+    one process); rank 0 gets the cell and the other ranks None.
+    """
     domain, role = suite_domain_role(suite)
     n_seeds, n, k = len(settings.seeds), settings.n, settings.samples
+    shard = (world.rank, world.size) if world is not None and world.distributed else None
+
+    def play() -> list[tuple[dict[int, Any], dict[int, float]]]:
+        per_seed = []
+        for seed in settings.seeds:
+            tasks = sample_tasks(suite, n, seed=seed, split="eval")
+            trajs = generate_trajectories(model, tokenizer, tasks, do_sample=False, seed=seed,
+                                          batch_size=settings.batch_size, on_batch=on_progress, shard=shard)
+            greedy_out = {i: _outcome(tr) for i, tr in enumerate(trajs) if tr is not None}
+            sampled_out: dict[int, float] = {}
+            if k:
+                repeated = [t for t in tasks for _ in range(k)]
+                trajs = generate_trajectories(model, tokenizer, repeated, do_sample=True,
+                                              temperature=settings.temperature, top_p=settings.top_p, seed=seed,
+                                              batch_size=settings.batch_size, on_batch=on_progress, shard=shard)
+                sampled_out = {i: tr.reward for i, tr in enumerate(trajs) if tr is not None}
+            per_seed.append((greedy_out, sampled_out))
+        return per_seed
+
+    if world is None:
+        parts = [play()]
+    else:
+        parts = world.gather(world.each(play))
+        if parts is None:
+            return None
     greedy = np.zeros((n_seeds, n), dtype=np.float32)
     sampled = np.zeros((n_seeds, n, k), dtype=np.float32) if k else None
     ids: list[str] = []
@@ -95,23 +132,21 @@ def evaluate_suite(
     reasons: list[str] = []
     metric_rows: dict[str, np.ndarray] = {}
     for si, seed in enumerate(settings.seeds):
-        tasks = sample_tasks(suite, n, seed=seed, split="eval")
-        ids.extend(t.id for t in tasks)
-        trajs = generate_trajectories(model, tokenizer, tasks, do_sample=False, seed=seed,
-                                      batch_size=settings.batch_size, on_batch=on_progress)
-        for i, tr in enumerate(trajs):
-            greedy[si, i] = tr.reward
-            transcripts.append(transcript(tr))
-            reasons.append(tr.end_reason)
-            for name, v in tr.metrics.items():
-                if name != "reward":
-                    metric_rows.setdefault(name, np.full((n_seeds, n), np.nan, dtype=np.float32))[si, i] = v
+        ids.extend(t.id for t in sample_tasks(suite, n, seed=seed, split="eval"))
+        outcomes: dict[int, Any] = {}
+        rewards: dict[int, float] = {}
+        for part in parts:
+            outcomes.update(part[si][0])
+            rewards.update(part[si][1])
+        for i in range(n):
+            reward, metrics, text, reason = outcomes[i]
+            greedy[si, i] = reward
+            transcripts.append(text)
+            reasons.append(reason)
+            for name, v in metrics.items():
+                metric_rows.setdefault(name, np.full((n_seeds, n), np.nan, dtype=np.float32))[si, i] = v
         if k and sampled is not None:
-            repeated = [t for t in tasks for _ in range(k)]
-            trajs = generate_trajectories(model, tokenizer, repeated, do_sample=True, temperature=settings.temperature,
-                                          top_p=settings.top_p, seed=seed, batch_size=settings.batch_size,
-                                          on_batch=on_progress)
-            sampled[si] = np.array([tr.reward for tr in trajs], dtype=np.float32).reshape(n, k)
+            sampled[si] = np.array([rewards[j] for j in range(n * k)], dtype=np.float32).reshape(n, k)
     return cell_payload(checkpoint=checkpoint, suite=suite, domain=domain, role=role, source="arena",
                         settings=settings.identity(), greedy=greedy, samples=sampled, item_ids=ids,
                         metrics=metric_rows, transcripts=transcripts, end_reasons=reasons)

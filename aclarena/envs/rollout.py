@@ -163,16 +163,22 @@ def run_episodes(
     batch_size: int = 32,
     max_turns: int | None = None,
     on_batch: Callable[[int], None] | None = None,
-) -> list[Trajectory]:
+    before_batch: Callable[[int], bool] | None = None,
+) -> list[Trajectory | None]:
     """Play every task with ``policy``, ``batch_size`` episodes at a time; trajectories in task order.
 
     At each turn the still-running episodes of a batch are answered in one policy call.
     ``on_batch(n)`` is called after each batch with the number of finished episodes.
+    ``before_batch(b)`` is called before batch ``b``: it may seed the sampler and returns
+    whether to play it (a skipped batch's tasks get None: a data-parallel rank's share).
     """
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be >= 1, got {batch_size}")
-    out: list[Trajectory] = []
-    for start in range(0, len(tasks), batch_size):
+    out: list[Trajectory | None] = []
+    for b, start in enumerate(range(0, len(tasks), batch_size)):
+        if before_batch is not None and not before_batch(b):
+            out.extend([None] * len(tasks[start:start + batch_size]))
+            continue
         episodes = [Episode(env_of(t), t, max_turns=max_turns) for t in tasks[start:start + batch_size]]
         while True:
             live = [e for e in episodes if not e.done]
@@ -275,23 +281,46 @@ def generate_trajectories(
     max_new_tokens: int | None = None,
     max_turns: int | None = None,
     on_batch: Callable[[int], None] | None = None,
-) -> list[Trajectory]:
-    """Roll ``model`` out on ``tasks`` (all of one environment or mixed); greedy unless ``do_sample``."""
+    shard: tuple[int, int] | None = None,
+) -> list[Trajectory | None]:
+    """Roll ``model`` out on ``tasks`` (all of one environment or mixed); greedy unless ``do_sample``.
+
+    Sampling is seeded per batch from ``(seed, batch number)``, so a batch draws the same
+    samples whichever process plays it. ``shard=(rank, size)`` plays only the batches
+    ``b`` with ``b % size == rank`` (the others' trajectories are None): a data-parallel
+    rank's share (:mod:`aclarena.distributed`). Without it every item is a Trajectory.
+    """
+    import numpy as np
     import torch
 
     if not tasks:
         return []
-    torch.manual_seed(seed)
+    counter = [0]  # batches are numbered across environments
+
+    def before_batch(_: int) -> bool:
+        b = counter[0]
+        counter[0] += 1
+        if shard is not None and b % shard[1] != shard[0]:
+            return False
+        torch.manual_seed(int(np.random.SeedSequence([seed, b]).generate_state(1)[0]))
+        return True
+
     by_env: dict[str, list[int]] = {}
     for i, t in enumerate(tasks):
         by_env.setdefault(t.env, []).append(i)
     out: list[Trajectory | None] = [None] * len(tasks)
+    from aclarena.models.vllm_engine import is_vllm, vllm_policy
+
     for idx in by_env.values():
         env = env_of(tasks[idx[0]])
-        policy = model_policy(model, tokenizer, max_new_tokens=max_new_tokens or env.max_new_tokens,
-                              do_sample=do_sample, temperature=temperature, top_p=top_p)
+        if is_vllm(model):  # --engine vllm: the same loop, answered by a vLLM engine
+            policy = vllm_policy(model, tokenizer, max_new_tokens=max_new_tokens or env.max_new_tokens,
+                                 do_sample=do_sample, temperature=temperature, top_p=top_p, seed=seed)
+        else:
+            policy = model_policy(model, tokenizer, max_new_tokens=max_new_tokens or env.max_new_tokens,
+                                  do_sample=do_sample, temperature=temperature, top_p=top_p)
         trajs = run_episodes([tasks[i] for i in idx], policy, batch_size=batch_size, max_turns=max_turns,
-                             on_batch=on_batch)
+                             on_batch=on_batch, before_batch=before_batch)
         for i, tr in zip(idx, trajs, strict=True):
             out[i] = tr
-    return [t for t in out if t is not None]
+    return out

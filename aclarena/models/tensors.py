@@ -524,11 +524,12 @@ def check_lora_targets(adapter: str, factors: dict[str, LoraFactors], reader: Te
             )
 
 
-def checkpoint_fingerprint(info: CheckpointInfo) -> str:
+def checkpoint_fingerprint(info: CheckpointInfo, on: CheckpointInfo | None = None) -> str:
     """A short hash of a checkpoint's weight files (names, sizes, modification times) and configs.
 
     Cheap (no weights are read), and it changes when a checkpoint is re-saved, so finished
-    results can be reused only while their checkpoints are unchanged.
+    results can be reused only while their checkpoints are unchanged. For an adapter, pass the
+    inspected base it applies to as ``on`` so that re-saving the base changes the hash too.
     """
     h = hashlib.sha256()
     files = sorted({t.file for t in info.tensors.values()})
@@ -538,4 +539,6 @@ def checkpoint_fingerprint(info: CheckpointInfo) -> str:
         entries.append([path.name, st.st_size, st.st_mtime_ns])
     h.update(json.dumps({"files": entries, "config": info.config, "adapter": info.adapter_config,
                          "on": info.spec.on}, sort_keys=True, default=str).encode())
+    if on is not None:
+        h.update(checkpoint_fingerprint(on).encode())
     return h.hexdigest()[:16]

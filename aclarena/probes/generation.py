@@ -22,6 +22,8 @@ from aclarena.probes.probe_set import ProbeSet, token_pieces, vocab_strings
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from aclarena.distributed import World
+
 
 @dataclass(frozen=True, slots=True)
 class GenerationSettings:
@@ -55,6 +57,8 @@ class GenerationSettings:
 
 def model_max_length(model: PreTrainedModel) -> int | None:
     """The model's maximum positions, from its config (None when it has no limit)."""
+    if not hasattr(model, "config") and hasattr(model, "llm_engine"):  # a vLLM engine
+        return int(model.llm_engine.model_config.max_model_len)
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(cfg, key, None)
@@ -65,7 +69,7 @@ def model_max_length(model: PreTrainedModel) -> int | None:
 
 def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     ids: set[int] = set()
-    for src in (getattr(model, "generation_config", None), model.config):
+    for src in (getattr(model, "generation_config", None), getattr(model, "config", None)):
         e = getattr(src, "eos_token_id", None) if src is not None else None
         if isinstance(e, int):
             ids.add(e)
@@ -102,12 +106,17 @@ def generate_probe_set(
     max_length: int | None = None,
     source: str = "prompts",
     progress: Callable[[int], None] | None = None,
-) -> ProbeSet:
+    world: World | None = None,
+) -> ProbeSet | None:
     """Generate from ``model`` on ``prompts`` and freeze the result as a probe set.
 
     Each prompt is ``{"messages": [...], "tools": [...]}`` (rendered with the chat template)
     or ``{"prompt": "text"}``. The generated tokens (up to and including the end-of-sequence
     token) are the scored positions. ``max_length`` defaults to the model's maximum positions.
+
+    With a data-parallel ``world`` (:mod:`aclarena.distributed`) each rank generates its
+    round-robin share of the batches (each seeded by its batch index, as in one process);
+    rank 0 gets the probe set and the other ranks None.
     """
     import torch
 
@@ -132,36 +141,65 @@ def generate_probe_set(
             ids = ids[-(limit - 1):]
         encoded.append(ids)
     order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), i))
-    device = next(model.parameters()).device
-    results: dict[int, list[int]] = {}
-    capped = 0
-    for b, start in enumerate(range(0, len(order), settings.batch_size)):
-        idx = order[start:start + settings.batch_size]
-        width = max(len(encoded[i]) for i in idx)
-        new = min(settings.max_new_tokens, limit - width)
-        if new < settings.max_new_tokens:
-            capped += len(idx)
-        input_ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(idx), width), dtype=torch.long)
-        for r, i in enumerate(idx):  # left padding
-            input_ids[r, width - len(encoded[i]):] = torch.tensor(encoded[i])
-            attention[r, width - len(encoded[i]):] = 1
-        kwargs: dict[str, Any] = {"max_new_tokens": new, "pad_token_id": pad_id, "eos_token_id": stop or None}
-        if settings.greedy:
-            kwargs["do_sample"] = False
-        else:
-            kwargs.update(do_sample=True, temperature=float(settings.temperature), top_p=float(settings.top_p),
-                          top_k=0, repetition_penalty=1.0)
-        torch.manual_seed(settings.seed + b)
-        with torch.no_grad():
-            out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
-        gen = out[:, width:].cpu().tolist()
-        for r, i in enumerate(idx):
-            toks = gen[r]
-            cut = next((j + 1 for j, t in enumerate(toks) if t in stop), len(toks))
-            results[i] = toks[:cut]
-        if progress is not None:
-            progress(len(idx))
+    from aclarena.models.vllm_engine import is_vllm
+
+    vllm = is_vllm(model)
+    device = None if vllm else next(model.parameters()).device
+
+    def generate_batches(mine: list[int]) -> tuple[dict[int, list[int]], int]:
+        results: dict[int, list[int]] = {}
+        capped = 0
+        mine_set = set(mine)
+        for b, start in enumerate(range(0, len(order), settings.batch_size)):
+            if b not in mine_set:
+                continue
+            idx = order[start:start + settings.batch_size]
+            width = max(len(encoded[i]) for i in idx)
+            new = min(settings.max_new_tokens, limit - width)
+            if new < settings.max_new_tokens:
+                capped += len(idx)
+            input_ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+            attention = torch.zeros((len(idx), width), dtype=torch.long)
+            for r, i in enumerate(idx):  # left padding
+                input_ids[r, width - len(encoded[i]):] = torch.tensor(encoded[i])
+                attention[r, width - len(encoded[i]):] = 1
+            kwargs: dict[str, Any] = {"max_new_tokens": new, "pad_token_id": pad_id, "eos_token_id": stop or None}
+            if settings.greedy:
+                kwargs["do_sample"] = False
+            else:
+                kwargs.update(do_sample=True, temperature=float(settings.temperature), top_p=float(settings.top_p),
+                              top_k=0, repetition_penalty=1.0)
+            if vllm:  # --engine vllm: token-id prompts, one seed per batch as below
+                from aclarena.models.vllm_engine import generate_ids, sampling_params
+
+                gen = generate_ids(model, [encoded[i] for i in idx], sampling_params(
+                    max_new_tokens=new, do_sample=not settings.greedy, temperature=settings.temperature,
+                    top_p=settings.top_p, seed=settings.seed + b, stop_token_ids=stop))
+            else:
+                torch.manual_seed(settings.seed + b)
+                with torch.no_grad():
+                    out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                                         **kwargs)
+                gen = out[:, width:].cpu().tolist()
+            for r, i in enumerate(idx):
+                toks = gen[r]
+                cut = next((j + 1 for j, t in enumerate(toks) if t in stop), len(toks))
+                results[i] = toks[:cut]
+            if progress is not None:
+                progress(len(idx))
+        return results, capped
+
+    n_batches = -(-len(order) // settings.batch_size)
+    if world is None:
+        results, capped = generate_batches(list(range(n_batches)))
+    else:  # every rank generates its share; rank 0 gets all of them (errors reach every rank)
+        parts = world.map_batches(n_batches, generate_batches)
+        if parts is None:
+            return None
+        results, capped = {}, 0
+        for r, c in parts:
+            results.update(r)
+            capped += c
     if capped:
         warnings.append(f"generation capped below {settings.max_new_tokens} new tokens for {capped} prompts "
                         f"to fit the model's {limit} positions")
@@ -176,8 +214,8 @@ def generate_probe_set(
         pieces.append(token_pieces(tokenizer, seq))
         texts.append("".join(pieces[-1]))
         sources.append(dict(p))
-    vocab_size = getattr(model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config,
-                         "vocab_size", None)
+    cfg = getattr(model, "config", None)
+    vocab_size = getattr(cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg, "vocab_size", None)
     info = {"source": source, "generation": settings.to_dict(), "max_length": limit, "padding_side": "left"}
     return ProbeSet(name=name, reference=reference, ids=ids_out, scored=masks, texts=texts, token_text=pieces,
                     sources=sources, settings=info, warnings=warnings, vocab=vocab_strings(tokenizer, vocab_size))

@@ -30,7 +30,7 @@ flagged (``status`` 1); positions beyond a checkpoint's maximum positions are fl
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -226,6 +226,21 @@ class BatchPlan:
         index = [np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in b]).astype(np.int64) for b in batches]
         return cls(batches=batches, index=index, offsets=offsets)
 
+    def rows(self, batches: Collection[int] | None = None) -> np.ndarray:
+        """A mask over the flat positions: those of ``batches`` (all when None)."""
+        mask = np.zeros(int(self.offsets[-1]), dtype=bool)
+        if batches is None:
+            mask[:] = True
+        else:
+            for b in batches:
+                mask[self.index[b]] = True
+        return mask
+
+    def positions_of(self, batches: Collection[int]) -> np.ndarray:
+        """The flat position indices of ``batches``, in batch order."""
+        parts = [self.index[b] for b in sorted(batches)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
 
 def _batch_inputs(probe: ProbeSet, seqs: list[int], limit: int | None, device: Any, padding_side: str
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray]:
@@ -383,10 +398,17 @@ def reference_outputs(
     topk: int = 5,
     padding_side: str = "right",
     progress: Callable[[int], None] | None = None,
+    batches: Collection[int] | None = None,
 ) -> ReferenceOutputs:
-    """Run the reference once on ``probe`` and cache what scoring needs (see the module doc)."""
+    """Run the reference once on ``probe`` and cache what scoring needs (see the module doc).
+
+    ``batches`` (indices into the batch plan) restricts the work to those batches, as a
+    data-parallel rank does (:mod:`aclarena.distributed`): the other positions stay unset
+    (NaN, status 0) and their ``hidden`` entries are None.
+    """
     import torch
 
+    batches = None if batches is None else set(batches)
     head = output_head(model)
     _check_topk(topk, head.vocab_size)
     verify_head(model, head, probe.ids[0], name or probe.reference)
@@ -411,6 +433,10 @@ def reference_outputs(
     try:
         with torch.inference_mode():
             for b, seqs in enumerate(plan.batches):
+                if batches is not None and b not in batches:
+                    hidden.append(None)
+                    targets.append(None)
+                    continue
                 ids, mask, pos, rows, cols, ok, tgt = _batch_inputs(probe, seqs, limit, head.weight.device, padding_side)
                 h = _hidden(model, ids, mask, pos)[rows, cols]
                 hidden.append(h.clone())
@@ -453,6 +479,8 @@ def score(
     padding_side: str = "right",
     name: str | None = None,
     progress: Callable[[int], None] | None = None,
+    hidden_cache: list[Any] | None = None,
+    batches: Collection[int] | None = None,
 ) -> TokenScores:
     """Score ``probe`` teacher-forced with ``model`` against ``reference``.
 
@@ -470,11 +498,21 @@ def score(
         padding_side: ``right`` (default) or ``left``; both give the same numbers.
         name: the checkpoint's name in error messages.
         progress: called with the number of sequences finished after each batch.
+        hidden_cache: an empty list to keep ``model``'s hidden states of each batch in, or the
+            list a previous call filled: then ``model`` is not run again. For scoring the same
+            model (unchanged weights) on the same probe with the same batch plan against
+            several cached references (the drift monitor: the probe's reference and the stage start).
+            Not combinable with ``batches``.
+        batches: compute only these batches of the plan (a data-parallel rank's share, see
+            :mod:`aclarena.distributed`); the other positions stay unset (NaN, status 0).
     """
     import torch
 
     if padding_side not in ("left", "right"):
         raise AclarenaError(f"padding side must be 'left' or 'right', got {padding_side!r}")
+    batches = None if batches is None else set(batches)
+    if batches is not None and hidden_cache is not None:
+        raise ValueError("hidden_cache holds every batch in order; it cannot be combined with batches")
     label = name or "the checkpoint"
     head = output_head(model)
     cached = isinstance(reference, ReferenceOutputs)
@@ -526,8 +564,15 @@ def score(
     try:
         with torch.inference_mode():
             for b, seqs in enumerate(plan.batches):
+                if batches is not None and b not in batches:
+                    continue
                 ids, mask, pos, rows, cols, ok, tgt = _batch_inputs(probe, seqs, limit, device, padding_side)
-                hc = _hidden(model, ids, mask, pos)[rows, cols]
+                if hidden_cache is not None and b < len(hidden_cache):
+                    hc = hidden_cache[b]
+                else:
+                    hc = _hidden(model, ids, mask, pos)[rows, cols]
+                    if hidden_cache is not None:
+                        hidden_cache.append(hc)
                 if cached:
                     hr = reference.hidden[b].to(ref_head.weight.device)
                     ok_ref = reference.stats.status[plan.index[b]] != STATUS_BEYOND_CONTEXT
@@ -571,14 +616,15 @@ def score(
             model.train()
         if ref_was_training:
             reference.train()
+    mine = plan.rows(batches)
     if not cached:
-        bad_ref = (res.ref.status == STATUS_OK) & ~(np.isfinite(res.ref.entropy) & np.isfinite(res.ref.logprob))
+        bad_ref = mine & (res.ref.status == STATUS_OK) & ~(np.isfinite(res.ref.entropy) & np.isfinite(res.ref.logprob))
         res.ref.status[bad_ref] = STATUS_NONFINITE
-    computed = res.status == STATUS_OK
+    computed = mine & (res.status == STATUS_OK)
     finite = np.isfinite(res.kl) & np.isfinite(res.js) & np.isfinite(res.entropy) & np.isfinite(res.logprob)
     res.status[computed & ~finite & (res.ref.status == STATUS_OK)] = STATUS_NONFINITE
     # positions the reference itself cannot score are not this checkpoint's fault: keep its
     # status ok but leave the values out (NaN), as the summaries do
     for key in ("kl", "js"):
-        getattr(res, key)[res.ref.status != STATUS_OK] = np.nan
+        getattr(res, key)[mine & (res.ref.status != STATUS_OK)] = np.nan
     return res

@@ -101,11 +101,66 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def _os_error(e: BaseException, path: Path) -> StoreError:
+def _out_of_space(tmp: Path) -> bool:
+    """Whether a failed write ran out of room: HDF5's error often names neither ENOSPC nor EFBIG
+    ("File write failed"), so look at the free space and the process's file-size limit."""
+    try:
+        if shutil.disk_usage(tmp.parent).free < (1 << 20):
+            return True
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        return soft != resource.RLIM_INFINITY and tmp.exists() and tmp.stat().st_size + (1 << 16) >= soft
+    except (OSError, ImportError, ValueError):
+        return False
+
+
+def _nbytes(value: Any) -> int:
+    """About how many bytes ``value`` takes in the file (arrays, Ragged, Table, Json, dicts)."""
+    if hasattr(value, "nbytes"):
+        return int(value.nbytes)
+    if isinstance(value, Mapping):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return sum(_nbytes(v) for v in value)
+    if hasattr(value, "values") and hasattr(value, "offsets"):  # Ragged
+        return _nbytes(value.values) + _nbytes(value.offsets)
+    if hasattr(value, "columns"):  # Table
+        return _nbytes(dict(value.columns))
+    if hasattr(value, "value"):  # Json
+        return len(json.dumps(value.value, default=str))
+    if isinstance(value, str | bytes):
+        return len(value)
+    return 64
+
+
+def _check_room(path: Path, need: int) -> None:
+    """Refuse a write that cannot fit, before HDF5 starts it.
+
+    HDF5 that runs out of room mid-write leaves its file open in a state whose close at
+    interpreter exit flushes again and crashed the process (SIGSEGV, h5py 3.16 / HDF5 2.0);
+    checking first keeps a full disk a clean one-line error in all but a race.
+    """
+    msg = (f"no space left to write {path} (about {need / 1e6:.1f} MB needed; disk full or file-size limit); "
+           "free some space and rerun (earlier results are intact)")
+    with contextlib.suppress(OSError):
+        if shutil.disk_usage(path.parent).free < need:
+            raise StoreError(msg)
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    except (ImportError, ValueError, OSError):
+        return
+    if soft != resource.RLIM_INFINITY and need > soft:
+        raise StoreError(msg)
+
+
+def _os_error(e: BaseException, path: Path, *, full: bool = False) -> StoreError:
     """One line for an OS-level write failure (h5py often reports errno only in its text)."""
     err = getattr(e, "errno", None)
     text = str(e)
-    if err in (errno.ENOSPC, errno.EFBIG) or any(
+    if full or err in (errno.ENOSPC, errno.EFBIG) or any(
         s in text for s in ("No space left", "File too large", "errno = 28", "errno = 27")
     ):
         return StoreError(
@@ -223,6 +278,9 @@ class ResultsStore:
         """
         with self.lock():
             tmp = self.run_dir / f".{RESULTS_NAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+            current = self.path.stat().st_size if self.path.is_file() else 0
+            # the copy, the new groups and HDF5's own overhead (metadata, chunk indexes)
+            _check_room(self.path, int(current + 1.25 * sum(_nbytes(d) for _, d, *_ in items)) + (256 << 10))
             try:
                 if self.path.is_file():
                     with _open_read(self.path) as f:  # validates before copying
@@ -265,8 +323,9 @@ class ResultsStore:
                 tmp.unlink(missing_ok=True)
                 raise
             except (OSError, RuntimeError) as e:
+                full = _out_of_space(tmp)
                 tmp.unlink(missing_ok=True)
-                raise _os_error(e, self.path) from None
+                raise _os_error(e, self.path, full=full) from None
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
@@ -284,8 +343,9 @@ class ResultsStore:
                     f.attrs["modified"] = _now()
                 os.replace(tmp, self.path)
             except (OSError, RuntimeError) as e:
+                full = _out_of_space(tmp)
                 tmp.unlink(missing_ok=True)
-                raise _os_error(e, self.path) from None
+                raise _os_error(e, self.path, full=full) from None
 
 
 def _now() -> str:

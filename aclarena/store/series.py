@@ -215,10 +215,37 @@ class SeriesReader:
             self._f = h5py.File(self.path, "r", libver="latest", swmr=True, locking=False)
         except (OSError, RuntimeError) as e:
             raise StoreError(f"{self.path} cannot be opened ({e}); it is corrupted or not an HDF5 file") from None
+        self._inode = os.fstat(self._f.id.get_vfd_handle()).st_ino
         check_root(self._f, self.path)
 
     def names(self) -> list[str]:
-        return list(self._f["series"].keys()) if "series" in self._f else []
+        """Every series, by its full name (``monitor/seq-ecom-sft/train``), in creation-independent order."""
+        if "series" not in self._f:
+            return []
+        out: list[str] = []
+
+        def walk(g: h5py.Group, prefix: str) -> None:
+            for key in g:
+                obj = g[key]
+                if not isinstance(obj, h5py.Group):
+                    continue
+                name = f"{prefix}{key}"
+                if obj.attrs.get("encoding-type") == "series":
+                    out.append(name)
+                else:
+                    walk(obj, name + "/")
+
+        walk(self._f["series"], "")
+        return out
+
+    def stale(self) -> bool:
+        """True when ``series.h5`` was replaced since this reader opened it (a writer added series):
+        reopen to see them. Rows appended to the opened file are seen with :meth:`refresh`."""
+        try:
+            ino = os.stat(self.path).st_ino
+        except OSError:
+            return False
+        return self._inode is not None and ino != self._inode
 
     def attrs(self, name: str) -> dict[str, Any]:
         return dict(self._f[f"series/{name}"].attrs)

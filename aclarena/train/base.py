@@ -55,9 +55,12 @@ def build_mini_base(spec: BaseSpec, out_dir: str | os.PathLike[str], *, seed: in
                          intermediate_size=sizes["intermediate_size"], max_positions=sizes["max_positions"])
     model = build_model(config, seed=seed)
     model.train()
-    records = pretraining_records(tok, chat_examples=spec.chat_examples, mc_examples=spec.mc_examples, seed=seed)
-    trl = {"learning_rate": 1e-3, "per_device_train_batch_size": 16, "max_steps": 300, "logging_steps": 10,
-           "warmup_steps": 20, "lr_scheduler_type": "cosine", **spec.trl}
+    records = pretraining_records(tok, chat_examples=spec.chat_examples, mc_examples=spec.mc_examples, seed=seed,
+                                  tool_examples=spec.tool_examples, arithmetic_examples=spec.arithmetic_examples)
+    # documents packed into 512-token rows (as in pretraining): no padding between short and long texts
+    trl = {"learning_rate": 1e-3, "per_device_train_batch_size": 4, "packing": True, "packing_strategy": "wrapped",
+           "max_length": 512, "num_train_epochs": 1, "logging_steps": 10, "warmup_steps": 10,
+           "lr_scheduler_type": "cosine", **spec.trl}
     n_params = sum(p.numel() for p in model.parameters())
     return run_sft("<new>", records, out_dir, trl=trl, seed=seed, callbacks=callbacks or (), work_dir=work_dir,
                    fingerprint=fingerprint, model=model, tokenizer=tok,

@@ -261,6 +261,8 @@ class BaseSpec:
     max_positions: int = 1024
     chat_examples: int = 1500
     mc_examples: int = 1500
+    tool_examples: int = 1500
+    arithmetic_examples: int = 500
     trl: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -278,7 +280,7 @@ class BaseSpec:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise FieldError(name, f"`{name}` must be a positive integer, got {v!r}")
-        for name in ("chat_examples", "mc_examples"):
+        for name in ("chat_examples", "mc_examples", "tool_examples", "arithmetic_examples"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise FieldError(name, f"`{name}` must be an integer >= 0, got {v!r}")
@@ -317,6 +319,7 @@ class CurriculumConfig:
     oracles: tuple[str, ...] = ()
     defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     keep_trainer_checkpoints: bool = False
+    monitor: Any = None  # a MonitorSpec (aclarena.train.monitor) when the config has [monitor]
     source: str = "<config>"
 
     def __post_init__(self) -> None:
@@ -365,7 +368,7 @@ RUN_KEYS = ("name", "seed", "description", "keep_trainer_checkpoints")
 BASE_KEYS = tuple(f.name for f in dataclasses.fields(BaseSpec))
 STAGE_KEYS = ("domain", "phases", "parent", "note", *PHASE_KINDS)
 PHASE_KEYS = ("data", "n", "k", "path", "reward", "rollout", "max_turns", "max_new_tokens", "trl", "note")
-TOP_KEYS = ("run", "base", "defaults", "stages", "oracles")
+TOP_KEYS = ("run", "base", "defaults", "stages", "oracles", "monitor")
 ORACLE_KEYS = ("domains",)
 
 
@@ -555,6 +558,14 @@ def parse_config(text: str, source: str = "<config>", *, overrides: Sequence[str
                                 "defaults": ("defaults",)},
     )
     _check_parents(cfg, where)
+    if "monitor" in data:
+        from aclarena.train.monitor import MonitorFieldError, parse_monitor
+
+        try:
+            monitor = parse_monitor(data["monitor"], [s.domain for s in cfg.stages])
+        except MonitorFieldError as e:
+            raise ConfigError(f"{where(('monitor', *e.path))}: {e}") from None
+        cfg = dataclasses.replace(cfg, monitor=monitor)
     return cfg
 
 

@@ -196,6 +196,11 @@ def run_curriculum(
         _write_text(out / CONFIG_COPY, config_text)
     chat_template = _read_template(cfg)
     folders: dict[str, str] = {}
+    monitor = None
+    if cfg.monitor is not None:  # [monitor]: a drift monitor on the later stages (aclarena.train.monitor)
+        from aclarena.train.monitor import monitor_factory
+
+        monitor = monitor_factory(cfg, out, jobs, lambda name: _location(out, folders[name]))
     with progress(show_progress) as bar:
         overall = bar.add_task(f"{cfg.name}: {len(jobs)} phases", total=len(jobs))
         for job in jobs:
@@ -215,6 +220,7 @@ def run_curriculum(
                 task = bar.add_task(label, total=None)
                 cbs = [_progress_callback(bar, task, label)] if show_progress else []
                 cbs += list(callbacks(job)) if callbacks is not None else []
+                cbs += monitor(job) if monitor is not None else []
                 result = _run_job(cfg, job, out, folders, cbs, chat_template)
                 bar.update(task, completed=result.steps, total=max(1, result.steps),
                            description=f"{label} {'(already finished)' if result.skipped else ''}".rstrip())
@@ -281,9 +287,11 @@ def _positions(folder: str) -> int | None:
 
 
 def _run_job(cfg: CurriculumConfig, job: Job, out: Path, folders: dict[str, str], callbacks: list[Any],
-             chat_template: str | None) -> PhaseResult:
-    folder = out / CHECKPOINTS / job.name
-    work = out / WORK / job.name
+             chat_template: str | None, *, folder: Path | None = None, work: Path | None = None) -> PhaseResult:
+    """Train one job into ``folder`` (default ``out/checkpoints/<name>``; the lead-time measurement
+    retrains a stage into a scratch folder instead)."""
+    folder = folder if folder is not None else out / CHECKPOINTS / job.name
+    work = work if work is not None else out / WORK / job.name
     meta = {"name": job.name, "kind": job.kind, "domain": job.domain, "phase": job.phase, "parent": job.parent,
             "seed": job.seed, "run_seed": job.run_seed, "replicate": job.replicate}
     keep = cfg.keep_trainer_checkpoints

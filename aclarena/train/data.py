@@ -120,19 +120,77 @@ def file_rl_data(path: str, n: int, reward: str, *, rollout: str | None = None,
                   max_completion_length=max_completion_length)
 
 
-def pretraining_records(tokenizer: Any, *, chat_examples: int, mc_examples: int, seed: int) -> list[dict[str, str]]:
-    """The mini base's pretraining text: the world's passages, generic chat about the world, and
-    multiple-choice practice (the general suite's format, on train-split questions).
+GENERIC_TOOLS = {
+    "get_weather": ("Today's weather in a city.", {"city": ("string", "city name")}),
+    "lookup_phone": ("A person's phone number.", {"name": ("string", "full name")}),
+    "get_time": ("The local time in a city.", {"city": ("string", "city name")}),
+}
+WEATHER = ("sunny", "rainy", "cloudy", "windy", "snowy")
 
-    No task format of the curriculum (math, tool calls, retail, writing constraints) appears,
-    so every stage has something to teach; the chat template does, so the base answers in
-    turns as an instruction-tuned base would.
+
+def _generic_tool_chat(rng: Any, names: list[str], cities: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A chat in which the assistant calls a generic tool (none of the arena's) and answers from its result."""
+    from aclarena.envs.base import tool_schema
+
+    offered = rng.sample(sorted(GENERIC_TOOLS), rng.randint(1, len(GENERIC_TOOLS)))
+    tool = rng.choice(offered)
+    tools = [tool_schema(t, GENERIC_TOOLS[t][0], GENERIC_TOOLS[t][1]) for t in offered]
+    if tool == "lookup_phone":
+        who = rng.choice(names)
+        args, result = {"name": who}, {"name": who, "phone": f"555-{rng.randint(0, 9999):04d}"}
+        ask, answer = f"What is the phone number of {who}?", f"The number of {who} is {result['phone']}."
+    elif tool == "get_weather":
+        city = rng.choice(cities)
+        args, result = {"city": city}, {"city": city, "weather": rng.choice(WEATHER), "celsius": rng.randint(-5, 35)}
+        ask = f"What is the weather like in {city} today?"
+        answer = f"It is {result['weather']} in {city}, {result['celsius']} degrees."
+    else:
+        city = rng.choice(cities)
+        args, result = {"city": city}, {"city": city, "time": f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"}
+        ask, answer = f"What time is it in {city}?", f"It is {result['time']} in {city}."
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant. Use the tools when they help."},
+        {"role": "user", "content": ask},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+                                                             "function": {"name": tool, "arguments": args}}]},
+        {"role": "tool", "content": json.dumps(result)},
+        {"role": "assistant", "content": answer},
+    ]
+    return messages, tools
+
+
+def _arithmetic_text(rng: Any) -> str:
+    """An arithmetic fact, in words or symbols (what a base model knows; not the math task's format)."""
+    a, b = rng.randint(0, 20), rng.randint(0, 20)
+    op = rng.choice(("+", "-", "*"))
+    if op == "-" and b > a:
+        a, b = b, a
+    c = a + b if op == "+" else (a - b if op == "-" else a * b)
+    word = {"+": "plus", "-": "minus", "*": "times"}[op]
+    return rng.choice((f"{a} {op} {b} = {c}", f"{a} {word} {b} is {c}.", f"What is {a} {word} {b}? It is {c}."))
+
+
+def pretraining_records(tokenizer: Any, *, chat_examples: int, mc_examples: int, seed: int,
+                        tool_examples: int = 0, arithmetic_examples: int = 0) -> list[dict[str, str]]:
+    """The mini base's pretraining text: what a base model knows, and none of the arena's tasks.
+
+    * the world's passages (four times: they are the knowledge the general suite asks about);
+    * generic chat about the world ("Tell me about X." answered with its passage);
+    * multiple-choice practice on train-split facts (the general suite's format);
+    * generic tool use: chats that call a weather, phone or clock tool (none of the arena's) with
+      made-up names and answer from the result, in the template's tool-call syntax, and (a third)
+      chats where such tools are offered but do not help, answered directly;
+    * arithmetic facts (``7 + 5 = 12``, ``7 plus 5 is 12.``).
+
+    No arena task appears: no word problem, no search, retail or telecom tool, no writing
+    constraint, so every stage has its skill to teach; the chat template and JSON tool calls do,
+    as in a base model that has seen chat and tool-use data.
     """
     import random
 
     from aclarena.envs import get_env
     from aclarena.envs.experts import expert_trajectory
-    from aclarena.envs.world import world
+    from aclarena.envs.world import SYLLABLES, world
 
     rng = random.Random(seed)
     w = world()
@@ -154,8 +212,22 @@ def pretraining_records(tokenizer: Any, *, chat_examples: int, mc_examples: int,
     if mc_examples:
         for task in get_env("general").generate(mc_examples, seed=seed, split="train", variant="id"):
             mcs.append(tokenizer.apply_chat_template(expert_trajectory(task).messages, tokenize=False))
-    # passages several times over: they are the knowledge the general suite asks about
-    records = [{"text": t} for t in texts * 4 + chats + mcs]
+
+    def made_up(k: int) -> str:
+        return "".join(rng.choice(SYLLABLES) for _ in range(k)).capitalize()
+
+    tool_chats = []
+    for i in range(tool_examples):
+        names = [f"{made_up(2)} {made_up(2)}" for _ in range(3)]
+        cities = [made_up(rng.choice((2, 3))) for _ in range(2)] + [rng.choice(sorted(w.cities))]
+        messages, tools = _generic_tool_chat(rng, names, cities)
+        if i % 3 == 2:  # a third of them: the tools do not help, and the assistant answers directly
+            title, text = rng.choice(w.passages)
+            messages = [messages[0], {"role": "user", "content": rng.choice(asks).format(t=title)},
+                        {"role": "assistant", "content": text.split(": ", 1)[1]}]
+        tool_chats.append(tokenizer.apply_chat_template(messages, tools=tools, tokenize=False))
+    arithmetic = ["\n".join(_arithmetic_text(rng) for _ in range(4)) for _ in range(arithmetic_examples)]
+    records = [{"text": t} for t in texts * 4 + chats + mcs + tool_chats + arithmetic]
     rng.shuffle(records)
     return records
 

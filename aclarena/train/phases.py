@@ -19,7 +19,7 @@ Resumability, in two layers:
 
 aclarena's defaults (lowest precedence, under the config's and the command line's
 overrides): CPU-safe precision (``bf16`` only on CUDA, no gradient checkpointing), constant
-learning rate after a short warm-up, logging every few steps into the trainer's history
+learning rate (no warm-up: phases may be a few steps long), logging every few steps into the trainer's history
 (which the curriculum copies into results.h5), ``report_to`` tensorboard when it is
 installed, trl's progress bars off (the curriculum shows its own).
 """
@@ -237,8 +237,8 @@ def base_defaults(seed: int) -> dict[str, Any]:
         "fp16": False,
         "use_cpu": not cuda,
         "gradient_checkpointing": False,
-        "lr_scheduler_type": "constant_with_warmup",
-        "warmup_steps": 5,
+        "lr_scheduler_type": "constant",
+        "warmup_steps": 0,
         "weight_decay": 0.0,
         "save_strategy": "steps",
         "save_steps": 25,
@@ -363,9 +363,11 @@ def _clean_log(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def _train_and_save(trainer: Any, tokenizer: Any, out_dir: Path, work_dir: Path, *, what: str,
                     meta: Mapping[str, Any], fingerprint: str | None, keep_work: bool) -> PhaseResult:
+    from aclarena.train.callbacks import bind_callbacks, stopped_by_monitor
     from aclarena.train.progress import remove_printer
 
     remove_printer(trainer)
+    bind_callbacks(trainer)  # drift monitors log through the trainer's callbacks (report_to included)
     resume = last_checkpoint(work_dir)
     resumed_from = None
     if resume is not None:
@@ -375,6 +377,9 @@ def _train_and_save(trainer: Any, tokenizer: Any, out_dir: Path, work_dir: Path,
     with disk_errors(what):
         trainer.train(resume_from_checkpoint=resume)
         elapsed = time.monotonic() - t0
+        stopped = stopped_by_monitor(trainer, f"training {out_dir.name}")
+        if stopped is not None:  # not finished: its trainer checkpoint at the warning is kept to resume from
+            raise stopped
         if is_main_process() and out_dir.exists():
             shutil.rmtree(out_dir)  # leftovers of a save that was interrupted (no marker)
         wait_for_everyone()

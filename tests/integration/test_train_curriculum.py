@@ -125,4 +125,7 @@ def test_demo_on_a_trained_tiny_run(tiny_run, tmp_path, cli):
     assert set(s["step_times"]) >= {"train", "eval", "vectors", "displacement", "forgetting"}
     stored = ResultsStore(copy).read("demo/summary/summary")
     assert stored["stages"] == s["stages"]
+    # the same summary as strict JSON (no NaN), for copying numbers into a report
+    on_disk = json.loads((copy / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert on_disk["stages"] == s["stages"] and on_disk["sft_rl"] == s["sft_rl"]
     assert not s["errors"] or set(s["errors"]) <= {"probe", "tokens"}  # verbs of another issue, when absent

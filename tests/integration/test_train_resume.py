@@ -144,7 +144,7 @@ def test_base_without_chat_template(tmp_path, cli, tokenizer):
     (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
     config = tmp_path / "c.toml"
     config.write_text(small_config(("math",)).replace('preset = "tiny"', f'model = "{folder}"')
-                      .replace("chat_examples = 40\nmc_examples = 40\n", ""))
+                      .replace("chat_examples = 40\nmc_examples = 40\ntool_examples = 20\narithmetic_examples = 10\n", ""))
     code, _, err = cli("train", "--config", str(config), "--out", str(tmp_path / "run"))
     assert code == 1
     assert "no chat template" in err and str(folder) in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,300 @@
+"""Early-warning rules over metric series, and the significance of a benchmark drop.
+
+A training-time monitor scores probe sets every N steps and gets, per metric, a series
+``x_1, x_2, ...`` (token drift at high-entropy positions, whole-sequence KL, forward KL to
+the stage-start policy, the training loss...). Two rules turn a series into warnings:
+
+* **threshold**: ``x_t > limit`` (or ``< limit`` for a metric that warns when it falls).
+  It fires when the series crosses the limit, and again only after it has gone back.
+* **trend** (an EWMA control chart, Roberts 1959; the exponentially weighted variance of
+  Finch 2009, "Incremental calculation of weighted mean and variance"): before seeing
+  ``x_t`` the rule holds an EWMA mean ``m`` and variance ``v`` of the earlier points;
+  ``z_t = (x_t - m) / s`` with ``s = max(sqrt(v), min_std, rel_std · |m|)``; it fires when
+  ``z_t > z`` (``direction="up"``; ``< -z`` for ``"down"``, ``|z_t| > z`` for ``"both"``)
+  once at least ``warmup`` points have been seen, then ``m`` and ``v`` take in ``x_t``:
+  ``d = x_t - m``, ``m ← m + α d``, ``v ← (1 - α)(v + α d²)``. The floors keep the rule
+  from firing on numerical noise when a series starts flat (a forward KL is exactly 0 at
+  the stage start). Like the threshold, it fires on the point where ``z`` crosses, not on
+  every point while it stays above.
+
+A **significant benchmark drop** (the ground truth the warnings are timed against) is
+decided on the same fixed items evaluated at the stage start and at step ``s``: with
+``b`` items solved at the start and failed at ``s``, and ``c`` the reverse, the exact
+one-sided McNemar test (McNemar 1947; a binomial test on the discordant items) gives
+``p = P(Binom(b + c, ½) ≥ b)``; the drop is significant when ``p < α`` (default 0.05).
+The **lead time** of a warning is ``drop step - warning step``: positive when the warning
+came first, negative when it came after the drop.
+
+Pure functions over numbers and numpy arrays: no torch, h5py or transformers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+DIRECTIONS = ("up", "down", "both")
+
+
+def _finite_number(value: Any, name: str, *, positive: bool = False, nonneg: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"`{name}` must be a finite number, got {value!r}")
+    if positive and value <= 0:
+        raise ValueError(f"`{name}` must be > 0, got {value!r}")
+    if nonneg and value < 0:
+        raise ValueError(f"`{name}` must be >= 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class TrendRule:
+    """An EWMA z-score rule (see the module docstring).
+
+    Attributes:
+        alpha: EWMA weight of the newest point, in (0, 1].
+        z: how many (floored) standard deviations away from the EWMA a point must be.
+        warmup: points seen before the rule may fire (at least 1).
+        min_std: absolute floor of the standard deviation, in the metric's units.
+        rel_std: floor of the standard deviation relative to ``|EWMA mean|``.
+        direction: ``up`` (warn on rises), ``down`` (falls) or ``both``.
+    """
+
+    alpha: float = 0.3
+    z: float = 3.0
+    warmup: int = 2
+    min_std: float = 0.0
+    rel_std: float = 0.1
+    direction: str = "up"
+
+    def __post_init__(self) -> None:
+        a = _finite_number(self.alpha, "alpha")
+        if not 0 < a <= 1:
+            raise ValueError(f"`alpha` must be in (0, 1], got {self.alpha!r}")
+        _finite_number(self.z, "z", positive=True)
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 1:
+            raise ValueError(f"`warmup` must be an integer >= 1, got {self.warmup!r}")
+        _finite_number(self.min_std, "min_std", nonneg=True)
+        _finite_number(self.rel_std, "rel_std", nonneg=True)
+        if self.min_std == 0 and self.rel_std == 0:
+            raise ValueError("give `min_std` or `rel_std` > 0: a flat series would otherwise have zero variance")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"`direction` must be one of {', '.join(DIRECTIONS)}, got {self.direction!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricRule:
+    """The warning rules of one metric: an absolute ``threshold`` and/or a ``trend`` rule.
+
+    ``above=True`` warns when the metric exceeds the threshold, ``False`` when it falls below.
+    """
+
+    threshold: float | None = None
+    trend: TrendRule | None = None
+    above: bool = True
+
+    def __post_init__(self) -> None:
+        if self.threshold is not None:
+            _finite_number(self.threshold, "threshold")
+        if self.trend is not None and not isinstance(self.trend, TrendRule):
+            raise ValueError(f"`trend` must be a TrendRule, got {type(self.trend).__name__}")
+
+    @property
+    def active(self) -> bool:
+        return self.threshold is not None or self.trend is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "above": self.above,
+                "trend": asdict(self.trend) if self.trend is not None else None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MetricRule:
+        trend = data.get("trend")
+        return cls(threshold=data.get("threshold"), above=bool(data.get("above", True)),
+                   trend=TrendRule(**trend) if trend else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """A warning: ``metric`` on ``series`` (a probe set, or ``train``) at ``step``.
+
+    ``rule`` is ``threshold`` or ``trend``; ``limit`` the threshold, or the value the trend
+    rule would have accepted (``m ± z·s``); ``score`` the z-score (trend) or the value.
+    """
+
+    step: int
+    series: str
+    metric: str
+    value: float
+    rule: str
+    limit: float
+    score: float
+
+    def message(self) -> str:
+        if self.rule == "threshold":
+            return (f"{self.metric} on {self.series} = {self.value:.4g} crossed the threshold {self.limit:.4g} "
+                    f"at step {self.step}")
+        return (f"{self.metric} on {self.series} = {self.value:.4g} broke its trend (z = {self.score:.1f}, "
+                f"limit {self.limit:.4g}) at step {self.step}")
+
+
+@dataclass
+class _TrendState:
+    n: int = 0
+    mean: float = 0.0
+    var: float = 0.0
+    firing: bool = False
+
+
+@dataclass
+class _MetricState:
+    trend: _TrendState = field(default_factory=_TrendState)
+    over: bool = False
+
+
+class WarningDetector:
+    """Apply :class:`MetricRule` objects to series point by point (live or offline, same result).
+
+    ``update(step, series, {metric: value})`` returns the alerts of that point. Non-finite
+    values are skipped (they neither fire nor move the trend).
+    """
+
+    def __init__(self, rules: Mapping[str, MetricRule]) -> None:
+        for name, rule in rules.items():
+            if not isinstance(rule, MetricRule):
+                raise ValueError(f"rule of {name!r} must be a MetricRule, got {type(rule).__name__}")
+        self.rules = {k: v for k, v in rules.items() if v.active}
+        self._state: dict[tuple[str, str], _MetricState] = {}
+
+    def update(self, step: int, series: str, values: Mapping[str, float]) -> list[Alert]:
+        alerts: list[Alert] = []
+        for metric, rule in self.rules.items():
+            if metric not in values:
+                continue
+            x = float(values[metric])
+            if not math.isfinite(x):
+                continue
+            st = self._state.setdefault((series, metric), _MetricState())
+            if rule.threshold is not None:
+                over = x > rule.threshold if rule.above else x < rule.threshold
+                if over and not st.over:
+                    alerts.append(Alert(int(step), series, metric, x, "threshold", float(rule.threshold), x))
+                st.over = over
+            if rule.trend is not None:
+                alert = _trend_update(st.trend, rule.trend, x)
+                if alert is not None:
+                    z, limit = alert
+                    alerts.append(Alert(int(step), series, metric, x, "trend", limit, z))
+        return alerts
+
+
+def _trend_update(st: _TrendState, rule: TrendRule, x: float) -> tuple[float, float] | None:
+    """One point of the EWMA rule; returns ``(z, limit)`` when it fires."""
+    fired = None
+    if st.n == 0:
+        st.n, st.mean, st.var = 1, x, 0.0
+        return None
+    s = max(math.sqrt(st.var), rule.min_std, rule.rel_std * abs(st.mean))
+    z = (x - st.mean) / s if s > 0 else 0.0
+    beyond = {"up": z > rule.z, "down": z < -rule.z, "both": abs(z) > rule.z}[rule.direction]
+    if st.n >= rule.warmup and beyond and not st.firing:
+        limit = st.mean + (rule.z * s if z > 0 else -rule.z * s)
+        fired = (z, limit)
+    st.firing = beyond and st.n >= rule.warmup
+    d = x - st.mean
+    st.mean += rule.alpha * d
+    st.var = (1 - rule.alpha) * (st.var + rule.alpha * d * d)
+    st.n += 1
+    return fired
+
+
+def detect(steps: Sequence[int], series: str, values: Mapping[str, Sequence[float]],
+           rules: Mapping[str, MetricRule]) -> list[Alert]:
+    """Every alert of one series (columns ``values[metric]`` aligned with ``steps``), in step order."""
+    n = len(steps)
+    for metric, col in values.items():
+        if len(col) != n:
+            raise ValueError(f"column {metric!r} has {len(col)} values for {n} steps")
+    order = np.argsort(np.asarray(steps), kind="stable")
+    det = WarningDetector(rules)
+    out: list[Alert] = []
+    for i in order:
+        out.extend(det.update(int(steps[i]), series, {m: float(col[i]) for m, col in values.items()}))
+    return out
+
+
+def first_alert(alerts: Iterable[Alert], metric: str, series: str | None = None) -> Alert | None:
+    """The earliest alert of ``metric`` (on ``series`` when given)."""
+    best = None
+    for a in alerts:
+        if a.metric == metric and (series is None or a.series == series) and (best is None or a.step < best.step):
+            best = a
+    return best
+
+
+# --- the ground truth: a significant drop on fixed items ---------------------------------------
+
+
+def mcnemar_drop_pvalue(before: np.ndarray, after: np.ndarray) -> float:
+    """One-sided exact McNemar p-value that ``after`` solves fewer of the same items than ``before``.
+
+    ``before`` and ``after`` are per-item outcomes (bool or 0/1) on the same items.
+    """
+    b0 = np.asarray(before, dtype=bool)
+    a0 = np.asarray(after, dtype=bool)
+    if b0.shape != a0.shape or b0.ndim != 1:
+        raise ValueError(f"`before` and `after` must be 1-d of equal length, got {b0.shape} and {a0.shape}")
+    lost = int(np.count_nonzero(b0 & ~a0))
+    gained = int(np.count_nonzero(~b0 & a0))
+    n = lost + gained
+    if n == 0 or lost == 0:
+        return 1.0
+    return float(sum(math.comb(n, k) for k in range(lost, n + 1)) / 2.0**n)
+
+
+@dataclass(frozen=True, slots=True)
+class DropPoint:
+    """A benchmark evaluation against the stage start: accuracy, items lost and gained, p-value."""
+
+    step: int
+    accuracy: float
+    lost: int
+    gained: int
+    pvalue: float
+    significant: bool
+
+
+def drop_points(steps: Sequence[int], outcomes: Sequence[np.ndarray], *, alpha: float = 0.05) -> list[DropPoint]:
+    """Each evaluation compared with the first one (the stage start), in step order."""
+    _finite_number(alpha, "alpha", positive=True)
+    if len(steps) != len(outcomes):
+        raise ValueError(f"{len(steps)} steps for {len(outcomes)} outcome vectors")
+    if not steps:
+        return []
+    order = np.argsort(np.asarray(steps), kind="stable")
+    start = np.asarray(outcomes[order[0]], dtype=bool)
+    out = []
+    for i in order:
+        now = np.asarray(outcomes[i], dtype=bool)
+        if now.shape != start.shape:
+            raise ValueError(f"evaluation at step {steps[i]} has {now.size} items, the first has {start.size}")
+        p = mcnemar_drop_pvalue(start, now)
+        out.append(DropPoint(step=int(steps[i]), accuracy=float(now.mean()) if now.size else float("nan"),
+                             lost=int(np.count_nonzero(start & ~now)), gained=int(np.count_nonzero(~start & now)),
+                             pvalue=p, significant=p < alpha))
+    return out
+
+
+def first_drop(points: Sequence[DropPoint]) -> DropPoint | None:
+    """The first significant drop (after the stage start), or None."""
+    return next((p for p in points[1:] if p.significant), None)
+
+
+def lead_time(drop_step: int | None, warn_step: int | None) -> int | None:
+    """``drop_step - warn_step`` (steps of warning ahead of the drop); None when either is missing."""
+    if drop_step is None or warn_step is None:
+        return None
+    return int(drop_step) - int(warn_step)

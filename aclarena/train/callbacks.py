@@ -1,0 +1,753 @@
+"""Training-time early warning: :class:`DriftMonitorCallback`, a ``transformers.TrainerCallback``.
+
+While a new stage trains, the monitor scores probe sets of earlier capabilities (frozen
+reference generations, :mod:`aclarena.probes.probe_set`) teacher-forced with the current
+weights, at the start and every ``every_n_steps`` steps, and turns the scores into a few
+scalars per probe set (:data:`METRICS`):
+
+* the study's token drift (ACLArena, arXiv 2609.23989): mean ``KL(p_ref ‖ p_θ)`` and flip
+  rate at the high-entropy positions of the probe's reference checkpoint (the top 6% by
+  default), the share of the KL mass there, and the whole-sequence mean KL (every scored
+  position); the reference is the checkpoint that generated the probe (seq-math for the
+  math probe), so these carry the drift of every stage since that checkpoint;
+* the forward KL to the stage-start policy, ``KL(π_start ‖ π_θ)`` per token on the same
+  earlier-domain sequences (RL's Razor, Shenfeld et al. 2025, finds the forward KL to the
+  starting policy predicts forgetting); ``π_start`` is the model at ``on_train_begin`` (its
+  outputs cached once) or the checkpoint given as ``stage_start``. It is 0 at the start.
+
+The scoring is :func:`aclarena.probes.teacher_forcing.score` against cached reference
+outputs (no grad, eval mode, train mode restored) and
+:func:`aclarena.diagnostics.token_drift.summarize_drift`; the warning rules are
+:mod:`aclarena.diagnostics.early_warning`. Each check's scalars are logged as
+``monitor/<probe>/<metric>`` through the trainer's callbacks (so ``report_to`` backends get
+them when the monitor is bound to the trainer, see :meth:`DriftMonitorCallback.bind`),
+added to ``state.log_history``, and appended under SWMR to ``series.h5`` (docs/monitor.md
+has the layout), where ``aclarena-diag monitor --follow`` and the dashboard read them live.
+
+Only the main process (``state.is_world_process_zero``) scores and writes; the others wait
+for its decisions (save, stop) at each check, so that every process stops at the same step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from transformers import TrainerCallback
+
+from aclarena.diagnostics.early_warning import Alert, MetricRule, TrendRule, WarningDetector
+from aclarena.diagnostics.token_drift import HighEntropy
+from aclarena.errors import AclarenaError, StoreError, did_you_mean
+from aclarena.probes.probe_set import ProbeSet
+from aclarena.store.monitor_series import latest_rows
+
+logger = logging.getLogger("aclarena.monitor")
+
+#: Scalars of one check, per probe set. ``kl_*`` and ``flip_*`` are against the probe's
+#: reference checkpoint, ``fkl*`` against the stage-start policy.
+METRICS: dict[str, str] = {
+    "kl_high": "mean KL(p_ref ‖ p_θ) at the reference's high-entropy positions (nats)",
+    "kl_low": "mean KL(p_ref ‖ p_θ) at the other positions (nats)",
+    "kl_all": "whole-sequence mean KL(p_ref ‖ p_θ) over every scored position (nats)",
+    "kl_share_high": "share of the total KL mass at the high-entropy positions",
+    "flip_high": "share of high-entropy positions whose top-1 token differs from the reference's",
+    "flip_all": "share of all scored positions whose top-1 token differs from the reference's",
+    "fkl": "forward KL(π_start ‖ π_θ) per token over every scored position (nats)",
+    "fkl_high": "forward KL(π_start ‖ π_θ) per token at the high-entropy positions (nats)",
+}
+#: Scalars taken from the trainer's own logs (plain predictors, for comparison).
+TRAIN_METRICS: dict[str, str] = {"loss": "the trainer's training loss"}
+ACTIONS = ("log", "save", "stop")
+STORE_ERRORS = ("raise", "continue")
+SETTINGS_WIDTH = 8192
+
+
+def default_rules() -> dict[str, MetricRule]:
+    """The calibrated default rules (docs/monitor.md says how they were calibrated).
+
+    Forward-KL metrics start at exactly 0 at the stage start, so they get absolute thresholds;
+    drift against an earlier reference starts wherever earlier stages left it, so it gets the
+    trend rule only. The loss is recorded, not warned on.
+    """
+    trend = TrendRule(alpha=0.3, z=3.0, warmup=2, min_std=0.002, rel_std=0.1, direction="up")
+    return {
+        "kl_high": MetricRule(trend=trend),
+        "kl_all": MetricRule(trend=trend),
+        "flip_high": MetricRule(trend=dataclasses.replace(trend, min_std=0.02)),
+        "fkl": MetricRule(threshold=0.05, trend=trend),
+        "fkl_high": MetricRule(threshold=0.25),
+    }
+
+
+def rules_to_json(rules: Mapping[str, MetricRule]) -> dict[str, Any]:
+    return {k: v.to_dict() for k, v in rules.items()}
+
+
+def rules_from_json(data: Mapping[str, Any]) -> dict[str, MetricRule]:
+    return {k: MetricRule.from_dict(v) for k, v in data.items()}
+
+
+class TrainingStopped(AclarenaError):
+    """Training was stopped by the drift monitor (``on_warning="stop"``)."""
+
+
+# --- the series store ---------------------------------------------------------------------------
+
+
+def series_names(label: str, probes: Sequence[str]) -> dict[str, str]:
+    """The series of one monitored training run (``label``), by role."""
+    out = {"sessions": f"monitor/{label}/sessions", "train": f"monitor/{label}/train",
+           "events": f"monitor/{label}/events"}
+    for p in probes:
+        out[f"probe:{p}"] = f"monitor/{label}/probes/{p}"
+    return out
+
+
+def probe_columns() -> dict[str, str]:
+    return {"session": "i4", "step": "i8", "time": "f8", **{m: "f8" for m in METRICS}}
+
+
+SESSION_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "settings": f"S{SETTINGS_WIDTH}"}
+TRAIN_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "loss": "f8"}
+EVENT_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "series": "S64", "metric": "S32", "value": "f8",
+                 "rule": "S16", "limit": "f8", "score": "f8", "action": "S8"}
+
+
+class MonitorStore:
+    """One ``series.h5`` writer shared by the callbacks of a training run.
+
+    Callbacks :meth:`declare` their series when they are built; the first ``on_train_begin``
+    :meth:`acquire` s the writer (every declared series is created before SWMR starts), the
+    last ``on_train_end`` releases it. ``on_error="continue"`` turns a store that cannot be
+    written (locked by another writer, read-only, full) into a logged warning and a monitor
+    that stops writing; ``"raise"`` (default) stops training with the error.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str], *, on_error: str = "raise") -> None:
+        if on_error not in STORE_ERRORS:
+            raise AclarenaError(f"on_store_error must be one of {', '.join(STORE_ERRORS)}, got {on_error!r}"
+                                f"{did_you_mean(str(on_error), STORE_ERRORS)}")
+        self.run_dir = Path(run_dir)
+        self.on_error = on_error
+        self.schema: dict[str, dict[str, str]] = {}
+        self._writer: Any = None
+        self._users = 0
+        self.failed: str | None = None
+
+    def declare(self, name: str, columns: Mapping[str, str]) -> None:
+        if self._writer is not None:
+            raise AclarenaError(f"series {name!r} declared after the store was opened; declare every series first")
+        old = self.schema.get(name)
+        if old is not None and old != dict(columns):
+            raise AclarenaError(f"series {name!r} declared twice with different columns")
+        self.schema[name] = dict(columns)
+
+    @property
+    def writable(self) -> bool:
+        return self._writer is not None
+
+    def acquire(self) -> bool:
+        """Open the writer (first caller) and count the user; False when the store failed and
+        ``on_error="continue"``."""
+        self._users += 1
+        if self._writer is not None or self.failed is not None:
+            return self._writer is not None
+        from aclarena.store import SeriesWriter
+
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._writer = SeriesWriter(self.run_dir, self.schema)
+        except (StoreError, OSError) as e:
+            self._fail(e, "cannot open")
+        return self._writer is not None
+
+    def append(self, name: str, rows: Mapping[str, Any] | list[Mapping[str, Any]]) -> None:
+        if self._writer is None:
+            return
+        try:
+            self._writer.append(name, rows)
+        except (StoreError, OSError) as e:
+            self.close()
+            self._fail(e, "cannot append to")
+
+    def _fail(self, e: BaseException, what: str) -> None:
+        msg = str(e).rstrip(".")
+        if self.on_error == "raise":
+            raise StoreError(f"drift monitor: {msg}; set monitor.on_store_error = \"continue\" (on_store_error="
+                             "'continue') to train on without the monitor") from None
+        self.failed = msg
+        logger.warning("drift monitor: %s; training goes on without the monitor (on_store_error = continue)", msg)
+
+    def release(self) -> None:
+        self._users = max(0, self._users - 1)
+        if self._users == 0:
+            self.close()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+            self._writer = None
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def tokenizer_fingerprint_of(tokenizer: Any) -> str | None:
+    """The fingerprint :func:`aclarena.models.checkpoint.tokenizer_fingerprint` gives the
+    tokenizer's saved folder (None when it cannot be saved)."""
+    from aclarena.models.checkpoint import tokenizer_fingerprint
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="aclarena-tok-") as tmp:
+            tokenizer.save_pretrained(tmp)
+            return tokenizer_fingerprint(Path(tmp))
+    except Exception:  # any tokenizer that cannot save itself: fall back to the vocabulary check
+        return None
+
+
+def check_tokenizer(probe: ProbeSet, tokenizer: Any, vocab_size: int | None) -> None:
+    """Refuse a probe set made with another tokenizer than the trained model's (one line)."""
+    want = probe.settings.get("tokenizer")
+    if tokenizer is not None and want:
+        got = tokenizer_fingerprint_of(tokenizer)
+        if got is not None and got != want:
+            raise AclarenaError(
+                f"probe set {probe.name!r} was made with another tokenizer ({want}) than the trained model's ({got}); "
+                "per-token drift needs the same tokenizer: make the probe set with a checkpoint of this model family"
+            )
+        if got is not None:
+            return
+    if tokenizer is not None and probe.vocab is not None:
+        from aclarena.probes.probe_set import printable, vocab_strings
+
+        mine = [printable(v) for v in vocab_strings(tokenizer, len(probe.vocab))]
+        theirs = [printable(v) for v in probe.vocab]  # stored probe sets hold printable text
+        if mine != theirs:
+            bad = next(i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if a != b)
+            raise AclarenaError(
+                f"probe set {probe.name!r} was made with another tokenizer than the trained model's (token {bad} is "
+                f"{theirs[bad]!r} there, {mine[bad]!r} here); make the probe set with a checkpoint of this model"
+            )
+    if vocab_size is not None and probe.vocab is not None and len(probe.vocab) != vocab_size:
+        raise AclarenaError(f"probe set {probe.name!r} has a vocabulary of {len(probe.vocab)} tokens but the trained "
+                            f"model has {vocab_size}; make the probe set with a checkpoint of this model")
+
+
+def _sharded(model: Any, args: Any) -> str | None:
+    """Why the weights are not whole on each process (FSDP, ZeRO-3), or None."""
+    if getattr(args, "fsdp", None):
+        return "FSDP"
+    ds = getattr(args, "hf_deepspeed_config", None)
+    if ds is not None and getattr(ds, "is_zero3", lambda: False)():
+        return "DeepSpeed ZeRO-3"
+    for p in model.parameters():
+        if type(p).__name__ == "DTensor" or hasattr(p, "ds_id"):
+            return "sharded parameters"
+        break
+    return None
+
+
+def _world_size() -> int:
+    try:
+        import torch.distributed as dist
+
+        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    except (ImportError, RuntimeError, ValueError):
+        return 1
+
+
+def _broadcast_flags(args: Any, flags: list[int]) -> list[int]:
+    """Rank 0's flags on every rank (a no-op in a single process)."""
+    if _world_size() < 2:
+        return flags
+    import torch
+    import torch.distributed as dist
+
+    device = getattr(args, "device", None) if dist.get_backend() == "nccl" else "cpu"
+    t = torch.tensor(flags, dtype=torch.int64, device=device)
+    dist.broadcast(t, src=0)
+    return [int(x) for x in t.tolist()]
+
+
+def _frozen_head(head: Any) -> Any:
+    """A copy of an output head that training cannot change (the stage-start policy's)."""
+    import copy
+
+    weight = head.weight.detach().clone()
+    bias = head.bias.detach().clone() if head.bias is not None else None
+    module = copy.deepcopy(head.module) if head.module is not None else None
+    return dataclasses.replace(head, weight=weight, bias=bias, module=module)
+
+
+def _load_reference(where: Any, device: Any, allow_pickle: bool = False) -> Any:
+    """A model object, or a checkpoint folder loaded through aclarena.models.loading."""
+    if not isinstance(where, str | os.PathLike):
+        return where
+    from aclarena.models.loading import LoadOptions, load_model
+    from aclarena.store.manifest import CheckpointSpec, Manifest
+
+    path = Path(where)
+    spec = CheckpointSpec(name="reference", path=str(path.resolve()) if path.exists() else str(where), kind="base")
+    manifest = Manifest(name="monitor", checkpoints={"reference": spec})
+    return load_model(spec, manifest, ".", LoadOptions(dtype="auto", device=str(device or "cpu"),
+                                                       allow_pickle=allow_pickle, merge_adapter=True))
+
+
+def _mean(x: np.ndarray) -> float:
+    return float(x.mean()) if x.size else float("nan")
+
+
+# --- the callback -------------------------------------------------------------------------------
+
+
+class DriftMonitorCallback(TrainerCallback):
+    """Score probe sets of earlier capabilities during training; warn on drift (see the module doc).
+
+    Args:
+        probes: probe sets of earlier capabilities (frozen reference generations), with distinct names.
+        run_dir: where ``series.h5`` goes (None: log only, store nothing).
+        label: the name of this training run in the store (e.g. the checkpoint being trained).
+        references: ``{probe name: model or checkpoint folder}``, the probe's reference checkpoint
+            (run once, its outputs cached, then released). A probe without one is compared with
+            the stage-start policy (then ``kl_*`` equal ``fkl*``).
+        stage_start: the stage-start policy, a model or checkpoint folder (default: the model at
+            ``on_train_begin``; give the stage's first parent when resuming or for a later phase
+            of a multi-phase stage).
+        every_n_steps: score every N optimizer steps (and at the start and the end).
+        high: the high-entropy positions, ``"q=0.06"`` (top fraction) or ``"nats=1.5"``.
+        rules: ``{metric: MetricRule}``; default :func:`default_rules`. Metrics are those of
+            :data:`METRICS` and :data:`TRAIN_METRICS`.
+        on_warning: ``log`` (log and store the warning), ``save`` (also save a trainer
+            checkpoint at that step) or ``stop`` (save and stop training). Never acted on at a
+            run's first check, which is the baseline.
+        on_store_error: ``raise`` (stop training with the store's error) or ``continue``
+            (warn and train on without the monitor).
+        batch_size: sequences per scoring forward pass.
+        store: a :class:`MonitorStore` shared with other callbacks (instead of ``run_dir``).
+        trainer: the trainer (or call :meth:`bind`): then the scalars reach every logging callback.
+        tokenizer: the trained model's tokenizer (default: the trainer's ``processing_class``).
+    """
+
+    def __init__(
+        self,
+        probes: Sequence[ProbeSet],
+        *,
+        run_dir: str | os.PathLike[str] | None = None,
+        label: str = "train",
+        references: Mapping[str, Any] | None = None,
+        stage_start: Any = None,
+        every_n_steps: int = 10,
+        high: HighEntropy | str = "q=0.06",
+        rules: Mapping[str, MetricRule] | None = None,
+        on_warning: str = "log",
+        on_store_error: str = "raise",
+        batch_size: int = 8,
+        store: MonitorStore | None = None,
+        trainer: Any = None,
+        tokenizer: Any = None,
+    ) -> None:
+        probes = list(probes)
+        if not probes:
+            raise AclarenaError("the drift monitor needs at least one probe set")
+        for p in probes:
+            if not isinstance(p, ProbeSet):
+                raise AclarenaError(f"probes must be ProbeSet objects (read_probe_set / probe_set_from_conversations), "
+                                    f"got {type(p).__name__}")
+        names = [p.name for p in probes]
+        if len(set(names)) != len(names):
+            raise AclarenaError(f"probe set names repeat: {names}; give each probe set its own name")
+        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
+            raise AclarenaError(f"every_n_steps must be an integer >= 1, got {every_n_steps!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise AclarenaError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if isinstance(high, str):
+            try:
+                high = HighEntropy.parse(high)
+            except ValueError as e:
+                raise AclarenaError(str(e)) from None
+        if not isinstance(high, HighEntropy):
+            raise AclarenaError(f"high must be a HighEntropy or 'q=0.06' / 'nats=1.5', got {high!r}")
+        if on_warning not in ACTIONS:
+            raise AclarenaError(f"on_warning must be one of {', '.join(ACTIONS)}, got {on_warning!r}"
+                                f"{did_you_mean(str(on_warning), ACTIONS)}")
+        if on_store_error not in STORE_ERRORS:
+            raise AclarenaError(f"on_store_error must be one of {', '.join(STORE_ERRORS)}, got {on_store_error!r}"
+                                f"{did_you_mean(str(on_store_error), STORE_ERRORS)}")
+        if not isinstance(label, str) or not label or any(part in ("", ".", "..") for part in label.split("/")):
+            raise AclarenaError(f"label must be a name like 'seq-ecom-sft', got {label!r}")
+        rules = dict(default_rules() if rules is None else rules)
+        known = [*METRICS, *TRAIN_METRICS]
+        for metric, rule in rules.items():
+            if metric not in known:
+                raise AclarenaError(f"no monitor metric {metric!r}{did_you_mean(metric, known)}; metrics: "
+                                    f"{', '.join(known)}")
+            if not isinstance(rule, MetricRule):
+                raise AclarenaError(f"the rule of {metric!r} must be a MetricRule, got {type(rule).__name__}")
+        references = dict(references or {})
+        for name in references:
+            if name not in names:
+                raise AclarenaError(f"reference given for unknown probe set {name!r}{did_you_mean(name, names)}; "
+                                    f"probe sets: {', '.join(names)}")
+        if store is not None and run_dir is not None:
+            raise AclarenaError("give run_dir or store, not both")
+        self.probes = probes
+        self.label = label
+        self.references = references
+        self.stage_start = stage_start
+        self.every_n_steps = every_n_steps
+        self.high = high
+        self.rules = rules
+        self.on_warning = on_warning
+        self.batch_size = batch_size
+        self.tokenizer = tokenizer
+        self.store = store if store is not None else (
+            MonitorStore(run_dir, on_error=on_store_error) if run_dir is not None else None)
+        self.series = series_names(label, names)
+        if self.store is not None:
+            self.store.declare(self.series["sessions"], SESSION_COLUMNS)
+            self.store.declare(self.series["train"], TRAIN_COLUMNS)
+            self.store.declare(self.series["events"], EVENT_COLUMNS)
+            for p in names:
+                self.store.declare(self.series[f"probe:{p}"], probe_columns())
+        self._handler: Any = None
+        self._args: Any = None
+        self._emitting = False
+        self._active = False
+        self._enabled = False
+        self._main = True
+        self._last_step: int | None = None
+        self._first_step: int | None = None
+        self._session = 0
+        self._detector = WarningDetector(self.rules)
+        self._ref: dict[str, Any] = {}
+        self._start: dict[str, Any] = {}
+        self.alerts: list[Alert] = []
+        self.history: list[dict[str, Any]] = []
+        self.stop_alert: Alert | None = None
+        self.stop_step: int | None = None
+        self.check_seconds: list[float] = []
+        self.setup_seconds = 0.0
+        if trainer is not None:
+            self.bind(trainer)
+
+    @property
+    def session(self) -> int:
+        """This training run's session number in the store (0 for the first ``train()`` of a label)."""
+        return self._session
+
+    # --- wiring -------------------------------------------------------------------------------
+    def bind(self, trainer: Any) -> DriftMonitorCallback:
+        """Send the scalars through ``trainer``'s callbacks (``report_to`` backends included).
+
+        Adds the monitor to the trainer if it is not there yet. Without binding, the scalars
+        still go to ``state.log_history``, the store and this object's :attr:`history`.
+        """
+        handler = trainer.callback_handler
+        if self not in handler.callbacks:
+            trainer.add_callback(self)
+        self._handler = handler
+        return self
+
+    def settings(self) -> dict[str, Any]:
+        return {"label": self.label, "probes": [p.name for p in self.probes],
+                "references": {p.name: (str(self.references[p.name]) if isinstance(self.references.get(p.name),
+                                                                                  str | os.PathLike)
+                                        else ("model" if p.name in self.references else "stage-start"))
+                               for p in self.probes},
+                "probe_reference": {p.name: p.reference for p in self.probes},
+                "probe_digest": {p.name: p.digest for p in self.probes},
+                "stage_start": str(self.stage_start) if isinstance(self.stage_start, str | os.PathLike)
+                else ("model" if self.stage_start is not None else "model at train begin"),
+                "every_n_steps": self.every_n_steps, "high": str(self.high), "rules": rules_to_json(self.rules),
+                "on_warning": self.on_warning, "batch_size": self.batch_size, "metrics": list(METRICS)}
+
+    # --- events -------------------------------------------------------------------------------
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
+                       **kwargs: Any) -> Any:
+        self._args = args
+        self._main = bool(state.is_world_process_zero)
+        self._active = False
+        t0 = time.perf_counter()
+        if model is not None:
+            why = _sharded(model, args)
+            if why is not None:
+                raise AclarenaError(f"the drift monitor scores on the main process with whole weights; {why} shards "
+                                    "them across processes: train with DDP or ZeRO-2, or without the monitor")
+        error = 0
+        if self._main:
+            try:
+                self._setup(args, state, model, processing_class)
+            except BaseException:
+                _broadcast_flags(args, [1, 0])
+                raise
+        # every process learns whether the monitor runs, so that all join (or skip) each check
+        error, enabled = _broadcast_flags(args, [error, int(self._active)])
+        if error:
+            raise AclarenaError("the drift monitor failed on the main process (see its error)")
+        self._enabled = bool(enabled)
+        self.setup_seconds = time.perf_counter() - t0
+        if self._enabled:
+            self._check(args, state, control, model, first=True)
+        return control
+
+    def _setup(self, args: Any, state: Any, model: Any, processing_class: Any) -> None:
+        from aclarena.probes.teacher_forcing import output_head, reference_outputs
+
+        if model is None:
+            raise AclarenaError("the trainer gave the drift monitor no model")
+        tok = self.tokenizer if self.tokenizer is not None else processing_class
+        tok = getattr(tok, "tokenizer", tok)  # a processor wraps its tokenizer
+        vocab = output_head(model).vocab_size
+        for p in self.probes:  # bad input is refused before anything is written
+            check_tokenizer(p, tok, vocab)
+        max_steps = int(getattr(state, "max_steps", 0) or 0)
+        if max_steps and self.every_n_steps > max_steps:
+            logger.warning("drift monitor: every_n_steps = %d is larger than the run's %d steps: only the start and "
+                           "the end are scored; lower every_n_steps", self.every_n_steps, max_steps)
+        device = output_head(model).weight.device
+        start_model = None
+        if self.stage_start is not None:
+            start_model = _load_reference(self.stage_start, device)
+        for p in self.probes:
+            if start_model is not None:
+                self._start[p.name] = reference_outputs(start_model, p, name="stage start", batch_size=self.batch_size)
+            else:
+                cache = reference_outputs(model, p, name="stage start", batch_size=self.batch_size)
+                self._start[p.name] = dataclasses.replace(cache, head=_frozen_head(cache.head))
+        del start_model
+        for p in self.probes:
+            where = self.references.get(p.name)
+            if where is None:
+                self._ref[p.name] = self._start[p.name]
+                continue
+            ref_model = _load_reference(where, device)
+            self._ref[p.name] = reference_outputs(ref_model, p, name=p.reference, batch_size=self.batch_size)
+            del ref_model
+        self._first_step = int(state.global_step)
+        if self.store is not None:
+            self._replay(int(state.global_step))
+            if not self.store.acquire():
+                return
+            self.store.append(self.series["sessions"], {
+                "session": self._session, "step": int(state.global_step), "time": time.time(),
+                "settings": _settings_bytes(self.settings())})
+        self._active = True
+
+    def _replay(self, start_step: int) -> None:
+        """Pick the session number and, when resuming, feed the earlier points to the rules."""
+        from aclarena.store import SERIES_NAME, SeriesReader
+
+        if not (Path(self.store.run_dir) / SERIES_NAME).is_file():
+            return
+        try:
+            with SeriesReader(self.store.run_dir) as r:
+                have = set(r.names())
+                if self.series["sessions"] not in have:
+                    return
+                sessions = r.read(self.series["sessions"])
+                self._session = int(sessions["session"].max()) + 1 if len(sessions["session"]) else 0
+                if start_step <= 0:
+                    return
+                rows = []
+                for p in self.probes:
+                    key = self.series[f"probe:{p.name}"]
+                    if key not in have:
+                        continue
+                    view = latest_rows(r.read(key), sessions)
+                    for i in np.flatnonzero(view["step"] < start_step):
+                        rows.append((int(view["step"][i]), p.name, {m: float(view[m][i]) for m in METRICS}))
+                tr = r.read(self.series["train"]) if self.series["train"] in have else None
+                if tr is not None:
+                    tv = latest_rows(tr, sessions)
+                    for i in np.flatnonzero(tv["step"] < start_step):
+                        rows.append((int(tv["step"][i]), "train", {"loss": float(tv["loss"][i])}))
+        except StoreError:
+            return
+        for step, series, values in sorted(rows, key=lambda r: r[0]):
+            self._detector.update(step, series, values)
+        if rows:
+            self._first_step = min(r[0] for r in rows)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
+        step = int(state.global_step)
+        if self._enabled and step % self.every_n_steps == 0 and step != self._last_step:
+            self._check(args, state, control, model)
+        return control
+
+    def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
+        try:
+            if self._enabled and int(state.global_step) != self._last_step:
+                self._check(args, state, control, model, final=True)
+        finally:
+            if self._active and self.store is not None:
+                self.store.release()
+            self._active = False
+        return control
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+        if self._emitting or not self._active or not logs:
+            return control
+        loss = logs.get("loss")
+        if isinstance(loss, int | float) and not isinstance(loss, bool) and math.isfinite(loss):
+            step = int(state.global_step)
+            if self.store is not None:
+                self.store.append(self.series["train"], {"session": self._session, "step": step, "time": time.time(),
+                                                         "loss": float(loss)})
+            # recorded for comparison with the drift metrics, never acted on (a loss warning on one
+            # process only would make the processes stop at different steps)
+            self._handle(self._detector.update(step, "train", {"loss": float(loss)}), state, control, act=False)
+        return control
+
+    # --- a check ------------------------------------------------------------------------------
+    def _check(self, args: Any, state: Any, control: Any, model: Any, *, first: bool = False,
+               final: bool = False) -> None:
+        step = int(state.global_step)
+        self._last_step = step
+        flags = [0, 0]
+        if self._main and self._active and model is not None:
+            t0 = time.perf_counter()
+            values = self.measure(model)
+            self.check_seconds.append(time.perf_counter() - t0)
+            now = time.time()
+            logs: dict[str, float] = {}
+            alerts: list[Alert] = []
+            for name, vals in values.items():
+                if self.store is not None:
+                    self.store.append(self.series[f"probe:{name}"],
+                                      {"session": self._session, "step": step, "time": now, **vals})
+                logs.update({f"monitor/{name}/{m}": v for m, v in vals.items() if math.isfinite(v)})
+                alerts += self._detector.update(step, name, vals)
+            self.history.append({"step": step, **{k: v for k, v in logs.items()}})
+            baseline = first and (self._first_step is None or step <= self._first_step)
+            act = not baseline and not final
+            if alerts:
+                logs["monitor/warnings"] = float(len(alerts))
+            self._emit(args, state, control, logs)
+            flags = self._handle(alerts, state, control, act=act)
+            if self.store is not None and self.store.failed is not None:
+                self._active = False  # on_store_error = continue: the monitor is off from here on
+        if not final:
+            flags = _broadcast_flags(args, flags)
+            if flags[0]:
+                control.should_save = True
+            if flags[1]:
+                control.should_training_stop = True
+                if self.stop_step is None:
+                    self.stop_step = step
+
+    def _handle(self, alerts: list[Alert], state: Any, control: Any, *, act: bool) -> list[int]:
+        """Log and store warnings; returns the ``[save, stop]`` flags asked for."""
+        flags = [0, 0]
+        for a in alerts:
+            action = self.on_warning if act else "log"
+            self.alerts.append(a)
+            logger.warning("drift monitor (%s): %s%s", self.label, a.message(),
+                           {"log": "", "save": "; saving a checkpoint", "stop": "; stopping training"}[action])
+            if self.store is not None:
+                self.store.append(self.series["events"], {
+                    "session": self._session, "step": a.step, "time": time.time(), "series": a.series.encode()[:64],
+                    "metric": a.metric.encode()[:32], "value": a.value, "rule": a.rule.encode(), "limit": a.limit,
+                    "score": a.score, "action": action.encode()})
+            if action in ("save", "stop"):
+                flags[0] = 1
+                control.should_save = True
+            if action == "stop":
+                flags[1] = 1
+                control.should_training_stop = True
+                if self.stop_alert is None:
+                    self.stop_alert = a
+                    self.stop_step = a.step
+        return flags
+
+    def _emit(self, args: Any, state: Any, control: Any, logs: dict[str, float]) -> None:
+        """Log a row through the trainer's callbacks (when bound) and into ``state.log_history``."""
+        if not logs:
+            return
+        state.log_history.append({**logs, "step": int(state.global_step)})
+        if self._handler is None:
+            return
+        keep = (control.should_log, control.should_save, control.should_training_stop)
+        self._emitting = True
+        try:
+            self._handler.on_log(args, state, control, dict(logs))
+        finally:
+            self._emitting = False
+            # the handler resets should_log; the trainer's own logging of this step must still happen
+            control.should_log = keep[0] or control.should_log
+            control.should_save = keep[1] or control.should_save
+            control.should_training_stop = keep[2] or control.should_training_stop
+
+    def measure(self, model: Any) -> dict[str, dict[str, float]]:
+        """Score every probe set with ``model`` now: ``{probe: {metric: value}}`` (no grad, eval mode)."""
+        from aclarena.diagnostics.token_drift import high_entropy_mask, summarize_drift
+        from aclarena.probes.teacher_forcing import STATUS_OK, score
+
+        out: dict[str, dict[str, float]] = {}
+        for p in self.probes:
+            ref = self._ref[p.name]
+            start = self._start[p.name]
+            # one forward pass of the live model serves both comparisons (same probe, same batch plan)
+            shared = [] if start is not ref and start.plan.batches == ref.plan.batches else None
+            s = score(model, ref, p, name="the trained model", hidden_cache=shared)
+            valid = s.status == STATUS_OK
+            summ = summarize_drift(s.ref.entropy, s.ref.logprob, s.ref.top1, s.kl, s.js, s.logprob, s.top1,
+                                   high=self.high, valid=valid, n_points=2)
+            f = s if start is ref else score(model, start, p, name="the trained model", hidden_cache=shared)
+            ref_ok = np.isfinite(s.ref.entropy) & np.isfinite(s.ref.logprob)
+            is_high = np.zeros(len(s.kl), dtype=bool)
+            if ref_ok.any():
+                mask, _ = high_entropy_mask(s.ref.entropy[ref_ok].astype(np.float64), self.high)
+                is_high[np.flatnonzero(ref_ok)[mask]] = True
+            fok = (f.status == STATUS_OK) & np.isfinite(f.kl)
+            fkl = f.kl.astype(np.float64)
+            out[p.name] = {
+                "kl_high": summ.kl_mean_high, "kl_low": summ.kl_mean_low, "kl_all": summ.kl_mean,
+                "kl_share_high": summ.kl_share_high, "flip_high": summ.flip_rate_high, "flip_all": summ.flip_rate,
+                "fkl": _mean(fkl[fok]), "fkl_high": _mean(fkl[fok & is_high]),
+            }
+        return out
+
+
+def _settings_bytes(settings: Mapping[str, Any]) -> bytes:
+    text = json.dumps(settings, sort_keys=True, default=str)
+    raw = text.encode()
+    if len(raw) > SETTINGS_WIDTH:  # keep the rules (what the dashboard draws), drop the rest
+        raw = json.dumps({"rules": settings.get("rules"), "truncated": True}, default=str).encode()[:SETTINGS_WIDTH]
+    return raw
+
+
+# --- trainer glue -------------------------------------------------------------------------------
+
+
+def bind_callbacks(trainer: Any) -> None:
+    """Bind every drift monitor among ``trainer``'s callbacks to it (see :meth:`DriftMonitorCallback.bind`)."""
+    for cb in list(trainer.callback_handler.callbacks):
+        if isinstance(cb, DriftMonitorCallback):
+            cb.bind(trainer)
+
+
+def stopped_by_monitor(trainer: Any, what: str = "training") -> TrainingStopped | None:
+    """The :class:`TrainingStopped` error when a drift monitor stopped ``trainer`` early, else None."""
+    for cb in trainer.callback_handler.callbacks:
+        if isinstance(cb, DriftMonitorCallback) and cb.stop_step is not None:
+            a = cb.stop_alert
+            why = f": {a.message()}" if a is not None else " (decided on the main process)"
+            return TrainingStopped(f"{what} stopped by the drift monitor at step {cb.stop_step}{why}; the trainer "
+                                   f"checkpoint of that step is kept, rerun without stopping on warnings to continue")
+    return None
+
+
+def add_drift_monitor(trainer: Any, probes: Sequence[ProbeSet], **kwargs: Any) -> DriftMonitorCallback:
+    """Build a :class:`DriftMonitorCallback`, add it to ``trainer`` and bind it (the one-line way)."""
+    return DriftMonitorCallback(probes, trainer=trainer, **kwargs)

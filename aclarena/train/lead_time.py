@@ -1,0 +1,379 @@
+"""Lead time: how many steps before a significant benchmark drop each early warning fires.
+
+:func:`measure_lead_time` retrains one stage of a finished curriculum (the mini arena's
+ecom stage by default) from its real parent into a scratch folder, with the same recipe,
+data and seeds, and two callbacks sharing one ``series.h5`` writer:
+
+* a :class:`~aclarena.train.callbacks.DriftMonitorCallback` scoring the probe sets of the
+  earlier domains (``monitor-math``: seq-math's generations on math prompts...) every N
+  steps (label ``lead-time/<phase>``);
+* a :class:`GroundTruthCallback` playing a fixed set of ``n`` evaluation items of each
+  earlier domain's in-domain suite greedily every M steps (the arena's eval logic,
+  :func:`aclarena.envs.rollout.generate_trajectories`), keeping every item's outcome.
+
+The phases of the stage are laid end to end (the RL phase's step 0 is the SFT phase's last
+step). Per earlier domain, the **significant drop** is the first evaluation whose exact
+one-sided McNemar test against the stage start has ``p < alpha``
+(:func:`aclarena.diagnostics.early_warning.drop_points`). Per predictor (token drift at
+high-entropy positions, flip rate there, whole-sequence KL, forward KL to the stage start,
+the plain training loss) the **first warning** is the first alert of that metric's rules
+applied to its series (the monitor's rules; for the loss an EWMA rule in both directions),
+and the **lead** is ``drop step - warning step``. The table goes to results.h5 under
+``monitor/lead-time/<stage>`` with the settings (a rerun with the same settings reads it
+back) and the ground-truth curves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from transformers import TrainerCallback
+
+from aclarena.diagnostics.early_warning import (
+    MetricRule,
+    TrendRule,
+    detect,
+    drop_points,
+    first_drop,
+    lead_time,
+)
+from aclarena.errors import AclarenaError
+from aclarena.store.monitor_series import LEAD_KEY
+from aclarena.train.callbacks import DriftMonitorCallback, MonitorStore, default_rules
+
+LEAD_TYPE = "monitor-lead-time"
+LEAD_VERSION = "0.1.0"
+MAX_ITEMS = 512
+#: (predictor, metric) rows of the table, in order.
+PREDICTORS = (
+    ("token drift at high-entropy positions", "kl_high"),
+    ("flip rate at high-entropy positions", "flip_high"),
+    ("whole-sequence KL", "kl_all"),
+    ("forward KL to the stage start", "fkl"),
+    ("training loss", "loss"),
+)
+#: The plain loss has no drift rule of its own: a departure from its trend either way.
+LOSS_RULE = MetricRule(trend=TrendRule(alpha=0.3, z=3.0, warmup=2, min_std=0.01, rel_std=0.05, direction="both"))
+BENCH_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "suite": "S32", "n": "i4", "correct": "i4",
+                 "accuracy": "f8", "outcomes": f"S{MAX_ITEMS}"}
+
+
+class GroundTruthCallback(TrainerCallback):
+    """Evaluate fixed items of some suites with the live model every ``every_n_steps`` (and at
+    the start and the end); rows go to ``monitor/<label>/bench`` of a shared :class:`MonitorStore`.
+
+    Greedy, ``n`` items drawn with ``seed`` from each suite's eval split (the same items at
+    every evaluation, so that per-item outcomes can be compared). Main process only.
+    """
+
+    def __init__(self, suites: Sequence[str], *, store: MonitorStore, label: str, every_n_steps: int = 5,
+                 n: int = 50, seed: int = 0, batch_size: int = 64, monitor: DriftMonitorCallback | None = None) -> None:
+        from aclarena.envs import parse_suite
+
+        for s in suites:
+            parse_suite(s)
+        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
+            raise AclarenaError(f"eval every_n_steps must be an integer >= 1, got {every_n_steps!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_ITEMS:
+            raise AclarenaError(f"-n (evaluation items) must be in [1, {MAX_ITEMS}], got {n!r}")
+        self.suites = list(suites)
+        self.store = store
+        self.series = f"monitor/{label}/bench"
+        self.every_n_steps = every_n_steps
+        self.n = n
+        self.seed = seed
+        self.batch_size = batch_size
+        self._last: int | None = None
+        self._main = True
+        self._active = False
+        self.seconds: list[float] = []
+        self.monitor = monitor  # rows carry its session number (a rerun supersedes earlier rows)
+        store.declare(self.series, BENCH_COLUMNS)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
+                       **kwargs: Any) -> Any:
+        self._main = bool(state.is_world_process_zero)
+        self._tok = getattr(processing_class, "tokenizer", processing_class)
+        if self._main:
+            self._active = self.store.acquire()
+            self._evaluate(state, model)
+        return control
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
+        if int(state.global_step) % self.every_n_steps == 0:
+            self._evaluate(state, model)
+        return control
+
+    def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
+        try:
+            self._evaluate(state, model)
+        finally:
+            if self._main and self._active:
+                self.store.release()
+            self._active = False
+        return control
+
+    def _evaluate(self, state: Any, model: Any) -> None:
+        from aclarena.envs import sample_tasks
+        from aclarena.envs.rollout import generate_trajectories
+
+        step = int(state.global_step)
+        if not self._main or not self._active or model is None or step == self._last:
+            return
+        self._last = step
+        t0 = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        try:
+            rows = []
+            for suite in self.suites:
+                tasks = sample_tasks(suite, self.n, seed=self.seed, split="eval")
+                trajs = generate_trajectories(model, self._tok, tasks, do_sample=False, seed=self.seed,
+                                              batch_size=self.batch_size)
+                ok = np.asarray([t.reward >= 1.0 for t in trajs], dtype=bool)
+                rows.append({"session": self.monitor.session if self.monitor is not None else 0, "step": step, "time": time.time(), "suite": suite.encode(), "n": len(ok),
+                             "correct": int(ok.sum()), "accuracy": float(ok.mean()) if len(ok) else math.nan,
+                             "outcomes": "".join("1" if x else "0" for x in ok).encode()})
+        finally:
+            if was_training:
+                model.train()
+        self.store.append(self.series, rows)
+        self.seconds.append(time.perf_counter() - t0)
+
+
+@dataclass(frozen=True, slots=True)
+class LeadTimeSettings:
+    """What :func:`measure_lead_time` does: which stage, how often, on how many items."""
+
+    stage: str = "ecom"
+    eval_every: int = 5
+    every_n_steps: int | None = None
+    n: int = 50
+    alpha: float = 0.05
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("eval_every", "n"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise AclarenaError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.n > MAX_ITEMS:
+            raise AclarenaError(f"-n must be at most {MAX_ITEMS}, got {self.n}")
+        if self.every_n_steps is not None and (not isinstance(self.every_n_steps, int) or self.every_n_steps < 1):
+            raise AclarenaError(f"--every must be an integer >= 1, got {self.every_n_steps!r}")
+        if not (isinstance(self.alpha, int | float) and 0 < self.alpha < 1):
+            raise AclarenaError(f"--alpha must be in (0, 1), got {self.alpha!r}")
+
+
+def _fingerprint(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSettings = LeadTimeSettings(), *,
+                      force: bool = False, show_progress: bool = False) -> dict[str, Any]:
+    """Retrain ``settings.stage`` of the curriculum in ``run_dir`` with the monitor and the ground
+    truth, compute the lead-time table, store it and return it (see the module docstring)."""
+    from aclarena.store import Json, ResultsStore, Table
+    from aclarena.train.config import load_config
+    from aclarena.train.curriculum import (
+        CHECKPOINTS,
+        CONFIG_COPY,
+        WORK,
+        _location,
+        _read_template,
+        _run_job,
+        plan,
+    )
+    from aclarena.train.monitor import PROBE_PREFIX, domain_probe
+    from aclarena.train.naming import phase_names
+    from aclarena.train.phases import finished, quiet
+
+    t_start = time.monotonic()
+    run = Path(run_dir)
+    cfg_path = run / CONFIG_COPY
+    if not cfg_path.is_file():
+        raise AclarenaError(f"{run} has no {CONFIG_COPY}: measure lead time on a run trained with `aclarena-diag train`")
+    cfg = load_config(cfg_path)
+    domains = [s.domain for s in cfg.stages]
+    if settings.stage not in domains:
+        raise AclarenaError(f"the curriculum has no {settings.stage!r} stage; stages: {', '.join(domains)}")
+    i = domains.index(settings.stage)
+    if i == 0:
+        raise AclarenaError(f"{settings.stage!r} is the first stage: there is no earlier capability to lose")
+    mon = cfg.monitor
+    every = settings.every_n_steps or (mon.every_n_steps if mon is not None else 5)
+    rules = dict(mon.rules) if mon is not None else default_rules()
+    probe_n = mon.probe_n if mon is not None else 16
+    probe_tokens = mon.probe_max_new_tokens if mon is not None else 64
+    jobs = {j.name: j for j in plan(cfg, 1)}
+    stage = cfg.stages[i]
+    names = phase_names("seq", stage)
+    earlier = [(s.domain, phase_names("seq", s)[-1]) for s in cfg.stages[:i]]
+    first = jobs[names[0]]
+    needed = [first.parent, *[c for _, c in earlier]]
+    for name in needed:
+        if finished(run / CHECKPOINTS / name) is None:
+            raise AclarenaError(f"checkpoint {name!r} is not trained in {run}; finish the curriculum first "
+                                f"(aclarena-diag train --config {cfg_path} --out {run})")
+    identity = {"settings": dataclasses.asdict(settings), "every_n_steps": every,
+                "rules": {k: v.to_dict() for k, v in rules.items()}, "probe_n": probe_n, "probe_tokens": probe_tokens,
+                "phases": [jobs[n].fingerprint for n in names], "version": LEAD_VERSION}
+    fp = _fingerprint(identity)
+    store = ResultsStore(run)
+    key = f"{LEAD_KEY}/{settings.stage}"
+    if not force and store.exists() and store.has(key) and store.attrs(key).get("fingerprint") == fp:
+        return store.read(f"{key}/result")
+
+    quiet()
+    probes = {}
+    for d, ckpt in earlier:
+        probes[d] = domain_probe(run, ckpt, run / CHECKPOINTS / ckpt, d, name=f"{PROBE_PREFIX}{d}", n=probe_n,
+                                 max_new_tokens=probe_tokens)
+    suites = {f"{d}/id": d for d, _ in earlier}
+    scratch = run / WORK / "lead-time"
+    shutil.rmtree(scratch, ignore_errors=True)
+    folders = {n: str(run / CHECKPOINTS / n) for n in needed}
+    start = _location(run, f"{CHECKPOINTS}/{first.parent}")
+    chat_template = _read_template(cfg)
+    offsets: dict[str, int] = {}
+    steps_total = 0
+    monitors: list[DriftMonitorCallback] = []
+    gts: list[GroundTruthCallback] = []
+    from aclarena.cli._common import progress
+
+    try:
+        with progress(show_progress) as bar:
+            task = bar.add_task(f"lead time: retraining the {settings.stage} stage with the monitor", total=len(names))
+            for name in names:
+                job = jobs[name]
+                label = f"lead-time/{name}"
+                ms = MonitorStore(run)
+                monitor = DriftMonitorCallback(
+                    [probes[d] for d, _ in earlier], store=ms, label=label,
+                    references={probes[d].name: str(run / CHECKPOINTS / c) for d, c in earlier},
+                    stage_start=start, every_n_steps=every, rules=rules, high=mon.high if mon else "q=0.06")
+                gt = GroundTruthCallback(list(suites), store=ms, label=label, every_n_steps=settings.eval_every,
+                                         n=settings.n, seed=settings.seed, monitor=monitor)
+                monitors.append(monitor)
+                gts.append(gt)
+                out_folder = scratch / name
+                result = _run_job(cfg, job, run, folders, [monitor, gt], chat_template, folder=out_folder,
+                                  work=scratch / f"{name}.work")
+                folders[name] = str(out_folder)
+                offsets[name] = steps_total
+                steps_total += result.steps
+                bar.advance(task)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    result = lead_time_table(run, [f"lead-time/{n}" for n in names], offsets=[offsets[n] for n in names],
+                             suites=suites, rules=rules, alpha=settings.alpha)
+    result.update({"stage": settings.stage, "phases": names, "steps": steps_total, "settings": dataclasses.asdict(settings)
+                   | {"every_n_steps": every}, "time_s": time.monotonic() - t_start,
+                   "cost": {"monitor_setup_s": sum(m.setup_seconds for m in monitors),
+                            "monitor_checks_s": sum(sum(m.check_seconds) for m in monitors),
+                            "ground_truth_s": sum(sum(g.seconds) for g in gts)}})
+    manifest = run / "aclarena.toml"
+    store.write(key, {"table": Table(_columns(result["table"])), "result": Json(result), "settings": Json(identity)},
+                result_type=LEAD_TYPE, result_version=LEAD_VERSION, attrs={"fingerprint": fp, "stage": settings.stage},
+                overwrite=True, manifest_text=manifest.read_text(encoding="utf-8") if manifest.is_file() else None)
+    return result
+
+
+def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    cols = ("domain", "predictor", "metric", "rule", "warn_step", "drop_step", "lead")
+    return {c: [(-1 if r[c] is None else r[c]) if c in ("warn_step", "drop_step", "lead") else str(r[c]) for r in rows]
+            for c in cols}
+
+
+def _rule_text(rule: MetricRule) -> str:
+    parts = []
+    if rule.threshold is not None:
+        parts.append(f"{'>' if rule.above else '<'} {rule.threshold:g}")
+    if rule.trend is not None:
+        t = rule.trend
+        parts.append(f"EWMA z {'>' if t.direction == 'up' else '<' if t.direction == 'down' else '|z| >'} {t.z:g}")
+    return " or ".join(parts) or "none"
+
+
+def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, offsets: Sequence[int],
+                    suites: Mapping[str, str], rules: Mapping[str, MetricRule], alpha: float = 0.05) -> dict[str, Any]:
+    """The lead-time table from the monitor and ground-truth series of ``labels`` (phases laid end
+    to end with ``offsets``); ``suites`` maps each ground-truth suite to its domain (probe
+    ``monitor-<domain>``). Returns ``{"table", "ground_truth", "series"}`` (plain data)."""
+    from aclarena.store.monitor_series import load_monitor
+    from aclarena.store.series import read_series
+    from aclarena.train.monitor import PROBE_PREFIX
+
+    probe_rows: dict[str, dict[int, dict[str, float]]] = {}
+    loss: dict[int, float] = {}
+    bench: dict[str, dict[int, np.ndarray]] = {}
+    with read_series(run_dir) as r:
+        for label, off in zip(labels, offsets, strict=True):
+            v = load_monitor(r, label)
+            for probe, cols in v.probes.items():
+                for k in range(len(cols["step"])):
+                    g = int(cols["step"][k]) + off
+                    probe_rows.setdefault(probe, {}).setdefault(g, {m: float(cols[m][k]) for m in cols
+                                                                    if m not in ("session", "step", "time")})
+            for k in range(len(v.train.get("step", []))):
+                loss.setdefault(int(v.train["step"][k]) + off, float(v.train["loss"][k]))
+            for k in range(len(v.bench.get("step", []))):
+                suite = v.bench["suite"][k].decode()
+                bits = np.frombuffer(v.bench["outcomes"][k], dtype=np.uint8)[: int(v.bench["n"][k])] == ord("1")
+                bench.setdefault(suite, {}).setdefault(int(v.bench["step"][k]) + off, bits)
+    table: list[dict[str, Any]] = []
+    ground: dict[str, list[dict[str, Any]]] = {}
+    series: dict[str, dict[str, list[float]]] = {}
+    loss_steps = sorted(loss)
+    loss_alerts = detect(loss_steps, "train", {"loss": [loss[s] for s in loss_steps]}, {"loss": LOSS_RULE})
+    loss_warn = loss_alerts[0].step if loss_alerts else None
+    for suite, domain in suites.items():
+        pts_by_step = bench.get(suite, {})
+        steps = sorted(pts_by_step)
+        pts = drop_points(steps, [pts_by_step[s] for s in steps], alpha=alpha)
+        ground[domain] = [dataclasses.asdict(p) for p in pts]
+        drop = first_drop(pts)
+        drop_step = drop.step if drop is not None else None
+        probe = f"{PROBE_PREFIX}{domain}"
+        rows = probe_rows.get(probe, {})
+        psteps = sorted(rows)
+        series[domain] = {"step": [float(s) for s in psteps],
+                          **{m: [rows[s].get(m, math.nan) for s in psteps] for m, _ in ((m, 0) for _, m in PREDICTORS)
+                             if m != "loss"}}
+        for predictor, metric in PREDICTORS:
+            if metric == "loss":
+                warn, rule = loss_warn, LOSS_RULE
+            else:
+                rule = rules.get(metric) or default_rules().get(metric) or MetricRule()
+                alerts = detect(psteps, probe, {metric: [rows[s].get(metric, math.nan) for s in psteps]},
+                                {metric: rule}) if rule.active else []
+                warn = alerts[0].step if alerts else None
+            table.append({"domain": domain, "predictor": predictor, "metric": metric, "rule": _rule_text(rule),
+                          "warn_step": warn, "drop_step": drop_step, "lead": lead_time(drop_step, warn)})
+    series["train"] = {"step": [float(s) for s in loss_steps], "loss": [loss[s] for s in loss_steps]}
+    return {"table": table, "ground_truth": ground, "series": series}
+
+
+def read_lead_time(run_dir: str | os.PathLike[str], stage: str | None = None) -> dict[str, Any] | None:
+    """The stored lead-time result of ``stage`` (the first stored one when None), or None."""
+    from aclarena.store import ResultsStore
+
+    store = ResultsStore(run_dir)
+    if not store.exists() or not store.has(LEAD_KEY):
+        return None
+    stages = store.keys(LEAD_KEY)
+    pick = stage if stage is not None else (stages[0] if stages else None)
+    if pick is None or pick not in stages:
+        return None
+    return store.read(f"{LEAD_KEY}/{pick}/result")

@@ -1,0 +1,81 @@
+"""`aclarena-diag monitor --lead-time` on a tiny curriculum: one command, a stored table, read back on a rerun."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from train_helpers import REPO, cli_env, run_train, small_config
+
+pytestmark = pytest.mark.slow
+
+PREDICTORS = ["kl_high", "flip_high", "kl_all", "fkl", "loss"]
+
+
+def cli(run: Path, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aclarena", "monitor", "--run", str(run), *argv], cwd=REPO,
+                          env=cli_env(), capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("lead-time")
+    cfg = root / "cfg.toml"
+    cfg.write_text(small_config(("math", "search", "ecom")), encoding="utf-8")
+    out = root / "run"
+    proc = run_train(cfg, out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def test_lead_time_one_command(run):
+    proc = cli(run, "--lead-time", "--stage", "ecom", "-n", "4", "--eval-every", "2", "--every", "1", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout)
+    assert res["stage"] == "ecom" and res["phases"] == ["seq-ecom-sft", "seq-ecom"]
+    steps = res["steps"]
+    assert steps == 3 + 2  # the SFT and RL phases of the small recipe, end to end
+    table = res["table"]
+    assert [(r["domain"], r["metric"]) for r in table] == [(d, m) for d in ("math", "search") for m in PREDICTORS]
+    for r in table:
+        assert r["warn_step"] is None or 0 <= r["warn_step"] <= steps
+        if r["warn_step"] is not None and r["drop_step"] is not None:
+            assert r["lead"] == r["drop_step"] - r["warn_step"]
+        else:
+            assert r["lead"] is None
+    for d in ("math", "search"):
+        pts = res["ground_truth"][d]
+        # each phase evaluated at its start, every 2 steps and its end (the RL phase's step 0 is the SFT
+        # phase's last step, 3): SFT 0, 2, 3; RL 3, 5
+        assert sorted({p["step"] for p in pts}) == [0, 2, 3, 5]
+        assert pts[0]["pvalue"] == 1.0 and pts[0]["lost"] == 0
+        drop = next((p["step"] for p in pts[1:] if p["significant"]), None)
+        assert all(r["drop_step"] == drop for r in table if r["domain"] == d)
+        assert res["series"][d]["step"] == [float(s) for s in range(steps + 1)]
+    assert res["series"]["train"]["step"]  # the training loss was recorded
+    cost = res["cost"]
+    assert cost["monitor_checks_s"] > 0 and cost["ground_truth_s"] > 0 and res["time_s"] > 0
+    # the scratch retraining left no checkpoint behind, and the run's own checkpoints are untouched
+    assert not (run / "work" / "lead-time").exists()
+    from aclarena.store import ResultsStore
+
+    stored = ResultsStore(run).read("monitor/lead-time/ecom/result")
+    assert stored["table"] == table
+
+    # the same settings: read back from results.h5, not measured again; the table prints
+    again = cli(run, "--lead-time", "--stage", "ecom", "-n", "4", "--eval-every", "2", "--every", "1")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "lead time of each warning, ecom stage" in again.stdout
+    assert f"took {res['time_s']:.1f} s" in again.stdout  # the stored measurement, not a new one
+    for word in ("token drift at high-entropy positions", "whole-sequence KL", "forward KL", "training loss"):
+        assert word in again.stdout
+
+
+@pytest.mark.parametrize(("stage", "match"), [("math", "first stage"), ("if", "no 'if' stage")])
+def test_lead_time_bad_stage(run, stage, match):
+    proc = cli(run, "--lead-time", "--stage", stage)
+    assert proc.returncode == 1
+    assert match in proc.stderr and "Traceback" not in proc.stderr
