@@ -76,6 +76,12 @@ class Job:
         if self.progress is not None:
             self.progress(text)
 
+    def discard(self, folder: Path) -> None:
+        """Remove a finished output so that it is made again (``--force``)."""
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
     def note(self, text: str) -> None:
         """A note for the user, printed after the table."""
         self.notes.append(text)

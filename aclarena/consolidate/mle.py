@@ -117,6 +117,8 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
         spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method="mle", domain=d,
                               phase="rl", parent=backbone, on=backbone, seed=job.lineage.seed)
         done = finished(folder, fp)
+        if done is not None and job.force:
+            job.discard(folder)  # --force: train again (the phase runner would reuse the finished folder)
         if done is not None and not job.force:
             outputs.append(Output(spec, {**settings, "parameters": expert_parameters(folder)}, done.time_s, reused=True))
             continue

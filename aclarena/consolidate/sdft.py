@@ -117,6 +117,8 @@ def run(job: Any) -> list[Any]:
     spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method="sdft", parent=start_name,
                           seed=lin.seed)
     done = finished(folder, fp)
+    if done is not None and job.force:
+        job.discard(folder)  # --force: train again (the phase runner would reuse the finished folder)
     if done is not None and not job.force:
         return [Output(spec, {**settings, **done.meta.get("data", {})}, done.time_s, reused=True)]
     t0 = time.perf_counter()
