@@ -60,6 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="evaluation tasks per suite (default 50 for mini, 4 for tiny)")
     p.add_argument("--trl", action="append", default=[], metavar="[sft.|rl.|base.]FIELD=VALUE",
                    help="trl override on top of the preset (repeatable)")
+    p.add_argument("--full", action="store_true",
+                   help="also the consolidations that train (SDFT, MLE, MMOPD), after the merges")
     p.set_defaults(func=run)
 
 
@@ -163,6 +165,25 @@ def run(args: argparse.Namespace) -> int:
         results["lead_time"] = step("lead_time", ["monitor", "--run", run_dir, "--lead-time", "--stage", "ecom",
                                                   "-n", lead_n, "--eval-every", lead_every],
                                     "lead time of the drift warnings (retraining the ecom stage)", required=False)
+    # consolidations, then the comparison table (docs/consolidation.md): the merges every time (seconds),
+    # the methods that train (SDFT, MLE, MMOPD) with --full
+    methods = ["merge-uniform", "merge-ties"] + (["sdft", "mle", "mmopd"] if args.full else [])
+    made: list[dict[str, Any]] = []
+    for method in methods:
+        r = step("consolidate", ["consolidate", "--run", run_dir, "--method", method], f"consolidating ({method})",
+                 required=False)
+        made += (r or {}).get("outputs", [])
+    shared = [o["checkpoint"] for o in made if o["method"] != "mle"]
+    if shared:
+        results["eval_consolidated"] = step("eval", [*base_eval, "--checkpoints", ",".join(shared),
+                                                     "--suites", "id,general"],
+                                            f"evaluating {len(shared)} consolidated models on every suite",
+                                            required=False)
+    for o in made:
+        if o["method"] == "mle":  # an MLE expert answers only the contexts routed to it: its own domain's suites
+            step("eval", [*base_eval, "--checkpoints", o["checkpoint"], "--suites", o["domain"]],
+                 f"evaluating {o['checkpoint']} in its domain", required=False)
+    results["compare"] = step("compare", ["compare", "--run", run_dir], "comparison table", required=False)
     summary = _plain(build_summary(rows, results, stage_ends, steps, time.monotonic() - t_start, args.preset, n))
     _store(out, summary)
     if args.json:
@@ -240,6 +261,8 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
                       for r in (lead or {}).get("table", [])],
         "training_s": sum(p["time_s"] or 0.0 for p in phases), "step_times": steps, "total_s": total_s,
         "errors": errors, "study": STUDY,
+        "comparison": results["compare"] if isinstance(results.get("compare"), dict) and "rows" in results["compare"]
+        else None,
     }
 
 
@@ -312,6 +335,15 @@ def print_summary(s: dict[str, Any], run_dir: str) -> None:
                     ["domain", "predictor", "warned", "drop", "lead"],
                     headers=["domain", "predictor", "first warning (step)", "significant drop (step)", "lead (steps)"],
                     title="lead time of the drift warnings, ecom stage (aclarena-diag monitor --lead-time)")
+    cmp = s.get("comparison")
+    if cmp:
+        suites = cmp["in_domain"] + cmp["out_of_domain"]
+        print_table([{"model": r["label"], **{x: _score((r["cells"].get(x) or {}).get("mean")) for x in suites}}
+                     for r in cmp["rows"]],
+                    ["model", *suites], headers=["model", *(f"{x} (id)" if x in cmp["in_domain"] else x for x in suites)],
+                    title="consolidations vs the sequential end point and the oracles (greedy accuracy)",
+                    caption="study (Qwen3-8B): MMOPD the most balanced shared-weight model; SDFT recovers search and "
+                            "loses IF; the uniform merge loses most on e-commerce and IF; MLE near each oracle in-domain")
     times = [{"phase": p["name"], "status": p["status"], "steps": p["steps"],
               "time": "-" if p["time_s"] is None else f"{p['time_s']:.1f} s"} for p in s["phase_times"]]
     print_table(times, ["phase", "status", "steps", "time"], title="phase times")
