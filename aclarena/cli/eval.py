@@ -180,8 +180,10 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
                     bar.advance(task, per_suite)
                 else:
                     try:
+                        # world only when sharding: one process calls it as before
                         cell = evaluate_suite(model, tokenizer, suite, settings, checkpoint=spec.name,
-                                              on_progress=lambda k: bar.advance(task, k), world=w)
+                                              on_progress=lambda k: bar.advance(task, k),
+                                              **({"world": w} if w.distributed else {}))
                     except AclarenaError:
                         raise
                     except Exception as e:  # a failing checkpoint must not stop the matrix
