@@ -66,3 +66,19 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 @pytest.fixture()
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def tiny_curriculum(tmp_path_factory) -> tuple[Path, object]:
+    """examples/tiny.toml trained once per session: (run folder, CurriculumResult).
+
+    Shared by the training and consolidation tests; tests must not modify it (copy it first).
+    """
+    from train_helpers import TINY
+
+    from aclarena.train.config import load_config
+    from aclarena.train.curriculum import run_curriculum
+
+    out = tmp_path_factory.mktemp("tiny-curriculum") / "run"
+    result = run_curriculum(load_config(TINY), out, show_progress=False, config_text=TINY.read_text())
+    return out, result

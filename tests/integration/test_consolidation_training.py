@@ -12,22 +12,12 @@ import pytest
 from aclarena.store import ResultsStore, load_manifest
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> Path:
-    from aclarena.cli import main
-
-    out = tmp_path_factory.mktemp("tiny-consolidate") / "run"
-    assert main(["train", "--config", str(REPO / "examples" / "tiny.toml"), "--out", str(out), "--json"]) == 0
-    return out
 
 
 @pytest.fixture()
-def run(tiny_run, tmp_path) -> Path:
+def run(tiny_curriculum, tmp_path) -> Path:
     dst = tmp_path / "run"
-    shutil.copytree(tiny_run, dst)
+    shutil.copytree(tiny_curriculum[0], dst)
     return dst
 
 

@@ -17,12 +17,9 @@ from aclarena.train.curriculum import plan, read_train_logs, run_curriculum
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> tuple[Path, object]:
-    out = tmp_path_factory.mktemp("tiny") / "run"
-    cfg = load_config(TINY)
-    result = run_curriculum(cfg, out, show_progress=False, config_text=TINY.read_text())
-    return out, result
+@pytest.fixture()
+def tiny_run(tiny_curriculum) -> tuple[Path, object]:
+    return tiny_curriculum
 
 
 def test_every_phase_trains_and_is_registered(tiny_run):
