@@ -246,8 +246,7 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
     tok = results.get("tokens") if isinstance(results.get("tokens"), dict) else {}
     drift = [{"checkpoint": r.get("checkpoint"), "kl_share_high": r.get("kl_share_high"),
               "barely_moved_low": r.get("barely_moved_low"), "kl_mean": r.get("kl_mean")}
-             for r in (tok or {}).get("checkpoints", []) if r.get("status", "ok") in ("ok", "computed", "reused",
-                                                                                      "skipped", "stored")]
+             for r in (tok or {}).get("checkpoints", []) if r.get("kl_share_high") is not None]
     forg = results.get("forgetting") if isinstance(results.get("forgetting"), dict) else {}
     lead = results.get("lead_time") if isinstance(results.get("lead_time"), dict) else {}
     phases = [{"name": r["name"], "status": r["status"], "steps": r["steps"], "time_s": r["time_s"]} for r in rows]
