@@ -90,25 +90,66 @@ def build_figures(reader: StoreReader | None, manifest: Manifest, pattern: str =
     return out
 
 
-def write_static(figures: list[BuiltFigure], out_dir: Path, formats: list[str]) -> list[Path]:
-    """Write PNG/SVG/PDF files with kaleido, all in one browser session (Debian chromium on PATH)."""
-    import plotly.io as pio
+# kaleido drives a headless Chromium, which now and then never answers (plotly/Kaleido#134,
+# #402): the export runs in a child process that is killed and retried once when it hangs.
+EXPORT_TIMEOUT_S = 120.0
+EXPORT_TIMEOUT_PER_IMAGE_S = 15.0
+_EXPORT_CHILD = """
+import json, sys
+import plotly.io as pio
+jobs = json.load(open(sys.argv[1], encoding="utf-8"))
+pio.write_images([pio.from_json(j["figure"]) for j in jobs], [j["file"] for j in jobs],
+                 format=[j["format"] for j in jobs], width=[j["width"] for j in jobs],
+                 height=[j["height"] for j in jobs])
+"""
 
-    paths: list[Path] = []
-    figs, files, fmts, widths, heights = [], [], [], [], []
+
+def write_static(figures: list[BuiltFigure], out_dir: Path, formats: list[str], *,
+                 attempts: int = 2) -> list[Path]:
+    """Write PNG/SVG/PDF files with kaleido, all in one browser session (Debian chromium on PATH).
+
+    The browser runs in a child process with a time limit; a hung export is killed and retried
+    (``attempts`` in all), then reported as a one-line error.
+    """
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from aclarena.errors import AclarenaError
+
+    jobs: list[dict[str, Any]] = []
     for bf in figures:
         for fmt in formats:
-            path = out_dir / f"{bf.name}.{fmt}"
-            figs.append(bf.figure)
-            files.append(path)
-            fmts.append(fmt)
-            # kaleido ignores the layout's size unless it is passed explicitly
-            widths.append(bf.figure.layout.width or bf.spec.width)
-            heights.append(bf.figure.layout.height or bf.spec.height)
-            paths.append(path)
-    if figs:
-        pio.write_images(figs, files, format=fmts, width=widths, height=heights)
-    return paths
+            jobs.append({"figure": bf.figure.to_json(), "file": str(out_dir / f"{bf.name}.{fmt}"), "format": fmt,
+                         # kaleido ignores the layout's size unless it is passed explicitly
+                         "width": bf.figure.layout.width or bf.spec.width,
+                         "height": bf.figure.layout.height or bf.spec.height})
+    if not jobs:
+        return []
+    timeout = EXPORT_TIMEOUT_S + EXPORT_TIMEOUT_PER_IMAGE_S * len(jobs)
+    with tempfile.TemporaryDirectory(prefix="aclarena-export-") as tmp:
+        spec = Path(tmp) / "jobs.json"
+        spec.write_text(json.dumps(jobs), encoding="utf-8")
+        why = ""
+        for _ in range(max(1, attempts)):
+            proc = subprocess.Popen([sys.executable, "-c", _EXPORT_CHILD, str(spec)], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+            try:
+                _, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # the child and its browser
+                proc.communicate()
+                why = f"kaleido's browser did not answer within {timeout:.0f} s"
+                continue
+            if proc.returncode == 0:
+                return [Path(j["file"]) for j in jobs]
+            lines = [ln for ln in (err or "").strip().splitlines() if ln.strip()]
+            raise AclarenaError(f"figure export failed: {lines[-1] if lines else f'exit code {proc.returncode}'}; "
+                                "check that chromium is installed (kaleido needs it), or export --format html")
+    raise AclarenaError(f"figure export failed: {why} ({attempts} tries); rerun, or export --format html")
 
 
 def write_html_report(figures: list[BuiltFigure], path: Path, title: str) -> Path:

@@ -32,3 +32,27 @@ def test_registry_ids():
     load_all()
     assert "run/lineage" in FIGURES
     assert all("/" in k for k in FIGURES)
+
+
+def test_hung_export_is_killed_retried_and_reported(tmp_path, monkeypatch):
+    """kaleido's browser sometimes never answers: the child is killed, retried, then a one-line error."""
+    import time
+
+    import plotly.graph_objects as go
+    import pytest
+
+    import aclarena.figures as figures
+    from aclarena.errors import AclarenaError
+
+    spec = next(iter(load_all().values()))
+    bf = figures.BuiltFigure(spec, "hang", go.Figure())
+    monkeypatch.setattr(figures, "EXPORT_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(figures, "EXPORT_TIMEOUT_PER_IMAGE_S", 0.0)
+    monkeypatch.setattr(figures, "_EXPORT_CHILD", "import time; time.sleep(60)")
+    t = time.monotonic()
+    with pytest.raises(AclarenaError, match=r"did not answer within 1 s \(2 tries\)"):
+        figures.write_static([bf], tmp_path, ["png"])
+    assert time.monotonic() - t < 20
+    monkeypatch.setattr(figures, "_EXPORT_CHILD", "raise SystemExit('no chromium here')")
+    with pytest.raises(AclarenaError, match="no chromium here"):
+        figures.write_static([bf], tmp_path, ["png"])
