@@ -404,6 +404,15 @@ def _default_work(out_dir: Path) -> Path:
     return out_dir.parent / f".work-{out_dir.name}"
 
 
+def _work_for(out: Path, work_dir: str | os.PathLike[str] | None, fingerprint: str | None) -> Path:
+    """The phase's trainer-checkpoint folder, checked and prepared (after the output's parent is
+    found writable), so that a phase fails before training rather than at its first save."""
+    work = Path(work_dir) if work_dir is not None else _default_work(out)
+    check_writable(out.parent)
+    _prepare_work(work, fingerprint)
+    return work
+
+
 # --- the runners -----------------------------------------------------------------------------
 
 
@@ -448,9 +457,7 @@ def run_sft(
     from datasets import Dataset
     from trl import SFTTrainer
 
-    work = Path(work_dir) if work_dir is not None else _default_work(out)
-    check_writable(out.parent)
-    _prepare_work(work, fingerprint)
+    work = _work_for(out, work_dir, fingerprint)
     if model is None or tokenizer is None:
         model, tokenizer = load_start(start, chat_template=chat_template)
     ds = records if isinstance(records, Dataset) else Dataset.from_list([dict(r) for r in records])
@@ -500,9 +507,7 @@ def run_rl(
     quiet()
     from trl import GRPOTrainer
 
-    work = Path(work_dir) if work_dir is not None else _default_work(out)
-    check_writable(out.parent)
-    _prepare_work(work, fingerprint)
+    work = _work_for(out, work_dir, fingerprint)
     model, tokenizer = load_start(start, chat_template=chat_template)
     tokenizer.padding_side = "left"
     extra: dict[str, Any] = {"max_completion_length": data.max_completion_length}
@@ -551,9 +556,7 @@ def run_trainer(
     if done is not None:
         return done
     quiet()
-    work = Path(work_dir) if work_dir is not None else _default_work(out)
-    check_writable(out.parent)
-    _prepare_work(work, fingerprint)
+    work = _work_for(out, work_dir, fingerprint)
     args = make_args(kind, work, seed, dict(trl or {}), dict(extra or {}))
     trainer = build(args)
     return _train_and_save(trainer, tokenizer, out, work, what=f"training {out.name}", meta=meta or {},
