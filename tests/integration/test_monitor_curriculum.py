@@ -59,7 +59,10 @@ def test_follow_sees_checks_while_training_and_warning_fires(run, tmp_path):
     cfg = config(tmp_path, "[monitor]\nevery_n_steps = 2\nprobe_n = 4\nprobe_max_new_tokens = 16\n", steps=24)
     follow = subprocess.Popen([sys.executable, "-m", "aclarena", "monitor", "--run", str(run), "--follow", "--json",
                                "--interval", "0.2", "--label", "seq-search-sft"],
-                              cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              # as in a terminal's foreground: a suite started in the background
+                              # (nohup, `&`) ignores SIGINT, and children inherit that
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[tuple[float, dict]] = []
     import threading
 
