@@ -107,7 +107,7 @@ def test_monitor_page_shows_points_as_a_writer_appends(fixture_run, serve, page,
             writer.send("check", step, fkl)
         page.wait_for_function(
             "() => document.querySelector('#monitor-status').textContent.includes('3 checks, last step 4')",
-            timeout=20_000)
+            timeout=60_000)
         wait_for_dash(page)
         now = plotted(page)
         assert now["traces"][f"{PROBE}@y"] == [0, 2, 4]
@@ -120,7 +120,7 @@ def test_monitor_page_shows_points_as_a_writer_appends(fixture_run, serve, page,
         writer.send("warn", 6, 0.08)
         page.wait_for_function(
             "() => document.querySelector('#monitor-status').textContent.includes('4 checks, last step 6, 1 warnings')",
-            timeout=20_000)
+            timeout=60_000)
         wait_for_dash(page)
         events = page.inner_text("#monitor-events")
         assert "fkl" in events and "threshold" in events and PROBE in events and "0.08" in events
