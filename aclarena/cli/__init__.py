@@ -81,14 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb is None:
         parser.print_help()
         return 2
-    # under torchrun / accelerate launch: only rank 0 prints (every rank gets the same errors)
+    # under torchrun / accelerate launch: only rank 0 prints (every rank gets the same errors), except
+    # the refusal below
     rank, size = _launch_env()
     quiet = size > 1 and rank > 0
     if size > 1 and args.verb not in DISTRIBUTED_VERBS:
-        if not quiet:
-            print(f"aclarena-diag {args.verb}: error: {args.verb} does not run data-parallel (WORLD_SIZE={size}); "
-                  f"run it as one process (data-parallel verbs: {', '.join(sorted(DISTRIBUTED_VERBS))})",
-                  file=sys.stderr)
+        # every rank says it: torchrun stops the others as soon as one exits, so a line left to
+        # rank 0 alone is lost whenever another rank exits first
+        print(f"aclarena-diag {args.verb}: error: {args.verb} does not run data-parallel (WORLD_SIZE={size}); "
+              f"run it as one process (data-parallel verbs: {', '.join(sorted(DISTRIBUTED_VERBS))})",
+              file=sys.stderr)
         return 1
     try:
         if quiet:
