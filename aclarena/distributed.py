@@ -215,6 +215,12 @@ def world(device: str = "cpu", *, timeout_s: float | None = None) -> Iterator[Wo
     _WORLD = World(rank=rank, size=size, local_rank=local, _group=group)
     try:
         yield _WORLD
+        # Leave together: a rank whose share is done waits here until rank 0 has written, so no
+        # rank tears its end of the group down while another still uses it (a rank that did so
+        # was seen to abort in gloo's teardown on a loaded CI machine). After an exception the
+        # ranks may sit in different collectives, so a failing rank skips this and torchrun
+        # stops the others.
+        dist.barrier(group=group)
     finally:
         _WORLD = None
         if created and dist.is_initialized():
