@@ -12,7 +12,6 @@ import argparse
 from typing import Any
 
 from aclarena.cli._common import add_verb, manifest_of, print_json, print_table
-from aclarena.errors import AclarenaError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,19 +38,12 @@ def compare_report(run_dir: str, manifest: Any, *, router: str = "rule", score: 
     """The :class:`~aclarena.store.comparison.Comparison` of a run (also used by the dashboard and tests)."""
     from aclarena.consolidate.routers import ROUTERS
     from aclarena.errors import unknown_name
-    from aclarena.store import ResultsStore
-    from aclarena.store.capability import load_matrix
+    from aclarena.store.capability import open_matrix
     from aclarena.store.comparison import comparison
 
     if router not in ROUTERS:
         raise unknown_name("router", router, ROUTERS)
-    store = ResultsStore(run_dir)
-    if not store.exists():
-        raise AclarenaError(f"no results.h5 in {run_dir}; run `aclarena-diag eval --run {run_dir}` first")
-    with store.reader() as r:
-        matrix = load_matrix(r, manifest, settings=settings)
-        if not matrix.cells:
-            raise AclarenaError(f"no capability matrix in {run_dir}; run `aclarena-diag eval --run {run_dir}` first")
+    with open_matrix(run_dir, manifest, settings=settings) as (r, matrix):
         return comparison(matrix, manifest, r, router=router, what="mean" if score == "greedy" else "avg_k_mean")
 
 

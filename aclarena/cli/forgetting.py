@@ -56,17 +56,9 @@ def forgetting_report(run_dir: str, manifest: Any, *, chain: str | None = None,
     import numpy as np
 
     from aclarena.diagnostics.cl_metrics import cl_report, peak_drop
-    from aclarena.store import ResultsStore
-    from aclarena.store.capability import chain_data, load_matrix
+    from aclarena.store.capability import chain_data, open_matrix
 
-    store = ResultsStore(run_dir)
-    if not store.exists():
-        raise AclarenaError(f"no results.h5 in {run_dir}; run `aclarena-diag eval` first")
-    with store.reader() as r:
-        matrix = load_matrix(r, manifest, settings=settings)
-        if not matrix.cells:
-            raise AclarenaError("the store has no capability matrix; run `aclarena-diag eval` (or import lm-eval "
-                                "results) first")
+    with open_matrix(run_dir, manifest, settings=settings) as (r, matrix):
         data = chain_data(matrix, manifest, r, chain=chain, suite_of=suite_of)
     rep = cl_report(data.R, data.tasks, base=data.base, oracle=data.oracle, items=data.items)
     summary = {k: _nan_none(v) for k, v in rep.summary().items()}

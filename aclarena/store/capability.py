@@ -23,15 +23,17 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from aclarena.errors import AclarenaError, ManifestError, unknown_name
 from aclarena.store.manifest import CheckpointSpec, Manifest
-from aclarena.store.results import StoreReader
+from aclarena.store.results import ResultsStore, StoreReader
 
 ROOT = "capability"
 RESULT_TYPE = "capability-cell"
@@ -263,6 +265,23 @@ def load_matrix(reader: StoreReader | None, manifest: Manifest | None = None, *,
         firsts.setdefault(c.suite, c)
     suites = [c.suite for c in sorted(firsts.values(), key=_suite_order)]
     return CapabilityMatrix(checkpoints=checkpoints, suites=suites, cells=latest, suite_info=info)
+
+
+@contextmanager
+def open_matrix(run_dir: str | Path, manifest: Manifest | None = None, *,
+                settings: str | None = None) -> Iterator[tuple[StoreReader, CapabilityMatrix]]:
+    """The open store of ``run_dir`` and its capability matrix, or a one-line error saying to run
+    ``eval`` first (no results.h5, or no cells in it)."""
+    store = ResultsStore(run_dir)
+    if not store.exists():
+        raise AclarenaError(f"no results.h5 in {run_dir}; run `aclarena-diag eval --run {run_dir}` first")
+    with store.reader() as r:
+        matrix = load_matrix(r, manifest, settings=settings)
+        if not matrix.cells:
+            which = f" with settings id {settings!r}" if settings is not None else ""
+            raise AclarenaError(f"no capability matrix{which} in {run_dir}; run `aclarena-diag eval --run {run_dir}` "
+                                "(or import lm-eval results) first")
+        yield r, matrix
 
 
 # --- the chain of stages ------------------------------------------------------------------------

@@ -119,9 +119,12 @@ def test_forgetting_bad_inputs(tmp_path, cli):
     assert code == 1 and "did you mean 'math/id'" in err
     code, _, err = cli("forgetting", "--run", str(run), "--suite-of", "math")
     assert code == 1 and "DOMAIN=SUITE" in err
+    code, _, err = cli("forgetting", "--run", str(run), "--settings", "nosuchid")
+    assert code == 1 and "no capability matrix with settings id 'nosuchid'" in err
     (run / "results.h5").unlink()
-    code, _, err = cli("forgetting", "--run", str(run))
-    assert code == 1 and "run `aclarena-diag eval` first" in err
+    for verb in ("forgetting", "compare"):  # one helper (store.capability.open_matrix) says it for both
+        code, _, err = cli(verb, "--run", str(run))
+        assert code == 1 and f"no results.h5 in {run}; run `aclarena-diag eval --run {run}` first" in err, err
 
 
 def test_chain_of_a_shorter_branch_and_several_chains(tmp_path, cli):
