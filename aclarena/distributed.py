@@ -12,14 +12,15 @@ devices; objects (numpy arrays, small dicts) always travel over a gloo group, so
 needs a GPU tensor. A single process never imports ``torch.distributed``.
 
 A failure on any rank is gathered like a result (:meth:`World.check`), so every rank stops
-with the same one-line error instead of waiting forever on a collective.
+with the same one-line error instead of waiting forever on a collective; rank 0 says it, and
+the others wait until it has (:func:`report_failure`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -179,6 +180,9 @@ class World:
 
 
 _WORLD: World | None = None
+#: the launcher's key-value store, kept past the group's end for :func:`report_failure`
+_STORE: Any = None
+_SAID_KEY = "aclarena/rank0-said-its-error"
 
 
 def current() -> World:
@@ -212,6 +216,11 @@ def world(device: str = "cpu", *, timeout_s: float | None = None) -> Iterator[Wo
             torch.cuda.set_device(local % max(torch.cuda.device_count(), 1))
         dist.init_process_group(backend="nccl" if use_cuda else "gloo", timeout=timeout)
     group = dist.new_group(backend="gloo", timeout=timeout) if use_cuda else None
+    global _STORE
+    try:
+        _STORE = dist.distributed_c10d._get_default_store()
+    except Exception:  # a private helper of torch; without it a failing run reports as before
+        _STORE = None
     _WORLD = World(rank=rank, size=size, local_rank=local, _group=group)
     try:
         yield _WORLD
@@ -221,10 +230,40 @@ def world(device: str = "cpu", *, timeout_s: float | None = None) -> Iterator[Wo
         # ranks may sit in different collectives, so a failing rank skips this and torchrun
         # stops the others.
         dist.barrier(group=group)
+        _STORE = None  # a run that ended well has no failure to report
     finally:
         _WORLD = None
         if created and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def report_failure(say: Callable[[], None], rank: int, *, wait_s: float | None = None) -> None:
+    """Say a failed run's one-line error so that it reaches the user under several processes.
+
+    torchrun stops every process as soon as one exits with an error, so a rank that failed
+    quickly would cut off rank 0 (the one that prints) before its line. Rank 0 therefore says
+    its error and then marks it said in the launcher's store; every other rank waits for that
+    mark (at most ``wait_s``, default ``ACLARENA_ERROR_WAIT_S`` or 30 s) before it exits, and
+    says its own error only if the mark never comes (rank 0 stuck or gone). One process, or no
+    store (the failure came before the group was up, alike on every rank): ``say()`` on rank 0
+    only.
+    """
+    global _STORE
+    store, _STORE = _STORE, None
+    if store is None:
+        if rank == 0:
+            say()
+        return
+    if rank == 0:
+        say()
+        with suppress(Exception):  # nobody is left to wait for it
+            store.set(_SAID_KEY, "1")
+        return
+    wait = wait_s if wait_s is not None else float(os.environ.get("ACLARENA_ERROR_WAIT_S", 30))
+    try:
+        store.wait([_SAID_KEY], timedelta(seconds=wait))
+    except Exception:  # timed out, or the store went away with rank 0: rank 0 said nothing
+        say()
 
 
 def merge_rows(parts: Sequence[tuple[Any, dict[str, Any]]], into: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ import sys
 import traceback
 
 from aclarena import __version__
-from aclarena.distributed import DISTRIBUTED_VERBS
+from aclarena.distributed import DISTRIBUTED_VERBS, report_failure
 from aclarena.errors import AclarenaError
 
 # In the order `--help` lists them.
@@ -81,10 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb is None:
         parser.print_help()
         return 2
-    # under torchrun / accelerate launch: only rank 0 prints (every rank gets the same errors), except
-    # the refusal below
+    # under torchrun / accelerate launch: only rank 0 prints (every rank gets the same errors; see
+    # distributed.report_failure), except the refusal below
     rank, size = _launch_env()
     quiet = size > 1 and rank > 0
+    where = f" (rank {rank})" if quiet else ""  # a line from another rank than 0 says whose it is
     if size > 1 and args.verb not in DISTRIBUTED_VERBS:
         # every rank says it: torchrun stops the others as soon as one exits, so a line left to
         # rank 0 alone is lost whenever another rank exits first
@@ -101,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
                 return int(args.func(args) or 0)
         return int(args.func(args) or 0)
     except AclarenaError as e:
-        if not quiet:
-            print(f"aclarena-diag {args.verb}: error: {e}", file=sys.stderr)
+        # under several processes rank 0 says it; another rank only when rank 0 never does
+        line = f"aclarena-diag {args.verb}{where}: error: {e}"
+        report_failure(lambda: print(line, file=sys.stderr), rank)
         return 1
     except BrokenPipeError:  # `aclarena-diag ... | head`: the reader left; that is not an error
         import os
@@ -113,14 +115,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"aclarena-diag {args.verb}: interrupted; finished results are kept, rerun to resume", file=sys.stderr)
         return 130
     except Exception as e:  # a bug: say so in one line unless asked for the traceback
-        if args.debug:
-            traceback.print_exc()
-        else:
-            print(
-                f"aclarena-diag {args.verb}: internal error: {type(e).__name__}: {e}; rerun with --debug "
-                "for the traceback and report it",
-                file=sys.stderr,
-            )
+        bug = e
+
+        def say() -> None:
+            if args.debug:
+                traceback.print_exception(bug)
+            else:
+                print(f"aclarena-diag {args.verb}{where}: internal error: {type(bug).__name__}: {bug}; rerun "
+                      "with --debug for the traceback and report it", file=sys.stderr)
+
+        report_failure(say, rank)
         return 3
 
 
