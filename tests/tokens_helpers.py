@@ -97,6 +97,20 @@ def noisy_head(model: Any, scale: float, seed: int) -> Any:
     return new
 
 
+def add_token_checkpoints(root: Path, tokenizer: Any, *, name: str) -> None:
+    """A manifest in ``root`` with a peaked reference ``seq-math`` and two later stages whose output
+    heads drifted (``seq-search``, ``seq-ecom``)."""
+    from aclarena.store.manifest import Manifest, write_manifest
+
+    root.mkdir(parents=True, exist_ok=True)
+    write_manifest(Manifest(name=name), root)
+    ref = peaked_untied_model(tokenizer, seed=4, scale=150.0)
+    add_checkpoint(root, "seq-math", ref, tokenizer, parent=None, kind="stage", domain="math")
+    stage_a = noisy_head(ref, 0.05, seed=5)
+    add_checkpoint(root, "seq-search", stage_a, tokenizer, parent="seq-math", domain="search")
+    add_checkpoint(root, "seq-ecom", noisy_head(stage_a, 0.1, seed=6), tokenizer, parent="seq-search", domain="ecom")
+
+
 def make_token_run(root: Path, tokenizer: Any, *, max_new_tokens: int = 24) -> Path:
     """A run whose token scores look like the study's: a peaked reference and two later stages
     whose output heads drifted, so KL concentrates where the reference was unsure.
@@ -107,15 +121,8 @@ def make_token_run(root: Path, tokenizer: Any, *, max_new_tokens: int = 24) -> P
     import io
 
     from aclarena.cli import main
-    from aclarena.store.manifest import Manifest, write_manifest
 
-    root.mkdir(parents=True, exist_ok=True)
-    write_manifest(Manifest(name="tokens-demo"), root)
-    ref = peaked_untied_model(tokenizer, seed=4, scale=150.0)
-    add_checkpoint(root, "seq-math", ref, tokenizer, parent=None, kind="stage", domain="math")
-    stage_a = noisy_head(ref, 0.05, seed=5)
-    add_checkpoint(root, "seq-search", stage_a, tokenizer, parent="seq-math", domain="search")
-    add_checkpoint(root, "seq-ecom", noisy_head(stage_a, 0.1, seed=6), tokenizer, parent="seq-search", domain="ecom")
+    add_token_checkpoints(root, tokenizer, name="tokens-demo")
     prompts = write_jsonl(root / "prompts.jsonl", PROMPTS)
     for argv in (["probe", "--run", str(root), "--ref", "seq-math", "--prompts", str(prompts),
                   "--max-new-tokens", str(max_new_tokens), "--json"],

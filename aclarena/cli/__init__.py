@@ -15,7 +15,7 @@ import sys
 import traceback
 
 from aclarena import __version__
-from aclarena.distributed import DISTRIBUTED_VERBS, report_failure
+from aclarena.distributed import DISTRIBUTED_VERBS, env_world, report_failure
 from aclarena.errors import AclarenaError
 
 # In the order `--help` lists them.
@@ -61,13 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _launch_env() -> tuple[int, int]:
-    """(RANK, WORLD_SIZE) set by torchrun / accelerate launch; (0, 1) otherwise or when garbled."""
-    import os
-
+    """(RANK, WORLD_SIZE) set by torchrun / accelerate launch; (0, 1) otherwise or when garbled (the
+    verb's ``distributed.world`` then says what is wrong)."""
     try:
-        return int(os.environ.get("RANK") or 0), int(os.environ.get("WORLD_SIZE") or 1)
-    except ValueError:
+        rank, size, _ = env_world()
+    except AclarenaError:
         return 0, 1
+    return rank, size
 
 
 def main(argv: list[str] | None = None) -> int:

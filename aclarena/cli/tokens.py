@@ -185,11 +185,9 @@ def _run(args: argparse.Namespace, w: Any) -> int:
 
         probe = make_probe(args.run, manifest, ref, probe_name, domain=domain,
                            show_progress=not args.json and w.is_main, load=load_options(args), world=w)
+        w.run_main(lambda: write_probe_set(store, probe, manifest_text=manifest_text))  # rank 0 writes, all wait
         if w.is_main:
-            w.run_main(lambda: write_probe_set(store, probe, manifest_text=manifest_text))
             warnings += probe.warnings
-        else:
-            w.run_main(lambda: None)
 
     def read_probe() -> Any:
         probe = read_probe_set(store, probe_name, with_text=False)
@@ -259,12 +257,12 @@ def _gather_rows(w: Any, plan: Any, mine: list[int], obj: Any, fields: tuple[str
     """Rank 0: fill ``obj``'s flat arrays with the other ranks' positions (their batches)."""
     if not w.distributed:
         return
+    from aclarena.distributed import merge_rows
+
     index = plan.positions_of(mine)
     parts = w.gather((index, {k: getattr(obj, k)[index] for k in fields}))
     if parts is not None:
-        for idx, values in parts[1:]:
-            for k, v in values.items():
-                getattr(obj, k)[idx] = v
+        merge_rows(parts[1:], {k: getattr(obj, k) for k in fields})
 
 
 REF_FIELDS = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "status")

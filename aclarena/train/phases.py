@@ -404,9 +404,11 @@ def _default_work(out_dir: Path) -> Path:
     return out_dir.parent / f".work-{out_dir.name}"
 
 
-def _work_for(out: Path, work_dir: str | os.PathLike[str] | None, fingerprint: str | None) -> Path:
-    """The phase's trainer-checkpoint folder, checked and prepared (after the output's parent is
-    found writable), so that a phase fails before training rather than at its first save."""
+def _set_up(out: Path, work_dir: str | os.PathLike[str] | None, fingerprint: str | None) -> Path:
+    """Set up a phase that still has to run: quiet the libraries, and return its trainer-checkpoint
+    folder, checked and prepared (after the output's parent is found writable), so that a phase
+    fails before training rather than at its first save."""
+    quiet()
     work = Path(work_dir) if work_dir is not None else _default_work(out)
     check_writable(out.parent)
     _prepare_work(work, fingerprint)
@@ -450,14 +452,12 @@ def run_sft(
         chat_template: replaces the starting tokenizer's chat template (saved with the result).
     """
     out = Path(out_dir)
-    done = finished(out, fingerprint)
-    if done is not None:
+    if (done := finished(out, fingerprint)) is not None:
         return done
-    quiet()
+    work = _set_up(out, work_dir, fingerprint)
     from datasets import Dataset
     from trl import SFTTrainer
 
-    work = _work_for(out, work_dir, fingerprint)
     if model is None or tokenizer is None:
         model, tokenizer = load_start(start, chat_template=chat_template)
     ds = records if isinstance(records, Dataset) else Dataset.from_list([dict(r) for r in records])
@@ -501,13 +501,11 @@ def run_rl(
     adapter alone (``adapter_model.safetensors``).
     """
     out = Path(out_dir)
-    done = finished(out, fingerprint)
-    if done is not None:
+    if (done := finished(out, fingerprint)) is not None:
         return done
-    quiet()
+    work = _set_up(out, work_dir, fingerprint)
     from trl import GRPOTrainer
 
-    work = _work_for(out, work_dir, fingerprint)
     model, tokenizer = load_start(start, chat_template=chat_template)
     tokenizer.padding_side = "left"
     extra: dict[str, Any] = {"max_completion_length": data.max_completion_length}
@@ -552,11 +550,9 @@ def run_trainer(
         (the rest as :func:`run_sft`)
     """
     out = Path(out_dir)
-    done = finished(out, fingerprint)
-    if done is not None:
+    if (done := finished(out, fingerprint)) is not None:
         return done
-    quiet()
-    work = _work_for(out, work_dir, fingerprint)
+    work = _set_up(out, work_dir, fingerprint)
     args = make_args(kind, work, seed, dict(trl or {}), dict(extra or {}))
     trainer = build(args)
     return _train_and_save(trainer, tokenizer, out, work, what=f"training {out.name}", meta=meta or {},

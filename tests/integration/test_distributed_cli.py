@@ -15,18 +15,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def token_template(tmp_path_factory, tokenizer) -> tuple[Path, Path]:
-    from tokens_helpers import PROMPTS, add_checkpoint, noisy_head, peaked_untied_model, write_jsonl
-
-    from aclarena.store.manifest import Manifest, write_manifest
+    from tokens_helpers import PROMPTS, add_token_checkpoints, write_jsonl
 
     root = tmp_path_factory.mktemp("dist") / "run"
-    root.mkdir()
-    write_manifest(Manifest(name="dist"), root)
-    ref = peaked_untied_model(tokenizer, seed=4, scale=150.0)
-    add_checkpoint(root, "seq-math", ref, tokenizer, parent=None, kind="stage", domain="math")
-    stage = noisy_head(ref, 0.05, seed=5)
-    add_checkpoint(root, "seq-search", stage, tokenizer, parent="seq-math", domain="search")
-    add_checkpoint(root, "seq-ecom", noisy_head(stage, 0.1, seed=6), tokenizer, parent="seq-search", domain="ecom")
+    add_token_checkpoints(root, tokenizer, name="dist")
     # outside the run folders: the probe records the prompts file's path
     prompts = write_jsonl(root.parent / "prompts.jsonl", PROMPTS * 2)
     return root, prompts
