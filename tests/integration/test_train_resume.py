@@ -9,6 +9,7 @@ import resource
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from train_helpers import REPO, cli_env, marker_mtimes, run_train, small_config, train_cmd
@@ -18,6 +19,14 @@ from aclarena.train.curriculum import read_train_logs
 
 
 @pytest.mark.slow
+def _complete(checkpoint: Path) -> bool:
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def test_sigkill_in_the_middle_of_rl_then_rerun_finishes(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(small_config(("math",), rl_steps=6))
@@ -39,7 +48,9 @@ def test_sigkill_in_the_middle_of_rl_then_rerun_finishes(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
-    saved = max(int(p.name.split("-")[1]) for p in rl_work.glob("checkpoint-*"))
+    # the newest *complete* checkpoint (its trainer_state.json is written last): the kill may land
+    # while a later one is being saved, and that one is discarded on resume
+    saved = max(int(p.name.split("-")[1]) for p in rl_work.glob("checkpoint-*") if _complete(p))
     assert not (out / "checkpoints" / "seq-math" / ".aclarena-phase.json").exists()
     finished_before = marker_mtimes(out)
     assert set(finished_before) == {"base", "seq-math-sft"}
