@@ -78,6 +78,8 @@ def main() -> int:
     p.add_argument("-n", type=int, default=100, help="evaluation tasks per domain")
     p.add_argument("--domains", default="math,search,ecom,if")
     p.add_argument("--results", default="docs/results/mini_base_sweep.jsonl")
+    p.add_argument("--no-one-shot", action="store_true", help="skip the base's one-shot scores (run them once, in "
+                                                                 "one of several processes that share a base)")
     args = p.parse_args()
     from aclarena.envs.demonstration import one_shot_scores
     from aclarena.train.data import expert_records
@@ -95,11 +97,12 @@ def main() -> int:
         row["pretrain_tokens"] = marker["steps"] * 4 * 512  # packed rows of 512 tokens, 4 a step
         row["pretrain_time_s"] = marker["time_s"]
         model, tok = load_start(str(base))
-        t1 = time.monotonic()
-        row["one_shot"] = one_shot_scores(model, tok, n=args.n // 4)
-        row["one_shot_n"] = args.n // 4
-        row["one_shot_wall_s"] = round(time.monotonic() - t1, 1)
-        print(json.dumps(row), flush=True)
+        if not args.no_one_shot:
+            t1 = time.monotonic()
+            row["one_shot"] = one_shot_scores(model, tok, n=args.n // 4)
+            row["one_shot_n"] = args.n // 4
+            row["one_shot_wall_s"] = round(time.monotonic() - t1, 1)
+            print(json.dumps(row), flush=True)
         row["oracles"] = {}
         for domain in args.domains.split(","):
             lr, bs = ORACLE[domain]

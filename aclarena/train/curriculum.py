@@ -143,7 +143,8 @@ def plan(cfg: CurriculumConfig, seeds: int = 1) -> list[Job]:
 @dataclass
 class PhaseRecord:
     """What happened to a job in this invocation: ``trained``, ``finished`` (already done),
-    ``reused`` (an oracle identical to a stage) or ``external`` (an HF base)."""
+    ``reused`` (an oracle identical to a stage), ``external`` (an HF base) or ``shipped`` (the mini
+    base shipped in the package, copied into the run)."""
 
     job: Job
     status: str
@@ -229,7 +230,9 @@ def run_curriculum(
                 result = _run_job(cfg, job, out, folders, cbs, chat_template)
                 bar.update(task, completed=result.steps, total=max(1, result.steps),
                            description=f"{label} {'(already finished)' if result.skipped else ''}".rstrip())
-                rec = PhaseRecord(job, "finished" if result.skipped else "trained", rel, result)
+                status = "finished" if result.skipped else (
+                    "shipped" if job.kind == "base" and not cfg.base.builds else "trained")
+                rec = PhaseRecord(job, status, rel, result)
             run.records.append(rec)
             if is_main_process():
                 _register(cfg, out, run.records, folders)
