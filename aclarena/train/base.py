@@ -70,7 +70,7 @@ def build_mini_base(spec: BaseSpec, out_dir: str | os.PathLike[str], *, seed: in
     n_params = sum(p.numel() for p in model.parameters())
     return run_sft("<new>", records, out_dir, trl=trl, seed=seed, callbacks=callbacks or (), work_dir=work_dir,
                    fingerprint=fingerprint, model=model, tokenizer=tok,
-                   meta={"name": "base", "parameters": n_params, "architecture": sizes},
+                   meta={"name": "base", "seed": seed, "parameters": n_params, "architecture": sizes},
                    keep_trainer_checkpoints=keep_trainer_checkpoints)
 
 
