@@ -169,7 +169,7 @@ def read_probe_set(store: ResultsStore, name: str, *, with_text: bool = True) ->
     if name not in known:
         raise unknown_name("probe set", name, known, hint="make one with `aclarena-diag probe --ref NAME`")
     key = probe_key(name)
-    with store.reader() as r:
+    with store.reader() as r, r.damaged(key):
         attrs = r.attrs(key)
         ids = r.read(f"{key}/ids")
         scored = r.read(f"{key}/scored")
@@ -186,11 +186,11 @@ def read_probe_set(store: ResultsStore, name: str, *, with_text: bool = True) ->
         sources = r.read(f"{key}/source")
         settings = r.read(f"{key}/settings")
         warnings = r.read(f"{key}/warnings")
-    return ProbeSet(
-        name=name, reference=str(attrs["reference"]), ids=[np.asarray(x) for x in ids.rows()],
-        scored=[np.asarray(x, dtype=bool) for x in scored.rows()], texts=list(texts), token_text=token_text,
-        sources=list(sources), settings=dict(settings), warnings=list(warnings), vocab=vocab,
-    )
+        return ProbeSet(
+            name=name, reference=str(attrs["reference"]), ids=[np.asarray(x) for x in ids.rows()],
+            scored=[np.asarray(x, dtype=bool) for x in scored.rows()], texts=list(texts), token_text=token_text,
+            sources=list(sources), settings=dict(settings), warnings=list(warnings), vocab=vocab,
+        )
 
 
 # --- prompt and trace files -----------------------------------------------------------------
