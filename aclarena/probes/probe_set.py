@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from aclarena import jsonl
 from aclarena.errors import AclarenaError, unknown_name
 from aclarena.store import Json, Ragged, ResultsStore
 from aclarena.store.token_keys import PROBES, probe_key
@@ -248,13 +249,15 @@ def _read_jsonl(path: str | os.PathLike[str], what: str, example: str) -> list[t
     except OSError as e:
         raise AclarenaError(f"cannot read {p}: {e.strerror}") from None
     rows = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in jsonl.lines(text):  # "\n" only: U+2028 and friends may sit inside strings
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = jsonl.loads(line)
         except json.JSONDecodeError as e:
             raise _line_error(p, lineno, f"not valid JSON ({e.msg} at column {e.colno}); write one JSON object per line") from None
+        except jsonl.JsonShapeError as e:
+            raise _line_error(p, lineno, f"cannot be used: {e}; fix that line") from None
         if not isinstance(obj, dict):
             raise _line_error(p, lineno, f"must be a JSON object ({example})")
         rows.append((lineno, obj))
