@@ -286,8 +286,11 @@ def _score(args: argparse.Namespace, manifest: Any, store: Any, probe: Any, ref:
     from aclarena.store import Json
     from aclarena.store.token_keys import reference_key, scores_key, summary_key
 
+    from aclarena.probes.probe_set import require_probe_digest
+
     w = world
     probe_name = probe.name
+    same_probe = require_probe_digest(probe_name, probe.digest)  # checked under the writer lock
     opts = load_options(args, merge_adapter=True)
     opts = replace(opts, device=w.device(opts.device))
     batches = BatchPlan.make(probe, args.batch_size).batches
@@ -350,10 +353,12 @@ def _score(args: argparse.Namespace, manifest: Any, store: Any, probe: Any, ref:
                  mattrs),
             ]
             ref_items = []
-            w.run_main(functools.partial(store.write_many, items, overwrite=True, manifest_text=manifest_text))
+            w.run_main(functools.partial(store.write_many, items, overwrite=True, manifest_text=manifest_text,
+                                         precondition=same_probe))
             statuses[name] = "scored"
         if write_reference and not todo:
-            w.run_main(functools.partial(store.write_many, ref_items, overwrite=True, manifest_text=manifest_text))
+            w.run_main(functools.partial(store.write_many, ref_items, overwrite=True, manifest_text=manifest_text,
+                                         precondition=same_probe))
 
 
 def _print(args: argparse.Namespace, rows: list[dict[str, Any]], probe: Any, ref: str, high: Any,

@@ -21,7 +21,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -285,14 +285,22 @@ class ResultsStore:
         *,
         overwrite: bool = False,
         manifest_text: str | None = None,
+        drop: Sequence[str] = (),
+        precondition: Callable[[StoreReader], None] | None = None,
     ) -> None:
         """Write several result groups in one atomic step.
 
         Each item is ``(key, data, result_type, result_version, attrs)``. Attribute values
-        that are not strings or numbers are stored as JSON strings.
+        that are not strings or numbers are stored as JSON strings. ``drop`` names groups
+        removed in the same step (results the new ones make stale). ``precondition`` is
+        called with a reader of the current store under the writer lock, before anything is
+        written: it raises to refuse a write whose inputs changed meanwhile.
         """
         with self.lock():
             target = self.target()
+            if precondition is not None and target.is_file():
+                with _open_read(target) as f:
+                    precondition(StoreReader(f, self.path))
             tmp = target.parent / f".{RESULTS_NAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
             current = target.stat().st_size if target.is_file() else 0
             # the copy, the new groups and HDF5's own overhead (metadata, chunk indexes)
@@ -313,6 +321,9 @@ class ResultsStore:
                     f.attrs["modified"] = _now()
                     if manifest_text is not None:
                         f.attrs["manifest"] = manifest_text
+                    for key in drop:
+                        if _norm(key) in f:
+                            del f[_norm(key)]
                     for key, data, rtype, rversion, rattrs in items:
                         key = _norm(key)
                         if key in f:
