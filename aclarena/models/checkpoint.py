@@ -308,9 +308,10 @@ def has_chat_template(folder: Path) -> bool:
     cfg = folder / "tokenizer_config.json"
     if cfg.is_file():
         try:
-            return bool(json.loads(cfg.read_text()).get("chat_template"))
-        except (OSError, json.JSONDecodeError):
+            data = json.loads(cfg.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             return False
+        return isinstance(data, dict) and bool(data.get("chat_template"))
     return False
 
 

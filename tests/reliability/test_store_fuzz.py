@@ -228,3 +228,22 @@ def test_a_dangling_symlinked_store_is_refused_and_left_alone(tmp_path):
     with pytest.raises(AclarenaError, match="does not exist"), store.reader():
         pass
     assert (run / "results.h5").is_symlink() and not (tmp_path / "gone").exists()
+
+
+@pytest.mark.parametrize("damage, needle", [("newer", "newer aclarena"), ("version", "not MAJOR.MINOR.PATCH"),
+                                            ("column", "damaged")])
+def test_monitor_series_of_a_newer_version_or_a_missing_column(tmp_path, damage, needle):
+    from aclarena.store.series import SERIES_NAME, SeriesWriter, read_series
+
+    with SeriesWriter(tmp_path, {"monitor/a/train": {"step": "i8", "kl": "f8"}}) as w:
+        w.append("monitor/a/train", [{"step": i, "kl": 1.0} for i in range(3)])
+    with h5py.File(tmp_path / SERIES_NAME, "r+") as f:
+        g = f["series/monitor/a/train"]
+        if damage == "newer":
+            g.attrs["encoding-version"] = "1.0.0"
+        elif damage == "version":
+            g.attrs["encoding-version"] = "one"
+        else:
+            g.attrs["column-order"] = "step,kl,gone"
+    with read_series(tmp_path) as r, pytest.raises(AclarenaError, match=needle):
+        r.read("monitor/a/train")
