@@ -282,11 +282,10 @@ def _score(args: argparse.Namespace, manifest: Any, store: Any, probe: Any, ref:
     from aclarena.cli.probe import load_options
     from aclarena.diagnostics.token_drift import summarize_drift
     from aclarena.models.loading import load_model
+    from aclarena.probes.probe_set import require_probe_digest
     from aclarena.probes.teacher_forcing import STATUS_BEYOND_CONTEXT, BatchPlan, reference_outputs, score
     from aclarena.store import Json
     from aclarena.store.token_keys import reference_key, scores_key, summary_key
-
-    from aclarena.probes.probe_set import require_probe_digest
 
     w = world
     probe_name = probe.name

@@ -258,12 +258,12 @@ def tokenizer_fingerprint(folder: Path) -> str | None:
         p = folder / name
         if p.is_file():
             h.update(p.read_bytes())
-            merges = folder / "merges.txt"
-            if merges.is_file():
-                h.update(merges.read_bytes())
-            added = folder / "added_tokens.json"
-            if added.is_file():
-                h.update(added.read_bytes())
+            merges_file = folder / "merges.txt"
+            if merges_file.is_file():
+                h.update(merges_file.read_bytes())
+            added_file = folder / "added_tokens.json"
+            if added_file.is_file():
+                h.update(added_file.read_bytes())
             return h.hexdigest()[:12]
     return None
 

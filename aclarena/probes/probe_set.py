@@ -33,6 +33,8 @@ from aclarena.store.token_keys import PROBES, probe_key, tokens_key
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+    from aclarena.store import StoreReader
+
 PROBE_RESULT_TYPE = "probe-set"
 PROBE_RESULT_VERSION = "0.1.0"
 ROLES = ("system", "user", "assistant", "tool")

@@ -20,7 +20,6 @@ Format (docs/manifest.md)::
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tempfile

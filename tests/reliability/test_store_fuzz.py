@@ -5,6 +5,7 @@ with one line; nothing else. Plus NUL characters in stored text (escaped, read b
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -97,10 +98,8 @@ def _mutate(path: Path, ops: list) -> None:
                 value = BAD_DATA[arg]
                 ds = f.create_dataset(name, data=value, dtype=h5py.string_dtype() if isinstance(value, str) else None)
                 for k, v in attrs.items():
-                    try:
+                    with contextlib.suppress(UnicodeError, TypeError, ValueError):  # earlier undecodable bytes
                         ds.attrs[k] = v
-                    except (UnicodeError, TypeError, ValueError):  # an earlier mutation's undecodable bytes
-                        pass
             else:
                 key, val = arg
                 obj.attrs[ATTR_NAMES[key]] = BAD_ATTRS[val]
