@@ -1,4 +1,4 @@
-"""Glue shared by the parameter-space verbs (`vectors`, `displacement`).
+"""Passes shared by the parameter-space analyses (`vectors`, `displacement`).
 
 Choosing the checkpoints of a pass from the manifest, opening them for streaming, and running a
 resumable pass: tensors are processed in read order, and every ``save_every`` seconds the
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -137,10 +136,6 @@ def settings_hash(settings: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def progress_enabled(args: Any) -> bool:
-    return not getattr(args, "json", False) and sys.stderr.isatty()
-
-
 class Accumulator(Protocol):
     def add(self, start_row: int, tensors: Sequence[Any]) -> None: ...
 
@@ -167,7 +162,7 @@ def resumable_pass(
     """
     import torch
 
-    from aclarena.cli._common import progress
+    from aclarena.progress import progress
 
     reader = plan.reader
     done = load_parts(store, f"{prefix}/{PARTIAL}/{key}")

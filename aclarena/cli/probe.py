@@ -7,21 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aclarena.cli._common import add_verb, manifest_of, print_json, print_table, progress
+from aclarena.cli._common import add_verb, manifest_of, print_json, print_table, progress, quiet_libraries
 from aclarena.errors import AclarenaError
 
 DEFAULT_DOMAIN_N = 32
-
-
-def quiet_libraries() -> None:
-    """Keep the verb's output to its own table and progress bar: no per-file loading bars from
-    transformers, no deprecation notice peft 0.21 triggers in transformers 5."""
-    import warnings
-
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
 def add_load_options(p: argparse.ArgumentParser) -> None:

@@ -184,7 +184,7 @@ def run_curriculum(
     ``callbacks(job)`` returns extra ``TrainerCallback`` objects for a phase (e.g. a drift
     monitor on the ecom stage); ``on_phase(record)`` is called after each phase.
     """
-    from aclarena.cli._common import progress
+    from aclarena.progress import progress
 
     t0 = time.monotonic()
     out = Path(out)

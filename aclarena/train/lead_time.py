@@ -250,7 +250,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     steps_total = 0
     monitors: list[DriftMonitorCallback] = []
     gts: list[GroundTruthCallback] = []
-    from aclarena.cli._common import progress
+    from aclarena.progress import progress
 
     try:
         with progress(show_progress) as bar:
