@@ -141,7 +141,7 @@ class Accumulator(Protocol):
 
 
 def resumable_pass(
-    store: ResultsStore,
+    store: ResultsStore | None,
     prefix: str,
     key: str,
     plan: Plan,
@@ -156,8 +156,9 @@ def resumable_pass(
 
     Returns ``{tensor: arrays}`` for all tensors, in read order. Finished tensors of an
     interrupted run with the same ``key`` (stored under ``{prefix}/_partial/{key}``) are not
-    read again. The reads run ahead in a background thread while this one computes; torch runs
-    on one thread meanwhile (two busy threads per core make BLAS spin, many times slower, on
+    read again; with ``store`` None nothing is saved (a pass over folders outside a run). The
+    reads run ahead in a background thread while this one computes; torch runs on one thread
+    meanwhile (two busy threads per core make BLAS spin, many times slower, on
     shared machines).
     """
     import torch
@@ -165,11 +166,11 @@ def resumable_pass(
     from aclarena.progress import progress
 
     reader = plan.reader
-    done = load_parts(store, f"{prefix}/{PARTIAL}/{key}")
+    done = load_parts(store, f"{prefix}/{PARTIAL}/{key}") if store is not None else {}
     todo = [t for t in reader.names if t not in done]
     pending: dict[str, dict[str, np.ndarray]] = {}
     wrote_parts = False
-    n_parts = len(store.keys(f"{prefix}/{PARTIAL}/{key}")) if done else 0
+    n_parts = len(store.keys(f"{prefix}/{PARTIAL}/{key}")) if done and store is not None else 0
     last = time.monotonic()
     threads = torch.get_num_threads()
     try:
@@ -190,7 +191,7 @@ def resumable_pass(
                 for k, task in enumerate(tasks):
                     bar.advance(task, reader.nbytes(tensor, k))
                 bar.advance(overall)
-                if time.monotonic() - last >= save_every:
+                if store is not None and time.monotonic() - last >= save_every:
                     _write_part(store, prefix, key, n_parts, pending)
                     wrote_parts = True
                     n_parts += 1
@@ -211,7 +212,7 @@ def resumable_pass(
             if current is not None and acc is not None:
                 close(current, acc)
     except AclarenaError:
-        if wrote_parts:
+        if wrote_parts and store is not None:
             store.delete(f"{prefix}/{PARTIAL}/{key}")
         raise
     finally:

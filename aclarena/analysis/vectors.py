@@ -9,6 +9,7 @@ docs/task-vectors.md for the convention. :func:`vectors` is the work of ``aclare
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ import numpy as np
 from aclarena.analysis._common import RunPath, frame, manifest_or_load, manifest_text, num, nums
 from aclarena.analysis.passes import (
     CHUNK_ELEMENTS,
+    Plan,
     finish_parts,
     nonfinite_error,
     open_plan,
@@ -106,6 +108,99 @@ class VectorsResult:
                 "pairs": self.pair_rows(by, exclude_embeddings)}
 
 
+def basis_of(plan: Plan) -> Basis:
+    """The Gram basis of a pass: the dense checkpoints (the base first, the anchor), then the adapters."""
+    return Basis(
+        names=tuple(plan.dense) + tuple(plan.adapters),
+        kinds=("anchor",) + ("dense",) * (len(plan.dense) - 1) + ("lora",) * len(plan.adapters),
+        on=(None,) * len(plan.dense) + tuple(plan.adapter_on),
+    )
+
+
+def gram_pass(plan: Plan, basis: Basis, store: ResultsStore | None, key: str, *, save_every: float = 120.0,
+              show_progress: bool = False) -> TensorGrams:
+    """One streamed pass over ``plan``: every inner product of the basis differences, per tensor.
+    With a ``store``, finished tensors are saved every ``save_every`` seconds under ``key`` (resumable)."""
+    reader = plan.reader
+
+    def start(tensor: str) -> GramAccumulator:
+        return GramAccumulator(len(plan.dense), plan.loras_of(tensor))
+
+    def finish(tensor: str, acc: GramAccumulator) -> dict[str, np.ndarray]:
+        m = acc.result()
+        bad = nonfinite_index(m)
+        if bad is not None:
+            raise nonfinite_error(basis.names[bad], tensor)
+        return {"gram": m, "numel": np.asarray(reader.numel(tensor), dtype=np.int64)}
+
+    rows = resumable_pass(store, "vectors", key, plan, start, finish, save_every=save_every,
+                          show_progress=show_progress, what="task vectors")
+    tensors = list(rows)
+    return TensorGrams(basis, tuple(tensors), np.stack([rows[t]["gram"] for t in tensors]) if tensors
+                       else np.zeros((0, len(basis), len(basis))),
+                       np.array([int(rows[t]["numel"]) for t in tensors], dtype=np.int64))
+
+
+def task_vector_cosines(checkpoints: Sequence[str | os.PathLike[str]], *, base: str | os.PathLike[str],
+                        exclude_embeddings: bool = False, allow_pickle: bool = False) -> Any:
+    """Cosines of the task vectors ``θ_c − θ_base`` of checkpoint folders, no run folder needed.
+
+    ``checkpoints`` and ``base`` are HF checkpoint folders (a LoRA adapter folder counts as its
+    update ``s·B·A`` on ``base``). Weights are streamed tensor by tensor from safetensors.
+    Returns a square DataFrame indexed by the folders' names (``a``, ``b`` for ``ckpt/a``, ``ckpt/b``).
+    """
+    from pathlib import Path
+
+    import pandas as pd
+
+    from aclarena.store.manifest import CheckpointSpec
+
+    folders = [Path(os.fspath(c)).resolve() for c in checkpoints]
+    base_dir = Path(os.fspath(base)).resolve()
+    if not folders:
+        raise AclarenaError("task_vector_cosines needs at least one checkpoint besides the base")
+    labels = _unique_labels([base_dir, *folders])
+    manifest = Manifest(name="folders", base=labels[0])
+    manifest.add(CheckpointSpec(labels[0], str(base_dir), kind="base"))
+    for label, folder in zip(labels[1:], folders, strict=True):
+        adapter = (folder / "adapter_config.json").is_file()
+        manifest.add(CheckpointSpec(label, str(folder), kind="consolidated", parent=labels[0],
+                                    on=labels[0] if adapter else None))
+    plan = open_plan(manifest, base_dir, [s.name for s in manifest], allow_pickle=allow_pickle)
+    try:
+        basis = basis_of(plan)
+        grams = gram_pass(plan, basis, None, "", save_every=float("inf"))
+    finally:
+        plan.close()
+    vecs = [TaskVector(f"{n} - {labels[0]}", n, labels[0], "cumulative") for n in labels[1:]]
+    s = summarize(grams, vecs, base=labels[0], exclude_embeddings=exclude_embeddings)
+    return pd.DataFrame(np.asarray(s.cos, dtype=float), index=labels[1:], columns=labels[1:])
+
+
+def _unique_labels(folders: Sequence[Any]) -> list[str]:
+    """Short names for folders: their last component, with as many parents as needed to tell apart
+    different folders (a folder given twice gets a numbered second name)."""
+    import re
+
+    distinct = list(dict.fromkeys(folders))
+    parts = {f: [p for p in f.parts if p != f.anchor] or ["root"] for f in distinct}
+    depth = 1
+    while depth < max(len(p) for p in parts.values()) and \
+            len({"-".join(p[-depth:]) for p in parts.values()}) < len(distinct):
+        depth += 1
+
+    def clean(text: str) -> str:
+        return re.sub(r"^[^A-Za-z0-9]+", "", re.sub(r"[^A-Za-z0-9._-]+", "_", text)) or "checkpoint"
+
+    labels: list[str] = []
+    seen: dict[str, int] = {}
+    for f in folders:
+        lab = clean("-".join(parts[f][-depth:]))
+        seen[lab] = seen.get(lab, 0) + 1
+        labels.append(lab if seen[lab] == 1 else f"{lab}.{seen[lab]}")
+    return labels
+
+
 def _check_by(by: str) -> str:
     if by not in BY:
         raise AclarenaError(f"by must be one of {', '.join(BY)}, got {by!r}")
@@ -144,38 +239,17 @@ def vectors(
     writes: list[str] = []
     plan = open_plan(manifest, run_dir, names)
     try:
-        basis = Basis(
-            names=tuple(plan.dense) + tuple(plan.adapters),
-            kinds=("anchor",) + ("dense",) * (len(plan.dense) - 1) + ("lora",) * len(plan.adapters),
-            on=(None,) * len(plan.dense) + tuple(plan.adapter_on),
-        )
+        basis = basis_of(plan)
         settings = {"result": "task-vector-gram", "version": RESULT_VERSION, "basis": list(basis.names),
                     "on": list(basis.on), "fingerprints": [plan.fingerprints[n] for n in basis.names],
                     "chunk": CHUNK_ELEMENTS}
         key = settings_hash(settings)
-        reader = plan.reader
         if stored_fingerprint(store, GRAM_KEY) == key and not force:
             data = store.read(GRAM_KEY)
             grams = TensorGrams(basis, tuple(data["tensors"]), data["gram"], data["numel"])
             computed = False
         else:
-
-            def start(tensor: str) -> GramAccumulator:
-                return GramAccumulator(len(plan.dense), plan.loras_of(tensor))
-
-            def finish(tensor: str, acc: GramAccumulator) -> dict[str, np.ndarray]:
-                m = acc.result()
-                bad = nonfinite_index(m)
-                if bad is not None:
-                    raise nonfinite_error(basis.names[bad], tensor)
-                return {"gram": m, "numel": np.asarray(reader.numel(tensor), dtype=np.int64)}
-
-            rows = resumable_pass(store, "vectors", key, plan, start, finish, save_every=save_every,
-                                  show_progress=show_progress, what="task vectors")
-            tensors = list(rows)
-            grams = TensorGrams(basis, tuple(tensors), np.stack([rows[t]["gram"] for t in tensors]) if tensors
-                                else np.zeros((0, len(basis), len(basis))),
-                                np.array([int(rows[t]["numel"]) for t in tensors], dtype=np.int64))
+            grams = gram_pass(plan, basis, store, key, save_every=save_every, show_progress=show_progress)
             store.write(GRAM_KEY, {
                 "basis": Json(list(basis.names)), "kinds": Json(list(basis.kinds)), "on": Json(list(basis.on)),
                 "tensors": Json(list(grams.tensors)), "numel": grams.numel, "gram": grams.grams,
