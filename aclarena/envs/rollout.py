@@ -25,13 +25,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aclarena.envs.base import Environment, Step, Task, ToolError, Trajectory
+from aclarena.models.chat import Conversation, Policy, stop_token_ids
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-Conversation = tuple[list[dict[str, Any]], list[dict[str, Any]] | None]
-# A policy answers a batch of conversations; None means "cannot continue" (context full).
-Policy = Callable[[Sequence[Conversation]], list[str | None]]
 
 TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -193,22 +190,6 @@ def run_episodes(
         if on_batch is not None:
             on_batch(len(episodes))
     return out
-
-
-def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    ids: set[int] = set()
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(eos, int):
-        ids.add(eos)
-    elif isinstance(eos, list | tuple):
-        ids.update(int(i) for i in eos)
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    for tok in ("<|im_end|>", "<|endoftext|>"):
-        tid = tokenizer.convert_tokens_to_ids(tok)
-        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid >= 0:
-            ids.add(tid)
-    return sorted(ids)
 
 
 def model_policy(

@@ -40,6 +40,7 @@ from types import MappingProxyType
 from typing import Any
 
 from aclarena.diagnostics.early_warning import MetricRule, TrendRule
+from aclarena.envs import DOMAINS
 from aclarena.errors import AclarenaError, ConfigError, did_you_mean
 
 MONITOR_KEYS = ("stages", "domains", "probes", "probe_n", "probe_max_new_tokens", "probe_seed", "every_n_steps", "high",
@@ -160,8 +161,6 @@ def build_rules(thresholds: Mapping[str, Any], trend: Mapping[str, Any]) -> dict
 
 def parse_monitor(data: Any, stage_domains: Sequence[str]) -> MonitorSpec:
     """The ``[monitor]`` table as a :class:`MonitorSpec`; errors are :class:`MonitorFieldError` (with the key path)."""
-    from aclarena.train.config import DOMAINS
-
     if not isinstance(data, Mapping):
         raise MonitorFieldError((), "[monitor] must be a table")
     for key in data:
