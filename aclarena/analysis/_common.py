@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,7 +52,3 @@ def frame(rows: Iterable[Mapping[str, Any]], columns: list[str] | None = None) -
 
     rows = list(rows)
     return pd.DataFrame(rows, columns=columns) if columns is not None else pd.DataFrame(rows)
-
-
-def as_path(run_dir: RunPath) -> Path:
-    return Path(run_dir)

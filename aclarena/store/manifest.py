@@ -25,7 +25,7 @@ import os
 import re
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -314,10 +314,6 @@ def write_text_atomic(path: Path, text: str) -> None:
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         raise ManifestError(f"cannot write {path}: {e.strerror or e}") from None
-
-
-def with_spec(spec: CheckpointSpec, **changes: Any) -> CheckpointSpec:
-    return replace(spec, **changes)
 
 
 def _toml_key(key: str) -> str:

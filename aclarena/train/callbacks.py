@@ -93,10 +93,6 @@ def rules_to_json(rules: Mapping[str, MetricRule]) -> dict[str, Any]:
     return {k: v.to_dict() for k, v in rules.items()}
 
 
-def rules_from_json(data: Mapping[str, Any]) -> dict[str, MetricRule]:
-    return {k: MetricRule.from_dict(v) for k, v in data.items()}
-
-
 class TrainingStopped(AclarenaError):
     """Training was stopped by the drift monitor (``on_warning="stop"``)."""
 

@@ -363,17 +363,3 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
                           "warn_step": warn, "drop_step": drop_step, "lead": lead_time(drop_step, warn)})
     series["train"] = {"step": [float(s) for s in loss_steps], "loss": [loss[s] for s in loss_steps]}
     return {"table": table, "ground_truth": ground, "series": series}
-
-
-def read_lead_time(run_dir: str | os.PathLike[str], stage: str | None = None) -> dict[str, Any] | None:
-    """The stored lead-time result of ``stage`` (the first stored one when None), or None."""
-    from aclarena.store import ResultsStore
-
-    store = ResultsStore(run_dir)
-    if not store.exists() or not store.has(LEAD_KEY):
-        return None
-    stages = store.keys(LEAD_KEY)
-    pick = stage if stage is not None else (stages[0] if stages else None)
-    if pick is None or pick not in stages:
-        return None
-    return store.read(f"{LEAD_KEY}/{pick}/result")
