@@ -14,22 +14,11 @@ from typing import Any
 import numpy as np
 
 from aclarena.analysis._common import RunPath, frame, manifest_or_load, nan_none
-from aclarena.diagnostics.cl_metrics import CLReport, cl_report, peak_drop
+from aclarena.diagnostics.cl_metrics import METRIC_LABELS, CLReport, cl_report, peak_drop
 from aclarena.store import Manifest
 from aclarena.store.capability import chain_data, open_matrix
 
-LABELS = {
-    "average_accuracy": "average accuracy (GEM ACC)",
-    "backward_transfer": "backward transfer (GEM BWT)",
-    "forward_transfer": "forward transfer (GEM FWT)",
-    "forgetting_max": "forgetting, max earlier - final (Chaudhry et al.)",
-    "forgetting_first_last": "forgetting, just-learned - final (first-minus-last)",
-    "retention_vs_oracle": "retention, final / single-task oracle",
-    "average_incremental_accuracy": "average incremental accuracy (iCaRL)",
-    "sample_forgetting": "sample-wise forgetting (correct -> wrong)",
-    "sample_backward_transfer": "sample-wise backward transfer (wrong -> correct)",
-}
-
+LABELS = METRIC_LABELS  # one home: aclarena.diagnostics.cl_metrics
 
 
 @dataclass(frozen=True)
