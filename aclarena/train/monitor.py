@@ -81,8 +81,9 @@ class MonitorSpec:
     rules: Mapping[str, MetricRule] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        from aclarena.diagnostics.monitor_metrics import ACTIONS, default_rules
         from aclarena.diagnostics.token_drift import HighEntropy
-        from aclarena.train.callbacks import ACTIONS, STORE_ERRORS, default_rules
+        from aclarena.store.monitor_series import STORE_ERRORS
 
         try:
             HighEntropy.parse(self.high)
@@ -100,7 +101,7 @@ class MonitorSpec:
         object.__setattr__(self, "rules", MappingProxyType(dict(self.rules)))
 
     def settings(self) -> dict[str, Any]:
-        from aclarena.train.callbacks import rules_to_json
+        from aclarena.diagnostics.monitor_metrics import rules_to_json
 
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "rules"}
         d["rules"] = rules_to_json(self.rules)
@@ -109,7 +110,7 @@ class MonitorSpec:
 
 def build_rules(thresholds: Mapping[str, Any], trend: Mapping[str, Any]) -> dict[str, MetricRule]:
     """Default rules with ``[monitor.thresholds]`` and ``[monitor.trend]`` applied."""
-    from aclarena.train.callbacks import METRICS, TRAIN_METRICS, default_rules
+    from aclarena.diagnostics.monitor_metrics import METRICS, TRAIN_METRICS, default_rules
 
     known = [*METRICS, *TRAIN_METRICS]
     rules = default_rules()

@@ -152,10 +152,10 @@ def test_recipe_3_in_memory(capsys):
 def test_task_vector_cosines_against_flattened_weights(tmp_path, tokenizer):
     """The streamed Gram pass against a naive cosine of the flattened weight differences (one tied head)."""
     import torch
+    from fixtures import perturb
 
     import aclarena as acl
     from aclarena.models.tiny import build_model, save_checkpoint, tiny_config
-    from fixtures import perturb
 
     base = build_model(tiny_config(tokenizer), seed=0)
     a = perturb(base, 0.01, seed=1)
