@@ -36,7 +36,10 @@ def num(x: Any) -> float | None:
 def nums(a: Any) -> list[Any]:
     """A nested list of floats with NaN/inf as None (strict JSON)."""
     arr = np.asarray(a, dtype=float)
-    return np.where(np.isfinite(arr), arr, None).tolist()
+    out = arr.astype(object)
+    out[~np.isfinite(arr)] = None
+    result: list[Any] = out.tolist()
+    return result
 
 
 def nan_none(x: Any) -> Any:

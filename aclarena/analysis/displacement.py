@@ -128,7 +128,7 @@ def displacement(
     try:
         columns = plan.dense + plan.adapters
         col = {n: i for i, n in enumerate(columns)}
-        parents = [parent_of(manifest, c) for c in children]
+        parents = [p for c in children if (p := parent_of(manifest, c)) is not None]  # every child has one
         pairs = [(col[c], col[p]) for c, p in zip(children, parents, strict=True)]
         settings = {"result": "displacement-stats", "version": RESULT_VERSION, "columns": columns,
                     "on": plan.adapter_on, "pairs": [[c, p] for c, p in zip(children, parents, strict=True)],

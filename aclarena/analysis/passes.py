@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from aclarena.errors import AclarenaError, CheckpointError
 from aclarena.store import Json, Manifest, ResultsStore
@@ -98,7 +98,7 @@ class Plan:
         self.reader.close()
 
 
-def open_plan(manifest: Manifest, run_dir: str | Path, names: Sequence[str], *, allow_pickle: bool = False) -> Plan:
+def open_plan(manifest: Manifest, run_dir: str | os.PathLike[str], names: Sequence[str], *, allow_pickle: bool = False) -> Plan:
     """Inspect ``names`` and open them for streaming; every problem is a one-line error here,
     before anything is read or written."""
     from aclarena.models.checkpoint import inspect_all
@@ -140,13 +140,16 @@ class Accumulator(Protocol):
     def add(self, start_row: int, tensors: Sequence[Any]) -> None: ...
 
 
+A = TypeVar("A", bound=Accumulator)
+
+
 def resumable_pass(
     store: ResultsStore | None,
     prefix: str,
     key: str,
     plan: Plan,
-    start: Callable[[str], Accumulator],
-    finish: Callable[[str, Accumulator], dict[str, np.ndarray]],
+    start: Callable[[str], A],
+    finish: Callable[[str, A], dict[str, np.ndarray]],
     *,
     save_every: float,
     show_progress: bool,
@@ -185,7 +188,7 @@ def resumable_pass(
                         bar.advance(task, reader.nbytes(t, k))
                     bar.advance(overall)
 
-            def close(tensor: str, acc: Accumulator) -> None:
+            def close(tensor: str, acc: A) -> None:
                 nonlocal pending, n_parts, wrote_parts, last
                 pending[tensor] = finish(tensor, acc)
                 for k, task in enumerate(tasks):
@@ -200,7 +203,7 @@ def resumable_pass(
                     last = time.monotonic()
 
             current: str | None = None
-            acc: Accumulator | None = None
+            acc: A | None = None
             for chunk in reader.stream(todo, CHUNK_ELEMENTS):
                 if chunk.name != current:
                     if current is not None and acc is not None:

@@ -86,6 +86,7 @@ def make_probe(
         limit = cfg.get("max_position_embeddings") or cfg.get("n_positions")
         if world is not None and not world.is_main:
             return None  # importing traces is cheap: rank 0 does it alone
+        assert traces_file is not None
         with progress(show_progress) as bar:
             task = bar.add_task(f"tokenizing traces for {name}", total=len(conversations))
             return probe_set_from_conversations(

@@ -25,6 +25,7 @@ from aclarena.analysis.passes import (
     open_plan,
     parent_of,
     parse_pair,
+    require_base,
     require_parents,
     resumable_pass,
     selection,
@@ -310,8 +311,9 @@ def study_vectors(manifest: Manifest, names: list[str]) -> tuple[list[TaskVector
     the indices of the stage updates to project on oracle directions, and notes on domains
     without an oracle.
     """
-    base = manifest.base
-    vectors, projected = [], []
+    base = require_base(manifest)
+    vectors: list[TaskVector] = []
+    projected: list[int] = []
     for n in names:
         if n == base:
             continue
@@ -335,7 +337,8 @@ def study_vectors(manifest: Manifest, names: list[str]) -> tuple[list[TaskVector
         notes.append("no oracles in the manifest (kind = \"oracle\"): cosines with oracle directions, distances to "
                      "oracles and projections are skipped")
     else:
-        for d in sorted({manifest.resolve(n).domain for n in stages if manifest.resolve(n).domain} - have):
+        domains = {d for n in stages if (d := manifest.resolve(n).domain)}
+        for d in sorted(domains - have):
             notes.append(f"no oracle for domain {d!r}: its oracle views are skipped (add a checkpoint with "
                          f"kind = \"oracle\", domain = \"{d}\")")
     return vectors, oracles, chain, others, projected, notes
@@ -379,7 +382,7 @@ def summary_json(s: TaskVectorSummary, by: str) -> dict[str, Any]:
     view = []
     for gi, g in enumerate(groups):
         for vi, lab in enumerate(labels):
-            row = {"group": g, "vector": lab, "norm": num(norms[gi, vi])}
+            row: dict[str, Any] = {"group": g, "vector": lab, "norm": num(norms[gi, vi])}
             row["cos_oracle"] = {o.name: num(cos[gi, vi, oi]) for o, oi in zip(s.oracles, oracle_idx, strict=True)
                                  if oi is not None}
             view.append(row)

@@ -599,8 +599,8 @@ class DriftSummary:
         def num(v: Any) -> Any:
             return float("nan") if v is None else v
 
-        kwargs = {k: num(data[k]) if not isinstance(data[k], list) else [num(x) for x in data[k]]
-                  for k in cls.__dataclass_fields__}
+        kwargs: dict[str, Any] = {k: num(data[k]) if not isinstance(data[k], list) else [num(x) for x in data[k]]
+                                  for k in cls.__dataclass_fields__}
         return cls(**kwargs)
 
 

@@ -21,7 +21,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -266,7 +266,7 @@ class ResultsStore:
 
     def write_many(
         self,
-        items: list[tuple[str, Mapping[str, Any], str, str, Mapping[str, Any]]],
+        items: Sequence[tuple[str, Mapping[str, Any], str, str, Mapping[str, Any]]],
         *,
         overwrite: bool = False,
         manifest_text: str | None = None,
