@@ -34,9 +34,23 @@ DEFAULT_LAMBDAS = (0.25, 0.5, 0.75, 1.0)
 MERGE_OF = {"merge-uniform": "uniform", "merge-ta": "task_arithmetic", "merge-ties": "ties", "merge-dare": "dare"}
 
 
+def _option(job: Job, key: str, default: Any) -> Any:
+    """``job.options[key]``, or ``default`` only when the option is absent or None (0 is a value)."""
+    value = job.options.get(key)
+    return default if value is None else value
+
+
+def _lambdas(job: Job) -> tuple[float, ...]:
+    lambdas = _option(job, "lambdas", DEFAULT_LAMBDAS)
+    if not lambdas:
+        raise AclarenaError("--lambdas is empty; give e.g. 0.25,0.5,1")
+    return tuple(lambdas)
+
+
 def source_names(job: Job) -> tuple[list[str], str]:
     """The checkpoints to merge and the name tag of that choice (``""``, ``-oracles``, ``-custom``)."""
-    choice = job.options.get("sources") or "stages"
+    choice = job.options.get("sources")
+    choice = "stages" if choice is None else choice
     lin = job.lineage
     if choice == "stages":
         return list(lin.stages.values()), ""
@@ -73,7 +87,9 @@ def run(job: Job) -> list[Output]:
     method = job.options["method"]
     kind = MERGE_OF[method]
     names, tag = source_names(job)
-    prefix = job.options.get("name") or f"{method}{tag}"
+    prefix = job.options.get("name")
+    if prefix is None:
+        prefix = f"{method}{tag}"
     specs = [job.manifest.resolve(n) for n in names]
     adapters = [s for s in specs if s.is_adapter]
     if adapters and len(adapters) != len(specs):
@@ -88,13 +104,14 @@ def run(job: Job) -> list[Output]:
     start_infos = [by_name[s] for s in starts]
     k = len(infos)
     if kind == "task_arithmetic":
-        lambdas = job.options.get("lambdas") or DEFAULT_LAMBDAS
+        lambdas = _lambdas(job)
         plans = [(f"{prefix}-l{lam:g}", MergeSpec(kind, lam=lam)) for lam in lambdas]
     elif kind == "ties":
-        plans = [(prefix, MergeSpec(kind, density=job.options.get("density", 0.2), lam=job.options.get("lam") or 1.0))]
+        lam = _option(job, "lam", 1.0)  # λ = 0 is valid (the base itself), never replaced by the default
+        plans = [(prefix, MergeSpec(kind, density=_option(job, "density", 0.2), lam=lam))]
     elif kind == "dare":
-        lam = job.options.get("lam") or 1.0 / k
-        plans = [(prefix, MergeSpec(kind, p=job.options.get("drop", 0.5), lam=lam, seed=job.seed))]
+        lam = _option(job, "lam", 1.0 / k)
+        plans = [(prefix, MergeSpec(kind, p=_option(job, "drop", 0.5), lam=lam, seed=job.seed))]
     else:
         plans = [(prefix, MergeSpec(kind))]
     outputs = []
@@ -128,7 +145,7 @@ def _merge_adapters(job: Job, kind: str, specs: list[CheckpointSpec], prefix: st
     assert on is not None
     k = len(specs)
     plans = ([(prefix, 1.0 / k)] if kind == "uniform" else
-             [(f"{prefix}-l{lam:g}", lam) for lam in (job.options.get("lambdas") or DEFAULT_LAMBDAS)])
+             [(f"{prefix}-l{lam:g}", lam) for lam in _lambdas(job)])
     outputs = []
     folders = [(s.name, inspect(s, job.manifest, job.run_dir).location) for s in specs]
     for stem, w in plans:

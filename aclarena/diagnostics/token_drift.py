@@ -162,7 +162,10 @@ class Workspace:
         self.rows = rows
         self.vocab = vocab
         self.dtype = compute_dtype(dtype)
-        self.sub_rows = max(1, min(rows, sub_rows or default_sub_rows(vocab, self.dtype)))
+        if sub_rows is not None and sub_rows < 1:
+            raise ValueError(f"`sub_rows` must be at least 1, got {sub_rows}")
+        self.sub_rows = min(rows, default_sub_rows(vocab, self.dtype) if sub_rows is None else sub_rows)
+        self.sub_rows = max(1, self.sub_rows)
         self.zr = torch.empty(rows, vocab, dtype=self.dtype, device=device)
         self.zc = torch.empty(rows, vocab, dtype=self.dtype, device=device)
         self.b = torch.empty(self.sub_rows, vocab, dtype=self.dtype, device=device)

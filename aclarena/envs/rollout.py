@@ -84,7 +84,9 @@ class Episode:
     def __init__(self, env: Environment, task: Task, *, max_turns: int | None = None) -> None:
         self.env = env
         self.task = task
-        self.max_turns = max_turns or env.max_turns
+        self.max_turns = env.max_turns if max_turns is None else max_turns
+        if self.max_turns < 1:
+            raise ValueError(f"`max_turns` must be at least 1, got {self.max_turns}")
         self.messages: list[dict[str, Any]] = task.messages
         self.tools = task.tool_list
         self.state = env.new_state(task)
@@ -195,6 +197,15 @@ def run_episodes(
     return out
 
 
+def context_limit(model: Any, max_context: int | None = None) -> int:
+    """``max_context`` when given (it must be positive), else the model's ``max_position_embeddings`` (2**30 without one)."""
+    if max_context is not None:
+        if max_context < 1:
+            raise ValueError(f"`max_context` must be at least 1, got {max_context}")
+        return int(max_context)
+    return int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+
+
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     ids: set[int] = set()
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -229,7 +240,7 @@ def model_policy(
     """
     import torch
 
-    limit = max_context or int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+    limit = context_limit(model, max_context)
     stops = stop_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     device = next(model.parameters()).device
@@ -314,10 +325,10 @@ def generate_trajectories(
     for idx in by_env.values():
         env = env_of(tasks[idx[0]])
         if is_vllm(model):  # --engine vllm: the same loop, answered by a vLLM engine
-            policy = vllm_policy(model, tokenizer, max_new_tokens=max_new_tokens or env.max_new_tokens,
+            policy = vllm_policy(model, tokenizer, max_new_tokens=env.max_new_tokens if max_new_tokens is None else max_new_tokens,
                                  do_sample=do_sample, temperature=temperature, top_p=top_p, seed=seed)
         else:
-            policy = model_policy(model, tokenizer, max_new_tokens=max_new_tokens or env.max_new_tokens,
+            policy = model_policy(model, tokenizer, max_new_tokens=env.max_new_tokens if max_new_tokens is None else max_new_tokens,
                                   do_sample=do_sample, temperature=temperature, top_p=top_p)
         trajs = run_episodes([tasks[i] for i in idx], policy, batch_size=batch_size, max_turns=max_turns,
                              on_batch=on_batch, before_batch=before_batch)

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aclarena.envs.base import Task
-from aclarena.envs.rollout import Episode, env_of, stop_token_ids
+from aclarena.envs.rollout import Episode, context_limit, env_of, stop_token_ids
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -95,7 +95,7 @@ class ArenaRollout:
         """Play ``episodes`` to the end with sampling; the rollout_func output (see the module docstring)."""
         import torch
 
-        limit = self.max_context or int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+        limit = context_limit(model, self.max_context)
         stops = stop_token_ids(model, tokenizer)
         stop_set = set(stops)
         im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -113,7 +113,7 @@ class ArenaRollout:
             live = [i for i, e in enumerate(episodes) if not e.done]
             if not live:
                 break
-            budget = {i: min(self.max_new_tokens or episodes[i].env.max_new_tokens,
+            budget = {i: min(episodes[i].env.max_new_tokens if self.max_new_tokens is None else self.max_new_tokens,
                              limit - len(prompt_ids[i]) - len(completion[i])) for i in live}
             for i in [i for i in live if budget[i] < 1]:
                 episodes[i].act(None)  # the context is full: the episode ends (end_reason "context")

@@ -199,3 +199,20 @@ def test_chain_stage_ends_merge_their_stage_updates(fixture_run, cli):
                          "--sources", "oracle-math,seq-math", "--json")
     assert code == 0, err
     assert json.loads(out)["outputs"][0]["settings"]["updates_from"] == ["base", "base"]
+
+
+@pytest.mark.parametrize("method", ["merge-ties", "merge-dare"])
+def test_lam_zero_is_used_not_replaced_by_the_default(fixture_run, cli, method):
+    """`--lam 0` is a valid λ (the base itself); it used to be read as 'not given' (`lam or 1.0`)."""
+    code, out, err = cli("consolidate", "--run", str(fixture_run), "--method", method, "--lam", "0", "--json")
+    assert code == 0, err
+    assert json.loads(out)["outputs"][0]["settings"]["merge"]["lam"] == 0.0
+    base = _weights(fixture_run, "base")
+    merged = _load_merged(fixture_run / "checkpoints" / method)
+    for name in base:
+        torch.testing.assert_close(merged[name], base[name].float(), rtol=0, atol=0, msg=name)
+
+
+def test_empty_lambdas_are_refused(fixture_run, cli):
+    code, _, err = cli("consolidate", "--run", str(fixture_run), "--method", "merge-ta", "--lambdas", "")
+    assert code == 1 and "--lambdas is empty" in err and len(err.strip().splitlines()) == 1
