@@ -21,7 +21,8 @@ A **significant benchmark drop** (the ground truth the warnings are timed agains
 decided on the same fixed items evaluated at the stage start and at step ``s``: with
 ``b`` items solved at the start and failed at ``s``, and ``c`` the reverse, the exact
 one-sided McNemar test (McNemar 1947; a binomial test on the discordant items) gives
-``p = P(Binom(b + c, ½) ≥ b)``; the drop is significant when ``p < α`` (default 0.05).
+``p = P(Binom(b + c, ½) ≥ b)`` (``scipy.stats.binomtest``, exact for any number of items);
+the drop is significant when ``p < α`` (default 0.05).
 The **lead time** of a warning is ``drop step - warning step``: positive when the warning
 came first, negative when it came after the drop.
 
@@ -36,6 +37,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+
+from aclarena.diagnostics.binomial import binomial_tail
 
 DIRECTIONS = ("up", "down", "both")
 
@@ -252,7 +255,7 @@ def mcnemar_drop_pvalue(before: np.ndarray, after: np.ndarray) -> float:
     n = lost + gained
     if n == 0 or lost == 0:
         return 1.0
-    return float(sum(math.comb(n, k) for k in range(lost, n + 1)) / 2.0**n)
+    return binomial_tail(lost, n, 0.5)
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,6 +128,21 @@ def test_mcnemar_exact():
         mcnemar_drop_pvalue(np.ones(3), np.ones(4))
 
 
+@pytest.mark.parametrize(("lost", "gained"), [(1100, 1000), (600, 500), (2000, 1800), (40, 3000)])
+def test_mcnemar_exact_past_a_thousand_discordant_items(lost, gained):
+    """n > 1024 discordant items: 2.0**n overflowed a float (issue 15); the exact tail in integers agrees."""
+    n_items = lost + gained + 500
+    before = np.zeros(n_items, dtype=bool)
+    after = np.zeros(n_items, dtype=bool)
+    before[:lost] = True  # solved at the start, failed later
+    after[lost:lost + gained] = True  # the reverse
+    before[-250:] = after[-250:] = True  # concordant items do not count
+    got = mcnemar_drop_pvalue(before, after)
+    want = binom_tail(lost, gained)  # Python integers: exact, then one division
+    assert 0.0 <= got <= 1.0
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-300)
+
+
 def test_drop_points_and_lead():
     start = np.array([1] * 20 + [0] * 30, dtype=bool)
     later = [start.copy() for _ in range(4)]
