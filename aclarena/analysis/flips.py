@@ -772,7 +772,6 @@ def flips(
         AclarenaError: one line naming what is wrong: unknown names, no per-item outcomes,
             different tokenizers, a non-arena suite, a pair with no flips.
     """
-    from aclarena.envs import parse_suite
     from aclarena.models.checkpoint import inspect, require_same_tokenizer
     from aclarena.models.loading import LoadOptions, load_model, load_tokenizer
     from aclarena.store import ResultsStore, load_manifest
@@ -783,7 +782,6 @@ def flips(
     early, late = manifest.resolve(early).name, manifest.resolve(late).name
     if early == late:
         raise AclarenaError(f"--from and --to are both {early!r}; give two checkpoints (e.g. --from seq-math --to seq-ecom)")
-    parse_suite(suite)
     relation = _relation(manifest, early, late)
     ident = settings.identity()
     if not force and write:
