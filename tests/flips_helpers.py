@@ -44,18 +44,18 @@ PROMPTS = ["what is the total of the order", "search the capital city of the riv
            "please cancel my order and confirm", "which tower is the first"]
 
 
-def tasks(targets: list[str] | None = None) -> list[Task]:
+def tasks(targets: list[str] | None = None, prompts: list[str] = PROMPTS) -> list[Task]:
     return [Task(id=f"prefix/id/{i}", env="prefix", variant="id", split="eval", system="reply", tools=None,
-                 prompt=p, key=str(i), data={"target": (targets or [""] * len(PROMPTS))[i]})
-            for i, p in enumerate(PROMPTS)]
+                 prompt=p, key=str(i), data={"target": (targets or [""] * len(prompts))[i]})
+            for i, p in enumerate(prompts)]
 
 
-def e_model(tokenizer: Any, seed: int = 7) -> Any:
+def e_model(tokenizer: Any, seed: int = 7, hidden_size: int = 128) -> Any:
     import torch
 
     from aclarena.models.tiny import build_model, tiny_config
 
-    model = build_model(tiny_config(tokenizer, tie_word_embeddings=False, hidden_size=128), seed=seed)
+    model = build_model(tiny_config(tokenizer, tie_word_embeddings=False, hidden_size=hidden_size), seed=seed)
     with torch.no_grad():
         model.lm_head.weight.mul_(60.0)
     return model.eval()
@@ -75,12 +75,13 @@ def greedy(model: Any, tokenizer: Any, ts: list[Task]) -> list[tuple[list[int], 
     return out
 
 
-def construct(tokenizer: Any, *, critical: int = 5, harmless: tuple[int, ...] = (9, 12, 15, 18)) -> dict[str, Any]:
+def construct(tokenizer: Any, *, critical: int = 5, harmless: tuple[int, ...] = (9, 12, 15, 18),
+              prompts: list[str] = PROMPTS, hidden_size: int = 128) -> dict[str, Any]:
     """E, L, the tasks (targets set) and, per task, the critical position and L's token there."""
     import torch
 
-    e = e_model(tokenizer)
-    ts = tasks()
+    e = e_model(tokenizer, hidden_size=hidden_size)
+    ts = tasks(prompts=prompts)
     runs = greedy(e, tokenizer, ts)
     hidden, where = [], []
     with torch.no_grad():
@@ -122,7 +123,7 @@ def construct(tokenizer: Any, *, critical: int = 5, harmless: tuple[int, ...] = 
             edits[alt] += (margin + boost) * u
     with torch.no_grad():
         l_model.lm_head.weight.add_(edits.to(l_model.lm_head.weight.dtype))
-    ts = tasks(targets)
+    ts = tasks(targets, prompts)
     return {"e": e, "l": l_model.eval(), "tasks": ts, "critical": crit_tok, "runs": runs,
             "harmless": [h for h in harmless], "env": PrefixEnv()}
 
@@ -138,3 +139,51 @@ def disagreements(model_e: Any, model_l: Any, runs: list[tuple[list[int], list[i
             top = model_l(input_ids=ids).logits[0, len(ctx) - 1:len(ctx) + len(gen) - 1].argmax(-1).numpy()
             out.append(np.flatnonzero(top != np.asarray(gen)))
     return out
+
+
+def hand_made_result(early: str = "seq-math", late: str = "seq-search", suite: str = "math/id") -> Any:
+    """A flips result with known values and no model behind it (for the page and the figures)."""
+    from aclarena.analysis.flips import FlipItem, FlipsResult, SwapCurve
+    from aclarena.diagnostics.flips import chance_share
+
+    items = [
+        FlipItem(item_id="math/id/aaa", direction="forgot", reproduced=True, e_reward=1.0, l_reward=0.0, n_positions=6,
+                 diverge=3, below=3, e_token=" 42", l_token=" 41", e_entropy=1.25, entropy_pct=100.0, kl=3.5,
+                 in_top=True, chance=1 / 6, e_topk=[(" 42", 0.6), (" 41", 0.3)], l_topk=[(" 41", 0.9), (" 42", 0.05)]),
+        FlipItem(item_id="math/id/bbb", direction="forgot", reproduced=True, e_reward=1.0, l_reward=0.0, n_positions=5,
+                 diverge=1, below=1, e_token="Answer", l_token="So", e_entropy=0.5, entropy_pct=60.0, kl=2.0,
+                 in_top=False, chance=1 / 5, e_topk=[("Answer", 0.7)], l_topk=[("So", 0.8)]),
+        FlipItem(item_id="math/id/ccc", direction="gained", reproduced=True, e_reward=0.0, l_reward=1.0, n_positions=4,
+                 diverge=0, below=-1, e_token="I", l_token="Answer", e_entropy=0.9, entropy_pct=100.0, kl=1.0,
+                 in_top=True, chance=1 / 4, e_topk=[("I", 0.5)], l_topk=[("Answer", 0.6)]),
+    ]
+    traj = {"math/id/aaa": {"e": ["Answer", ":", " the", " 42", "<|im_end|>", ""],
+                            "l": ["Answer", ":", " the", " 41", "<|im_end|>"]},
+            "math/id/bbb": {"e": ["Step", "Answer", ":", " 7", "<|im_end|>"], "l": ["Step", "So", " 8", "<|im_end|>"]},
+            "math/id/ccc": {"e": ["I", " think", " 3", "<|im_end|>"], "l": ["Answer", ":", " 3", "<|im_end|>"]}}
+    budgets = [1.0, 10.0, 50.0]
+    fwd = SwapCurve("forward", budgets, ["math/id/aaa", "math/id/bbb"], kl=np.array([[1, 1, 1], [0, 1, 1]], np.int8),
+                    random=np.array([[0, 0, 1], [0, 0, 1]], np.int8), swaps_kl=np.array([[1, 1, 2], [1, 1, 2]], np.int32),
+                    swaps_random=np.array([[1, 1, 2], [1, 1, 2]], np.int32))
+    rev = SwapCurve("reverse", budgets, ["math/id/aaa", "math/id/bbb"], kl=np.array([[1, 1, 1], [1, 1, 1]], np.int8),
+                    random=np.array([[0, 1, 1], [0, 0, 1]], np.int8), swaps_kl=np.array([[1, 1, 2], [1, 1, 2]], np.int32),
+                    swaps_random=np.array([[1, 1, 2], [1, 1, 2]], np.int32))
+    chance = {"forgot": chance_share(np.array([True, False]), np.array([1 / 6, 1 / 5])),
+              "gained": chance_share(np.array([True]), np.array([1 / 4]))}
+    settings = {"budgets": budgets, "top": 0.06, "logprob_below": -2.3, "topk": 5, "seed": 0, "max_items": None,
+                "swap": True, "reverse": True}
+    return FlipsResult(early=early, late=late, suite=suite, relation=f"{late} descends from {early}", n_items=10,
+                       items=items, chance=chance, forward=fwd, reverse=rev, settings=settings,
+                       cost={"total_s": 1.0, "per_item_s": 0.33}, trajectories=traj)
+
+
+def write_result(run: Any, res: Any) -> str:
+    from aclarena.analysis.flips import _to_store
+    from aclarena.store import ResultsStore
+    from aclarena.store.flips import RESULT_TYPE, RESULT_VERSION, flips_key
+
+    key = flips_key(res.early, res.late, res.suite)
+    data, attrs = _to_store(res)
+    ResultsStore(run).write(key, data, result_type=RESULT_TYPE, result_version=RESULT_VERSION, attrs=attrs,
+                            overwrite=True)
+    return key

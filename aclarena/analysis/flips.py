@@ -52,24 +52,16 @@ from aclarena.diagnostics.flips import (
     top_fraction,
 )
 from aclarena.errors import AclarenaError
+from aclarena.store.flips import RESULT_TYPE, RESULT_VERSION, flips_key, read_flips_data
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from aclarena.envs.base import Environment, Task, Trajectory
 
-RESULT_TYPE = "flips"
-RESULT_VERSION = "0.1.0"
-ROOT = "flips"
 FORGOT, GAINED = "forgot", "gained"
 # online KL (one decoding step) and teacher-forced KL differ by float32 rounding only
 _KL_RTOL = 1e-3
-
-
-def flips_key(early: str, late: str, suite: str) -> str:
-    from aclarena.store.capability import suite_key
-
-    return f"{ROOT}/{early}/{late}/{suite_key(suite)}"
 
 
 # --- settings and results -------------------------------------------------------------------
@@ -652,56 +644,24 @@ def read_flips(run_dir: str | Path, early: str, late: str, suite: str) -> FlipsR
         return _from_store(r, key)
 
 
-def list_flips(reader: Any) -> list[tuple[str, str, str, str]]:
-    """``(key, early, late, suite)`` of every stored flips result."""
-    if not reader.has(ROOT):
-        return []
-    out = []
-    for key in reader.results(ROOT):
-        a = reader.attrs(key)
-        if a.get("result-type") == RESULT_TYPE:
-            out.append((key, str(a.get("early")), str(a.get("late")), str(a.get("suite"))))
-    return out
-
-
 def _from_store(r: Any, key: str) -> FlipsResult:
-    import json
-
-    a = r.attrs(key)
-    summary = r.read(f"{key}/summary")
-    table = r.read(f"{key}/items")
-    items = []
-    for row in table.rows():
-        row = dict(row)
-        row["e_topk"] = [tuple(x) for x in json.loads(row["e_topk"])]
-        row["l_topk"] = [tuple(x) for x in json.loads(row["l_topk"])]
-        row["reproduced"] = bool(row["reproduced"])
-        row["in_top"] = bool(row["in_top"])
-        items.append(FlipItem(**row))
+    d = read_flips_data(r, key)
+    a = d["attrs"]
+    items = [FlipItem(**(row | {"e_topk": [tuple(x) for x in row["e_topk"]],
+                                "l_topk": [tuple(x) for x in row["l_topk"]]})) for row in d["items"]]
 
     def curve(name: str) -> SwapCurve | None:
-        if not r.has(f"{key}/{name}"):
+        c = d[name]
+        if c is None:
             return None
-        g = f"{key}/{name}"
-        return SwapCurve(direction=name, budgets=[float(x) for x in r.read(f"{g}/budgets")],
-                         items=[str(x) for x in r.read(f"{g}/items")], kl=np.asarray(r.read(f"{g}/kl")),
-                         random=np.asarray(r.read(f"{g}/random")), swaps_kl=np.asarray(r.read(f"{g}/swaps_kl")),
-                         swaps_random=np.asarray(r.read(f"{g}/swaps_random")))
+        return SwapCurve(direction=name, budgets=c["budgets"], items=c["items"], kl=c["kl"], random=c["random"],
+                         swaps_kl=c["swaps_kl"], swaps_random=c["swaps_random"])
 
-    trajectories: dict[str, dict[str, list[str]]] = {}
-    if r.has(f"{key}/e_pieces"):
-        ids = [str(x) for x in r.read(f"{key}/trajectory_items")]
-        for side in ("e", "l"):
-            rag = r.read(f"{key}/{side}_offsets")
-            flat = r.read(f"{key}/{side}_pieces")
-            flat = list(flat) if len(rag) > 1 and rag[-1] > 0 else []
-            for i, item in enumerate(ids):
-                trajectories.setdefault(item, {})[side] = flat[int(rag[i]):int(rag[i + 1])]
-    chance = {k: ChanceShare(**v) for k, v in summary["chance"].items()}
+    chance = {k: ChanceShare(**v) for k, v in d["summary"]["chance"].items()}
     return FlipsResult(early=str(a["early"]), late=str(a["late"]), suite=str(a["suite"]), relation=str(a["relation"]),
                        n_items=int(a["n_items"]), items=items, chance=chance, forward=curve("forward"),
-                       reverse=curve("reverse"), settings=json.loads(a["settings"]) if isinstance(a["settings"], str)
-                       else dict(a["settings"]), cost=dict(summary["cost"]), trajectories=trajectories, cached=True)
+                       reverse=curve("reverse"), settings=a["settings"], cost=dict(d["summary"]["cost"]),
+                       trajectories=d["trajectories"], cached=True)
 
 
 def _to_store(res: FlipsResult) -> tuple[dict[str, Any], dict[str, Any]]:
