@@ -312,6 +312,20 @@ def model_policy(
     return policy
 
 
+def prompt_lengths(tokenizer: PreTrainedTokenizerBase, tasks: Sequence[Task]) -> list[int]:
+    """Tokens of each task's opening prompt, as the policy renders it (generation prompt included)."""
+    texts = [tokenizer.apply_chat_template(t.messages, tools=t.tool_list, add_generation_prompt=True, tokenize=False)
+             for t in tasks]
+    return [len(x) for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def greedy_order(tokenizer: PreTrainedTokenizerBase, tasks: Sequence[Task], idx: Sequence[int]) -> list[int]:
+    """``idx`` (the positions of ``tasks``) sorted by prompt length, ties in task order: batches of
+    similar lengths pad little (the probe generator sorts the same way)."""
+    lengths = prompt_lengths(tokenizer, tasks)
+    return [i for _, _, i in sorted(zip(lengths, range(len(idx)), idx, strict=True))]
+
+
 def generate_trajectories(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -326,8 +340,14 @@ def generate_trajectories(
     max_turns: int | None = None,
     on_batch: Callable[[int], None] | None = None,
     shard: tuple[int, int] | None = None,
+    sort_by_length: bool = True,
 ) -> list[Trajectory | None]:
     """Roll ``model`` out on ``tasks`` (all of one environment or mixed); greedy unless ``do_sample``.
+
+    Greedy episodes are batched by prompt length (``sort_by_length``, :func:`greedy_order`), so a
+    batch pads little; each turn of a batch is one ``generate`` call with the KV cache. Greedy
+    decoding does not depend on the batch a task is in, so the trajectories are those of playing
+    each task alone (tested); sampled ones keep the task order, which their seeds depend on.
 
     Sampling is seeded per batch from ``(seed, batch number)``, so a batch draws the same
     samples whichever process plays it. ``shard=(rank, size)`` plays only the batches
@@ -352,6 +372,8 @@ def generate_trajectories(
     by_env: dict[str, list[int]] = {}
     for i, t in enumerate(tasks):
         by_env.setdefault(t.env, []).append(i)
+    if not do_sample and sort_by_length:
+        by_env = {env: greedy_order(tokenizer, [tasks[i] for i in idx], idx) for env, idx in by_env.items()}
     out: list[Trajectory | None] = [None] * len(tasks)
     from aclarena.models.vllm_engine import is_vllm, vllm_policy
 
