@@ -185,8 +185,9 @@ def _template(name: str = "plotly_white") -> dict[str, Any]:
     return pio.templates[name].to_plotly_json()
 
 
-def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """Reference entropy and this checkpoint's KL at a seeded sample of the valid positions."""
+def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """Reference entropy and this checkpoint's KL at a seeded sample of the valid positions, and
+    the sample's flat indices."""
     h = reader.ragged(f"{reference_key(probe)}/entropy").all()
     kl = reader.ragged(f"{scores_key(probe, checkpoint)}/kl").all()
     valid = np.isfinite(h) & np.isfinite(kl)
@@ -201,7 +202,7 @@ def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarra
         pick = np.sort(np.concatenate([top, rest[rng.choice(len(rest), MAX_SCATTER_POINTS - n_top, replace=False)]]))
     else:
         pick = ok
-    return h[pick], kl[pick], len(ok)
+    return h[pick], kl[pick], len(ok), pick
 
 
 # --- figures ----------------------------------------------------------------------------------
@@ -210,8 +211,12 @@ def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarra
 
 
 def scatter_spec(reader: StoreReader, probe: str, checkpoint: str) -> dict[str, Any]:
-    """Reference entropy (x) against KL(p_ref ‖ p_ckpt) (y, log) at every scored position."""
-    x, y, n = _points(reader, probe, checkpoint)
+    """Reference entropy (x) against KL(p_ref ‖ p_ckpt) (y, log) at every scored position; each
+    point's ``customdata`` is [sequence, token index] (a click on the page jumps there)."""
+    x, y, n, pick = _points(reader, probe, checkpoint)
+    ref_offsets = reader.ragged(f"{reference_key(probe)}/entropy").offsets
+    where = np.stack([np.searchsorted(ref_offsets, pick, side="right") - 1,
+                      reader.ragged(f"{reference_key(probe)}/position").all()[pick]], axis=1).astype(int)
     summary = reader.read(f"{summary_key(probe, checkpoint)}/summary")
     thr = summary.get("entropy_threshold")
     high = x >= thr if thr is not None else np.zeros(len(x), bool)
@@ -219,8 +224,9 @@ def scatter_spec(reader: StoreReader, probe: str, checkpoint: str) -> dict[str, 
     for mask, name, color in ((~high, "low entropy", "#7f7f7f"), (high, "high entropy", "#d62728")):
         data.append(dict(
             type="scatter", x=x[mask].tolist(), y=np.maximum(y[mask], KL_FLOOR).tolist(), mode="markers", name=name,
-            marker=dict(size=5, color=color, opacity=0.6),
-            hovertemplate="entropy %{x:.3f} nats<br>KL %{y:.3g} nats<extra></extra>",
+            marker=dict(size=5, color=color, opacity=0.6), customdata=where[mask].tolist(),
+            hovertemplate="entropy %{x:.3f} nats<br>KL %{y:.3g} nats<br>sequence #%{customdata[0]}, "
+                          "token %{customdata[1]} (click to open)<extra></extra>",
         ))
     shapes, notes = [], []
     if thr is not None:
