@@ -254,13 +254,16 @@ def concentration_spec(reader: StoreReader, probe: str, manifest: Manifest | Non
                                        name="no concentration (area 0.5)", line=dict(color="#bbb", dash="dot"),
                                        hoverinfo="skip")]
     rows = summaries(reader, probe, manifest)
+    from aclarena.figures.vectors import distinct_colours
+
+    colours = distinct_colours(len(rows))
     for i, s in enumerate(rows):
         yv = [None if v is None else v for v in s["curve_y"]]
         area = s.get("concentration_area")
         label = f"{s['checkpoint']} (area {area:.2f})" if area is not None else f"{s['checkpoint']} (no drift)"
         data.append(dict(
             type="scatter", x=s["curve_x"], y=yv, mode="lines", name=label,
-            line=dict(color=PALETTE[i % len(PALETTE)], width=4 if s["checkpoint"] == highlight else 2),
+            line=dict(color=colours[i], width=4 if s["checkpoint"] == highlight else 2),
             hovertemplate=f"{s['checkpoint']}<br>top %{{x:.0%}} by entropy hold %{{y:.0%}} of KL<extra></extra>",
         ))
     shapes, notes = [], []
