@@ -33,6 +33,7 @@ from aclarena.diagnostics.displacement import (
     DisplacementAccumulator,
     DisplacementSummary,
     PhaseRatio,
+    sft_rl_excluded,
     sft_rl_ratios,
     summarize_displacement,
 )
@@ -57,14 +58,15 @@ class DisplacementResult:
     specs: tuple[CheckpointSpec, ...]
     computed: bool
     summaries: Mapping[str, DisplacementSummary]
-    ratios: Mapping[str, tuple[list[PhaseRatio], float]]
+    ratios: Mapping[str, tuple[list[PhaseRatio], float, list[tuple[str, str]]]]
     writes: tuple[str, ...] = field(default=())
 
     def summary(self, exclude_embeddings: bool = False) -> DisplacementSummary:
         return self.summaries["no-embeddings" if exclude_embeddings else "all"]
 
-    def sft_rl(self, exclude_embeddings: bool = False) -> tuple[list[PhaseRatio], float]:
-        """Per stage with both phases its SFT/RL ratio, and the mean-SFT over mean-RL ratio (NaN without both)."""
+    def sft_rl(self, exclude_embeddings: bool = False) -> tuple[list[PhaseRatio], float, list[tuple[str, str]]]:
+        """Per stage its SFT/RL ratio; the overall ratio pooled over the stages with both phases and a non-zero RL
+        update (NaN without one); and the stages left out of it, each with the reason."""
         return self.ratios["no-embeddings" if exclude_embeddings else "all"]
 
     def to_pandas(self, by: str = "global", exclude_embeddings: bool = False) -> Any:
@@ -74,10 +76,11 @@ class DisplacementResult:
 
     def to_dict(self, by: str = "global", exclude_embeddings: bool = False) -> dict[str, Any]:
         """Plain data (strict JSON): what ``aclarena-diag displacement --json`` prints."""
-        per, overall = self.sft_rl(exclude_embeddings)
+        per, overall, excluded = self.sft_rl(exclude_embeddings)
         return {"run": self.run, "by": by, "exclude_embeddings": exclude_embeddings, "computed": self.computed,
                 **summary_json(self.summary(exclude_embeddings), list(self.children), list(self.parents),
-                               list(self.specs), per, overall, by)}
+                               list(self.specs), per, overall, by),
+                "sft_rl_excluded": [{"stage": st, "reason": why} for st, why in excluded]}
 
 
 def parse_tolerances(text: str) -> tuple[float, ...]:
@@ -194,9 +197,10 @@ def displacement(
     ratio_rows = {}
     for view, s in summaries.items():
         per, overall = sft_rl_ratios(list(s.norm), phases, stages)
-        ratio_rows[view] = (per, overall)
+        ratio_rows[view] = (per, overall, sft_rl_excluded(list(s.norm), phases, stages))
+    # ratio_rule 2: the overall SFT/RL ratio pools only stages with both phases and a non-zero RL update
     sum_settings = {"stats": key, "children": children, "phases": phases, "stages": stages,
-                    "kinds": [s.kind for s in specs], "version": RESULT_VERSION}
+                    "kinds": [s.kind for s in specs], "version": RESULT_VERSION, "ratio_rule": 2}
     sum_key = settings_hash(sum_settings)
     if stored_fingerprint(store, SUMMARY_KEY) != sum_key:
         store.write(SUMMARY_KEY, {view: summary_data(s, children, parents, specs, *ratio_rows[view])
@@ -209,8 +213,8 @@ def displacement(
                               writes=tuple(writes))
 
 
-def summary_data(s: DisplacementSummary, children: list[str], parents: list[str], specs: list[CheckpointSpec], per: list[PhaseRatio],
-                 overall: float) -> dict[str, Any]:
+def summary_data(s: DisplacementSummary, children: list[str], parents: list[str], specs: list[CheckpointSpec],
+                 per: list[PhaseRatio], overall: float, excluded: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     """A :class:`DisplacementSummary` as store elements."""
     return {
         "children": Json(children), "parents": Json(parents),
@@ -221,8 +225,10 @@ def summary_data(s: DisplacementSummary, children: list[str], parents: list[str]
         "group_labels": Json(s.group_labels), "norm_group": s.norm_group, "rel_group": s.rel_group,
         "changed_frac_group": s.changed_frac_group,
         "tensor_labels": Json(s.tensor_labels), "norm_tensor": s.norm_tensor, "rel_tensor": s.rel_tensor,
-        "ratios": Json([{"stage": r.stage, "sft": r.sft, "rl": r.rl, "ratio": num(r.ratio)} for r in per]),
+        "ratios": Json([{"stage": r.stage, "sft": r.sft, "rl": r.rl, "ratio": num(r.ratio), "pooled": r.pooled}
+                        for r in per]),
         "overall_ratio": float(overall),
+        "ratio_excluded": Json([{"stage": st, "reason": why} for st, why in excluded or []]),
     }
 
 
@@ -251,7 +257,8 @@ def summary_json(s: DisplacementSummary, children: list[str], parents: list[str]
                      "changed_frac_bf16": [num(x) for x in s.changed_frac_bf16[i]]}
                     for i, (c, p, sp) in enumerate(zip(children, parents, specs, strict=True))],
         "view": view_rows(s, children, parents, specs, by),
-        "sft_rl": [{"stage": r.stage, "sft": r.sft, "rl": r.rl, "ratio": num(r.ratio)} for r in per],
+        "sft_rl": [{"stage": r.stage, "sft": r.sft, "rl": r.rl, "ratio": num(r.ratio), "pooled": r.pooled}
+                   for r in per],
         "sft_rl_overall": num(overall),
     }
 

@@ -28,8 +28,9 @@ from aclarena.analysis.probe import make_probe
 from aclarena.diagnostics.token_drift import DriftSummary, HighEntropy, high_entropy_mask, summarize_drift
 from aclarena.distributed import World, merge_rows, world
 from aclarena.errors import AclarenaError, unknown_name
+from aclarena.models import loading
 from aclarena.models.checkpoint import CheckpointInfo, inspect, require_same_tokenizer
-from aclarena.models.loading import LoadOptions, load_model
+from aclarena.models.loading import LoadOptions
 from aclarena.models.tensors import checkpoint_fingerprint
 from aclarena.probes.probe_set import ProbeSet, list_probe_sets, read_probe_set, write_probe_set
 from aclarena.probes.teacher_forcing import STATUS_BEYOND_CONTEXT, BatchPlan, reference_outputs, score
@@ -399,7 +400,7 @@ def _score(run_dir: RunPath, manifest: Manifest, store: ResultsStore, probe: Pro
         task = bar.add_task(f"reference {ref}", total=share)
 
         def reference_pass() -> Any:
-            ref_model = load_model(ref, manifest, run_dir, opts)
+            ref_model = loading.load_model(ref, manifest, run_dir, opts)  # looked up at call time (tests patch it)
             out = reference_outputs(ref_model, probe, name=ref, batch_size=o.batch_size,
                                     chunk_size=o.chunk_size, topk=o.topk,
                                     progress=lambda k: bar.advance(task, k), batches=mine)
@@ -410,20 +411,18 @@ def _score(run_dir: RunPath, manifest: Manifest, store: ResultsStore, probe: Pro
         cache = w.each(reference_pass)
         _gather_rows(w, cache.plan, mine, cache.stats, REF_FIELDS)
         offsets = cache.plan.offsets
-        if write_reference:
-            def write_ref() -> None:
-                n_bad = int((cache.stats.status != 0).sum())
-                store.write(reference_key(probe_name), cache.stats.to_store(offsets), result_type=REFERENCE_TYPE,
-                            result_version=RESULT_VERSION, overwrite=True, manifest_text=manifest_text,
-                            attrs={"settings": base_settings, "reference": ref, "n_positions": int(offsets[-1]),
-                                   "n_invalid": n_bad})
-            w.run_main(write_ref)
-            writes.append(reference_key(probe_name))
+        # the reference's outputs go with the first checkpoint's scores: a checkpoint that cannot be
+        # scored (NaN weights, say) then leaves the store as it was
+        ref_items: list[Any] = []
+        if write_reference and w.is_main:
+            ref_items = [(reference_key(probe_name), cache.stats.to_store(offsets), REFERENCE_TYPE, RESULT_VERSION,
+                          {"settings": base_settings, "reference": ref, "n_positions": int(offsets[-1]),
+                           "n_invalid": int((cache.stats.status != 0).sum())})]
         for name in todo:
             bar.update(task, description=f"scoring {name}", completed=0, total=share)
 
             def score_one(name: str = name) -> Any:
-                model = load_model(name, manifest, run_dir, opts)
+                model = loading.load_model(name, manifest, run_dir, opts)
                 out = score(model, cache, probe, name=name, progress=lambda k: bar.advance(task, k), batches=mine)
                 del model
                 gc.collect()
@@ -448,10 +447,15 @@ def _score(run_dir: RunPath, manifest: Manifest, store: ResultsStore, probe: Pro
                       "checkpoint": name, "reference": ref}
             # one atomic write per checkpoint: a kill leaves it either fully scored or not at all
             items = [
+                *ref_items,
                 (scores_key(probe_name, name), res.to_store(), SCORES_TYPE, RESULT_VERSION, sattrs),
                 (summary_key(probe_name, name), {"summary": Json(summary.to_dict())}, SUMMARY_TYPE, RESULT_VERSION,
                  mattrs),
             ]
+            ref_items = []
             w.run_main(functools.partial(store.write_many, items, overwrite=True, manifest_text=manifest_text))
             writes += [item[0] for item in items]
             statuses[name] = "scored"
+        if write_reference and not todo:
+            w.run_main(functools.partial(store.write_many, ref_items, overwrite=True, manifest_text=manifest_text))
+            writes += [item[0] for item in ref_items]

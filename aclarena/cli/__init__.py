@@ -30,6 +30,7 @@ VERBS = (
     "compare",
     "probe",
     "tokens",
+    "flips",
     "vectors",
     "displacement",
     "monitor",

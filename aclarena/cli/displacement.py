@@ -56,9 +56,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_dict(args.by, args.exclude_embeddings))
     else:
-        per, overall = result.sft_rl(args.exclude_embeddings)
+        per, overall, excluded = result.sft_rl(args.exclude_embeddings)
         print_summary(result.summary(args.exclude_embeddings), list(result.children), list(result.parents),
                       list(result.specs), per, overall, args.by, result.computed)
+        for st, why in excluded:
+            print(f"note: stage {st!r} is not in the overall SFT/RL ratio ({why})")
     return 0
 
 
@@ -85,6 +87,9 @@ def print_summary(s: Any, children: list[str], parents: list[str], specs: list[A
                     ["stage", "sft", "rl", "ratio"], headers=["stage", "‖Δθ_SFT‖", "‖Δθ_RL‖", "SFT / RL"],
                     title="SFT vs RL displacement per stage (study: SFT moves parameters 3–7× more)")
     if math.isfinite(overall):
-        print(f"mean SFT update / mean RL update: {fmt(overall)} (study: 3–7×)")
+        pooled = ", ".join(r.stage for r in per if r.pooled)
+        print(f"mean SFT update / mean RL update over the stages with both phases ({pooled}): {fmt(overall)} "
+              "(study: 3–7×)")
     else:
-        print("note: no SFT/RL ratio: the run needs updates of both phases (set `phase` = \"sft\" or \"rl\")")
+        print("note: no SFT/RL ratio: no stage has both an SFT and a non-zero RL update (set `phase` = \"sft\" or "
+              "\"rl\" on each stage's checkpoints)")
