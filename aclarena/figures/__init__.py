@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from aclarena.store.results import StoreReader
 
 # Topic modules, in the order the report shows them.
-MODULES = ("run", "overview", "tokens", "vectors", "monitor", "consolidation")
+MODULES = ("run", "overview", "tokens", "flips", "vectors", "monitor", "consolidation")
 
 Builder = Callable[["StoreReader | None", "Manifest"], list[tuple[str, "go.Figure"]]]
 

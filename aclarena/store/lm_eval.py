@@ -96,9 +96,9 @@ def read_results(path: str | Path, *, metric: Mapping[str, str] | None = None) -
     if not doc["results"]:
         raise _fail(path, '"results" is empty')
     metric = dict(metric or {})
-    versions = doc.get("versions") if isinstance(doc.get("versions"), dict) else {}
-    n_shot = doc.get("n-shot") if isinstance(doc.get("n-shot"), dict) else {}
-    inline_samples = doc.get("samples") if isinstance(doc.get("samples"), dict) else {}
+    versions: dict[str, Any] = doc["versions"] if isinstance(doc.get("versions"), dict) else {}
+    n_shot: dict[str, Any] = doc["n-shot"] if isinstance(doc.get("n-shot"), dict) else {}
+    inline_samples: dict[str, Any] = doc["samples"] if isinstance(doc.get("samples"), dict) else {}
     out = []
     for task, metrics in doc["results"].items():
         if not isinstance(metrics, dict):
@@ -145,7 +145,8 @@ def _samples(path: Path, task: str, name: str, filt: str, inline: Any) -> tuple[
                     raise AclarenaError(f"{chosen} line {lineno} is not JSON; is the file complete?") from None
                 if isinstance(r, dict):
                     rows.append(r)
-    ids, vals = [], []
+    ids: list[str] = []
+    vals: list[float] = []
     for r in rows:
         if "filter" in r and r["filter"] != filt:
             continue

@@ -24,7 +24,7 @@ import os
 import re
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -336,10 +336,6 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def with_spec(spec: CheckpointSpec, **changes: Any) -> CheckpointSpec:
-    return replace(spec, **changes)
 
 
 def _toml_key(key: str) -> str:

@@ -281,7 +281,7 @@ class ResultsStore:
 
     def write_many(
         self,
-        items: list[tuple[str, Mapping[str, Any], str, str, Mapping[str, Any]]],
+        items: Sequence[tuple[str, Mapping[str, Any], str, str, Mapping[str, Any]]],
         *,
         overwrite: bool = False,
         manifest_text: str | None = None,

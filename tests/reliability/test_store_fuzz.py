@@ -98,7 +98,8 @@ def _mutate(path: Path, ops: list) -> None:
                 value = BAD_DATA[arg]
                 ds = f.create_dataset(name, data=value, dtype=h5py.string_dtype() if isinstance(value, str) else None)
                 for k, v in attrs.items():
-                    with contextlib.suppress(UnicodeError, TypeError, ValueError):  # earlier undecodable bytes
+                    # an earlier mutation's undecodable bytes
+                    with contextlib.suppress(UnicodeError, TypeError, ValueError):
                         ds.attrs[k] = v
             else:
                 key, val = arg
