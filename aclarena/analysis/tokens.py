@@ -32,7 +32,13 @@ from aclarena.models import loading
 from aclarena.models.checkpoint import CheckpointInfo, inspect, require_same_tokenizer
 from aclarena.models.loading import LoadOptions
 from aclarena.models.tensors import checkpoint_fingerprint
-from aclarena.probes.probe_set import ProbeSet, list_probe_sets, read_probe_set, require_probe_digest, write_probe_set
+from aclarena.probes.probe_set import (
+    ProbeSet,
+    list_probe_sets,
+    read_probe_set,
+    require_probe_digest,
+    write_probe_set,
+)
 from aclarena.probes.teacher_forcing import STATUS_BEYOND_CONTEXT, BatchPlan, reference_outputs, score
 from aclarena.progress import progress, quiet_libraries
 from aclarena.store import Json, Manifest, ResultsStore, StoreReader
