@@ -193,12 +193,16 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: Ve
     drift: dict[int, dict[str, Any]] = {}
 
     def tokens() -> None:
+        from aclarena.probes.probe_set import list_probe_sets
+        from aclarena.store import ResultsStore
+
+        frozen = set(list_probe_sets(ResultsStore(out))) if (out / "results.h5").exists() else set()
         for r in reps:
             ref = f"seq-math{suffix(r)}"
             if ref not in names or "ecom" not in stages:
                 continue
-            if verb(f"probe{suffix(r)}", ["probe", "--run", run, "--ref", ref, "--domain", "math", "-n", str(min(n, 32)),
-                                          "--max-new-tokens", "64"]) is None:
+            if ref not in frozen and verb(f"probe{suffix(r)}", ["probe", "--run", run, "--ref", ref, "--domain", "math",
+                                                                "-n", str(min(n, 32)), "--max-new-tokens", "64"]) is None:
                 continue
             data = verb(f"tokens{suffix(r)}", ["tokens", "--run", run, "--ref", ref])
             for row in (data or {}).get("checkpoints", []):
