@@ -83,7 +83,8 @@ def read_results(path: str | Path, *, metric: Mapping[str, str] | None = None) -
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise AclarenaError(f"cannot read lm-eval results {path}: {e.strerror or e}; check the path") from None
+        why = (e.strerror if isinstance(e, OSError) else None) or e
+        raise AclarenaError(f"cannot read lm-eval results {path}: {why}; check the path") from None
     try:
         doc = jsonl.loads(text)
     except jsonl.JsonShapeError as e:
