@@ -146,7 +146,7 @@ class SwapCurve:
     swaps_kl: np.ndarray  # swaps made
     swaps_random: np.ndarray
 
-    def curves(self) -> dict[str, dict[str, list[float]]]:
+    def curves(self) -> dict[str, dict[str, list[float] | list[int]]]:
         return {"kl": recovery_curve(self.kl), "random": recovery_curve(self.random)}
 
     def to_dict(self) -> dict[str, Any]:
