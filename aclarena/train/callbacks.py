@@ -73,7 +73,7 @@ SETTINGS_WIDTH = 8192
 
 
 def default_rules() -> dict[str, MetricRule]:
-    """The calibrated default rules (docs/monitor.md says how they were calibrated).
+    """The default rules: provisional limits from one mini run, not fitted on held-out seeds (docs/monitor.md).
 
     Forward-KL metrics start at exactly 0 at the stage start, so they get absolute thresholds;
     drift against an earlier reference starts wherever earlier stages left it, so it gets the
