@@ -163,6 +163,10 @@ BAD_ARGS = (
      "seq-mat", 4),
     ("displacement", "bad --tolerances", ["displacement", "--tolerances", "a,b"], "tolerance", 4),
     ("forgetting", "unknown --chain", ["forgetting", "--chain", "seq-serch"], "seq-serch", 5),
+    ("consolidate", "empty --lambdas (was: the default sweep)", ["consolidate", "--method", "merge-ta", "--lambdas", ""],
+     "--lambdas is empty", 15),
+    ("consolidate", "training sizes unknown (no curriculum.toml; was: the mini sizes)",
+     ["consolidate", "--method", "mmopd", "--teachers", "stage"], "needs --n, --steps, --batch, --lr", 15),
 )
 
 
