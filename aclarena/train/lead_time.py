@@ -288,6 +288,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     folders = {n: str(run / CHECKPOINTS / n) for n in needed}
     start = _location(run, f"{CHECKPOINTS}/{first.parent}")
     # RL's Razor as the paper defines it: the stage start's generations on the trained stage's own prompts
+    assert first.parent is not None  # a stage after the first starts from a checkpoint of the plan
     razor = domain_probe(run, first.parent, start, settings.stage, name=f"{RAZOR_PREFIX}{settings.stage}", n=probe_n,
                          max_new_tokens=probe_tokens, split="train")
     chat_template = _read_template(cfg)
