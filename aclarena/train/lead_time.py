@@ -296,7 +296,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     steps_total = 0
     monitors: list[DriftMonitorCallback] = []
     gts: list[GroundTruthCallback] = []
-    from aclarena.cli._common import progress
+    from aclarena.progress import progress
 
     try:
         with progress(show_progress) as bar:
@@ -432,17 +432,3 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
         series["razor"] = {"step": [float(s) for s in razor_steps], "fkl": [razor_rows[s].get("fkl", math.nan)
                                                                            for s in razor_steps]}
     return {"table": table, "ground_truth": ground, "series": series, "drop_test": test}
-
-
-def read_lead_time(run_dir: str | os.PathLike[str], stage: str | None = None) -> dict[str, Any] | None:
-    """The stored lead-time result of ``stage`` (the first stored one when None), or None."""
-    from aclarena.store import ResultsStore
-
-    store = ResultsStore(run_dir)
-    if not store.exists() or not store.has(LEAD_KEY):
-        return None
-    stages = store.keys(LEAD_KEY)
-    pick = stage if stage is not None else (stages[0] if stages else None)
-    if pick is None or pick not in stages:
-        return None
-    return store.read(f"{LEAD_KEY}/{pick}/result")

@@ -47,6 +47,7 @@ from types import MappingProxyType
 from typing import Any
 
 from aclarena.diagnostics.early_warning import MetricRule, TrendRule
+from aclarena.envs import DOMAINS
 from aclarena.errors import AclarenaError, ConfigError, did_you_mean
 
 MONITOR_KEYS = ("stages", "domains", "probes", "probe_n", "probe_max_new_tokens", "probe_seed", "every_n_steps", "high",
@@ -90,8 +91,9 @@ class MonitorSpec:
     razor: bool = True
 
     def __post_init__(self) -> None:
+        from aclarena.diagnostics.monitor_metrics import ACTIONS, default_rules
         from aclarena.diagnostics.token_drift import HighEntropy
-        from aclarena.train.callbacks import ACTIONS, STORE_ERRORS, default_rules
+        from aclarena.store.monitor_series import STORE_ERRORS
 
         try:
             HighEntropy.parse(self.high)
@@ -109,7 +111,7 @@ class MonitorSpec:
         object.__setattr__(self, "rules", MappingProxyType(dict(self.rules)))
 
     def settings(self) -> dict[str, Any]:
-        from aclarena.train.callbacks import rules_to_json
+        from aclarena.diagnostics.monitor_metrics import rules_to_json
 
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "rules"}
         d["rules"] = rules_to_json(self.rules)
@@ -118,7 +120,7 @@ class MonitorSpec:
 
 def build_rules(thresholds: Mapping[str, Any], trend: Mapping[str, Any]) -> dict[str, MetricRule]:
     """Default rules with ``[monitor.thresholds]`` and ``[monitor.trend]`` applied."""
-    from aclarena.train.callbacks import METRICS, TRAIN_METRICS, default_rules
+    from aclarena.diagnostics.monitor_metrics import METRICS, TRAIN_METRICS, default_rules
 
     known = [*METRICS, *TRAIN_METRICS]
     rules = default_rules()
@@ -170,8 +172,6 @@ def build_rules(thresholds: Mapping[str, Any], trend: Mapping[str, Any]) -> dict
 
 def parse_monitor(data: Any, stage_domains: Sequence[str]) -> MonitorSpec:
     """The ``[monitor]`` table as a :class:`MonitorSpec`; errors are :class:`MonitorFieldError` (with the key path)."""
-    from aclarena.train.config import DOMAINS
-
     if not isinstance(data, Mapping):
         raise MonitorFieldError((), "[monitor] must be a table")
     for key in data:
