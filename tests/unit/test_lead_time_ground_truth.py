@@ -41,8 +41,8 @@ def write_series(run) -> None:
     store = MonitorStore(run)
     for label in LABELS:
         store.declare(f"monitor/{label}/bench", BENCH_COLUMNS)
-        store.declare(f"monitor/{label}/probes/monitor-math", probe_columns())
-        store.declare(f"monitor/{label}/probes/razor-ecom", probe_columns())
+        store.declare(f"monitor/{label}/probes/monitor-math", probe_columns(METRICS))
+        store.declare(f"monitor/{label}/probes/razor-ecom", probe_columns(METRICS))
         store.declare(f"monitor/{label}/train", TRAIN_COLUMNS)
     assert store.acquire()
     offset = 0
