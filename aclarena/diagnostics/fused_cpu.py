@@ -39,7 +39,7 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -320,8 +320,7 @@ def usable(*tensors: torch.Tensor) -> bool:
                for t in tensors) and available()
 
 
-def _run(fn: Callable[..., None], n: int, args_of: Callable[[int, int], tuple[Any, ...]]) -> None:
-    """``fn(*args_of(r0, r1))`` over row ranges covering ``[0, n)``, on up to ``torch.get_num_threads()`` threads."""
+def _run(fn: Callable[..., Any], n: int, args_of: Callable[[int, int], tuple[Any, ...]]) -> None:
     workers = max(1, min(torch.get_num_threads(), n // 4 or 1))
     if workers == 1:
         fn(*args_of(0, n))
@@ -330,7 +329,8 @@ def _run(fn: Callable[..., None], n: int, args_of: Callable[[int, int], tuple[An
         _STATE.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aclarena-fused")
         _STATE.workers = workers
     step = max(4, -(-n // (4 * workers)))  # a few pieces per thread: a descheduled thread delays little
-    futures: list[Future[None]] = [_STATE.pool.submit(fn, *args_of(r, min(n, r + step))) for r in range(0, n, step)]
+    pool = _STATE.pool
+    futures = [pool.submit(fn, *args_of(r, min(n, r + step))) for r in range(0, n, step)]
     for f in futures:
         f.result()
 

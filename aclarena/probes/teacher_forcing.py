@@ -40,8 +40,9 @@ import numpy as np
 
 from aclarena.diagnostics.token_drift import (
     Workspace,
+    check_topk,
+    chunk_rows,
     compute_dtype,
-    default_chunk_size,
 )
 from aclarena.errors import AclarenaError
 from aclarena.probes.probe_set import ProbeSet
@@ -355,11 +356,10 @@ class ReferenceOutputs:
 
 
 def _chunk_size(chunk_size: int | None, vocab: int, dtype: Any) -> int:
-    if chunk_size is None:
-        return default_chunk_size(vocab, dtype)
-    if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise AclarenaError(f"chunk size must be an integer >= 1, got {chunk_size!r}")
-    return chunk_size
+    try:
+        return chunk_rows(chunk_size, vocab, dtype)
+    except ValueError as e:
+        raise AclarenaError(str(e)) from None
 
 
 class _Buffers:
@@ -380,8 +380,11 @@ class _Buffers:
 
 
 def _check_topk(topk: int, vocab: int) -> None:
-    if not isinstance(topk, int) or isinstance(topk, bool) or not 1 <= topk <= vocab:
-        raise AclarenaError(f"top-k must be an integer in [1, {vocab}], got {topk!r}")
+    """The diagnostics' rule, with at least one alternative kept (the store's top-k arrays); AclarenaError."""
+    try:
+        check_topk(topk, vocab, low=1)
+    except ValueError as e:
+        raise AclarenaError(str(e)) from None
 
 
 def _eval_mode(model: Any) -> bool:
