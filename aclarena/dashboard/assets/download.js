@@ -92,10 +92,11 @@
         return b;
     }
     function decorate() {
+        // inside the graph's box, positioned over its top-left corner: a sibling would take
+        // space from the figure in flex rows and upset plotly's sizing
         document.querySelectorAll(".dash-graph[id]").forEach(function (g) {
-            var prev = g.previousElementSibling;
-            if (prev && prev.classList.contains("data-download")) { return; }
-            g.parentNode.insertBefore(bar(g.id, "figure", ["CSV", "JSON"]), g);
+            if (g.querySelector(":scope > .data-download")) { return; }
+            g.insertBefore(bar(g.id, "figure", ["CSV", "JSON"]), g.firstChild);
         });
         document.querySelectorAll("table.simple[id]").forEach(function (t) {
             var prev = t.previousElementSibling;
