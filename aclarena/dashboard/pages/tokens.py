@@ -157,7 +157,14 @@ def layout(**query: Any) -> html.Div:
 def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], int | None, list[str], str | None,
                                                          html.Table | html.P]:
     """Sequence and checkpoint choices of a probe set, and its summary table."""
-    from aclarena.figures.tokens import SUMMARY_COLUMNS, fmt, sequence_labels, summaries, token_checkpoints
+    from aclarena.figures.tokens import (
+        SUMMARY_COLUMNS,
+        SUMMARY_TIPS,
+        fmt,
+        sequence_labels,
+        summaries,
+        token_checkpoints,
+    )
 
     with reader(run_dir) as r:
         if r is None or probe is None:
@@ -167,7 +174,7 @@ def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], in
         ckpts = token_checkpoints(r, probe, m)
         rows = summaries(r, probe, m, with_flags=True)
     table = html.Table(
-        [html.Tr([html.Th(h) for _, h in SUMMARY_COLUMNS])]
+        [html.Tr([html.Th(h, title=SUMMARY_TIPS.get(k)) for k, h in SUMMARY_COLUMNS])]
         + [html.Tr([html.Td(fmt(row.get(k))) for k, _ in SUMMARY_COLUMNS],
                    className="flagged" if row.get("n_nonfinite") else None) for row in rows],
         className="simple", id="tokens-summary-table",
