@@ -32,7 +32,13 @@ from aclarena.models import loading
 from aclarena.models.checkpoint import CheckpointInfo, inspect, require_same_tokenizer
 from aclarena.models.loading import LoadOptions
 from aclarena.models.tensors import checkpoint_fingerprint
-from aclarena.probes.probe_set import ProbeSet, list_probe_sets, read_probe_set, write_probe_set
+from aclarena.probes.probe_set import (
+    ProbeSet,
+    list_probe_sets,
+    read_probe_set,
+    require_probe_digest,
+    write_probe_set,
+)
 from aclarena.probes.teacher_forcing import STATUS_BEYOND_CONTEXT, BatchPlan, reference_outputs, score
 from aclarena.progress import progress, quiet_libraries
 from aclarena.store import Json, Manifest, ResultsStore, StoreReader
@@ -391,6 +397,7 @@ def _score(run_dir: RunPath, manifest: Manifest, store: ResultsStore, probe: Pro
     batches (the same batches as one process) and rank 0 gathers and writes."""
     w = world
     probe_name = probe.name
+    same_probe = require_probe_digest(probe_name, probe.digest)  # checked under the writer lock
     opts = replace(o.load, merge_adapter=True)
     opts = replace(opts, device=w.device(opts.device))
     batches = BatchPlan.make(probe, o.batch_size).batches
@@ -453,9 +460,11 @@ def _score(run_dir: RunPath, manifest: Manifest, store: ResultsStore, probe: Pro
                  mattrs),
             ]
             ref_items = []
-            w.run_main(functools.partial(store.write_many, items, overwrite=True, manifest_text=manifest_text))
+            w.run_main(functools.partial(store.write_many, items, overwrite=True, manifest_text=manifest_text,
+                                         precondition=same_probe))
             writes += [item[0] for item in items]
             statuses[name] = "scored"
         if write_reference and not todo:
-            w.run_main(functools.partial(store.write_many, ref_items, overwrite=True, manifest_text=manifest_text))
+            w.run_main(functools.partial(store.write_many, ref_items, overwrite=True, manifest_text=manifest_text,
+                                         precondition=same_probe))
             writes += [item[0] for item in ref_items]

@@ -82,7 +82,6 @@ def _run(args: argparse.Namespace, w: Any) -> int:
     from aclarena.probes.probe_set import list_probe_sets, write_probe_set
     from aclarena.store import ResultsStore
     from aclarena.store.manifest import NAME_RE
-    from aclarena.store.token_keys import tokens_key
 
     quiet_libraries()
     manifest = manifest_of(args)
@@ -108,9 +107,8 @@ def _run(args: argparse.Namespace, w: Any) -> int:
                        engine=args.engine)
     if probe is None:  # another rank than 0: its share is with rank 0, which writes
         return 0
+    # one atomic step: the probe set and the removal of the replaced set's token scores
     write_probe_set(store, probe, overwrite=True, manifest_text=manifest.to_toml())
-    if store.has(tokens_key(name)):
-        store.delete(tokens_key(name))  # scores of the replaced probe set no longer apply
     row = describe(probe)
     if args.json:
         print_json(row)

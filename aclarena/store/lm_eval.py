@@ -85,7 +85,8 @@ def read_results(path: str | Path, *, metric: Mapping[str, str] | None = None) -
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         why = (e.strerror if isinstance(e, OSError) else None) or e
-        raise AclarenaError(f"cannot read lm-eval results {path}: {why}; check the path") from None
+        raise AclarenaError(f"cannot read lm-eval results {path}: {why}; check the path "
+                            "(and that the file is UTF-8 JSON)") from None
     try:
         doc = jsonl.loads(text)
     except jsonl.JsonShapeError as e:
