@@ -31,6 +31,7 @@ VERBS = (
     "compare",
     "probe",
     "tokens",
+    "flips",
     "vectors",
     "displacement",
     "monitor",
