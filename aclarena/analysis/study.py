@@ -52,6 +52,12 @@ class StudyResult:
     def to_json(self) -> dict[str, Any]:
         return {"seeds": self.seeds, "rows": self.rows, "part_times": self.part_times, "errors": self.errors}
 
+    def to_pandas(self) -> Any:
+        """DataFrame, one row per finding: finding, quantity, study, values (per seed), mean, spread."""
+        from aclarena.analysis._common import frame
+
+        return frame(self.rows)
+
 
 def mean_spread(values: Sequence[float | None]) -> tuple[float | None, float | None]:
     """Mean and sample standard deviation (n - 1) of the finite values; spread None below two values."""
