@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import plotly.graph_objects as go
 
+from aclarena.diagnostics.cl_metrics import METRIC_LABELS as CL_LABELS
 from aclarena.errors import AclarenaError
 from aclarena.figures import register_figure
 from aclarena.store.capability import CapabilityMatrix, chain_data, load_matrix, stage_chains
@@ -33,17 +34,8 @@ if TYPE_CHECKING:
 
 SCORES = {"mean": "greedy accuracy", "avg_k_mean": "avg@k (sampled)"}
 ROLE_DASH = {"id": "solid", "ood": "dash", "general": "dot", "other": "dashdot"}
-METRIC_LABELS = {
-    "average_accuracy": "Average accuracy (GEM ACC)",
-    "backward_transfer": "Backward transfer (GEM BWT)",
-    "forward_transfer": "Forward transfer (GEM FWT)",
-    "forgetting_max": "Forgetting: max earlier - final (Chaudhry et al.)",
-    "forgetting_first_last": "Forgetting: just-learned - final (first-minus-last)",
-    "retention_vs_oracle": "Retention: final / single-task oracle",
-    "average_incremental_accuracy": "Average incremental accuracy (iCaRL)",
-    "sample_forgetting": "Sample-wise forgetting (correct -> wrong)",
-    "sample_backward_transfer": "Sample-wise backward transfer (wrong -> correct)",
-}
+# the figures say them in sentence case
+METRIC_LABELS = {k: v[0].upper() + v[1:] for k, v in CL_LABELS.items()}
 
 
 #: what each metric means and what a good value looks like (the Overview's tooltips; docs/cl-metrics.md)

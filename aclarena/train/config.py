@@ -41,75 +41,21 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import tomllib
 
+from aclarena.envs import DOMAINS
 from aclarena.errors import ConfigError, did_you_mean
+from aclarena.train.trl_fields import FieldError, check_trl, trl_fields
 
-DOMAINS = ("math", "search", "ecom", "if")
 PHASE_KINDS = ("sft", "rl")
 SFT_SOURCES = ("expert", "rejection", "file")
 RL_SOURCES = ("arena", "file")
 PRESETS = ("mini", "tiny")
-# Fields the phase runners set themselves: a config may not override them.
-RESERVED_TRL = ("output_dir", "resume_from_checkpoint", "logging_dir", "run_name", "push_to_hub", "hub_model_id")
 IMPORT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-
-
-class FieldError(ConfigError):
-    """A bad value of one field; the loader adds the file and line of that field."""
-
-    def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field_name
-
-
-# --- trl field validation --------------------------------------------------------------------
-
-
-@cache
-def trl_fields(kind: str) -> Mapping[str, Any]:
-    """``{field: default}`` of trl's ``SFTConfig`` (``kind="sft"``), ``GRPOConfig`` (``"rl"``) or
-    ``DistillationConfig`` (``"distill"``)."""
-    if kind == "sft":
-        from trl import SFTConfig as cls
-    elif kind == "rl":
-        from trl import GRPOConfig as cls
-    elif kind == "distill":
-        from trl import DistillationConfig as cls
-    else:
-        raise ValueError(f"`kind` must be 'sft', 'rl' or 'distill', got {kind!r}")
-    return MappingProxyType({f.name: f.default for f in dataclasses.fields(cls)})
-
-
-def check_trl(kind: str, overrides: Mapping[str, Any]) -> None:
-    """Raise :class:`FieldError` (field = the bad key) for a field trl's config lacks or a value of the wrong type."""
-    known = trl_fields(kind)
-    cls = {"sft": "SFTConfig", "rl": "GRPOConfig", "distill": "DistillationConfig"}[kind]
-    for key, value in overrides.items():
-        if key in RESERVED_TRL:
-            raise FieldError(key, f"trl field {key!r} is set by aclarena (per phase); remove it")
-        if key not in known:
-            raise FieldError(key, f"unknown trl field {key!r} for an {kind.upper()} phase{did_you_mean(key, known)}; "
-                                  f"the fields are those of trl's {cls}")
-        default = known[key]
-        if isinstance(default, bool):
-            ok = isinstance(value, bool)
-        elif isinstance(default, int):
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif isinstance(default, float):
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
-        elif isinstance(default, str) and key != "report_to":
-            ok = isinstance(value, str)
-        else:
-            ok = True  # None or a structured default: trl checks the value when it builds the config
-        if not ok:
-            raise FieldError(key, f"trl field {key!r} must be a {type(default).__name__} like its default "
-                                  f"{default!r}, got {value!r}")
 
 
 def _check_trl_field(kind: str, overrides: Mapping[str, Any]) -> None:
@@ -243,10 +189,14 @@ class StageSpec:
 
 @dataclass(frozen=True, slots=True)
 class BaseSpec:
-    """Stage 0. ``model`` (an HF hub id or folder) for real runs; otherwise a mini base is built:
-    a tokenizer trained on the arena's text, a small Qwen3 and a brief pretraining on the arena's
-    world (passages, generic chat about it, multiple-choice practice), so that the base knows the
-    world and the chat format but none of the task formats. ``trl`` overrides the pretraining's
+    """Stage 0. ``model`` (an HF hub id or folder) for real runs; otherwise the mini arena's base:
+    ``preset = "mini"`` starts from the base shipped inside the package
+    (:mod:`aclarena.models.shipped`, fingerprint-checked); ``rebuild = true`` (or ``preset =
+    "tiny"``) builds one instead: a tokenizer trained on the arena's text, a small Qwen3 and a
+    pretraining on what a base model knows (the world's passages, chat, multiple-choice
+    practice, generic tool use, copying, instructions, arithmetic) and none of the task formats.
+    The sizes and counts below apply only when the base is built; their defaults are those of
+    the shipped base (examples/mini-base.toml). ``trl`` overrides the pretraining's
     ``SFTConfig``."""
 
     model: str | None = None
@@ -259,10 +209,16 @@ class BaseSpec:
     num_kv_heads: int = 4
     intermediate_size: int = 768
     max_positions: int = 1024
-    chat_examples: int = 1500
-    mc_examples: int = 1500
-    tool_examples: int = 1500
-    arithmetic_examples: int = 500
+    chat_examples: int = 300
+    mc_examples: int = 600
+    tool_examples: int = 200
+    arithmetic_examples: int = 150
+    copy_examples: int = 1500
+    tool_chain_examples: int = 500
+    instruction_examples: int = 500
+    story_examples: int = 200
+    passage_repeats: int = 2
+    rebuild: bool = False
     trl: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -280,7 +236,8 @@ class BaseSpec:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise FieldError(name, f"`{name}` must be a positive integer, got {v!r}")
-        for name in ("chat_examples", "mc_examples", "tool_examples", "arithmetic_examples"):
+        for name in ("chat_examples", "mc_examples", "tool_examples", "arithmetic_examples", "copy_examples",
+                     "tool_chain_examples", "instruction_examples", "story_examples", "passage_repeats"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise FieldError(name, f"`{name}` must be an integer >= 0, got {v!r}")
@@ -289,12 +246,22 @@ class BaseSpec:
         if self.num_heads % self.num_kv_heads:
             raise FieldError("num_kv_heads", f"num_heads {self.num_heads} is not a multiple of num_kv_heads "
                                              f"{self.num_kv_heads}")
+        if not isinstance(self.rebuild, bool):
+            raise FieldError("rebuild", f"`rebuild` must be true or false, got {self.rebuild!r}")
+        if self.rebuild and self.preset != "mini":
+            raise FieldError("rebuild", "`rebuild = true` pretrains the mini base from scratch; it needs preset = \"mini\"")
         _check_trl_field("sft", self.trl)
         object.__setattr__(self, "trl", _frozen(self.trl))
 
     @property
     def is_mini(self) -> bool:
         return self.model is None
+
+    @property
+    def builds(self) -> bool:
+        """Whether the base is pretrained by this run (``tiny``, or ``mini`` with ``rebuild = true``);
+        ``mini`` without ``rebuild`` starts from the base shipped inside the package."""
+        return self.preset == "tiny" or (self.preset == "mini" and self.rebuild)
 
     def identity(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -325,8 +292,9 @@ class CurriculumConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise FieldError("seed", f"`seed` must be an integer >= 0, got {self.seed!r}")
-        if not self.stages:
-            raise FieldError("stages", "the curriculum has no stage; add [[stages]] tables with a domain each")
+        if not self.stages and not self.base.builds:
+            raise FieldError("stages", "the curriculum has no stage; add [[stages]] tables with a domain each "
+                                       "(only a config that builds its base, [base] rebuild = true, may have none)")
         seen: dict[str, int] = {}
         for i, s in enumerate(self.stages):
             if s.domain in seen:

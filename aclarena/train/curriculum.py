@@ -25,8 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -100,7 +98,12 @@ def plan(cfg: CurriculumConfig, seeds: int = 1) -> list[Job]:
     """Every phase of ``seeds`` replicates of the curriculum, in training order (base first)."""
     if seeds < 1:
         raise AclarenaError(f"--seeds must be >= 1, got {seeds}")
-    base_fp = _fp({"base": cfg.base.identity(), "seed": cfg.seed})
+    if cfg.base.is_mini and not cfg.base.builds:  # the shipped base: its files are its identity
+        from aclarena.models.shipped import recorded
+
+        base_fp = _fp({"shipped": recorded()["fingerprint"]})
+    else:
+        base_fp = _fp({"base": cfg.base.identity(), "seed": cfg.seed})
     jobs = [Job(name="base", kind="base", domain=None, phase=None, parent=None, spec=None, seed=cfg.seed,
                 replicate=0, run_seed=cfg.seed, fingerprint=base_fp)]
     fps = {"base": base_fp}
@@ -138,7 +141,8 @@ def plan(cfg: CurriculumConfig, seeds: int = 1) -> list[Job]:
 @dataclass
 class PhaseRecord:
     """What happened to a job in this invocation: ``trained``, ``finished`` (already done),
-    ``reused`` (an oracle identical to a stage) or ``external`` (an HF base)."""
+    ``reused`` (an oracle identical to a stage), ``external`` (an HF base) or ``shipped`` (the mini
+    base shipped in the package, copied into the run)."""
 
     job: Job
     status: str
@@ -184,7 +188,7 @@ def run_curriculum(
     ``callbacks(job)`` returns extra ``TrainerCallback`` objects for a phase (e.g. a drift
     monitor on the ecom stage); ``on_phase(record)`` is called after each phase.
     """
-    from aclarena.cli._common import progress
+    from aclarena.progress import progress
 
     t0 = time.monotonic()
     out = Path(out)
@@ -224,7 +228,9 @@ def run_curriculum(
                 result = _run_job(cfg, job, out, folders, cbs, chat_template)
                 bar.update(task, completed=result.steps, total=max(1, result.steps),
                            description=f"{label} {'(already finished)' if result.skipped else ''}".rstrip())
-                rec = PhaseRecord(job, "finished" if result.skipped else "trained", rel, result)
+                status = "finished" if result.skipped else (
+                    "shipped" if job.kind == "base" and not cfg.base.builds else "trained")
+                rec = PhaseRecord(job, status, rel, result)
             run.records.append(rec)
             if is_main_process():
                 _register(cfg, out, run.records, folders)
@@ -295,6 +301,10 @@ def _run_job(cfg: CurriculumConfig, job: Job, out: Path, folders: dict[str, str]
     meta = {"name": job.name, "kind": job.kind, "domain": job.domain, "phase": job.phase, "parent": job.parent,
             "seed": job.seed, "run_seed": job.run_seed, "replicate": job.replicate}
     keep = cfg.keep_trainer_checkpoints
+    if job.kind == "base" and not cfg.base.builds:
+        from aclarena.train.base import copy_shipped_base
+
+        return copy_shipped_base(folder, fingerprint=job.fingerprint)
     if job.kind == "base":
         from aclarena.train.base import build_mini_base
 
@@ -397,12 +407,3 @@ def read_train_logs(run_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]
             table = r.read(f"train/{name}/log")
             out[name] = {"attrs": attrs, "log": dict(table.columns)}
     return out
-
-
-def clear_work(out: str | os.PathLike[str]) -> None:
-    """Remove the trainer checkpoints of unfinished phases (they are only needed to resume)."""
-    shutil.rmtree(Path(out) / WORK, ignore_errors=True)
-
-
-def stdout_is_tty() -> bool:
-    return sys.stdout.isatty()
