@@ -146,7 +146,7 @@ class SwapCurve:
     swaps_kl: np.ndarray  # swaps made
     swaps_random: np.ndarray
 
-    def curves(self) -> dict[str, dict[str, list[float]]]:
+    def curves(self) -> dict[str, dict[str, list[float] | list[int]]]:
         return {"kl": recovery_curve(self.kl), "random": recovery_curve(self.random)}
 
     def to_dict(self) -> dict[str, Any]:
@@ -321,8 +321,10 @@ def lockstep_generate(
         for _ in range(max(limit)):
             if all(done):
                 break
-            e_top, l_top, kl = step_divergence(ze, zl)
-            e_top, l_top, kl = e_top.tolist(), l_top.tolist(), kl.float().tolist()
+            e_t, l_t, kl_t = step_divergence(ze, zl)
+            e_top: list[int] = e_t.tolist()
+            l_top: list[int] = l_t.tolist()
+            kl: list[float] = kl_t.float().tolist()
             nxt = []
             for r in range(n):
                 if done[r]:
@@ -427,7 +429,12 @@ def replay_probe(tokenizer: Any, replays: Sequence[Swapper], *, name: str = "fli
     set and, per replay, the indices of its sequences (turns in order)."""
     from aclarena.probes.probe_set import ProbeSet, token_pieces, vocab_strings
 
-    ids, masks, pieces, texts, sources, groups = [], [], [], [], [], []
+    ids: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    pieces: list[list[str]] = []
+    texts: list[str] = []
+    sources: list[Any] = []
+    groups: list[list[int]] = []
     for r, rep in enumerate(replays):
         mine = []
         for turn, (ctx, gen) in enumerate(zip(rep.contexts, rep.turns, strict=True)):
@@ -440,7 +447,7 @@ def replay_probe(tokenizer: Any, replays: Sequence[Swapper], *, name: str = "fli
             mine.append(len(ids))
             ids.append(seq)
             masks.append(mask)
-            pieces.append(token_pieces(tokenizer, seq))
+            pieces.append(token_pieces(tokenizer, seq.tolist()))
             texts.append("".join(pieces[-1]))
             sources.append({"replay": r, "turn": turn})
         groups.append(mine)

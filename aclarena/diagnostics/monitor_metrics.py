@@ -4,8 +4,11 @@ While a stage trains, :class:`aclarena.train.callbacks.DriftMonitorCallback` sco
 earlier capabilities teacher-forced with the live weights; :func:`probe_metrics` turns one probe
 set's per-position scores into the scalars of :data:`METRICS`: the study's token drift against
 the probe's reference (ACLArena, arXiv 2609.23989: KL and flips at high-entropy positions) and
-the forward KL to the stage-start policy (RL's Razor, Shenfeld et al. 2025). The calibrated
-default warning rules on them (:func:`default_rules`) live here too.
+the forward KL to the stage-start policy (RL's Razor, Shenfeld et al. 2025, arXiv 2509.04259:
+on a ``razor-<stage>`` probe of the trained stage's own prompts it is the paper's predictor; on the
+earlier tasks' probes, an adaptation of it). The default warning rules on them
+(:func:`default_rules`) live here too; their limits are provisional (one mini run, not fitted on
+held-out seeds).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ ACTIONS = ("log", "save", "stop")
 
 
 def default_rules() -> dict[str, MetricRule]:
-    """The calibrated default rules (docs/monitor.md says how they were calibrated).
+    """The default rules: provisional limits from one mini run, not fitted on held-out seeds (docs/monitor.md).
 
     Forward-KL metrics start at exactly 0 at the stage start, so they get absolute thresholds;
     drift against an earlier reference starts wherever earlier stages left it, so it gets the

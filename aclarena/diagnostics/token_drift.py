@@ -31,7 +31,10 @@ Numerics. Logits are processed in chunks of positions so that peak memory is
 ``O(chunk × vocabulary)``, never ``O(sequence × vocabulary)`` (as trl's
 ``entropy_from_logits`` does); the fused pass runs over sub-chunks of a chunk. bf16/fp16
 logits are upcast to float32 and every sum accumulates in float32 (float64 inputs stay
-float64). Each model's log-normaliser is
+float64). On CPU, float32 chunks go through a fused C kernel
+(:mod:`aclarena.diagnostics.fused_cpu`: three reads of each row while it is in cache, sums
+in float32 over blocks of 512 and float64 across blocks); elsewhere, or when it cannot be
+built, torch operators compute the same sums. Each model's log-normaliser is
 computed once per chunk and every measure is a row-wise dot product against it:
 
 * ``H(p) = log s_p - <e_p, z'_p> / s_p`` with ``z' = z - max z``, ``e = exp z'``, ``s = sum e``;

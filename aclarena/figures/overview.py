@@ -38,6 +38,21 @@ ROLE_DASH = {"id": "solid", "ood": "dash", "general": "dot", "other": "dashdot"}
 METRIC_LABELS = {k: v[0].upper() + v[1:] for k, v in CL_LABELS.items()}
 
 
+#: what each metric means and what a good value looks like (the Overview's tooltips; docs/cl-metrics.md)
+METRIC_TIPS = {
+    "average_accuracy": "Mean final score over the chain's tasks. Higher is better.",
+    "backward_transfer": "Mean change of each earlier task from just after learning it to the end. "
+                         "Negative = forgetting; 0 or above is good.",
+    "forward_transfer": "Score on a task just before it is trained, minus the base's. Above 0 = earlier stages helped.",
+    "forgetting_max": "Mean over earlier tasks of best earlier score minus final score. 0 is good.",
+    "forgetting_first_last": "Mean over earlier tasks of the score just after learning minus final. 0 is good.",
+    "retention_vs_oracle": "Final score / the single-task oracle's, averaged. 1 = nothing lost against the oracle.",
+    "average_incremental_accuracy": "Mean of the average accuracy after each stage. Higher is better.",
+    "sample_forgetting": "Share of items right after learning and wrong at the end. 0 is good.",
+    "sample_backward_transfer": "Share of items wrong after learning and right at the end. Higher is better.",
+}
+
+
 def row_groups(matrix: CapabilityMatrix, manifest: Manifest) -> list[tuple[str, str]]:
     """``(checkpoint, group)`` in display order: chain(s) from the base, oracles, consolidated, others."""
     rows: list[tuple[str, str]] = []

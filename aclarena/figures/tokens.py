@@ -205,14 +205,25 @@ def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarra
     return h[pick], kl[pick], len(ok), pick
 
 
+def _round(a: np.ndarray, digits: int = 4) -> list[float]:
+    """Values rounded to ``digits`` significant digits, as a list (finite inputs)."""
+    a = np.asarray(a, dtype=np.float64)
+    if not len(a):
+        return []
+    mag = np.floor(np.log10(np.where(a != 0, np.abs(a), 1.0)))
+    scale = 10.0 ** (digits - 1 - mag)
+    return (np.round(a * scale) / scale).tolist()
+
+
 # --- figures ----------------------------------------------------------------------------------
 # The *_spec functions return plain figure dicts: the dashboard sends them as they are (no
 # plotly validation on every callback); the *_figure functions wrap them for export.
 
 
-def scatter_spec(reader: StoreReader, probe: str, checkpoint: str) -> dict[str, Any]:
+def scatter_spec(reader: StoreReader, probe: str, checkpoint: str, *, gl: bool = False) -> dict[str, Any]:
     """Reference entropy (x) against KL(p_ref ‖ p_ckpt) (y, log) at every scored position; each
-    point's ``customdata`` is [sequence, token index] (a click on the page jumps there)."""
+    point's ``customdata`` is [sequence, token index] (a click on the page jumps there). ``gl``: drawn
+    with WebGL (the dashboard: thousands of SVG markers took most of a checkpoint change to draw)."""
     x, y, n, pick = _points(reader, probe, checkpoint)
     ref_offsets = reader.ragged(f"{reference_key(probe)}/entropy").offsets
     where = np.stack([np.searchsorted(ref_offsets, pick, side="right") - 1,
@@ -223,7 +234,8 @@ def scatter_spec(reader: StoreReader, probe: str, checkpoint: str) -> dict[str, 
     data = []
     for mask, name, color in ((~high, "low entropy", "#7f7f7f"), (high, "high entropy", "#d62728")):
         data.append(dict(
-            type="scatter", x=x[mask].tolist(), y=np.maximum(y[mask], KL_FLOOR).tolist(), mode="markers", name=name,
+            # 4 significant digits: a third of the JSON of full floats, and nothing a screen can show is lost
+            type="scattergl" if gl else "scatter", x=_round(x[mask]), y=_round(np.maximum(y[mask], KL_FLOOR)), mode="markers", name=name,
             marker=dict(size=5, color=color, opacity=0.6), customdata=where[mask].tolist(),
             hovertemplate="entropy %{x:.3f} nats<br>KL %{y:.3g} nats<br>sequence #%{customdata[0]}, "
                           "token %{customdata[1]} (click to open)<extra></extra>",
@@ -311,6 +323,23 @@ SUMMARY_COLUMNS = (
     ("flip_rate_low", "flips low"), ("barely_moved_low", "barely moved (low)"),
     ("concentration_area", "conc. area"), ("n_invalid", "excluded"),
 )
+
+
+#: what each summary column means and what a good value looks like (the page's header tooltips)
+SUMMARY_TIPS = {
+    "checkpoint": "The later checkpoint scored on the reference's frozen generations.",
+    "n_valid": "Scored positions with finite values.",
+    "kl_mean": "Mean KL(p_ref ‖ p_ckpt) over all positions, nats. 0 = the checkpoint still predicts like the reference.",
+    "kl_mean_high": "Mean KL at high-entropy positions (the reference's decision points).",
+    "kl_mean_low": "Mean KL at low-entropy positions. Near 0 = settled tokens kept.",
+    "kl_share_high": "Share of all KL at high-entropy positions. Above their share of positions = drift concentrates "
+                     "at decision points (the study: ~6% of positions).",
+    "flip_rate_high": "Share of high-entropy positions whose top-1 token changed.",
+    "flip_rate_low": "Share of low-entropy positions whose top-1 token changed. Near 0 is good.",
+    "barely_moved_low": "Low-entropy positions whose log-prob moved < eps. The study: ~94% barely move.",
+    "concentration_area": "Area under the concentration curve: 0.5 = drift unrelated to entropy, 1 = all at the top.",
+    "n_invalid": "Positions left out (non-finite logits or beyond the checkpoint's positions). 0 is good.",
+}
 
 
 def fmt(value: Any) -> str:

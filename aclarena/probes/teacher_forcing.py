@@ -13,8 +13,10 @@ How, and why it is fast and small:
   scored positions are kept.
 * Logits are never materialised for a whole sequence: the output head is applied to a
   chunk of positions at a time into reused buffers, and both models' chunks go through
-  one fused pass (:func:`~aclarena.diagnostics.token_drift.pair_stats_`, over sub-chunks). Peak memory is
-  ``O(chunk × vocabulary)``, independent of sequence length.
+  one fused pass (:func:`~aclarena.diagnostics.token_drift.pair_stats_`: on CPU a C kernel,
+  :mod:`aclarena.diagnostics.fused_cpu`, that reads each row three times while it is in
+  cache; elsewhere torch operators over sub-chunks). Peak memory is ``O(chunk × vocabulary)``,
+  independent of sequence length.
 * The reference is run once (:func:`reference_outputs`): its hidden states at the scored
   positions (positions × hidden, small) and its output head are cached, and its logits are
   recomputed per chunk next to each checkpoint's. The cache is what a training callback

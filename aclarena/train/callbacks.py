@@ -36,7 +36,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +62,18 @@ from aclarena.store.monitor_series import (
     TRAIN_COLUMNS,
     MonitorStore,
     latest_rows,
-    probe_columns,
     series_names,
     settings_bytes,
 )
+from aclarena.store.monitor_series import probe_columns as series_probe_columns
 
 logger = logging.getLogger("aclarena.monitor")
+
+
+def probe_columns(metrics: Iterable[str] = tuple(METRICS)) -> dict[str, str]:
+    """The columns of a probe's series: one float per monitor metric (default: all of :data:`METRICS`)."""
+    return series_probe_columns(metrics)
+
 
 class TrainingStopped(AclarenaError):
     """Training was stopped by the drift monitor (``on_warning="stop"``)."""
@@ -288,7 +294,7 @@ class DriftMonitorCallback(TrainerCallback):
             self.store.declare(self.series["train"], TRAIN_COLUMNS)
             self.store.declare(self.series["events"], EVENT_COLUMNS)
             for p in names:
-                self.store.declare(self.series[f"probe:{p}"], probe_columns(METRICS))
+                self.store.declare(self.series[f"probe:{p}"], probe_columns())
         self._handler: Any = None
         self._args: Any = None
         self._emitting = False

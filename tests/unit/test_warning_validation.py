@@ -7,7 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from aclarena.diagnostics.warning_validation import WarningSeries, fit_threshold, outcomes, r_squared, validate
+from aclarena.diagnostics.warning_validation import (
+    WarningSeries,
+    fit_threshold,
+    outcomes,
+    r_squared,
+    validate,
+)
 
 STEPS = [0, 10, 20, 30, 40]
 

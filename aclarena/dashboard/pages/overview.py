@@ -99,11 +99,15 @@ def _items_panel(c: dict[str, Any] | None) -> Any:
 
 
 def _metrics_table(rows: list[dict[str, Any]]) -> html.Table:
+    from aclarena.figures.overview import METRIC_TIPS
+
     return html.Table(
-        [html.Tr([html.Th("metric"), html.Th("value")])]
-        + [html.Tr([html.Td(r["metric"]), html.Td("-" if r["value"] is None else f"{r['value']:.3f}")],
+        [html.Tr([html.Th("metric", title="Hover a metric for what it means and what a good value is."),
+                  html.Th("value")])]
+        + [html.Tr([html.Td(r["metric"], title=METRIC_TIPS.get(r["key"])),
+                    html.Td("-" if r["value"] is None else f"{r['value']:.3f}")],
                    id=f"overview-metric-{r['key']}") for r in rows],
-        className="simple",
+        className="simple", id="overview-metrics-table",
     )
 
 
