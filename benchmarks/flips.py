@@ -39,10 +39,10 @@ def main() -> None:
     import os
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import flips_helpers as fh
     import torch
     from fixtures import make_tokenizer
 
-    import flips_helpers as fh
     from aclarena.analysis.flips import FORGOT, FlipSettings, analyse
     from aclarena.envs.rollout import model_policy
 

@@ -321,9 +321,11 @@ def lockstep_generate(
         for _ in range(max(limit)):
             if all(done):
                 break
-            e_top, l_top, kl = step_divergence(ze, zl)
-            e_top, l_top, kl = e_top.tolist(), l_top.tolist(), kl.float().tolist()
-            nxt = []
+            te, tl, tkl = step_divergence(ze, zl)
+            e_top: list[int] = te.tolist()
+            l_top: list[int] = tl.tolist()
+            kl: list[float] = tkl.float().tolist()
+            nxt: list[int] = []
             for r in range(n):
                 if done[r]:
                     nxt.append(pad_id)
@@ -427,9 +429,14 @@ def replay_probe(tokenizer: Any, replays: Sequence[Swapper], *, name: str = "fli
     set and, per replay, the indices of its sequences (turns in order)."""
     from aclarena.probes.probe_set import ProbeSet, token_pieces, vocab_strings
 
-    ids, masks, pieces, texts, sources, groups = [], [], [], [], [], []
+    ids: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    pieces: list[list[str]] = []
+    texts: list[str] = []
+    sources: list[Any] = []
+    groups: list[list[int]] = []
     for r, rep in enumerate(replays):
-        mine = []
+        mine: list[int] = []
         for turn, (ctx, gen) in enumerate(zip(rep.contexts, rep.turns, strict=True)):
             if not gen:
                 continue
@@ -440,7 +447,7 @@ def replay_probe(tokenizer: Any, replays: Sequence[Swapper], *, name: str = "fli
             mine.append(len(ids))
             ids.append(seq)
             masks.append(mask)
-            pieces.append(token_pieces(tokenizer, seq))
+            pieces.append(token_pieces(tokenizer, seq.tolist()))
             texts.append("".join(pieces[-1]))
             sources.append({"replay": r, "turn": turn})
         groups.append(mine)

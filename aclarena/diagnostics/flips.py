@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -233,7 +234,7 @@ def step_divergence(p_logits: torch.Tensor, q_logits: torch.Tensor
     return p_logits.argmax(-1), q_logits.argmax(-1), kl
 
 
-def recovery_curve(outcomes: np.ndarray, level: float = 0.95) -> dict[str, list[float]]:
+def recovery_curve(outcomes: np.ndarray, level: float = 0.95) -> dict[str, list[Any]]:
     """Share of items (rows) with outcome 1 per budget (columns), with Wilson intervals.
 
     Entries < 0 (not run) are left out of their column.

@@ -95,9 +95,13 @@ def _suffix(entry: dict[str, str]) -> str:
 
 @register_figure("flips/recovery", "Swap test: forgotten items recovered per budget, against a random control")
 def _recovery(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
+    if reader is None:
+        return []
     return [(_suffix(e), recovery_figure(read_flips_data(reader, e["key"]))) for e in list_flips(reader)]
 
 
 @register_figure("flips/divergence", "Entropy percentile of the divergence points")
 def _divergence(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
+    if reader is None:
+        return []
     return [(_suffix(e), divergence_figure(read_flips_data(reader, e["key"]))) for e in list_flips(reader)]

@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import math
 
+import flips_helpers as fh
 import numpy as np
 import pytest
 import torch
 
-import flips_helpers as fh
-from aclarena.analysis.flips import FORGOT, FlipSettings, Swapper, _from_store, _to_store, analyse, play, swap_rows
+from aclarena.analysis.flips import (
+    FORGOT,
+    FlipSettings,
+    Swapper,
+    _from_store,
+    _to_store,
+    analyse,
+    play,
+    swap_rows,
+)
 from aclarena.store import ResultsStore
 
 BUDGETS = (0.5, 5.0, 20.0)
