@@ -11,7 +11,7 @@ PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv install install-dev browser lint clean
+.PHONY: demo test venv install install-dev browser lint clean docs-results
 
 demo: install
 	$(VENV)/bin/aclarena-diag demo
@@ -49,6 +49,10 @@ browser:
 	    echo "chromium is missing: install Debian's chromium (apt-get install chromium) to run the browser tests"; \
 	  fi; \
 	fi
+
+# README's and docs' result tables, regenerated from the committed files under docs/results/
+docs-results: install
+	$(PY) -m aclarena.docs_results
 
 lint: install-dev
 	$(VENV)/bin/ruff check aclarena tests benchmarks

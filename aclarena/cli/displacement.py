@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from aclarena.diagnostics.displacement import (
         DisplacementAccumulator,
+        sft_rl_excluded,
         sft_rl_ratios,
         summarize_displacement,
     )
@@ -168,9 +169,10 @@ def run(args: argparse.Namespace) -> int:
     ratio_rows = {}
     for view, s in summaries.items():
         per, overall = sft_rl_ratios(list(s.norm), phases, stages)
-        ratio_rows[view] = (per, overall)
+        ratio_rows[view] = (per, overall, sft_rl_excluded(list(s.norm), phases, stages))
+    # ratio_rule 2: the overall SFT/RL ratio pools only stages with both phases and a non-zero RL update
     sum_settings = {"stats": key, "children": children, "phases": phases, "stages": stages,
-                    "kinds": [s.kind for s in specs], "version": RESULT_VERSION}
+                    "kinds": [s.kind for s in specs], "version": RESULT_VERSION, "ratio_rule": 2}
     sum_key = settings_hash(sum_settings)
     if stored_fingerprint(store, SUMMARY_KEY) != sum_key:
         store.write(SUMMARY_KEY, {view: summary_data(s, children, parents, specs, *ratio_rows[view])
@@ -180,17 +182,20 @@ def run(args: argparse.Namespace) -> int:
 
     view = "no-embeddings" if args.exclude_embeddings else "all"
     s = summaries[view]
-    per, overall = ratio_rows[view]
+    per, overall, excluded = ratio_rows[view]
     if args.json:
         print_json({"run": manifest.name, "by": args.by, "exclude_embeddings": args.exclude_embeddings,
-                    "computed": computed, **summary_json(s, children, parents, specs, per, overall, args.by)})
+                    "computed": computed, **summary_json(s, children, parents, specs, per, overall, args.by),
+                    "sft_rl_excluded": [{"stage": st, "reason": why} for st, why in excluded]})
     else:
         print_summary(s, children, parents, specs, per, overall, args.by, computed)
+        for st, why in excluded:
+            print(f"note: stage {st!r} is not in the overall SFT/RL ratio ({why})")
     return 0
 
 
 def summary_data(s: Any, children: list[str], parents: list[str], specs: list[Any], per: list[Any],
-                 overall: float) -> dict[str, Any]:
+                 overall: float, excluded: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     """A :class:`DisplacementSummary` as store elements."""
     import numpy as np
 
@@ -205,8 +210,10 @@ def summary_data(s: Any, children: list[str], parents: list[str], specs: list[An
         "group_labels": Json(s.group_labels), "norm_group": s.norm_group, "rel_group": s.rel_group,
         "changed_frac_group": s.changed_frac_group,
         "tensor_labels": Json(s.tensor_labels), "norm_tensor": s.norm_tensor, "rel_tensor": s.rel_tensor,
-        "ratios": Json([{"stage": r.stage, "sft": r.sft, "rl": r.rl, "ratio": _num(r.ratio)} for r in per]),
+        "ratios": Json([{"stage": r.stage, "sft": r.sft, "rl": r.rl, "ratio": _num(r.ratio), "pooled": r.pooled}
+                        for r in per]),
         "overall_ratio": float(overall),
+        "ratio_excluded": Json([{"stage": st, "reason": why} for st, why in excluded or []]),
     }
 
 
@@ -240,7 +247,8 @@ def summary_json(s: Any, children: list[str], parents: list[str], specs: list[An
                      "changed_frac_bf16": [_num(x) for x in s.changed_frac_bf16[i]]}
                     for i, (c, p, sp) in enumerate(zip(children, parents, specs, strict=True))],
         "view": _rows(s, children, parents, specs, by),
-        "sft_rl": [{"stage": r.stage, "sft": r.sft, "rl": r.rl, "ratio": _num(r.ratio)} for r in per],
+        "sft_rl": [{"stage": r.stage, "sft": r.sft, "rl": r.rl, "ratio": _num(r.ratio), "pooled": r.pooled}
+                   for r in per],
         "sft_rl_overall": _num(overall),
     }
 
@@ -266,6 +274,9 @@ def print_summary(s: Any, children: list[str], parents: list[str], specs: list[A
                     ["stage", "sft", "rl", "ratio"], headers=["stage", "‖Δθ_SFT‖", "‖Δθ_RL‖", "SFT / RL"],
                     title="SFT vs RL displacement per stage (study: SFT moves parameters 3–7× more)")
     if math.isfinite(overall):
-        print(f"mean SFT update / mean RL update: {fmt(overall)} (study: 3–7×)")
+        pooled = ", ".join(r.stage for r in per if r.pooled)
+        print(f"mean SFT update / mean RL update over the stages with both phases ({pooled}): {fmt(overall)} "
+              "(study: 3–7×)")
     else:
-        print("note: no SFT/RL ratio: the run needs updates of both phases (set `phase` = \"sft\" or \"rl\")")
+        print("note: no SFT/RL ratio: no stage has both an SFT and a non-zero RL update (set `phase` = \"sft\" or "
+              "\"rl\" on each stage's checkpoints)")

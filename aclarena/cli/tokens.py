@@ -308,14 +308,13 @@ def _score(args: argparse.Namespace, manifest: Any, store: Any, probe: Any, ref:
         cache = w.each(reference_pass)
         _gather_rows(w, cache.plan, mine, cache.stats, REF_FIELDS)
         offsets = cache.plan.offsets
-        if write_reference:
-            def write_ref() -> None:
-                n_bad = int((cache.stats.status != 0).sum())
-                store.write(reference_key(probe_name), cache.stats.to_store(offsets), result_type=REFERENCE_TYPE,
-                            result_version=RESULT_VERSION, overwrite=True, manifest_text=manifest_text,
-                            attrs={"settings": base_settings, "reference": ref, "n_positions": int(offsets[-1]),
-                                   "n_invalid": n_bad})
-            w.run_main(write_ref)
+        # the reference's outputs go with the first checkpoint's scores: a checkpoint that cannot be
+        # scored (NaN weights, say) then leaves the store as it was
+        ref_items: list[Any] = []
+        if write_reference and w.is_main:
+            ref_items = [(reference_key(probe_name), cache.stats.to_store(offsets), REFERENCE_TYPE, RESULT_VERSION,
+                          {"settings": base_settings, "reference": ref, "n_positions": int(offsets[-1]),
+                           "n_invalid": int((cache.stats.status != 0).sum())})]
         for name in todo:
             bar.update(task, description=f"scoring {name}", completed=0, total=share)
 
@@ -345,12 +344,16 @@ def _score(args: argparse.Namespace, manifest: Any, store: Any, probe: Any, ref:
                       "checkpoint": name, "reference": ref}
             # one atomic write per checkpoint: a kill leaves it either fully scored or not at all
             items = [
+                *ref_items,
                 (scores_key(probe_name, name), res.to_store(), SCORES_TYPE, RESULT_VERSION, sattrs),
                 (summary_key(probe_name, name), {"summary": Json(summary.to_dict())}, SUMMARY_TYPE, RESULT_VERSION,
                  mattrs),
             ]
+            ref_items = []
             w.run_main(functools.partial(store.write_many, items, overwrite=True, manifest_text=manifest_text))
             statuses[name] = "scored"
+        if write_reference and not todo:
+            w.run_main(functools.partial(store.write_many, ref_items, overwrite=True, manifest_text=manifest_text))
 
 
 def _print(args: argparse.Namespace, rows: list[dict[str, Any]], probe: Any, ref: str, high: Any,

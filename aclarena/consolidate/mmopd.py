@@ -37,10 +37,12 @@ def run(job: Job) -> list[Output]:
 
     quiet()  # before any model is loaded: no per-model progress bars
     lin = job.lineage
-    which = job.options.get("teachers") or "oracle"
+    which = job.options.get("teachers")
+    which = "oracle" if which is None else which
     if which not in TEACHERS:
         raise unknown_name("teacher choice", which, TEACHERS)
-    divergence = job.options.get("divergence") or "reverse"
+    divergence = job.options.get("divergence")
+    divergence = "reverse" if divergence is None else divergence
     beta = divergence_beta(divergence)
     teacher_of = dict(lin.oracles) if which == "oracle" else dict(lin.stages)
     missing = [d for d in lin.domains if d not in teacher_of]

@@ -92,7 +92,8 @@ def run(job: Any) -> list[Any]:
     if missing:
         raise AclarenaError(f"SDFT samples each domain's oracle; the run has no oracle for {missing[0]!r} "
                             "(train the oracles: [oracles] in the curriculum config)")
-    start = job.options.get("start") or "base"
+    start = job.options.get("start")
+    start = "base" if start is None else start  # "" is refused below, not read as the default
     if start not in ("base", "end"):
         from aclarena.errors import unknown_name
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 from pathlib import Path
@@ -70,9 +71,41 @@ def _refuse_traversal() -> tuple[str, int] | None:
     return None
 
 
+def check_address(host: str, port: int) -> None:
+    """Refuse a port out of range, a host that does not resolve to a local interface, or a port in use,
+    in one line, before Werkzeug would (with a traceback, or its own text and exit 1)."""
+    import socket
+
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise AclarenaError(f"--port {port!r} is not a port; use a number from 1 to 65535 (e.g. 8050)")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError, ValueError) as e:
+        raise AclarenaError(f"--host {host!r} is not an address of this machine ({getattr(e, 'strerror', None) or e}); "
+                            "use 127.0.0.1 (default), localhost or 0.0.0.0") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Werkzeug binds
+        try:
+            sock.bind(addr)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise AclarenaError(f"port {port} on {host} is in use by another program; stop it or pass another "
+                                    "--port (e.g. --port 8060)") from None
+            raise AclarenaError(f"cannot serve on {host}:{port} ({e.strerror or e}); choose another --host or "
+                                "--port") from None
+
+
 def serve(run_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 8050, debug: bool = False) -> None:
+    check_address(host, port)
     app = create_app(run_dir)
     try:
         app.run(host=host, port=port, debug=debug)
-    except OSError as e:
-        raise AclarenaError(f"cannot serve on {host}:{port} ({e.strerror or e}); choose another --port") from None
+    except (OSError, OverflowError) as e:
+        raise AclarenaError(f"cannot serve on {host}:{port} ({getattr(e, 'strerror', None) or e}); choose another "
+                            "--port") from None
+    except SystemExit as e:  # Werkzeug prints its own text and exits when the port was taken meanwhile
+        if e.code not in (0, None):
+            raise AclarenaError(f"cannot serve on {host}:{port} (taken by another program just now); pass another "
+                                "--port") from None
+        raise

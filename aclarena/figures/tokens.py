@@ -185,8 +185,9 @@ def _template(name: str = "plotly_white") -> dict[str, Any]:
     return pio.templates[name].to_plotly_json()
 
 
-def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """Reference entropy and this checkpoint's KL at a seeded sample of the valid positions."""
+def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """Reference entropy and this checkpoint's KL at a seeded sample of the valid positions, and
+    the sample's flat indices."""
     h = reader.ragged(f"{reference_key(probe)}/entropy").all()
     kl = reader.ragged(f"{scores_key(probe, checkpoint)}/kl").all()
     valid = np.isfinite(h) & np.isfinite(kl)
@@ -201,7 +202,7 @@ def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarra
         pick = np.sort(np.concatenate([top, rest[rng.choice(len(rest), MAX_SCATTER_POINTS - n_top, replace=False)]]))
     else:
         pick = ok
-    return h[pick], kl[pick], len(ok)
+    return h[pick], kl[pick], len(ok), pick
 
 
 # --- figures ----------------------------------------------------------------------------------
@@ -210,8 +211,12 @@ def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarra
 
 
 def scatter_spec(reader: StoreReader, probe: str, checkpoint: str) -> dict[str, Any]:
-    """Reference entropy (x) against KL(p_ref ‖ p_ckpt) (y, log) at every scored position."""
-    x, y, n = _points(reader, probe, checkpoint)
+    """Reference entropy (x) against KL(p_ref ‖ p_ckpt) (y, log) at every scored position; each
+    point's ``customdata`` is [sequence, token index] (a click on the page jumps there)."""
+    x, y, n, pick = _points(reader, probe, checkpoint)
+    ref_offsets = reader.ragged(f"{reference_key(probe)}/entropy").offsets
+    where = np.stack([np.searchsorted(ref_offsets, pick, side="right") - 1,
+                      reader.ragged(f"{reference_key(probe)}/position").all()[pick]], axis=1).astype(int)
     summary = reader.read(f"{summary_key(probe, checkpoint)}/summary")
     thr = summary.get("entropy_threshold")
     high = x >= thr if thr is not None else np.zeros(len(x), bool)
@@ -219,8 +224,9 @@ def scatter_spec(reader: StoreReader, probe: str, checkpoint: str) -> dict[str, 
     for mask, name, color in ((~high, "low entropy", "#7f7f7f"), (high, "high entropy", "#d62728")):
         data.append(dict(
             type="scatter", x=x[mask].tolist(), y=np.maximum(y[mask], KL_FLOOR).tolist(), mode="markers", name=name,
-            marker=dict(size=5, color=color, opacity=0.6),
-            hovertemplate="entropy %{x:.3f} nats<br>KL %{y:.3g} nats<extra></extra>",
+            marker=dict(size=5, color=color, opacity=0.6), customdata=where[mask].tolist(),
+            hovertemplate="entropy %{x:.3f} nats<br>KL %{y:.3g} nats<br>sequence #%{customdata[0]}, "
+                          "token %{customdata[1]} (click to open)<extra></extra>",
         ))
     shapes, notes = [], []
     if thr is not None:
@@ -248,13 +254,16 @@ def concentration_spec(reader: StoreReader, probe: str, manifest: Manifest | Non
                                        name="no concentration (area 0.5)", line=dict(color="#bbb", dash="dot"),
                                        hoverinfo="skip")]
     rows = summaries(reader, probe, manifest)
+    from aclarena.figures.vectors import distinct_colours
+
+    colours = distinct_colours(len(rows))
     for i, s in enumerate(rows):
         yv = [None if v is None else v for v in s["curve_y"]]
         area = s.get("concentration_area")
         label = f"{s['checkpoint']} (area {area:.2f})" if area is not None else f"{s['checkpoint']} (no drift)"
         data.append(dict(
             type="scatter", x=s["curve_x"], y=yv, mode="lines", name=label,
-            line=dict(color=PALETTE[i % len(PALETTE)], width=4 if s["checkpoint"] == highlight else 2),
+            line=dict(color=colours[i], width=4 if s["checkpoint"] == highlight else 2),
             hovertemplate=f"{s['checkpoint']}<br>top %{{x:.0%}} by entropy hold %{{y:.0%}} of KL<extra></extra>",
         ))
     shapes, notes = [], []

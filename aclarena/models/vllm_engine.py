@@ -86,7 +86,7 @@ def vllm_policy(llm: Any, tokenizer: Any, *, max_new_tokens: int = 64, do_sample
     """A rollout policy answering with ``llm`` (see :func:`aclarena.envs.rollout.model_policy`)."""
     from aclarena.envs.rollout import stop_token_ids
 
-    limit = max_context or int(llm.llm_engine.model_config.max_model_len)
+    limit = int(llm.llm_engine.model_config.max_model_len) if max_context is None else max_context
     stops = stop_token_ids(llm, tokenizer)
     calls = [0]
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from aclarena import jsonl
 from aclarena.errors import AclarenaError, unknown_name
 from aclarena.store import Json, Ragged, ResultsStore
 from aclarena.store.token_keys import PROBES, probe_key
@@ -169,7 +170,7 @@ def read_probe_set(store: ResultsStore, name: str, *, with_text: bool = True) ->
     if name not in known:
         raise unknown_name("probe set", name, known, hint="make one with `aclarena-diag probe --ref NAME`")
     key = probe_key(name)
-    with store.reader() as r:
+    with store.reader() as r, r.damaged(key):
         attrs = r.attrs(key)
         ids = r.read(f"{key}/ids")
         scored = r.read(f"{key}/scored")
@@ -186,11 +187,11 @@ def read_probe_set(store: ResultsStore, name: str, *, with_text: bool = True) ->
         sources = r.read(f"{key}/source")
         settings = r.read(f"{key}/settings")
         warnings = r.read(f"{key}/warnings")
-    return ProbeSet(
-        name=name, reference=str(attrs["reference"]), ids=[np.asarray(x) for x in ids.rows()],
-        scored=[np.asarray(x, dtype=bool) for x in scored.rows()], texts=list(texts), token_text=token_text,
-        sources=list(sources), settings=dict(settings), warnings=list(warnings), vocab=vocab,
-    )
+        return ProbeSet(
+            name=name, reference=str(attrs["reference"]), ids=[np.asarray(x) for x in ids.rows()],
+            scored=[np.asarray(x, dtype=bool) for x in scored.rows()], texts=list(texts), token_text=token_text,
+            sources=list(sources), settings=dict(settings), warnings=list(warnings), vocab=vocab,
+        )
 
 
 # --- prompt and trace files -----------------------------------------------------------------
@@ -248,13 +249,15 @@ def _read_jsonl(path: str | os.PathLike[str], what: str, example: str) -> list[t
     except OSError as e:
         raise AclarenaError(f"cannot read {p}: {e.strerror}") from None
     rows = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in jsonl.lines(text):  # "\n" only: U+2028 and friends may sit inside strings
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = jsonl.loads(line)
         except json.JSONDecodeError as e:
             raise _line_error(p, lineno, f"not valid JSON ({e.msg} at column {e.colno}); write one JSON object per line") from None
+        except jsonl.JsonShapeError as e:
+            raise _line_error(p, lineno, f"cannot be used: {e}; fix that line") from None
         if not isinstance(obj, dict):
             raise _line_error(p, lineno, f"must be a JSON object ({example})")
         rows.append((lineno, obj))

@@ -119,7 +119,8 @@ def read_cells(reader: StoreReader) -> list[Cell]:
     for key in reader.results(ROOT):
         a = reader.attrs(key)
         if a.get("result-type") == RESULT_TYPE:
-            out.append(_cell_from_attrs(key, a))
+            with reader.damaged(key):
+                out.append(_cell_from_attrs(key, a))
     return out
 
 
@@ -128,9 +129,10 @@ def read_items(reader: StoreReader, cell: Cell | str) -> tuple[list[str], np.nda
     key = cell.key if isinstance(cell, Cell) else cell
     if not reader.has(f"{key}/greedy"):
         return None
-    scores = np.asarray(reader.read(f"{key}/greedy"), dtype=np.float64)
-    ids = reader.read(f"{key}/item_ids") if reader.has(f"{key}/item_ids") else [str(i) for i in range(scores.size)]
-    return [str(i) for i in ids], scores
+    with reader.damaged(key):
+        scores = np.asarray(reader.read(f"{key}/greedy"), dtype=np.float64)
+        ids = reader.read(f"{key}/item_ids") if reader.has(f"{key}/item_ids") else [str(i) for i in range(scores.size)]
+        return [str(i) for i in ids], scores
 
 
 def cell_payload(

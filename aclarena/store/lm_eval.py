@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from aclarena import jsonl
 from aclarena.errors import AclarenaError
 from aclarena.store.capability import ROLES, cell_payload
 
@@ -81,10 +82,12 @@ def read_results(path: str | Path, *, metric: Mapping[str, str] | None = None) -
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError as e:
+    except (OSError, UnicodeDecodeError) as e:
         raise AclarenaError(f"cannot read lm-eval results {path}: {e.strerror or e}; check the path") from None
     try:
-        doc = json.loads(text)
+        doc = jsonl.loads(text)
+    except jsonl.JsonShapeError as e:
+        raise _fail(path, str(e)) from None
     except ValueError as e:
         raise _fail(path, f"not JSON: {e}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
@@ -125,14 +128,20 @@ def _samples(path: Path, task: str, name: str, filt: str, inline: Any) -> tuple[
         same = [f for f in files if f.stem == f"samples_{task}_{stamp}"]
         chosen = same[0] if same else (files[-1] if files else None)
         if chosen is not None:
-            for line in chosen.read_text(encoding="utf-8").splitlines():
+            try:
+                text = chosen.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise AclarenaError(f"cannot read {chosen}: {getattr(e, 'strerror', None) or e}") from None
+            for lineno, line in jsonl.lines(text):  # "\n" only: U+2028 may sit inside strings
                 line = line.strip()
                 if not line:
                     continue
                 try:
-                    r = json.loads(line)
+                    r = jsonl.loads(line)
+                except jsonl.JsonShapeError as e:
+                    raise AclarenaError(f"{chosen} line {lineno} cannot be used: {e}") from None
                 except ValueError:
-                    raise AclarenaError(f"{chosen} has a line that is not JSON; is the file complete?") from None
+                    raise AclarenaError(f"{chosen} line {lineno} is not JSON; is the file complete?") from None
                 if isinstance(r, dict):
                     rows.append(r)
     ids, vals = [], []

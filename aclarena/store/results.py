@@ -311,6 +311,8 @@ class ResultsStore:
                         g.attrs["result-version"] = rversion
                         g.attrs["written"] = _now()
                         for ak, av in rattrs.items():
+                            if isinstance(av, str):  # HDF5 strings cannot hold NUL: shown as the NUL symbol
+                                av = av.replace("\x00", "\u2400")
                             g.attrs[ak] = av if isinstance(av, str | int | float | bool) else json.dumps(av)
                         for k, v in data.items():
                             write_elem(g, str(k), v)
@@ -374,6 +376,20 @@ def _ensure_parents(f: h5py.File, key: str) -> h5py.Group:
     return g
 
 
+@contextlib.contextmanager
+def damaged(path: Path, key: str) -> Iterator[None]:
+    """Turn a reader's surprise at a structurally wrong element (a missing child, a value of the wrong
+    type or shape) into one line naming the file and key; the original error is chained."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError, RuntimeError) as e:
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise StoreError(f"{path}:{key.strip('/')} is damaged ({type(e).__name__}: {first}); move results.h5 aside "
+                         "and rerun the analysis that wrote it") from e
+
+
 def _open_read(path: Path) -> h5py.File:
     try:
         f = h5py.File(path, "r")
@@ -418,12 +434,18 @@ class StoreReader:
     def read(self, key: str) -> Any:
         return read_elem(self._get(key))
 
+    def damaged(self, key: str) -> contextlib.AbstractContextManager[None]:
+        """``with reader.damaged(key):`` around code that interprets what it read: a wrong shape is one line."""
+        return damaged(self.path, key)
+
     def attrs(self, key: str) -> dict[str, Any]:
         obj = self._get(key)
         out: dict[str, Any] = {}
-        for k, v in obj.attrs.items():
-            v = _attr_str(v) if isinstance(v, bytes) else v
-            out[k] = v.item() if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
+        with self.damaged(key):
+            for k, v in obj.attrs.items():
+                if isinstance(v, bytes):
+                    v = v.decode(errors="replace")
+                out[k] = v.item() if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
         return out
 
     def encoding(self, key: str) -> tuple[str, str]:
@@ -450,6 +472,9 @@ class StoreReader:
         """Keys of every result group under ``prefix`` (groups that carry ``result-type``)."""
         out: list[str] = []
         base = self._f if prefix.strip("/") == "" else self._get(prefix)
+        if not isinstance(base, h5py.Group):
+            raise StoreError(f"{self.path}:{prefix.strip('/')} is a dataset where results are expected; the store is "
+                             "damaged: move results.h5 aside and rerun the analyses")
 
         def visit(name: str, obj: h5py.HLObject) -> None:
             if isinstance(obj, h5py.Group) and "result-type" in obj.attrs:

@@ -56,9 +56,12 @@ def build_mini_base(spec: BaseSpec, out_dir: str | os.PathLike[str], *, seed: in
     model = build_model(config, seed=seed)
     model.train()
     records = pretraining_records(tok, chat_examples=spec.chat_examples, mc_examples=spec.mc_examples, seed=seed,
-                                  tool_examples=spec.tool_examples, arithmetic_examples=spec.arithmetic_examples)
+                                  tool_examples=spec.tool_examples, arithmetic_examples=spec.arithmetic_examples,
+                                  copy_examples=spec.copy_examples, tool_chain_examples=spec.tool_chain_examples,
+                                  instruction_examples=spec.instruction_examples, story_examples=spec.story_examples,
+                                  passage_repeats=spec.passage_repeats)
     # documents packed into 512-token rows (as in pretraining): no padding between short and long texts
-    trl = {"learning_rate": 1e-3, "per_device_train_batch_size": 4, "packing": True, "packing_strategy": "wrapped",
+    trl = {"learning_rate": 2e-3, "per_device_train_batch_size": 4, "packing": True, "packing_strategy": "wrapped",
            "max_length": 512, "num_train_epochs": 1, "logging_steps": 10, "warmup_steps": 10,
            "lr_scheduler_type": "cosine", **spec.trl}
     n_params = sum(p.numel() for p in model.parameters())
@@ -66,6 +69,45 @@ def build_mini_base(spec: BaseSpec, out_dir: str | os.PathLike[str], *, seed: in
                    fingerprint=fingerprint, model=model, tokenizer=tok,
                    meta={"name": "base", "parameters": n_params, "architecture": sizes},
                    keep_trainer_checkpoints=keep_trainer_checkpoints)
+
+
+def copy_shipped_base(out_dir: str | os.PathLike[str], *, fingerprint: str | None = None) -> PhaseResult:
+    """Start a run from the base shipped inside the package: check its fingerprint, copy it into ``out_dir``.
+
+    The copy keeps the run self-contained (an upgrade of aclarena never changes a run's base);
+    its marker carries the run's ``fingerprint`` and the shipped base's pretraining steps and log,
+    so the run records the base's pretraining as if it had built it. A missing or modified shipped
+    file is a one-line error naming it and the rebuild command; nothing is pretrained instead.
+    """
+    import json
+    import shutil
+    import time
+
+    from aclarena.models.shipped import SHIP_FILES, recorded, shipped_base
+    from aclarena.train.phases import LOG_FILE, MARKER, _write_json_atomic, check_writable
+
+    done = finished(out_dir, fingerprint)
+    if done is not None:
+        return done
+    src = shipped_base()
+    rec = recorded(src)
+    out = Path(out_dir)
+    check_writable(out.parent)
+    if out.exists():
+        shutil.rmtree(out)  # leftovers of an interrupted copy (no marker)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in SHIP_FILES:
+        if (src / name).is_file():
+            shutil.copyfile(src / name, tmp / name)
+    os.replace(tmp, out)
+    logs = json.loads((out / LOG_FILE).read_text(encoding="utf-8")) if (out / LOG_FILE).is_file() else []
+    meta = {**rec.get("meta", {}), "name": "base", "shipped": rec["fingerprint"]}
+    steps, time_s = int(rec.get("steps") or 0), float(rec.get("time_s") or 0.0)
+    _write_json_atomic(out / MARKER, {"fingerprint": fingerprint, "steps": steps, "time_s": time_s,
+                                      "resumed_from_step": None, "finished_at": time.time(), "meta": meta})
+    return PhaseResult(folder=out, steps=steps, time_s=time_s, log_history=logs, meta=meta)
 
 
 def check_external_base(spec: BaseSpec) -> str:

@@ -243,10 +243,14 @@ class StageSpec:
 
 @dataclass(frozen=True, slots=True)
 class BaseSpec:
-    """Stage 0. ``model`` (an HF hub id or folder) for real runs; otherwise a mini base is built:
-    a tokenizer trained on the arena's text, a small Qwen3 and a brief pretraining on the arena's
-    world (passages, generic chat about it, multiple-choice practice), so that the base knows the
-    world and the chat format but none of the task formats. ``trl`` overrides the pretraining's
+    """Stage 0. ``model`` (an HF hub id or folder) for real runs; otherwise the mini arena's base:
+    ``preset = "mini"`` starts from the base shipped inside the package
+    (:mod:`aclarena.models.shipped`, fingerprint-checked); ``rebuild = true`` (or ``preset =
+    "tiny"``) builds one instead: a tokenizer trained on the arena's text, a small Qwen3 and a
+    pretraining on what a base model knows (the world's passages, chat, multiple-choice
+    practice, generic tool use, copying, instructions, arithmetic) and none of the task formats.
+    The sizes and counts below apply only when the base is built; their defaults are those of
+    the shipped base (examples/mini-base.toml). ``trl`` overrides the pretraining's
     ``SFTConfig``."""
 
     model: str | None = None
@@ -259,10 +263,16 @@ class BaseSpec:
     num_kv_heads: int = 4
     intermediate_size: int = 768
     max_positions: int = 1024
-    chat_examples: int = 1500
-    mc_examples: int = 1500
-    tool_examples: int = 1500
-    arithmetic_examples: int = 500
+    chat_examples: int = 300
+    mc_examples: int = 600
+    tool_examples: int = 200
+    arithmetic_examples: int = 150
+    copy_examples: int = 1500
+    tool_chain_examples: int = 500
+    instruction_examples: int = 500
+    story_examples: int = 200
+    passage_repeats: int = 2
+    rebuild: bool = False
     trl: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -280,7 +290,8 @@ class BaseSpec:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise FieldError(name, f"`{name}` must be a positive integer, got {v!r}")
-        for name in ("chat_examples", "mc_examples", "tool_examples", "arithmetic_examples"):
+        for name in ("chat_examples", "mc_examples", "tool_examples", "arithmetic_examples", "copy_examples",
+                     "tool_chain_examples", "instruction_examples", "story_examples", "passage_repeats"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise FieldError(name, f"`{name}` must be an integer >= 0, got {v!r}")
@@ -289,12 +300,22 @@ class BaseSpec:
         if self.num_heads % self.num_kv_heads:
             raise FieldError("num_kv_heads", f"num_heads {self.num_heads} is not a multiple of num_kv_heads "
                                              f"{self.num_kv_heads}")
+        if not isinstance(self.rebuild, bool):
+            raise FieldError("rebuild", f"`rebuild` must be true or false, got {self.rebuild!r}")
+        if self.rebuild and self.preset != "mini":
+            raise FieldError("rebuild", "`rebuild = true` pretrains the mini base from scratch; it needs preset = \"mini\"")
         _check_trl_field("sft", self.trl)
         object.__setattr__(self, "trl", _frozen(self.trl))
 
     @property
     def is_mini(self) -> bool:
         return self.model is None
+
+    @property
+    def builds(self) -> bool:
+        """Whether the base is pretrained by this run (``tiny``, or ``mini`` with ``rebuild = true``);
+        ``mini`` without ``rebuild`` starts from the base shipped inside the package."""
+        return self.preset == "tiny" or (self.preset == "mini" and self.rebuild)
 
     def identity(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -325,8 +346,9 @@ class CurriculumConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise FieldError("seed", f"`seed` must be an integer >= 0, got {self.seed!r}")
-        if not self.stages:
-            raise FieldError("stages", "the curriculum has no stage; add [[stages]] tables with a domain each")
+        if not self.stages and not self.base.builds:
+            raise FieldError("stages", "the curriculum has no stage; add [[stages]] tables with a domain each "
+                                       "(only a config that builds its base, [base] rebuild = true, may have none)")
         seen: dict[str, int] = {}
         for i, s in enumerate(self.stages):
             if s.domain in seen:

@@ -100,7 +100,12 @@ def plan(cfg: CurriculumConfig, seeds: int = 1) -> list[Job]:
     """Every phase of ``seeds`` replicates of the curriculum, in training order (base first)."""
     if seeds < 1:
         raise AclarenaError(f"--seeds must be >= 1, got {seeds}")
-    base_fp = _fp({"base": cfg.base.identity(), "seed": cfg.seed})
+    if cfg.base.is_mini and not cfg.base.builds:  # the shipped base: its files are its identity
+        from aclarena.models.shipped import recorded
+
+        base_fp = _fp({"shipped": recorded()["fingerprint"]})
+    else:
+        base_fp = _fp({"base": cfg.base.identity(), "seed": cfg.seed})
     jobs = [Job(name="base", kind="base", domain=None, phase=None, parent=None, spec=None, seed=cfg.seed,
                 replicate=0, run_seed=cfg.seed, fingerprint=base_fp)]
     fps = {"base": base_fp}
@@ -138,7 +143,8 @@ def plan(cfg: CurriculumConfig, seeds: int = 1) -> list[Job]:
 @dataclass
 class PhaseRecord:
     """What happened to a job in this invocation: ``trained``, ``finished`` (already done),
-    ``reused`` (an oracle identical to a stage) or ``external`` (an HF base)."""
+    ``reused`` (an oracle identical to a stage), ``external`` (an HF base) or ``shipped`` (the mini
+    base shipped in the package, copied into the run)."""
 
     job: Job
     status: str
@@ -224,7 +230,9 @@ def run_curriculum(
                 result = _run_job(cfg, job, out, folders, cbs, chat_template)
                 bar.update(task, completed=result.steps, total=max(1, result.steps),
                            description=f"{label} {'(already finished)' if result.skipped else ''}".rstrip())
-                rec = PhaseRecord(job, "finished" if result.skipped else "trained", rel, result)
+                status = "finished" if result.skipped else (
+                    "shipped" if job.kind == "base" and not cfg.base.builds else "trained")
+                rec = PhaseRecord(job, status, rel, result)
             run.records.append(rec)
             if is_main_process():
                 _register(cfg, out, run.records, folders)
@@ -295,6 +303,10 @@ def _run_job(cfg: CurriculumConfig, job: Job, out: Path, folders: dict[str, str]
     meta = {"name": job.name, "kind": job.kind, "domain": job.domain, "phase": job.phase, "parent": job.parent,
             "seed": job.seed, "run_seed": job.run_seed, "replicate": job.replicate}
     keep = cfg.keep_trainer_checkpoints
+    if job.kind == "base" and not cfg.base.builds:
+        from aclarena.train.base import copy_shipped_base
+
+        return copy_shipped_base(folder, fingerprint=job.fingerprint)
     if job.kind == "base":
         from aclarena.train.base import build_mini_base
 

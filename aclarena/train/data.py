@@ -96,12 +96,12 @@ def arena_rl_data(domain: str, n: int, seed: int, *, suite: str = "id", max_cont
     if domain in SINGLE_TURN:
         rows = grpo_dataset(domain, n, seed, split="train", suite=suite)
         return RLData(dataset=Dataset.from_list(rows), reward_funcs=[arena_reward],
-                      max_completion_length=max_new_tokens or env.max_new_tokens)
+                      max_completion_length=env.max_new_tokens if max_new_tokens is None else max_new_tokens)
     tasks = env.generate(n, seed=seed, split="train", variant=suite)
     rollout = ArenaRollout(tasks, max_context=max_context, max_turns=max_turns, max_new_tokens=max_new_tokens)
     ds = Dataset.from_list([prompt_row(t) for t in tasks])
     return RLData(dataset=ds, reward_funcs=[env_reward], rollout=rollout,
-                  max_completion_length=(max_context or 1024))
+                  max_completion_length=(1024 if max_context is None else max_context))
 
 
 def file_rl_data(path: str, n: int, reward: str, *, rollout: str | None = None,
@@ -171,16 +171,21 @@ def _arithmetic_text(rng: Any) -> str:
 
 
 def pretraining_records(tokenizer: Any, *, chat_examples: int, mc_examples: int, seed: int,
-                        tool_examples: int = 0, arithmetic_examples: int = 0) -> list[dict[str, str]]:
+                        tool_examples: int = 0, arithmetic_examples: int = 0, copy_examples: int = 0,
+                        tool_chain_examples: int = 0, instruction_examples: int = 0,
+                        story_examples: int = 0, passage_repeats: int = 4) -> list[dict[str, str]]:
     """The mini base's pretraining text: what a base model knows, and none of the arena's tasks.
 
-    * the world's passages (four times: they are the knowledge the general suite asks about);
+    * the world's passages (``passage_repeats`` times: the knowledge the general suite asks about);
     * generic chat about the world ("Tell me about X." answered with its passage);
     * multiple-choice practice on train-split facts (the general suite's format);
     * generic tool use: chats that call a weather, phone or clock tool (none of the arena's) with
       made-up names and answer from the result, in the template's tool-call syntax, and (a third)
       chats where such tools are offered but do not help, answered directly;
-    * arithmetic facts (``7 + 5 = 12``, ``7 plus 5 is 12.``).
+    * arithmetic facts (``7 + 5 = 12``, ``7 plus 5 is 12.``);
+    * the skills of :mod:`aclarena.train.pretraining` (copying names, ids and numbers from the
+      context, chains of generic tool calls that copy ids out of results, short instructions,
+      arithmetic stories), when their counts are above 0.
 
     No arena task appears: no word problem, no search, retail or telecom tool, no writing
     constraint, so every stage has its skill to teach; the chat template and JSON tool calls do,
@@ -227,7 +232,11 @@ def pretraining_records(tokenizer: Any, *, chat_examples: int, mc_examples: int,
                         {"role": "assistant", "content": text.split(": ", 1)[1]}]
         tool_chats.append(tokenizer.apply_chat_template(messages, tools=tools, tokenize=False))
     arithmetic = ["\n".join(_arithmetic_text(rng) for _ in range(4)) for _ in range(arithmetic_examples)]
-    records = [{"text": t} for t in texts * 4 + chats + mcs + tool_chats + arithmetic]
+    from aclarena.train.pretraining import skill_texts
+
+    skills = skill_texts(tokenizer, copy=copy_examples, tools=tool_chain_examples, instructions=instruction_examples,
+                         arithmetic=story_examples, seed=seed)
+    records = [{"text": t} for t in texts * passage_repeats + chats + mcs + tool_chats + arithmetic + skills]
     rng.shuffle(records)
     return records
 

@@ -13,8 +13,10 @@ data and seeds, and two callbacks sharing one ``series.h5`` writer:
 
 The phases of the stage are laid end to end (the RL phase's step 0 is the SFT phase's last
 step). Per earlier domain, the **significant drop** is the first evaluation whose exact
-one-sided McNemar test against the stage start has ``p < alpha``
-(:func:`aclarena.diagnostics.early_warning.drop_points`). Per predictor (token drift at
+one-sided McNemar test against the stage start is significant after Holm's correction over
+all of the stage's evaluations (:func:`aclarena.diagnostics.early_warning.drop_points`): the
+first of many uncorrected tests would find drops in noise. Item counts too small for any drop
+to reach the corrected level are refused before training (:func:`planned_tests`). Per predictor (token drift at
 high-entropy positions, flip rate there, whole-sequence KL, forward KL to the stage start,
 the plain training loss) the **first warning** is the first alert of that metric's rules
 applied to its series (the monitor's rules; for the loss an EWMA rule in both directions),
@@ -47,6 +49,7 @@ from aclarena.diagnostics.early_warning import (
     drop_points,
     first_drop,
     lead_time,
+    min_items,
 )
 from aclarena.errors import AclarenaError
 from aclarena.store.monitor_series import LEAD_KEY
@@ -176,6 +179,39 @@ class LeadTimeSettings:
             raise AclarenaError(f"--alpha must be in (0, 1), got {self.alpha!r}")
 
 
+def planned_tests(phase_steps: Sequence[int | None], eval_every: int) -> int | None:
+    """How many ground-truth evaluations follow the stage start (the Holm family), or None when a phase's length is unknown.
+
+    Each phase is evaluated at its start, every ``eval_every`` steps and at its end; the phases
+    are laid end to end, so a phase's start is the previous phase's end (one evaluation).
+    """
+    steps: set[int] = set()
+    offset = 0
+    for n in phase_steps:
+        if n is None:
+            return None
+        steps.update(offset + k for k in range(0, n + 1, eval_every))
+        steps.update((offset, offset + n))
+        offset += n
+    return max(1, len(steps) - 1)
+
+
+def _phase_steps(job: Any) -> int | None:
+    value = (job.spec.trl or {}).get("max_steps") if job.spec is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def check_items(n: int, alpha: float, tests: int | None) -> None:
+    """Refuse ``n`` items with which no drop could be significant (one line, the fix named)."""
+    m = tests or 1
+    need = min_items(alpha, m)
+    if n < need:
+        what = f"Holm over {m} evaluations: alpha / {m} = {alpha / m:.3g}" if m > 1 else f"alpha = {alpha:g}"
+        raise AclarenaError(f"-n {n} items can never show a significant drop: losing all {n} gives p = "
+                            f"{0.5 ** n:.3g}, not below {what}; use -n {need} or more (or fewer evaluations, "
+                            "--eval-every larger)")
+
+
 def _fingerprint(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -226,7 +262,9 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
         if finished(run / CHECKPOINTS / name) is None:
             raise AclarenaError(f"checkpoint {name!r} is not trained in {run}; finish the curriculum first "
                                 f"(aclarena-diag train --config {cfg_path} --out {run})")
-    identity = {"settings": dataclasses.asdict(settings), "every_n_steps": every,
+    tests = planned_tests([_phase_steps(jobs[n]) for n in names], settings.eval_every)
+    check_items(settings.n, settings.alpha, tests)
+    identity = {"settings": dataclasses.asdict(settings), "every_n_steps": every, "drop_test": "mcnemar-holm",
                 "rules": {k: v.to_dict() for k, v in rules.items()}, "probe_n": probe_n, "probe_tokens": probe_tokens,
                 "phases": [jobs[n].fingerprint for n in names], "version": LEAD_VERSION}
     fp = _fingerprint(identity)
@@ -334,6 +372,8 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
                 bench.setdefault(suite, {}).setdefault(int(v.bench["step"][k]) + off, bits)
     table: list[dict[str, Any]] = []
     ground: dict[str, list[dict[str, Any]]] = {}
+    test: dict[str, Any] = {"method": "exact one-sided McNemar vs the stage start, Holm-corrected over the stage's "
+                                      "evaluations", "alpha": alpha, "domains": {}}
     series: dict[str, dict[str, list[float]]] = {}
     loss_steps = sorted(loss)
     loss_alerts = detect(loss_steps, "train", {"loss": [loss[s] for s in loss_steps]}, {"loss": LOSS_RULE})
@@ -343,6 +383,10 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
         steps = sorted(pts_by_step)
         pts = drop_points(steps, [pts_by_step[s] for s in steps], alpha=alpha)
         ground[domain] = [dataclasses.asdict(p) for p in pts]
+        m = max(1, len(pts) - 1)
+        solved = int(np.count_nonzero(pts_by_step[steps[0]])) if steps else 0
+        # a drop can only be significant if losing every item solved at the start would be
+        test["domains"][domain] = {"tests": m, "solved_at_start": solved, "reachable": 0.5**solved < alpha / m}
         drop = first_drop(pts)
         drop_step = drop.step if drop is not None else None
         probe = f"{PROBE_PREFIX}{domain}"
@@ -362,7 +406,7 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
             table.append({"domain": domain, "predictor": predictor, "metric": metric, "rule": _rule_text(rule),
                           "warn_step": warn, "drop_step": drop_step, "lead": lead_time(drop_step, warn)})
     series["train"] = {"step": [float(s) for s in loss_steps], "loss": [loss[s] for s in loss_steps]}
-    return {"table": table, "ground_truth": ground, "series": series}
+    return {"table": table, "ground_truth": ground, "series": series, "drop_test": test}
 
 
 def read_lead_time(run_dir: str | os.PathLike[str], stage: str | None = None) -> dict[str, Any] | None:

@@ -52,7 +52,8 @@ def test_tokens_page_switches_checkpoint(token_run, serve, page, console_errors)
     hover = page.get_attribute("#tokens-text span.tok[title]", "title")
     assert "reference entropy" in hover and "KL" in hover and "checkpoint's top" in hover and "log p(token)" in hover
     unscored = page.inner_text("#tokens-text").split("<|im_start|>assistant")[0]
-    assert "what is 3 + 4?" in unscored  # the prompt is shown, uncoloured
+    assert "what·is·3·+·4?" in unscored  # the prompt is shown, uncoloured, its spaces visible
+    assert "0.0001" in page.inner_text("#tokens-colour-bar")  # the colour bar's low end
     before_colours, before_y = scored_colours(page), scatter_y(page)
     assert len(set(before_colours)) > 3 and len(before_y) > 50
 
@@ -63,7 +64,7 @@ def test_tokens_page_switches_checkpoint(token_run, serve, page, console_errors)
     after_colours, after_y = scored_colours(page), scatter_y(page)
     assert len(after_colours) == len(before_colours) and after_colours != before_colours
     assert after_y != before_y
-    assert "p_seq-search" in page.inner_text("#tokens-legend")
+    assert page.inner_text("#tokens-title-a") == "seq-search"
 
     # coloured by reference entropy, the checkpoint no longer changes the text
     page.get_by_label("reference entropy").check()
@@ -80,6 +81,81 @@ def test_tokens_page_switches_checkpoint(token_run, serve, page, console_errors)
     wait_for_dash(page)
     if os.environ.get("ACLARENA_SCREENSHOTS"):  # refresh the README's picture
         page.screenshot(path=str(ROOT / "docs" / "img" / "tokens-page.png"), full_page=True)
+    assert console_errors == []
+
+
+def pinned(page):
+    return page.eval_on_selector_all("#tokens-text span.tok.pinned", "els => els.map(e => Number(e.dataset.i))")
+
+
+def wait_pinned(page, pos):
+    page.wait_for_function(f"() => !!document.querySelector('#tokens-text span.tok.pinned[data-i=\"{pos}\"]')")
+    wait_for_dash(page)
+
+
+def test_tokens_page_drill_down(token_run, serve, page, console_errors):
+    """Rank table, token click, scatter click, side by side: each lands on the right token."""
+    url = serve(token_run)
+    page.set_viewport_size({"width": 1400, "height": 1100})
+    page.goto(url + "/tokens")
+    wait_for_dash(page)
+    page.wait_for_selector("#tokens-text span.tok[title]")
+    page.wait_for_selector("#tokens-rank tbody td")
+    assert page.is_visible("#tokens-rank button.export") and page.is_visible("#tokens-subst button.export")
+    assert page.locator("#tokens-subst tbody tr").count() >= 2  # header + at least one substitution
+
+    # the positions ranking: its first row is the largest KL; a click opens that token
+    page.get_by_label("positions (top 200)").check()
+    page.wait_for_function("() => document.querySelector('#tokens-rank').innerText.includes('ref top')")
+    wait_for_dash(page)
+    top = page.locator("#tokens-rank tbody tr").nth(1).locator("td")
+    seq, pos = int(top.nth(0).inner_text()), int(top.nth(1).inner_text())
+    kl = float(top.nth(4).inner_text())
+    top.nth(2).click()
+    wait_pinned(page, pos)
+    assert page.inner_text("#tokens-sequence").startswith(f"#{seq} ")
+    assert pinned(page) == [pos]
+    title = page.inner_text("#tokens-detail-title")
+    assert f"sequence #{seq}, token {pos}" in title
+    values = page.inner_text("#tokens-detail-values")
+    assert "KL rank in this sequence, seq-ecom\t1 of" in values
+    assert f"{kl:.3g}"[:4] in values
+
+    # a click on another token pins it instead
+    other = page.locator("#tokens-text span.tok[title]").nth(2)
+    other_pos = int(other.get_attribute("data-i"))
+    other.click()
+    wait_pinned(page, other_pos)
+    assert pinned(page) == [other_pos]
+    assert f"token {other_pos}" in page.inner_text("#tokens-detail-title")
+
+    # a click on a scatter point opens the token it stands for
+    page.wait_for_selector("#tokens-scatter .scatterlayer path.point")
+    point = page.locator("#tokens-scatter .scatterlayer .trace:last-child path.point").first
+    page.locator("#tokens-scatter").scroll_into_view_if_needed()
+    box = point.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_selector("#tokens-scatter .hoverlayer .hovertext")
+    hover = page.text_content("#tokens-scatter .hoverlayer")
+    m = re.search(r"sequence #(\d+), token (\d+)", hover)
+    assert m, hover
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    wait_pinned(page, int(m[2]))
+    assert page.inner_text("#tokens-sequence").startswith(f"#{m[1]} ")
+    assert f"sequence #{m[1]}, token {m[2]}" in page.inner_text("#tokens-detail-title")
+
+    # side by side: the second checkpoint's text, same tokens, its own colours, one colour bar
+    assert not page.is_visible("#tokens-text-b")
+    choose(page, "tokens-checkpoint-b", "seq-search")
+    page.wait_for_selector("#tokens-text-b span.tok[title]")
+    wait_for_dash(page)
+    a = page.eval_on_selector_all("#tokens-text span.tok", "els => els.map(e => e.textContent)")
+    b = page.eval_on_selector_all("#tokens-text-b span.tok", "els => els.map(e => e.textContent)")
+    assert a == b and page.inner_text("#tokens-title-b") == "seq-search"
+    colours_b = page.eval_on_selector_all("#tokens-text-b span.tok[title]", "els => els.map(e => e.style.backgroundColor)")
+    assert colours_b != scored_colours(page)
+    assert "seq-search's top-k" in page.inner_text("#tokens-detail")
+    assert page.locator(".colour-bar").count() == 1
     assert console_errors == []
 
 

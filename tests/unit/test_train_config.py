@@ -241,3 +241,19 @@ def test_replicate_groups_and_eval_over_training_seeds():
     assert len(out) == 1  # oracle-if has one usable cell only
     assert out[0]["checkpoint"] == "seq-math" and out[0]["n_curricula"] == 3
     assert out[0]["mean"] == pytest.approx(0.4) and out[0]["std"] == pytest.approx(0.2)
+
+
+def test_base_only_config_and_rebuild():
+    cfg = load_config(EXAMPLES / "mini-base.toml")
+    assert cfg.base.builds and cfg.base.rebuild and cfg.stages == ()
+    assert [j.name for j in plan(cfg)] == ["base"]
+    # a curriculum that starts from the shipped base must have stages
+    with pytest.raises(ConfigError, match="no stage"):
+        parse_config('[base]\npreset = "mini"\n', "x.toml")
+    with pytest.raises(ConfigError, match="x.toml, line 2: .*rebuild.*needs preset = \"mini\""):
+        parse_config('[base]\nrebuild = true\npreset = "tiny"\n', "x.toml")
+    with pytest.raises(ConfigError, match="rebuild"):
+        parse_config('[base]\nrebuild = "yes"\n' + GOOD.split("[base]")[0], "x.toml")
+    # without rebuild, the mini preset is the shipped base (its sizes are not this config's)
+    shipped_cfg = load_config(EXAMPLES / "mini.toml")
+    assert shipped_cfg.base.is_mini and not shipped_cfg.base.builds

@@ -12,6 +12,12 @@ from aclarena.dashboard.data import current_run, reader
 PAGE = {"path": "/displacement", "name": "Displacement", "order": 50}
 VIEW_OPTIONS = [{"label": "all weights", "value": "all"},
                 {"label": "without embeddings and head", "value": "no-embeddings"}]
+KIND_OPTIONS = [{"label": " stages ", "value": "stage"}, {"label": " oracles ", "value": "oracle"},
+                {"label": " other ", "value": "other"}]
+PHASE_OPTIONS = [{"label": " SFT ", "value": "sft"}, {"label": " RL ", "value": "rl"},
+                 {"label": " no phase ", "value": "none"}]
+ALL_KINDS = ["stage", "oracle", "other"]
+ALL_PHASES = ["sft", "rl", "none"]
 
 
 def summary(run_dir: Path, view: str = "all") -> dict[str, Any] | None:
@@ -21,14 +27,19 @@ def summary(run_dir: Path, view: str = "all") -> dict[str, Any] | None:
         return load_summary(r, DISPLACEMENT_KEY, view)
 
 
-def figures(run_dir: Path, view: str) -> tuple[Any, Any, Any]:
-    """SFT/RL bars, per-layer profile and sparsity curves for ``view``."""
-    from aclarena.figures.vectors import layer_profile_figure, sft_rl_figure, sparsity_figure
+def figures(run_dir: Path, view: str, kinds: list[str] | None = None,
+            phases: list[str] | None = None) -> tuple[Any, Any, Any]:
+    """SFT/RL bars, per-layer profile and sparsity curves for ``view``, the updates filtered by kind
+    (stage, oracle, other) and phase (sft, rl, none)."""
+    from aclarena.figures.vectors import layer_profile_figure, sft_rl_figure, sparsity_figure, update_filter
 
     s = summary(run_dir, view)
     if s is None:
         return {}, {}, {}
-    return sft_rl_figure(s, view), layer_profile_figure(s, view), sparsity_figure(s, view)
+    keep = update_filter(s, None, phases)
+    if kinds is not None:
+        keep = [i for i in keep if (s["kinds"][i] if s["kinds"][i] in ("stage", "oracle") else "other") in kinds]
+    return sft_rl_figure(s, view, keep), layer_profile_figure(s, view, keep), sparsity_figure(s, view, keep)
 
 
 def layout(**_query: Any) -> html.Div:
@@ -45,7 +56,11 @@ def layout(**_query: Any) -> html.Div:
                "3–7× more than RL. Sparsity is the fraction of entries that moved by at most the tolerance; dotted "
                "curves round both weights to bf16 first, which hides small updates.", className="note"),
         html.Div([html.Div([html.Label("weights"),
-                            dcc.RadioItems(id="displacement-view", options=VIEW_OPTIONS, value="all", inline=True)])],
+                            dcc.RadioItems(id="displacement-view", options=VIEW_OPTIONS, value="all", inline=True)]),
+                  html.Div([html.Label("show"), dcc.Checklist(id="displacement-kinds", options=KIND_OPTIONS,
+                                                              value=ALL_KINDS, inline=True)]),
+                  html.Div([html.Label("phase"), dcc.Checklist(id="displacement-phases", options=PHASE_OPTIONS,
+                                                               value=ALL_PHASES, inline=True)])],
                  className="controls"),
         dcc.Graph(id="displacement-sft-rl", figure=bars),
         dcc.Graph(id="displacement-layers", figure=profile),
@@ -56,7 +71,8 @@ def layout(**_query: Any) -> html.Div:
 def register_callbacks(app: Dash, run_dir: Path) -> None:
     @app.callback(
         Output("displacement-sft-rl", "figure"), Output("displacement-layers", "figure"),
-        Output("displacement-sparsity", "figure"), Input("displacement-view", "value"), prevent_initial_call=True,
+        Output("displacement-sparsity", "figure"), Input("displacement-view", "value"),
+        Input("displacement-kinds", "value"), Input("displacement-phases", "value"), prevent_initial_call=True,
     )
-    def _view(view: str) -> tuple[Any, Any, Any]:
-        return figures(run_dir, view)
+    def _view(view: str, kinds: list[str], phases: list[str]) -> tuple[Any, Any, Any]:
+        return figures(run_dir, view, kinds, phases)

@@ -1,0 +1,130 @@
+"""Benchmark: can a mini base learn the arena? Pretrain, then one SFT oracle per domain, then score.
+
+    python benchmarks/mini_base_sweep.py --size 3m --out runs/sweep           # the shipped size
+    python benchmarks/mini_base_sweep.py --size 8m --size 20m --out runs/sweep
+    python benchmarks/mini_base_sweep.py --base runs/mini-base/checkpoints/base --size 3m --out runs/sweep
+
+For each size: the base is pretrained with the project's own code and data (``aclarena-diag
+train`` on examples/mini-base.toml with that size's architecture; ``--base`` reuses a finished
+one), then scored one-shot (:mod:`aclarena.envs.demonstration`), then each domain's oracle is
+an expert SFT from the base (``--steps`` steps, the recipe below, no RL) scored greedily on
+``-n`` in-domain evaluation tasks. One JSON line per size goes to ``--results`` with the
+parameters, pretraining tokens and steps, wall times, scores and 95% bootstrap intervals.
+Other processes slow it down: the load average is recorded with the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SIZES = {  # name -> [base] architecture (vocabulary 1,000, 1,024 positions)
+    "3m": {"hidden_size": 256, "num_layers": 4, "num_heads": 8, "num_kv_heads": 4, "intermediate_size": 768},
+    "8m": {"hidden_size": 320, "num_layers": 6, "num_heads": 8, "num_kv_heads": 4, "intermediate_size": 960},
+    "20m": {"hidden_size": 448, "num_layers": 8, "num_heads": 8, "num_kv_heads": 4, "intermediate_size": 1344},
+}
+# the oracle SFT of each domain: (learning rate, batch size); expert conversations of the train split
+ORACLE = {"math": (1e-3, 8), "search": (5e-4, 8), "ecom": (5e-4, 4), "if": (5e-4, 8)}
+
+
+def bootstrap(xs: list[float], reps: int = 2000, seed: int = 0) -> tuple[float, float]:
+    import numpy as np
+
+    a = np.asarray(xs, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = a[rng.integers(0, len(a), size=(reps, len(a)))].mean(axis=1)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def size_config(size: str) -> str:
+    text = (REPO / "examples" / "mini-base.toml").read_text(encoding="utf-8")
+    for key, value in SIZES[size].items():
+        lines = [f"{key} = {value}" if line.split("=")[0].strip() == key else line for line in text.splitlines()]
+        text = "\n".join(lines) + "\n"
+    return text.replace('name = "mini-base"', f'name = "mini-base-{size}"')
+
+
+def pretrain(size: str, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = out / "mini-base.toml"
+    cfg.write_text(size_config(size), encoding="utf-8")
+    cmd = [sys.executable, "-m", "aclarena", "train", "--config", str(cfg), "--out", str(out / "run")]
+    subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    return out / "run" / "checkpoints" / "base"
+
+
+def score(model, tok, domain: str, n: int) -> list[float]:
+    from aclarena.envs import sample_tasks
+    from aclarena.envs.rollout import generate_trajectories
+
+    tok.padding_side = "left"
+    model.eval()
+    trajs = generate_trajectories(model, tok, sample_tasks(f"{domain}/id", n, seed=0, split="eval"), batch_size=25)
+    return [float(t.reward) for t in trajs if t is not None]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", action="append", choices=sorted(SIZES), required=True)
+    p.add_argument("--base", help="a finished base folder to use instead of pretraining (one --size)")
+    p.add_argument("--out", default="runs/sweep")
+    p.add_argument("--steps", type=int, default=150, help="oracle SFT steps per domain")
+    p.add_argument("-n", type=int, default=100, help="evaluation tasks per domain")
+    p.add_argument("--domains", default="math,search,ecom,if")
+    p.add_argument("--results", default="docs/results/mini_base_sweep.jsonl")
+    p.add_argument("--no-one-shot", action="store_true", help="skip the base's one-shot scores (run them once, in "
+                                                                 "one of several processes that share a base)")
+    args = p.parse_args()
+    from aclarena.envs.demonstration import one_shot_scores
+    from aclarena.train.data import expert_records
+    from aclarena.train.phases import load_start, run_sft
+
+    for size in args.size:
+        out = Path(args.out) / size
+        row: dict = {"size": size, "architecture": SIZES[size], "load_before": os.getloadavg()[0]}
+        t0 = time.monotonic()
+        base = Path(args.base) if args.base else pretrain(size, out)
+        row["pretrain_wall_s"] = round(time.monotonic() - t0, 1) if not args.base else None
+        marker = json.loads((base / ".aclarena-phase.json").read_text())
+        row["parameters"] = marker["meta"].get("parameters")
+        row["pretrain_steps"] = marker["steps"]
+        row["pretrain_tokens"] = marker["steps"] * 4 * 512  # packed rows of 512 tokens, 4 a step
+        row["pretrain_time_s"] = marker["time_s"]
+        model, tok = load_start(str(base))
+        if not args.no_one_shot:
+            t1 = time.monotonic()
+            row["one_shot"] = one_shot_scores(model, tok, n=args.n // 4)
+            row["one_shot_n"] = args.n // 4
+            row["one_shot_wall_s"] = round(time.monotonic() - t1, 1)
+            print(json.dumps(row), flush=True)
+        row["oracles"] = {}
+        for domain in args.domains.split(","):
+            lr, bs = ORACLE[domain]
+            t1 = time.monotonic()
+            res = run_sft(str(base), expert_records(domain, args.steps * bs, seed=1), out / f"oracle-{domain}",
+                          trl={"max_steps": args.steps, "learning_rate": lr, "per_device_train_batch_size": bs,
+                               "logging_steps": 10, "save_steps": 50}, seed=1)
+            train_s = time.monotonic() - t1
+            m, t = load_start(str(res.folder))
+            t2 = time.monotonic()
+            rewards = score(m, t, domain, args.n)
+            lo, hi = bootstrap(rewards)
+            row["oracles"][domain] = {"score": sum(rewards) / len(rewards), "n": len(rewards), "ci95": [lo, hi],
+                                      "sft_steps": args.steps, "lr": lr, "batch": bs, "train_s": round(train_s, 1),
+                                      "eval_s": round(time.monotonic() - t2, 1)}
+            print(json.dumps({"size": size, domain: row["oracles"][domain]}), flush=True)
+        row["load_after"] = os.getloadavg()[0]
+        Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.results, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
