@@ -16,7 +16,8 @@ PYTEST_ARGS ?=
 demo: install
 	$(VENV)/bin/aclarena-diag demo
 
-test: install-dev browser
+# lint first: ruff (bugbear, blind except, complexity) and mypy gate the tests, here and in CI (.ci/run)
+test: install-dev browser lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 venv: $(VENV)/.torch-stamp
@@ -55,7 +56,8 @@ docs-results: install
 	$(PY) -m aclarena.docs_results
 
 lint: install-dev
-	$(VENV)/bin/ruff check aclarena tests benchmarks
+	$(VENV)/bin/ruff check aclarena tests benchmarks examples
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

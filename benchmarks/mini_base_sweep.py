@@ -29,8 +29,10 @@ SIZES = {  # name -> [base] architecture (vocabulary 1,000, 1,024 positions)
     "8m": {"hidden_size": 320, "num_layers": 6, "num_heads": 8, "num_kv_heads": 4, "intermediate_size": 960},
     "20m": {"hidden_size": 448, "num_layers": 8, "num_heads": 8, "num_kv_heads": 4, "intermediate_size": 1344},
 }
-# the oracle SFT of each domain: (learning rate, batch size); expert conversations of the train split
-ORACLE = {"math": (1e-3, 8), "search": (5e-4, 8), "ecom": (5e-4, 4), "if": (5e-4, 8)}
+# the oracle SFT of each domain: (steps, learning rate, batch size) on expert conversations of the train
+# split; the mini recipe's stage SFT (examples/mini.toml) with math at 150 steps instead of 300 and the
+# later stages at the first stage's kind of learning rate (an oracle starts from the base, not after math)
+ORACLE = {"math": (150, 1e-3, 8), "search": (150, 5e-4, 8), "ecom": (40, 5e-4, 4), "if": (40, 5e-4, 8)}
 
 
 def bootstrap(xs: list[float], reps: int = 2000, seed: int = 0) -> tuple[float, float]:
@@ -74,7 +76,7 @@ def main() -> int:
     p.add_argument("--size", action="append", choices=sorted(SIZES), required=True)
     p.add_argument("--base", help="a finished base folder to use instead of pretraining (one --size)")
     p.add_argument("--out", default="runs/sweep")
-    p.add_argument("--steps", type=int, default=150, help="oracle SFT steps per domain")
+    p.add_argument("--steps", type=int, default=None, help="oracle SFT steps of every domain (default: ORACLE's)")
     p.add_argument("-n", type=int, default=100, help="evaluation tasks per domain")
     p.add_argument("--domains", default="math,search,ecom,if")
     p.add_argument("--results", default="docs/results/mini_base_sweep.jsonl")
@@ -105,10 +107,11 @@ def main() -> int:
             print(json.dumps(row), flush=True)
         row["oracles"] = {}
         for domain in args.domains.split(","):
-            lr, bs = ORACLE[domain]
+            steps, lr, bs = ORACLE[domain]
+            steps = args.steps or steps
             t1 = time.monotonic()
-            res = run_sft(str(base), expert_records(domain, args.steps * bs, seed=1), out / f"oracle-{domain}",
-                          trl={"max_steps": args.steps, "learning_rate": lr, "per_device_train_batch_size": bs,
+            res = run_sft(str(base), expert_records(domain, steps * bs, seed=1), out / f"oracle-{domain}",
+                          trl={"max_steps": steps, "learning_rate": lr, "per_device_train_batch_size": bs,
                                "logging_steps": 10, "save_steps": 50}, seed=1)
             train_s = time.monotonic() - t1
             m, t = load_start(str(res.folder))
@@ -116,7 +119,7 @@ def main() -> int:
             rewards = score(m, t, domain, args.n)
             lo, hi = bootstrap(rewards)
             row["oracles"][domain] = {"score": sum(rewards) / len(rewards), "n": len(rewards), "ci95": [lo, hi],
-                                      "sft_steps": args.steps, "lr": lr, "batch": bs, "train_s": round(train_s, 1),
+                                      "sft_steps": steps, "lr": lr, "batch": bs, "train_s": round(train_s, 1),
                                       "eval_s": round(time.monotonic() - t2, 1)}
             print(json.dumps({"size": size, domain: row["oracles"][domain]}), flush=True)
         row["load_after"] = os.getloadavg()[0]

@@ -175,6 +175,10 @@ BAD_ARGS = (
     ("probe", "--device gpu (a typo)", [*VERB_ARGV["probe"], "--device", "gpu"], "device 'gpu'", 15),
     ("tokens", "--device gpu (a typo)", [*VERB_ARGV["tokens"], "--device", "gpu"], "device 'gpu'", 15),
     ("eval", "--device gpu (a typo)", [*VERB_ARGV["eval"], "--device", "gpu"], "device 'gpu'", 15),
+    ("consolidate", "empty --lambdas (was: the default sweep)", ["consolidate", "--method", "merge-ta", "--lambdas", ""],
+     "--lambdas is empty", 15),
+    ("consolidate", "training sizes unknown (no curriculum.toml; was: the mini sizes)",
+     ["consolidate", "--method", "mmopd", "--teachers", "stage"], "needs --n, --steps, --batch, --lr", 15),
 )
 
 

@@ -202,7 +202,7 @@ def _emit_new(v: Any, seen: set[tuple[Any, ...]], as_json: bool) -> None:
 
 
 def run_lead_time(args: argparse.Namespace) -> int:
-    from aclarena.cli.probe import quiet_libraries
+    from aclarena.progress import quiet_libraries
     from aclarena.train.lead_time import LeadTimeSettings, measure_lead_time
 
     quiet_libraries()

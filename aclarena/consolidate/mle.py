@@ -95,7 +95,7 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
     from aclarena.store import Table
     from aclarena.store.manifest import CheckpointSpec
     from aclarena.train.data import arena_rl_data
-    from aclarena.train.phases import finished, run_rl
+    from aclarena.train.phases import run_rl
     from aclarena.train.progress import log_table
 
     suffix = job.lineage.suffix
@@ -130,10 +130,8 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
         folder = job.folder(name)
         spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method="mle", domain=d,
                               phase="rl", parent=backbone, on=backbone, seed=job.lineage.seed)
-        done = finished(folder, fp)
-        if done is not None and job.force:
-            job.discard(folder)  # --force: train again (the phase runner would reuse the finished folder)
-        if done is not None and not job.force:
+        done = job.reusable(folder, fp)
+        if done is not None:
             outputs.append(Output(spec, {**settings, "parameters": expert_parameters(folder)}, done.time_s, reused=True))
             continue
         job.status(f"{name}: GRPO of a LoRA expert on {backbone}")

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import dash
-from dash import Dash, dcc, html
+from dash import Dash, Input, Output, dcc, html
 
 from aclarena.dashboard.data import RUN_KEY
 from aclarena.errors import AclarenaError
@@ -41,13 +41,13 @@ def create_app(run_dir: str | os.PathLike[str]) -> Dash:
     for module in modules:
         module.register_callbacks(app, run_dir)
     ordered = sorted(modules, key=lambda m: m.PAGE.get("order", 99))
+    _grey_empty_pages(app, run_dir, ordered)
     app.layout = html.Div(
         [
             html.Header(
                 [
                     html.Span("aclarena", className="brand"),
-                    html.Nav([dcc.Link(m.PAGE["name"], href=m.PAGE["path"], id=f"nav-{m.PAGE['name'].lower()}")
-                              for m in ordered]),
+                    html.Nav([dcc.Link(m.PAGE["name"], href=m.PAGE["path"], id=_nav_id(m.PAGE)) for m in ordered]),
                     html.Span(run_dir.name, className="run-name", title=str(run_dir)),
                 ],
                 className="topbar",
@@ -56,6 +56,27 @@ def create_app(run_dir: str | os.PathLike[str]) -> Dash:
         ]
     )
     return app
+
+
+def page_names() -> dict[str, str]:
+    """Page path -> its name in the navigation."""
+    return {p["path"]: p["name"] for p in dash.page_registry.values()}
+
+
+def _nav_id(page: dict[str, object]) -> str:
+    return f"nav-{str(page['name']).lower()}"
+
+
+def _grey_empty_pages(app: Dash, run_dir: Path, modules: list[object]) -> None:
+    """On every navigation, grey the links of pages without data (pages Home knows nothing about stay)."""
+    from aclarena.dashboard.pages.home import page_status
+
+    pages = [m.PAGE for m in modules]  # type: ignore[attr-defined]
+
+    @app.callback([Output(_nav_id(p), "className") for p in pages], Input("_pages_location", "pathname"))
+    def _nav(_path: str | None) -> list[str]:
+        status = page_status(run_dir)
+        return ["" if status.get(str(p["path"]), {}).get("has_data", True) else "no-data" for p in pages]
 
 
 def _refuse_traversal() -> tuple[str, int] | None:

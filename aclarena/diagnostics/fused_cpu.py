@@ -38,9 +38,11 @@ import subprocess
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -318,16 +320,17 @@ def usable(*tensors: torch.Tensor) -> bool:
                for t in tensors) and available()
 
 
-def _run(fn: object, n: int, args_of: object) -> None:
+def _run(fn: Callable[..., Any], n: int, args_of: Callable[[int, int], tuple[Any, ...]]) -> None:
     workers = max(1, min(torch.get_num_threads(), n // 4 or 1))
     if workers == 1:
-        fn(*args_of(0, n))  # type: ignore[operator]
+        fn(*args_of(0, n))
         return
     if _STATE.pool is None or _STATE.workers < workers:
         _STATE.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aclarena-fused")
         _STATE.workers = workers
     step = max(4, -(-n // (4 * workers)))  # a few pieces per thread: a descheduled thread delays little
-    futures = [_STATE.pool.submit(fn, *args_of(r, min(n, r + step))) for r in range(0, n, step)]  # type: ignore[arg-type]
+    pool = _STATE.pool
+    futures = [pool.submit(fn, *args_of(r, min(n, r + step))) for r in range(0, n, step)]
     for f in futures:
         f.result()
 

@@ -31,7 +31,10 @@ Numerics. Logits are processed in chunks of positions so that peak memory is
 ``O(chunk × vocabulary)``, never ``O(sequence × vocabulary)`` (as trl's
 ``entropy_from_logits`` does); the fused pass runs over sub-chunks of a chunk. bf16/fp16
 logits are upcast to float32 and every sum accumulates in float32 (float64 inputs stay
-float64). Each model's log-normaliser is
+float64). On CPU, float32 chunks go through a fused C kernel
+(:mod:`aclarena.diagnostics.fused_cpu`: three reads of each row while it is in cache, sums
+in float32 over blocks of 512 and float64 across blocks); elsewhere, or when it cannot be
+built, torch operators compute the same sums. Each model's log-normaliser is
 computed once per chunk and every measure is a row-wise dot product against it:
 
 * ``H(p) = log s_p - <e_p, z'_p> / s_p`` with ``z' = z - max z``, ``e = exp z'``, ``s = sum e``;
@@ -203,9 +206,10 @@ class Workspace:
         return _cat_dist(parts, (sum(int(p.entropy.shape[0]) for p in parts),), topk)
 
 
-def _check_topk(topk: int, vocab: int) -> None:
-    if not isinstance(topk, int) or isinstance(topk, bool) or topk < 0:
-        raise ValueError(f"`topk` must be an integer >= 0, got {topk!r}")
+def check_topk(topk: int, vocab: int, *, low: int = 0) -> None:
+    """``topk`` must be an integer in ``[low, vocab]`` (0 keeps no alternatives); ValueError otherwise."""
+    if not isinstance(topk, int) or isinstance(topk, bool) or topk < low:
+        raise ValueError(f"`topk` must be an integer >= {low}, got {topk!r}")
     if topk > vocab:
         raise ValueError(f"`topk` must be at most the vocabulary size {vocab}, got {topk}")
 
@@ -442,7 +446,9 @@ def _targets(targets: torch.Tensor | None, lead: tuple[int, ...], vocab: int) ->
     return t
 
 
-def _chunk(chunk_size: int | None, vocab: int, dtype: torch.dtype) -> int:
+def chunk_rows(chunk_size: int | None, vocab: int, dtype: torch.dtype) -> int:
+    """Rows per output-head chunk: ``chunk_size`` (an integer >= 1; ValueError otherwise), or by default
+    :func:`default_chunk_size` of the vocabulary and dtype."""
     if chunk_size is None:
         return default_chunk_size(vocab, dtype)
     if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
@@ -483,10 +489,10 @@ def dist_stats(
     """
     flat, lead = _flatten(logits, "logits")
     vocab = flat.shape[1]
-    _check_topk(topk, vocab)
+    check_topk(topk, vocab)
     t = _targets(targets, lead, vocab)
     cdt = compute_dtype(flat.dtype)
-    rows = min(_chunk(chunk_size, vocab, cdt), max(1, flat.shape[0]))
+    rows = min(chunk_rows(chunk_size, vocab, cdt), max(1, flat.shape[0]))
     ws = Workspace(rows, vocab, cdt, flat.device, sub_rows)
     parts = []
     for i in range(0, max(flat.shape[0], 1), rows):
@@ -517,10 +523,10 @@ def pair_stats(
         raise ValueError(f"`ref_logits` and `logits` must have the same shape, got {tuple(ref_logits.shape)} "
                          f"and {tuple(logits.shape)}")
     vocab = flat.shape[1]
-    _check_topk(topk, vocab)
+    check_topk(topk, vocab)
     t = _targets(targets, lead, vocab)
     cdt = compute_dtype(torch.promote_types(ref_flat.dtype, flat.dtype))
-    rows = min(_chunk(chunk_size, vocab, cdt), max(1, flat.shape[0]))
+    rows = min(chunk_rows(chunk_size, vocab, cdt), max(1, flat.shape[0]))
     ws = Workspace(rows, vocab, cdt, flat.device, sub_rows)
     parts: list[PairStats] = []
     for i in range(0, max(flat.shape[0], 1), rows):
@@ -707,8 +713,8 @@ class DriftSummary:
         def num(v: Any) -> Any:
             return float("nan") if v is None else v
 
-        kwargs = {k: num(data[k]) if not isinstance(data[k], list) else [num(x) for x in data[k]]
-                  for k in cls.__dataclass_fields__}
+        kwargs: dict[str, Any] = {k: num(data[k]) if not isinstance(data[k], list) else [num(x) for x in data[k]]
+                                  for k in cls.__dataclass_fields__}
         return cls(**kwargs)
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import plotly.graph_objects as go
 
+from aclarena.diagnostics.cl_metrics import METRIC_LABELS as CL_LABELS
 from aclarena.errors import AclarenaError
 from aclarena.figures import register_figure
 from aclarena.store.capability import CapabilityMatrix, chain_data, load_matrix, stage_chains
@@ -33,16 +34,22 @@ if TYPE_CHECKING:
 
 SCORES = {"mean": "greedy accuracy", "avg_k_mean": "avg@k (sampled)"}
 ROLE_DASH = {"id": "solid", "ood": "dash", "general": "dot", "other": "dashdot"}
-METRIC_LABELS = {
-    "average_accuracy": "Average accuracy (GEM ACC)",
-    "backward_transfer": "Backward transfer (GEM BWT)",
-    "forward_transfer": "Forward transfer (GEM FWT)",
-    "forgetting_max": "Forgetting: max earlier - final (Chaudhry et al.)",
-    "forgetting_first_last": "Forgetting: just-learned - final (first-minus-last)",
-    "retention_vs_oracle": "Retention: final / single-task oracle",
-    "average_incremental_accuracy": "Average incremental accuracy (iCaRL)",
-    "sample_forgetting": "Sample-wise forgetting (correct -> wrong)",
-    "sample_backward_transfer": "Sample-wise backward transfer (wrong -> correct)",
+# the figures say them in sentence case
+METRIC_LABELS = {k: v[0].upper() + v[1:] for k, v in CL_LABELS.items()}
+
+
+#: what each metric means and what a good value looks like (the Overview's tooltips; docs/cl-metrics.md)
+METRIC_TIPS = {
+    "average_accuracy": "Mean final score over the chain's tasks. Higher is better.",
+    "backward_transfer": "Mean change of each earlier task from just after learning it to the end. "
+                         "Negative = forgetting; 0 or above is good.",
+    "forward_transfer": "Score on a task just before it is trained, minus the base's. Above 0 = earlier stages helped.",
+    "forgetting_max": "Mean over earlier tasks of best earlier score minus final score. 0 is good.",
+    "forgetting_first_last": "Mean over earlier tasks of the score just after learning minus final. 0 is good.",
+    "retention_vs_oracle": "Final score / the single-task oracle's, averaged. 1 = nothing lost against the oracle.",
+    "average_incremental_accuracy": "Mean of the average accuracy after each stage. Higher is better.",
+    "sample_forgetting": "Share of items right after learning and wrong at the end. 0 is good.",
+    "sample_backward_transfer": "Share of items wrong after learning and right at the end. Higher is better.",
 }
 
 

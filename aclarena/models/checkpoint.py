@@ -161,27 +161,27 @@ def _check_header(path: Path, meta: Any) -> None:
         if name == "__metadata__":
             continue
         if not isinstance(v, dict):
-            raise bad(f"tensor {name} is a {type(v).__name__}, not an object")
+            raise bad(f"tensor {name!r} is a {type(v).__name__}, not an object")
         dtype, shape, offsets = v.get("dtype"), v.get("shape"), v.get("data_offsets")
         if not isinstance(dtype, str) or dtype not in ITEMSIZES:
-            raise bad(f"tensor {name} has dtype {dtype!r}; known: {', '.join(sorted(ITEMSIZES))}")
+            raise bad(f"tensor {name!r} has dtype {dtype!r}; known: {', '.join(sorted(ITEMSIZES))}")
         if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
-            raise bad(f"tensor {name} has shape {shape!r}, not a list of non-negative integers")
+            raise bad(f"tensor {name!r} has shape {shape!r}, not a list of non-negative integers")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)
                 and 0 <= offsets[0] <= offsets[1]):
-            raise bad(f"tensor {name} has data_offsets {offsets!r}, not [begin, end] with 0 <= begin <= end")
+            raise bad(f"tensor {name!r} has data_offsets {offsets!r}, not [begin, end] with 0 <= begin <= end")
         numel = 1
         for d in shape:
             numel *= d
         need = numel * ITEMSIZES[dtype]
         if offsets[1] - offsets[0] != need:
-            raise bad(f"tensor {name} of dtype {dtype} and shape {shape} needs {need} bytes but data_offsets "
+            raise bad(f"tensor {name!r} of dtype {dtype} and shape {shape} needs {need} bytes but data_offsets "
                       f"give {offsets[1] - offsets[0]}")
         spans.append((offsets[0], offsets[1], name))
     spans.sort()
     for (_, e0, a), (b1, _, b) in zip(spans, spans[1:], strict=False):
         if b1 < e0:
-            raise bad(f"tensors {a} and {b} overlap")
+            raise bad(f"tensors {a!r} and {b!r} overlap")
 
 
 def safetensors_files(folder: Path) -> list[Path]:
@@ -199,7 +199,7 @@ def safetensors_files(folder: Path) -> list[Path]:
         for tensor, shard in weight_map.items():
             if not isinstance(shard, str) or not shard or Path(shard).is_absolute() or ".." in Path(shard).parts \
                     or "\x00" in shard:
-                raise CheckpointError(f"{index} maps {tensor} to {shard!r}, not a shard file name in the folder; "
+                raise CheckpointError(f"{index} maps {tensor!r} to {shard!r}, not a shard file name in the folder; "
                                       "re-save the checkpoint")
         files = sorted({folder / f for f in weight_map.values()})
         missing = [f.name for f in files if not f.is_file()]
@@ -209,7 +209,7 @@ def safetensors_files(folder: Path) -> list[Path]:
             names = set(read_safetensors_header(f)) - {"__metadata__"}
             absent = [t for t, shard in weight_map.items() if folder / shard == f and t not in names]
             if absent:
-                raise CheckpointError(f"{index} puts {absent[0]} in {f.name}, which does not hold it; re-save the "
+                raise CheckpointError(f"{index} puts {absent[0]!r} in {f.name}, which does not hold it; re-save the "
                                       "checkpoint")
         return files
     single = [folder / n for n in SAFETENSORS_SINGLE if (folder / n).is_file()]
@@ -258,12 +258,12 @@ def tokenizer_fingerprint(folder: Path) -> str | None:
         p = folder / name
         if p.is_file():
             h.update(p.read_bytes())
-            merges = folder / "merges.txt"
-            if merges.is_file():
-                h.update(merges.read_bytes())
-            added = folder / "added_tokens.json"
-            if added.is_file():
-                h.update(added.read_bytes())
+            merges_file = folder / "merges.txt"
+            if merges_file.is_file():
+                h.update(merges_file.read_bytes())
+            added_file = folder / "added_tokens.json"
+            if added_file.is_file():
+                h.update(added_file.read_bytes())
             return h.hexdigest()[:12]
     return None
 
@@ -308,9 +308,10 @@ def has_chat_template(folder: Path) -> bool:
     cfg = folder / "tokenizer_config.json"
     if cfg.is_file():
         try:
-            return bool(json.loads(cfg.read_text()).get("chat_template"))
-        except (OSError, json.JSONDecodeError):
+            data = json.loads(cfg.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             return False
+        return isinstance(data, dict) and bool(data.get("chat_template"))
     return False
 
 

@@ -28,10 +28,12 @@ import numpy as np
 from aclarena import jsonl
 from aclarena.errors import AclarenaError, unknown_name
 from aclarena.store import Json, Ragged, ResultsStore
-from aclarena.store.token_keys import PROBES, probe_key
+from aclarena.store.token_keys import PROBES, probe_key, tokens_key
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+    from aclarena.store import StoreReader
 
 PROBE_RESULT_TYPE = "probe-set"
 PROBE_RESULT_VERSION = "0.1.0"
@@ -159,9 +161,26 @@ def list_probe_sets(store: ResultsStore) -> list[str]:
 
 def write_probe_set(store: ResultsStore, probe: ProbeSet, *, overwrite: bool = False,
                     manifest_text: str | None = None) -> None:
+    """Store a probe set; replacing one drops its token results in the same atomic step (scores of
+    other sequences must never sit beside the new ones, not even after a kill)."""
     data, attrs = probe.to_store()
-    store.write(probe_key(probe.name), data, result_type=PROBE_RESULT_TYPE, result_version=PROBE_RESULT_VERSION,
-                attrs=attrs, overwrite=overwrite, manifest_text=manifest_text)
+    store.write_many([(probe_key(probe.name), data, PROBE_RESULT_TYPE, PROBE_RESULT_VERSION, attrs)],
+                     overwrite=overwrite, manifest_text=manifest_text,
+                     drop=[tokens_key(probe.name)] if overwrite else [])
+
+
+def require_probe_digest(name: str, digest: str) -> Callable[[StoreReader], None]:
+    """A store-write precondition: the probe set ``name`` is still the one (``digest``) the results
+    were computed on (``probe --force`` may have replaced it while ``tokens`` ran)."""
+
+    def check(reader: StoreReader) -> None:
+        key = probe_key(name)
+        now = reader.attrs(key).get("digest") if reader.has(key) else None
+        if now != digest:
+            raise AclarenaError(f"probe set {name!r} was replaced while these scores were computed (by probe "
+                                "--force?); nothing was written: rerun tokens")
+
+    return check
 
 
 def read_probe_set(store: ResultsStore, name: str, *, with_text: bool = True) -> ProbeSet:

@@ -21,12 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -270,7 +270,7 @@ def load_matrix(reader: StoreReader | None, manifest: Manifest | None = None, *,
 
 
 @contextmanager
-def open_matrix(run_dir: str | Path, manifest: Manifest | None = None, *,
+def open_matrix(run_dir: str | os.PathLike[str], manifest: Manifest | None = None, *,
                 settings: str | None = None) -> Iterator[tuple[StoreReader, CapabilityMatrix]]:
     """The open store of ``run_dir`` and its capability matrix, or a one-line error saying to run
     ``eval`` first (no results.h5, or no cells in it)."""

@@ -20,12 +20,11 @@ Format (docs/manifest.md)::
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -150,14 +149,17 @@ class Manifest:
     def descendants(self, name: str) -> list[str]:
         """Every checkpoint that has ``name`` among its ancestors, in manifest order."""
         self.resolve(name)
+        kids: dict[str, list[str]] = {}
+        for s in self:
+            if s.parent is not None:
+                kids.setdefault(s.parent, []).append(s.name)
         below: set[str] = set()
-        frontier = [name]
-        while frontier:  # breadth first over children: linear in the number of checkpoints
-            kids = [s.name for s in self if s.parent in frontier and s.name not in below]
-            below.update(kids)
-            frontier = kids
-            if len(below) >= len(self.checkpoints):
-                break
+        stack = [name]
+        while stack:  # each checkpoint visited once: linear in the number of checkpoints
+            for k in kids.get(stack.pop(), []):
+                if k not in below:
+                    below.add(k)
+                    stack.append(k)
         return [s.name for s in self if s.name in below]
 
     def children(self, name: str) -> list[str]:
@@ -337,10 +339,6 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def with_spec(spec: CheckpointSpec, **changes: Any) -> CheckpointSpec:
-    return replace(spec, **changes)
 
 
 def _toml_key(key: str) -> str:

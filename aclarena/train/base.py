@@ -5,13 +5,16 @@
   (that is the only download aclarena ever causes); its tokenizer must carry a chat template
   (``[base] chat_template = "file.jinja"`` supplies one). SFT phases with assistant-only loss need
   ``{% generation %}`` markers: trl adds them itself for the templates it knows (Qwen3 among them).
-* **The mini arena** builds one: a byte-level BPE of ``vocab_size`` tokens trained on the arena's
-  text (:func:`aclarena.envs.data.tokenizer_corpus`), a small Qwen3 (a few million parameters,
-  ``max_positions`` >= 1,024 so that e-commerce conversations fit), pretrained briefly on the
-  world's passages, generic chat about the world and multiple-choice practice
-  (:func:`aclarena.train.data.pretraining_records`): it knows the world and the chat format,
-  and none of the task formats, as a base model does. The ``tiny`` preset is the same at toy
-  size (hidden 64, 2 layers) for tests.
+* **The mini arena** starts from the base shipped inside the package
+  (:mod:`aclarena.models.shipped`, ``aclarena/models/mini_base/``): :func:`copy_shipped_base`
+  checks its fingerprint and copies it into the run. With ``rebuild = true`` (and for the ``tiny``
+  preset) :func:`build_mini_base` builds one instead: a byte-level BPE of ``vocab_size`` tokens
+  trained on the arena's text (:func:`aclarena.envs.data.tokenizer_corpus`), a small Qwen3 (a few
+  million parameters, ``max_positions`` >= 1,024 so that e-commerce conversations fit), pretrained
+  on what a base model knows (:func:`aclarena.train.data.pretraining_records`: the world's
+  passages, chat, multiple-choice practice, copying, generic tool chains, short instructions,
+  arithmetic) and none of the task formats. The ``tiny`` preset is the same at toy size (hidden
+  64, 2 layers) for tests.
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ def copy_shipped_base(out_dir: str | os.PathLike[str], *, fingerprint: str | Non
     from aclarena.models.shipped import SHIP_FILES, recorded, shipped_base
     from aclarena.train.phases import LOG_FILE, MARKER, _write_json_atomic, check_writable
 
+    t0 = time.monotonic()
     done = finished(out_dir, fingerprint)
     if done is not None:
         return done
@@ -103,8 +107,10 @@ def copy_shipped_base(out_dir: str | os.PathLike[str], *, fingerprint: str | Non
             shutil.copyfile(src / name, tmp / name)
     os.replace(tmp, out)
     logs = json.loads((out / LOG_FILE).read_text(encoding="utf-8")) if (out / LOG_FILE).is_file() else []
-    meta = {**rec.get("meta", {}), "name": "base", "shipped": rec["fingerprint"]}
-    steps, time_s = int(rec.get("steps") or 0), float(rec.get("time_s") or 0.0)
+    # time_s is this run's (the copy); the pretraining's own time stays in the meta
+    meta = {**rec.get("meta", {}), "name": "base", "shipped": rec["fingerprint"],
+            "pretraining_time_s": rec.get("time_s")}
+    steps, time_s = int(rec.get("steps") or 0), round(time.monotonic() - t0, 3)
     _write_json_atomic(out / MARKER, {"fingerprint": fingerprint, "steps": steps, "time_s": time_s,
                                       "resumed_from_step": None, "finished_at": time.time(), "meta": meta})
     return PhaseResult(folder=out, steps=steps, time_s=time_s, log_history=logs, meta=meta)

@@ -64,8 +64,11 @@ PREDICTORS = (
     ("flip rate at high-entropy positions", "flip_high"),
     ("whole-sequence KL", "kl_all"),
     ("forward KL to the stage start", "fkl"),
+    ("forward KL on the new task's prompts (RL's Razor)", "razor_fkl"),
     ("training loss", "loss"),
 )
+#: the Razor row reads ``fkl`` of the stage's own probe set (``razor-<stage>``) with the ``fkl`` rule
+RAZOR_METRIC = "razor_fkl"
 #: The plain loss has no drift rule of its own: a departure from its trend either way.
 LOSS_RULE = MetricRule(trend=TrendRule(alpha=0.3, z=3.0, warmup=2, min_std=0.01, rel_std=0.05, direction="both"))
 BENCH_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "suite": "S32", "n": "i4", "correct": "i4",
@@ -231,7 +234,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
         _run_job,
         plan,
     )
-    from aclarena.train.monitor import PROBE_PREFIX, domain_probe
+    from aclarena.train.monitor import PROBE_PREFIX, RAZOR_PREFIX, domain_probe
     from aclarena.train.naming import phase_names
     from aclarena.train.phases import finished, quiet
 
@@ -265,6 +268,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     tests = planned_tests([_phase_steps(jobs[n]) for n in names], settings.eval_every)
     check_items(settings.n, settings.alpha, tests)
     identity = {"settings": dataclasses.asdict(settings), "every_n_steps": every, "drop_test": "mcnemar-holm",
+                "razor": True,
                 "rules": {k: v.to_dict() for k, v in rules.items()}, "probe_n": probe_n, "probe_tokens": probe_tokens,
                 "phases": [jobs[n].fingerprint for n in names], "version": LEAD_VERSION}
     fp = _fingerprint(identity)
@@ -283,12 +287,16 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     shutil.rmtree(scratch, ignore_errors=True)
     folders = {n: str(run / CHECKPOINTS / n) for n in needed}
     start = _location(run, f"{CHECKPOINTS}/{first.parent}")
+    # RL's Razor as the paper defines it: the stage start's generations on the trained stage's own prompts
+    assert first.parent is not None  # a stage after the first starts from a checkpoint of the plan
+    razor = domain_probe(run, first.parent, start, settings.stage, name=f"{RAZOR_PREFIX}{settings.stage}", n=probe_n,
+                         max_new_tokens=probe_tokens, split="train")
     chat_template = _read_template(cfg)
     offsets: dict[str, int] = {}
     steps_total = 0
     monitors: list[DriftMonitorCallback] = []
     gts: list[GroundTruthCallback] = []
-    from aclarena.cli._common import progress
+    from aclarena.progress import progress
 
     try:
         with progress(show_progress) as bar:
@@ -298,8 +306,9 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
                 label = f"lead-time/{name}"
                 ms = MonitorStore(run)
                 monitor = DriftMonitorCallback(
-                    [probes[d] for d, _ in earlier], store=ms, label=label,
-                    references={probes[d].name: str(run / CHECKPOINTS / c) for d, c in earlier},
+                    [probes[d] for d, _ in earlier] + [razor], store=ms, label=label,
+                    references={probes[d].name: str(run / CHECKPOINTS / c) for d, c in earlier}
+                    | {razor.name: start},
                     stage_start=start, every_n_steps=every, rules=rules, high=mon.high if mon else "q=0.06")
                 gt = GroundTruthCallback(list(suites), store=ms, label=label, every_n_steps=settings.eval_every,
                                          n=settings.n, seed=settings.seed, monitor=monitor)
@@ -315,7 +324,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     result = lead_time_table(run, [f"lead-time/{n}" for n in names], offsets=[offsets[n] for n in names],
-                             suites=suites, rules=rules, alpha=settings.alpha)
+                             suites=suites, rules=rules, alpha=settings.alpha, razor_probe=razor.name)
     result.update({"stage": settings.stage, "phases": names, "steps": steps_total, "settings": dataclasses.asdict(settings)
                    | {"every_n_steps": every}, "time_s": time.monotonic() - t_start,
                    "cost": {"monitor_setup_s": sum(m.setup_seconds for m in monitors),
@@ -345,10 +354,13 @@ def _rule_text(rule: MetricRule) -> str:
 
 
 def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, offsets: Sequence[int],
-                    suites: Mapping[str, str], rules: Mapping[str, MetricRule], alpha: float = 0.05) -> dict[str, Any]:
+                    suites: Mapping[str, str], rules: Mapping[str, MetricRule], alpha: float = 0.05,
+                    razor_probe: str | None = None) -> dict[str, Any]:
     """The lead-time table from the monitor and ground-truth series of ``labels`` (phases laid end
     to end with ``offsets``); ``suites`` maps each ground-truth suite to its domain (probe
-    ``monitor-<domain>``). Returns ``{"table", "ground_truth", "series"}`` (plain data)."""
+    ``monitor-<domain>``); ``razor_probe`` is the stage's own probe set, whose ``fkl`` is the
+    RL's Razor row of every domain (no row without it). Returns ``{"table", "ground_truth",
+    "series", "drop_test"}`` (plain data)."""
     from aclarena.store.monitor_series import load_monitor
     from aclarena.store.series import read_series
     from aclarena.train.monitor import PROBE_PREFIX
@@ -378,6 +390,12 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
     loss_steps = sorted(loss)
     loss_alerts = detect(loss_steps, "train", {"loss": [loss[s] for s in loss_steps]}, {"loss": LOSS_RULE})
     loss_warn = loss_alerts[0].step if loss_alerts else None
+    fkl_rule = rules.get("fkl") or default_rules().get("fkl") or MetricRule()
+    razor_rows = probe_rows.get(razor_probe, {}) if razor_probe is not None else {}
+    razor_steps = sorted(razor_rows)
+    razor_alerts = detect(razor_steps, razor_probe or "", {"fkl": [razor_rows[s].get("fkl", math.nan) for s in razor_steps]},
+                          {"fkl": fkl_rule}) if razor_rows and fkl_rule.active else []
+    razor_warn = razor_alerts[0].step if razor_alerts else None
     for suite, domain in suites.items():
         pts_by_step = bench.get(suite, {})
         steps = sorted(pts_by_step)
@@ -394,10 +412,14 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
         psteps = sorted(rows)
         series[domain] = {"step": [float(s) for s in psteps],
                           **{m: [rows[s].get(m, math.nan) for s in psteps] for m, _ in ((m, 0) for _, m in PREDICTORS)
-                             if m != "loss"}}
+                             if m not in ("loss", RAZOR_METRIC)}}
         for predictor, metric in PREDICTORS:
+            if metric == RAZOR_METRIC and razor_probe is None:
+                continue
             if metric == "loss":
                 warn, rule = loss_warn, LOSS_RULE
+            elif metric == RAZOR_METRIC:
+                warn, rule = razor_warn, fkl_rule
             else:
                 rule = rules.get(metric) or default_rules().get(metric) or MetricRule()
                 alerts = detect(psteps, probe, {metric: [rows[s].get(metric, math.nan) for s in psteps]},
@@ -406,18 +428,7 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
             table.append({"domain": domain, "predictor": predictor, "metric": metric, "rule": _rule_text(rule),
                           "warn_step": warn, "drop_step": drop_step, "lead": lead_time(drop_step, warn)})
     series["train"] = {"step": [float(s) for s in loss_steps], "loss": [loss[s] for s in loss_steps]}
+    if razor_probe is not None:
+        series["razor"] = {"step": [float(s) for s in razor_steps], "fkl": [razor_rows[s].get("fkl", math.nan)
+                                                                           for s in razor_steps]}
     return {"table": table, "ground_truth": ground, "series": series, "drop_test": test}
-
-
-def read_lead_time(run_dir: str | os.PathLike[str], stage: str | None = None) -> dict[str, Any] | None:
-    """The stored lead-time result of ``stage`` (the first stored one when None), or None."""
-    from aclarena.store import ResultsStore
-
-    store = ResultsStore(run_dir)
-    if not store.exists() or not store.has(LEAD_KEY):
-        return None
-    stages = store.keys(LEAD_KEY)
-    pick = stage if stage is not None else (stages[0] if stages else None)
-    if pick is None or pick not in stages:
-        return None
-    return store.read(f"{LEAD_KEY}/{pick}/result")

@@ -263,7 +263,7 @@ def make_args(kind: str, output_dir: Path, seed: int, overrides: Mapping[str, An
     defaults < ``extra`` (the runner's) < ``overrides`` (the user's)."""
     from trl import DistillationConfig, GRPOConfig, SFTConfig
 
-    from aclarena.train.config import check_trl
+    from aclarena.train.trl_fields import check_trl
 
     try:
         check_trl(kind, overrides)

@@ -104,7 +104,7 @@ class ArenaRollout:
         if eot is None:
             raise RuntimeError("the chat template ends an assistant turn with no token of its own (rendered after "
                                f"the content: {eot_text!r}); multi-turn rollouts need one, e.g. <|im_end|> or <|eot_id|>")
-        eot_token = tokenizer.decode([eot], skip_special_tokens=False)
+        eot_token = str(tokenizer.decode([eot], skip_special_tokens=False))
         after_eot = eot_text[len(eot_token):]
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
         device = next(model.parameters()).device

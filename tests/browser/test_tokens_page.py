@@ -191,3 +191,45 @@ def test_export_tokens_figures_and_report(token_run, tmp_path, page, console_err
     text = page.inner_text("body")
     assert "Where drift concentrates" in text and "Entropy vs drift" in text
     assert console_errors == []
+
+
+def test_tokens_page_state_in_url(token_run, serve, page, console_errors):
+    """The view (sequence, checkpoints, colour, ranking, pinned token) survives a reload from its URL."""
+    url = serve(token_run)
+    page.set_viewport_size({"width": 1400, "height": 1100})
+    page.goto(url + "/tokens")
+    wait_for_dash(page)
+    page.wait_for_selector("#tokens-text span.tok[title]")
+    page.click("#tokens-sequence")
+    page.get_by_role("option").nth(3).click()
+    page.wait_for_function("() => document.querySelector('#tokens-text').dataset.seq === '3'")
+    choose(page, "tokens-checkpoint", "seq-search")
+    choose(page, "tokens-checkpoint-b", "seq-ecom")
+    page.get_by_label("reference entropy").check()
+    page.get_by_label("positions (top 200)").check()
+    page.wait_for_selector("#tokens-text-b span.tok[title]")
+    wait_for_dash(page)
+    tok = page.locator("#tokens-text span.tok[title]").nth(4)
+    pos = int(tok.get_attribute("data-i"))
+    tok.click()
+    wait_pinned(page, pos)
+    page.wait_for_function(f"() => window.location.search.includes('pin=3%3A{pos}')")
+    shared = page.url
+    assert "seq=3" in shared and "checkpoint=seq-search" in shared and "b=seq-ecom" in shared
+    assert "color=entropy" in shared and "rank=positions" in shared
+    title = page.inner_text("#tokens-detail-title")
+
+    fresh = page.context.new_page()
+    fresh.set_viewport_size({"width": 1400, "height": 1100})
+    fresh.goto(shared)
+    wait_for_dash(fresh)
+    fresh.wait_for_selector("#tokens-text-b span.tok[title]")
+    fresh.wait_for_selector(f"#tokens-text span.tok.pinned[data-i='{pos}']")
+    wait_for_dash(fresh)
+    assert fresh.inner_text("#tokens-sequence").startswith("#3 ")
+    assert fresh.inner_text("#tokens-checkpoint") == "seq-search" and fresh.inner_text("#tokens-title-b").startswith("seq-ecom")
+    assert fresh.is_checked("input[value=entropy]") and fresh.is_checked("input[value=positions]")
+    assert fresh.inner_text("#tokens-detail-title") == title
+    assert fresh.url == shared
+    fresh.close()
+    assert console_errors == []

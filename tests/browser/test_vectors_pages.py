@@ -104,6 +104,12 @@ def test_pages_at_40_checkpoints(long_run, serve, page, console_errors):
     wait_for_dash(page)
     assert any(t.endswith("- base") and t.startswith("s39") for t in _yticks(page, "vectors-heatmap"))
     assert page.locator("#vectors-heatmap .nsewdrag").first.bounding_box()["height"] > height
+    # the filter is in the URL: a reload keeps it
+    page.wait_for_function("() => window.location.search.includes('cumulative')")
+    page.reload()
+    wait_for_dash(page)
+    page.wait_for_selector("#vectors-heatmap .main-svg")
+    assert page.is_checked("input[value=cumulative]") and len(_yticks(page, "vectors-heatmap")) > 48
 
     page.goto(url + "/displacement")
     wait_for_dash(page)

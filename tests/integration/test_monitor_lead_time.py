@@ -12,7 +12,7 @@ from train_helpers import REPO, cli_env, run_train, small_config
 
 pytestmark = pytest.mark.slow
 
-PREDICTORS = ["kl_high", "flip_high", "kl_all", "fkl", "loss"]
+PREDICTORS = ["kl_high", "flip_high", "kl_all", "fkl", "razor_fkl", "loss"]
 
 
 def cli(run: Path, *argv: str) -> subprocess.CompletedProcess:

@@ -126,9 +126,10 @@ def test_llama3_multi_turn_rollout_is_the_rendered_conversation(llama3, domain):
 
 
 def test_grpo_step_on_a_tool_domain_with_a_llama3_template(llama3, tmp_path):
+    from safetensors.torch import load_file
+
     from aclarena.train.data import arena_rl_data
     from aclarena.train.phases import run_rl
-    from safetensors.torch import load_file
 
     model, tok, _ = llama3
     start = save_checkpoint(model, tok, tmp_path / "start")

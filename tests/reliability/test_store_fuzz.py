@@ -5,6 +5,7 @@ with one line; nothing else. Plus NUL characters in stored text (escaped, read b
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -97,10 +98,9 @@ def _mutate(path: Path, ops: list) -> None:
                 value = BAD_DATA[arg]
                 ds = f.create_dataset(name, data=value, dtype=h5py.string_dtype() if isinstance(value, str) else None)
                 for k, v in attrs.items():
-                    try:
+                    # an earlier mutation's undecodable bytes
+                    with contextlib.suppress(UnicodeError, TypeError, ValueError):
                         ds.attrs[k] = v
-                    except (UnicodeError, TypeError, ValueError):  # an earlier mutation's undecodable bytes
-                        pass
             else:
                 key, val = arg
                 obj.attrs[ATTR_NAMES[key]] = BAD_ATTRS[val]
@@ -199,3 +199,51 @@ def test_text_with_nul_characters_is_stored_escaped_and_read_back_exactly(tmp_pa
         assert r.read("misc/one") == "nul\x00here"
         assert r.read("misc/table").columns["t"] == ["\x00", "ok"]
         assert r.attrs(key)["error"] == "x\u2400y"  # attributes (one-line notes): shown as the NUL symbol
+
+
+def test_a_symlinked_store_is_written_through_and_stays_a_link(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    ResultsStore(elsewhere).write("a", {"x": np.arange(3)}, result_type="t")
+    (run / "results.h5").symlink_to(elsewhere / "results.h5")
+    store = ResultsStore(run)
+    store.write("b", {"y": np.arange(4)}, result_type="t")
+    assert (run / "results.h5").is_symlink()
+    assert list(ResultsStore(elsewhere).read("b/y")) == [0, 1, 2, 3]  # the target holds the new result
+    store.delete("a")
+    assert (run / "results.h5").is_symlink() and not ResultsStore(elsewhere).has("a")
+    assert not [p for p in elsewhere.iterdir() if p.suffix == ".tmp"]  # no temporary file left there
+    assert sorted(p.name for p in run.iterdir()) == ["results.h5", "results.h5.lock"]
+
+
+def test_a_dangling_symlinked_store_is_refused_and_left_alone(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.h5").symlink_to(tmp_path / "gone" / "results.h5")
+    store = ResultsStore(run)
+    with pytest.raises(AclarenaError, match="symbolic link to .* which does not exist"):
+        store.write("b", {"y": np.arange(4)}, result_type="t")
+    with pytest.raises(AclarenaError, match="does not exist"), store.reader():
+        pass
+    assert (run / "results.h5").is_symlink() and not (tmp_path / "gone").exists()
+
+
+@pytest.mark.parametrize("damage, needle", [("newer", "newer aclarena"), ("version", "not MAJOR.MINOR.PATCH"),
+                                            ("column", "damaged")])
+def test_monitor_series_of_a_newer_version_or_a_missing_column(tmp_path, damage, needle):
+    from aclarena.store.series import SERIES_NAME, SeriesWriter, read_series
+
+    with SeriesWriter(tmp_path, {"monitor/a/train": {"step": "i8", "kl": "f8"}}) as w:
+        w.append("monitor/a/train", [{"step": i, "kl": 1.0} for i in range(3)])
+    with h5py.File(tmp_path / SERIES_NAME, "r+") as f:
+        g = f["series/monitor/a/train"]
+        if damage == "newer":
+            g.attrs["encoding-version"] = "1.0.0"
+        elif damage == "version":
+            g.attrs["encoding-version"] = "one"
+        else:
+            g.attrs["column-order"] = "step,kl,gone"
+    with read_series(tmp_path) as r, pytest.raises(AclarenaError, match=needle):
+        r.read("monitor/a/train")

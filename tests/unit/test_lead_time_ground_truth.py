@@ -3,7 +3,8 @@
 Two phases laid end to end (6 + 4 steps), 16 fixed math items evaluated every 2 steps. A noise dip
 at step 4 (5 items lost, p = 1/32) is "significant" uncorrected; the forced drop starts at step 8
 (10 items lost). The forward KL to the stage start crosses its 0.05 threshold at step 5, so the
-measured lead is 8 - 5 = 3 steps.
+measured lead is 8 - 5 = 3 steps. RL's Razor's own predictor, the forward KL on the trained
+stage's prompts (probe ``razor-ecom``), crosses at step 3: a lead of 5.
 """
 
 from __future__ import annotations
@@ -32,11 +33,16 @@ def fkl(step: int) -> float:
     return 0.0 if step < 5 else 0.02 * step  # 0.10 at step 5: above the 0.05 threshold
 
 
+def razor_fkl(step: int) -> float:
+    return 0.0 if step < 3 else 0.03 * step  # the new task's prompts move first: 0.09 at step 3
+
+
 def write_series(run) -> None:
     store = MonitorStore(run)
     for label in LABELS:
         store.declare(f"monitor/{label}/bench", BENCH_COLUMNS)
-        store.declare(f"monitor/{label}/probes/monitor-math", probe_columns())
+        store.declare(f"monitor/{label}/probes/monitor-math", probe_columns(METRICS))
+        store.declare(f"monitor/{label}/probes/razor-ecom", probe_columns(METRICS))
         store.declare(f"monitor/{label}/train", TRAIN_COLUMNS)
     assert store.acquire()
     offset = 0
@@ -46,6 +52,7 @@ def write_series(run) -> None:
             row = {"session": 0, "step": local, "time": float(g)} | {m: 0.1 for m in METRICS}
             row["fkl"] = fkl(g)
             store.append(f"monitor/{label}/probes/monitor-math", row)
+            store.append(f"monitor/{label}/probes/razor-ecom", row | {"fkl": razor_fkl(g)})
             store.append(f"monitor/{label}/train", {"session": 0, "step": local, "time": float(g), "loss": 1.0})
             if local % 2 == 0 or local == steps:
                 ok = outcomes(g)
@@ -59,7 +66,8 @@ def write_series(run) -> None:
 
 def test_forced_drop_gives_a_corrected_drop_step_and_a_lead_time(tmp_path):
     write_series(tmp_path)
-    res = lead_time_table(tmp_path, LABELS, offsets=[0, 6], suites={"math/id": "math"}, rules=default_rules())
+    res = lead_time_table(tmp_path, LABELS, offsets=[0, 6], suites={"math/id": "math"}, rules=default_rules(),
+                          razor_probe="razor-ecom")
     pts = {p["step"]: p for p in res["ground_truth"]["math"]}
     assert sorted(pts) == [0, 2, 4, 6, 8, 10]
     # uncorrected the dip at step 4 would be the drop (p = 1/32 < 0.05); over 5 evaluations Holm needs more
@@ -69,6 +77,13 @@ def test_forced_drop_gives_a_corrected_drop_step_and_a_lead_time(tmp_path):
     assert {r["drop_step"] for r in res["table"]} == {8}
     assert rows["fkl"]["warn_step"] == 5 and rows["fkl"]["lead"] == 3
     assert rows["kl_high"]["warn_step"] is None and rows["kl_high"]["lead"] is None  # flat: never warned
+    razor = rows["razor_fkl"]
+    assert razor["predictor"] == "forward KL on the new task's prompts (RL's Razor)"
+    assert razor["warn_step"] == 3 and razor["lead"] == 5 and razor["rule"] == rows["fkl"]["rule"]
+    assert res["series"]["razor"]["fkl"][3] == pytest.approx(0.09)
+    # without the stage's own probe there is no Razor row (the earlier-task fkl is the adaptation)
+    plain = lead_time_table(tmp_path, LABELS, offsets=[0, 6], suites={"math/id": "math"}, rules=default_rules())
+    assert "razor_fkl" not in {r["metric"] for r in plain["table"]}
     assert res["drop_test"]["domains"]["math"] == {"tests": 5, "solved_at_start": 14, "reachable": True}
 
 

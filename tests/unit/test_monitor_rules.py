@@ -280,9 +280,12 @@ min_std = { fkl = 0.01 }
     assert "fkl_high" not in m.rules  # its only rule was turned off
     assert m.rules.get("kl_all") is None or m.rules["kl_all"].trend is None
     assert parse_config(CONFIG).monitor is None
+    assert m.razor  # RL's Razor's own probe (the trained stage's prompts) is on by default
+    assert parse_config(CONFIG + "\n[monitor]\nrazor = false\n").monitor.razor is False
 
 
 @pytest.mark.parametrize("section, line, match", [
+    ("[monitor]\nrazor = \"yes\"\n", 17, "`razor` must be true or false"),
     ("[monitor]\nevery_n_step = 3\n", 17, "did you mean 'every_n_steps'"),
     ("[monitor]\non_warning = \"halt\"\n", 17, "on_warning"),
     ("[monitor]\nstages = [\"ecom\"]\n", 17, "not a stage domain"),

@@ -42,26 +42,32 @@ def figures(run_dir: Path, view: str, kinds: list[str] | None = None,
     return sft_rl_figure(s, view, keep), layer_profile_figure(s, view, keep), sparsity_figure(s, view, keep)
 
 
-def layout(**_query: Any) -> html.Div:
+def layout(**query: Any) -> html.Div:
+    from aclarena.dashboard.urlstate import query_list, query_value
+
     run_dir = current_run()
-    s = summary(run_dir)
+    view = query_value(query, "view", ["all", "no-embeddings"], "all")
+    kinds = query_list(query, "show", ALL_KINDS, ALL_KINDS)
+    phases = query_list(query, "phase", ALL_PHASES, ALL_PHASES)
+    s = summary(run_dir, view)
     if s is None:
         return html.Div([html.H2("Displacement"),
                          html.P("No displacement yet: run `aclarena-diag displacement --run DIR`.", className="note",
                                 id="displacement-empty")])
-    bars, profile, sparsity = figures(run_dir, "all")
+    bars, profile, sparsity = figures(run_dir, view, kinds, phases)
     return html.Div([
         html.H2("Displacement"),
         html.P("‖Δθ‖₂ of each update (θ − θ_parent) and its fraction of ‖θ_parent‖₂. Study: SFT moves parameters "
                "3–7× more than RL. Sparsity is the fraction of entries that moved by at most the tolerance; dotted "
                "curves round both weights to bf16 first, which hides small updates.", className="note"),
         html.Div([html.Div([html.Label("weights"),
-                            dcc.RadioItems(id="displacement-view", options=VIEW_OPTIONS, value="all", inline=True)]),
+                            dcc.RadioItems(id="displacement-view", options=VIEW_OPTIONS, value=view, inline=True)]),
                   html.Div([html.Label("show"), dcc.Checklist(id="displacement-kinds", options=KIND_OPTIONS,
-                                                              value=ALL_KINDS, inline=True)]),
+                                                              value=kinds, inline=True)]),
                   html.Div([html.Label("phase"), dcc.Checklist(id="displacement-phases", options=PHASE_OPTIONS,
-                                                               value=ALL_PHASES, inline=True)])],
+                                                               value=phases, inline=True)])],
                  className="controls"),
+        dcc.Store(id="displacement-url"),
         dcc.Graph(id="displacement-sft-rl", figure=bars),
         dcc.Graph(id="displacement-layers", figure=profile),
         dcc.Graph(id="displacement-sparsity", figure=sparsity),
@@ -69,6 +75,12 @@ def layout(**_query: Any) -> html.Div:
 
 
 def register_callbacks(app: Dash, run_dir: Path) -> None:
+    from aclarena.dashboard.urlstate import keep_in_url
+
+    keep_in_url(app, "displacement-url", {"view": ("displacement-view", "value"),
+                                          "show": ("displacement-kinds", "value"),
+                                          "phase": ("displacement-phases", "value")})
+
     @app.callback(
         Output("displacement-sft-rl", "figure"), Output("displacement-layers", "figure"),
         Output("displacement-sparsity", "figure"), Input("displacement-view", "value"),

@@ -99,18 +99,26 @@ def _items_panel(c: dict[str, Any] | None) -> Any:
 
 
 def _metrics_table(rows: list[dict[str, Any]]) -> html.Table:
+    from aclarena.figures.overview import METRIC_TIPS
+
     return html.Table(
-        [html.Tr([html.Th("metric"), html.Th("value")])]
-        + [html.Tr([html.Td(r["metric"]), html.Td("-" if r["value"] is None else f"{r['value']:.3f}")],
+        [html.Tr([html.Th("metric", title="Hover a metric for what it means and what a good value is."),
+                  html.Th("value")])]
+        + [html.Tr([html.Td(r["metric"], title=METRIC_TIPS.get(r["key"])),
+                    html.Td("-" if r["value"] is None else f"{r['value']:.3f}")],
                    id=f"overview-metric-{r['key']}") for r in rows],
-        className="simple",
+        className="simple", id="overview-metrics-table",
     )
 
 
-def layout(**_query: Any) -> html.Div:
+def layout(**query: Any) -> html.Div:
+    from aclarena.dashboard.urlstate import query_value
+
     run_dir = current_run()
     options = _chain_options(run_dir)
-    first = overview_content(run_dir, "mean", options[0]["value"] if options else None)
+    score = query_value(query, "score", ["mean", "avg_k_mean"], "mean")
+    chain = query_value(query, "chain", [o["value"] for o in options], options[0]["value"] if options else None)
+    first = overview_content(run_dir, score, chain)
     if first["empty"]:
         return html.Div([
             html.H2("Overview"),
@@ -121,12 +129,12 @@ def layout(**_query: Any) -> html.Div:
         html.H2("Overview"),
         html.Div([
             html.Div([html.Label("score"), dcc.RadioItems(
-                id="overview-score", value="mean", inline=True,
+                id="overview-score", value=score, inline=True,
                 options=[{"label": " greedy ", "value": "mean"}, {"label": " avg@k ", "value": "avg_k_mean"}])]),
             html.Div([html.Label("chain"), dcc.Dropdown(
-                id="overview-chain", options=options, value=options[0]["value"] if options else None,
-                clearable=False)]),
+                id="overview-chain", options=options, value=chain, clearable=False)]),
         ], className="controls"),
+        dcc.Store(id="overview-url"),
         dcc.Graph(id="overview-matrix", figure=first["matrix"]),
         html.Div(_items_panel(None), id="overview-items", className="token-detail"),
         dcc.Graph(id="overview-chain-scores", figure=first["chain"] or {}),
@@ -138,6 +146,10 @@ def layout(**_query: Any) -> html.Div:
 
 
 def register_callbacks(app: Dash, run_dir: Path) -> None:
+    from aclarena.dashboard.urlstate import keep_in_url
+
+    keep_in_url(app, "overview-url", {"score": ("overview-score", "value"), "chain": ("overview-chain", "value")})
+
     @app.callback(
         Output("overview-matrix", "figure"),
         Output("overview-chain-scores", "figure"),

@@ -93,8 +93,13 @@ def layout(**query: Any) -> html.Div:
             html.P("No token scores in this run yet: run `aclarena-diag tokens --ref NAME --run DIR`.",
                    className="note", id="tokens-empty"),
         ])
-    probe = query.get("probe") if query.get("probe") in probes else probes[0]
+    from aclarena.dashboard.urlstate import query_int, query_pin, query_value
+
+    probe = query_value(query, "probe", probes, probes[0])
+    initial = {"probe": probe, "seq": query_int(query, "seq"), "checkpoint": query_value(query, "checkpoint"),
+               "b": query_value(query, "b")}
     return html.Div([
+        dcc.Store(id="tokens-query", data=initial), dcc.Store(id="tokens-url"),
         html.H2("Tokens: where later checkpoints drift on a frozen generation"),
         html.Div([
             html.Div([html.Label("probe set"),
@@ -105,7 +110,8 @@ def layout(**query: Any) -> html.Div:
             html.Div([html.Label("side by side with"),
                       dcc.Dropdown(id="tokens-checkpoint-b", placeholder="(none)", clearable=True)]),
             html.Div([html.Label("colour by"),
-                      dcc.RadioItems(id="tokens-color", value="drift", inline=True,
+                      dcc.RadioItems(id="tokens-color", value=query_value(query, "color", ["drift", "entropy"], "drift"),
+                                     inline=True,
                                      options=[{"label": " drift (KL) ", "value": "drift"},
                                               {"label": " reference entropy", "value": "entropy"}])]),
         ], className="controls"),
@@ -118,16 +124,17 @@ def layout(**query: Any) -> html.Div:
         ], className="token-panels"),
         html.Div(html.P("Click a token to pin its details here.", className="note"), id="tokens-detail",
                  className="token-detail"),
-        dcc.Store(id="tokens-render"), dcc.Store(id="tokens-pin"), dcc.Store(id="tokens-drawn"),
+        dcc.Store(id="tokens-render"), dcc.Store(id="tokens-pin", data=query_pin(query)), dcc.Store(id="tokens-drawn"),
         html.Div([
             html.Div([
                 html.H3("Most drifted"),
-                dcc.RadioItems(id="tokens-rank-by", value="sequences", inline=True,
+                dcc.RadioItems(id="tokens-rank-by", value=query_value(query, "rank", ["sequences", "positions"],
+                                                                      "sequences"), inline=True,
                                options=[{"label": " sequences ", "value": "sequences"},
                                         {"label": " positions (top 200) ", "value": "positions"}]),
                 html.P("Sortable; click a row to open its token (a sequence opens at its largest KL).",
                        className="note"),
-                _table("tokens-rank", RANK_COLUMNS["sequences"]),
+                _table("tokens-rank", RANK_COLUMNS[query_value(query, "rank", ["sequences", "positions"], "sequences")]),
             ], style={"flex": "3 1 40em", "minWidth": 0}),
             html.Div([
                 html.H3("Top substitutions at flips"),
@@ -150,7 +157,14 @@ def layout(**query: Any) -> html.Div:
 def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], int | None, list[str], str | None,
                                                          html.Table | html.P]:
     """Sequence and checkpoint choices of a probe set, and its summary table."""
-    from aclarena.figures.tokens import SUMMARY_COLUMNS, fmt, sequence_labels, summaries, token_checkpoints
+    from aclarena.figures.tokens import (
+        SUMMARY_COLUMNS,
+        SUMMARY_TIPS,
+        fmt,
+        sequence_labels,
+        summaries,
+        token_checkpoints,
+    )
 
     with reader(run_dir) as r:
         if r is None or probe is None:
@@ -160,7 +174,7 @@ def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], in
         ckpts = token_checkpoints(r, probe, m)
         rows = summaries(r, probe, m, with_flags=True)
     table = html.Table(
-        [html.Tr([html.Th(h) for _, h in SUMMARY_COLUMNS])]
+        [html.Tr([html.Th(h, title=SUMMARY_TIPS.get(k)) for k, h in SUMMARY_COLUMNS])]
         + [html.Tr([html.Td(fmt(row.get(k))) for k, _ in SUMMARY_COLUMNS],
                    className="flagged" if row.get("n_nonfinite") else None) for row in rows],
         className="simple", id="tokens-summary-table",
@@ -356,15 +370,29 @@ function(render, pin) {
 
 
 def register_callbacks(app: Dash, run_dir: Path) -> None:
+    from aclarena.dashboard.urlstate import keep_in_url
+
     @app.callback(
         Output("tokens-sequence", "options"), Output("tokens-sequence", "value"),
         Output("tokens-checkpoint", "options"), Output("tokens-checkpoint", "value"),
-        Output("tokens-checkpoint-b", "options"), Output("tokens-summary", "children"),
-        Input("tokens-probe", "value"),
+        Output("tokens-checkpoint-b", "options"), Output("tokens-checkpoint-b", "value"),
+        Output("tokens-summary", "children"),
+        Input("tokens-probe", "value"), State("tokens-query", "data"),
     )
-    def _probe(probe: str | None) -> tuple[Any, ...]:
+    def _probe(probe: str | None, initial: dict[str, Any] | None) -> tuple[Any, ...]:
         options, value, ckpts, ckpt, table = on_probe(run_dir, probe)
-        return options, value, ckpts, ckpt, ckpts, table
+        b = None
+        if initial and initial.get("probe") == probe:  # a shared or reloaded view
+            if initial.get("seq") is not None and 0 <= initial["seq"] < len(options):
+                value = initial["seq"]
+            ckpt = initial["checkpoint"] if initial.get("checkpoint") in ckpts else ckpt
+            b = initial["b"] if initial.get("b") in ckpts else None
+        return options, value, ckpts, ckpt, ckpts, b, table
+
+    keep_in_url(app, "tokens-url", {
+        "probe": ("tokens-probe", "value"), "seq": ("tokens-sequence", "value"),
+        "checkpoint": ("tokens-checkpoint", "value"), "b": ("tokens-checkpoint-b", "value"),
+        "color": ("tokens-color", "value"), "rank": ("tokens-rank-by", "value"), "pin": ("tokens-pin", "data")})
 
     @app.callback(
         Output("tokens-render", "data"), Output("tokens-legend", "children"),

@@ -68,14 +68,20 @@ def layer_figure(run_dir: Path, view: str, index: int | None, kinds: list[str] |
     return layer_cosines_figure(s, index or 0, view, _keep(run_dir, s, kinds, phases))
 
 
-def layout(**_query: Any) -> html.Div:
+def layout(**query: Any) -> html.Div:
+    from aclarena.dashboard.urlstate import query_int, query_list, query_value
+
     run_dir = current_run()
-    s = summary(run_dir)
+    view = query_value(query, "view", ["all", "no-embeddings"], "all")
+    kinds = query_list(query, "show", [o["value"] for o in KIND_OPTIONS], DEFAULT_KINDS)
+    phases = query_list(query, "phase", [o["value"] for o in PHASE_OPTIONS], DEFAULT_PHASES)
+    s = summary(run_dir, view)
     if s is None:
         return html.Div([html.H2("Task vectors"),
                          html.P("No task vectors yet: run `aclarena-diag vectors --run DIR`.", className="note",
                                 id="vectors-empty")])
-    heat, dist, gmax, marks = view_figures(run_dir, "all", DEFAULT_KINDS, DEFAULT_PHASES)
+    heat, dist, gmax, marks = view_figures(run_dir, view, kinds, phases)
+    layer = min(max(query_int(query, "layer") or 0, 0), gmax)
     return html.Div([
         html.H2("Task vectors"),
         html.P("Cosines of stage updates (θ − θ_parent), cumulative updates (θ − θ_base) and oracle directions "
@@ -83,18 +89,19 @@ def layout(**_query: Any) -> html.Div:
                "the base and from the sequential end point has cosine 0.77, unrelated SFT tasks 0.05.",
                className="note"),
         html.Div([html.Div([html.Label("weights"),
-                            dcc.RadioItems(id="vectors-view", options=VIEW_OPTIONS, value="all", inline=True)]),
+                            dcc.RadioItems(id="vectors-view", options=VIEW_OPTIONS, value=view, inline=True)]),
                   html.Div([html.Label("show"),
-                            dcc.Checklist(id="vectors-kinds", options=KIND_OPTIONS, value=DEFAULT_KINDS, inline=True)]),
+                            dcc.Checklist(id="vectors-kinds", options=KIND_OPTIONS, value=kinds, inline=True)]),
                   html.Div([html.Label("phase"),
-                            dcc.Checklist(id="vectors-phases", options=PHASE_OPTIONS, value=DEFAULT_PHASES,
+                            dcc.Checklist(id="vectors-phases", options=PHASE_OPTIONS, value=phases,
                                           inline=True)])],
                  className="controls"),
+        dcc.Store(id="vectors-url"),
         dcc.Graph(id="vectors-heatmap", figure=heat),
         html.H3("Per layer block"),
-        html.Div(dcc.Slider(id="vectors-layer-slider", min=0, max=gmax, step=1, value=0, marks=marks,
+        html.Div(dcc.Slider(id="vectors-layer-slider", min=0, max=gmax, step=1, value=layer, marks=marks,
                             allow_direct_input=False), style={"maxWidth": "900px"}),
-        dcc.Graph(id="vectors-layer-heatmap", figure=layer_figure(run_dir, "all", 0, DEFAULT_KINDS, DEFAULT_PHASES)),
+        dcc.Graph(id="vectors-layer-heatmap", figure=layer_figure(run_dir, view, layer, kinds, phases)),
         html.H3("Distance to each oracle along the chain"),
         dcc.Graph(id="vectors-distances", figure=dist),
         html.Ul([html.Li(n) for n in s["notes"]], id="vectors-notes", className="note"),
@@ -102,6 +109,11 @@ def layout(**_query: Any) -> html.Div:
 
 
 def register_callbacks(app: Dash, run_dir: Path) -> None:
+    from aclarena.dashboard.urlstate import keep_in_url
+
+    keep_in_url(app, "vectors-url", {"view": ("vectors-view", "value"), "show": ("vectors-kinds", "value"),
+                                     "phase": ("vectors-phases", "value"), "layer": ("vectors-layer-slider", "value")})
+
     @app.callback(
         Output("vectors-heatmap", "figure"), Output("vectors-distances", "figure"),
         Output("vectors-layer-slider", "max"), Output("vectors-layer-slider", "marks"),
