@@ -11,12 +11,13 @@ PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv install install-dev browser lint clean
+.PHONY: demo test venv install install-dev browser lint clean docs-results
 
 demo: install
 	$(VENV)/bin/aclarena-diag demo
 
-test: install-dev browser
+# lint first: ruff (bugbear, blind except, complexity) and mypy gate the tests, here and in CI (.ci/run)
+test: install-dev browser lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 venv: $(VENV)/.torch-stamp
@@ -50,8 +51,13 @@ browser:
 	  fi; \
 	fi
 
+# README's and docs' result tables, regenerated from the committed files under docs/results/
+docs-results: install
+	$(PY) -m aclarena.docs_results
+
 lint: install-dev
-	$(VENV)/bin/ruff check aclarena tests benchmarks
+	$(VENV)/bin/ruff check aclarena tests benchmarks examples
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -209,7 +209,7 @@ def world(device: str = "cpu", *, timeout_s: float | None = None) -> Iterator[Wo
         raise AclarenaError("WORLD_SIZE > 1 but MASTER_ADDR/MASTER_PORT are not set; start the processes with "
                             "torchrun or accelerate launch")
     use_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-    timeout = timedelta(seconds=timeout_s or float(os.environ.get("ACLARENA_DIST_TIMEOUT_S", 1800)))
+    timeout = timedelta(seconds=timeout_s if timeout_s is not None else float(os.environ.get("ACLARENA_DIST_TIMEOUT_S", 1800)))
     created = not dist.is_initialized()
     if created:
         if use_cuda:

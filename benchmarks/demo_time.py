@@ -4,6 +4,13 @@
     python benchmarks/demo_time.py --preset tiny         # toy size (~2 min)
     python benchmarks/demo_time.py --threads 2           # as on a 2-core machine (torch threads)
     python benchmarks/demo_time.py --from /tmp/mini-run  # only print the times of a finished demo run
+    python benchmarks/demo_time.py --from /tmp/mini-run --eval-throughput seq-math   # + greedy eval tokens/s
+
+With ``--eval-throughput CKPT`` it also measures greedy evaluation of that checkpoint of the run,
+side by side in one process: one prompt at a time (the baseline) against episodes batched by
+prompt length (``--eval-batch``, aclarena's eval), each turn of a batch one ``generate`` with the
+KV cache; it prints generated tokens per second of both and checks that every trajectory is the
+same.
 
 Targets (issue 6): the mini demo in at most 15 minutes on 2 CPU cores (stretch: 8), the tiny
 preset in at most 2 minutes. The demo records every phase's and step's time in its run folder
@@ -52,16 +59,60 @@ def report(summary: dict, wall: float | None, preset: str) -> None:
     print(line)
 
 
+def eval_throughput(run: Path, checkpoint: str, suites: list[str], n: int, batch: int) -> None:
+    """Greedy eval tokens/s, one prompt at a time vs batched by length; the trajectories must be equal."""
+    sys.path.insert(0, str(REPO))
+    from aclarena.reproducibility import pin_cpu_kernels
+
+    pin_cpu_kernels()
+    from aclarena.envs import sample_tasks
+    from aclarena.envs.rollout import generate_trajectories
+    from aclarena.store import load_manifest
+    from aclarena.train.phases import load_start
+
+    spec = load_manifest(run).resolve(checkpoint)
+    model, tok = load_start(run / spec.path)
+    model.eval()
+    tok.padding_side = "left"
+    print(f"\ngreedy eval of {checkpoint}: {n} tasks per suite, one at a time vs batches of {batch} sorted by length")
+    print(f"{'suite':<12} {'way':<18} {'time':>8} {'tokens':>8} {'tokens/s':>9} {'speed-up':>9}")
+    for suite in suites:
+        tasks = sample_tasks(suite, n, seed=0, split="eval")
+        res = {}
+        for way, kw in (("one at a time", {"batch_size": 1, "sort_by_length": False}),
+                        ("batched, sorted", {"batch_size": batch})):
+            t0 = time.perf_counter()
+            trajs = generate_trajectories(model, tok, tasks, **kw)
+            dt = time.perf_counter() - t0
+            toks = sum(len(tok(s.text, add_special_tokens=False)["input_ids"]) for tr in trajs for s in tr.steps)
+            res[way] = (dt, toks, [tr.messages for tr in trajs])
+        base = res["one at a time"]
+        for way, (dt, toks, _) in res.items():
+            print(f"{suite:<12} {way:<18} {dt:7.1f}s {toks:8d} {toks / dt:9.1f} {base[0] / dt:8.2f}x")
+        same = res["batched, sorted"][2] == base[2]
+        print(f"{suite:<12} trajectories identical: {same}")
+        if not same:
+            raise SystemExit(f"batched greedy eval differs from one-at-a-time on {suite}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="mini", choices=("mini", "tiny"))
     ap.add_argument("--out", help="run folder (default: a fresh temporary one, removed afterwards)")
     ap.add_argument("--threads", type=int, help="torch/OpenMP threads (default: torch's)")
     ap.add_argument("--from", dest="src", help="print the times of a finished demo folder instead of running")
+    ap.add_argument("--eval-throughput", metavar="CKPT", help="also measure greedy eval tokens/s of CKPT of the run")
+    ap.add_argument("--eval-suites", default="math/id,search/id", help="suites of --eval-throughput")
+    ap.add_argument("--eval-n", type=int, default=32, help="tasks per suite of --eval-throughput (default 32)")
+    ap.add_argument("--eval-batch", type=int, default=32, help="batch of --eval-throughput (eval's default, 32)")
     args = ap.parse_args()
     if args.src:
-        s = json.loads((Path(args.src) / "summary.json").read_text())
-        report(s, None, s.get("preset", args.preset))
+        if (Path(args.src) / "summary.json").is_file() or not args.eval_throughput:
+            s = json.loads((Path(args.src) / "summary.json").read_text())
+            report(s, None, s.get("preset", args.preset))
+        if args.eval_throughput:
+            eval_throughput(Path(args.src), args.eval_throughput, args.eval_suites.split(","), args.eval_n,
+                            args.eval_batch)
         return 0
     tmp = None if args.out else tempfile.mkdtemp(prefix="aclarena-demo-bench-")
     out = Path(args.out or Path(tmp) / "run")
@@ -79,6 +130,8 @@ def main() -> int:
         print(proc.stderr[-3000:], file=sys.stderr)
         return proc.returncode
     report(json.loads(proc.stdout)["summary"], wall, args.preset)
+    if args.eval_throughput:
+        eval_throughput(out, args.eval_throughput, args.eval_suites.split(","), args.eval_n, args.eval_batch)
     if tmp:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -151,7 +151,7 @@ def _gram_of(folders: list[str]):
     import numpy as np
     import torch
 
-    from aclarena.cli._params import CHUNK_ELEMENTS
+    from aclarena.analysis.passes import CHUNK_ELEMENTS
     from aclarena.diagnostics.task_vectors import GramAccumulator
     from aclarena.models.tensors import TensorReader
 

@@ -70,14 +70,22 @@ def pickle_only(run: Path) -> None:
         f.unlink()
 
 
-def nan_weights(run: Path) -> None:
+def _poison(run: Path, value: float, checkpoint: str = "seq-math") -> None:
     from safetensors.torch import load_file, save_file
 
-    f = next((run / "checkpoints" / "seq-math").glob("*.safetensors"))
+    f = next((run / "checkpoints" / checkpoint).glob("*.safetensors"))
     tensors = load_file(f)
     name = next(k for k in tensors if k.endswith("mlp.down_proj.weight"))
-    tensors[name][0, 0] = float("nan")
+    tensors[name][0, 0] = value
     save_file(tensors, f, metadata={"format": "pt"})
+
+
+def nan_weights(run: Path) -> None:
+    _poison(run, float("nan"))
+
+
+def inf_weights(run: Path) -> None:
+    _poison(run, float("-inf"))
 
 
 def shape_mismatch(run: Path) -> None:
@@ -116,7 +124,7 @@ def seed_store(run: Path) -> None:
 @dataclass(frozen=True)
 class Damage:
     name: str
-    issue: int
+    issue: int | str
     apply: Callable[[Path], None]
     needle: str  # a fragment the one-line error must contain
     verbs: tuple[str, ...]  # the verbs this input reaches (`checkpoints` reports unloadable ones in its table, by design)
@@ -135,7 +143,8 @@ DAMAGES = (
     Damage("missing checkpoint folder", 2, missing_folder, "seq-math", MODEL_VERBS),
     Damage("folder without weights", 2, no_weights, "seq-math", MODEL_VERBS),
     Damage("pickle-only checkpoint without --allow-pickle", 2, pickle_only, "pickle", MODEL_VERBS),
-    Damage("NaN weights", 4, nan_weights, "seq-math", ("vectors", "displacement")),
+    Damage("NaN weights", "4, 15", nan_weights, "seq-math", ("probe", "tokens", "eval", "vectors", "displacement")),
+    Damage("infinite weights", 15, inf_weights, "seq-math", ("probe", "tokens", "eval", "vectors", "displacement")),
     Damage("tensor shape mismatch", 4, shape_mismatch, "seq-math", ("vectors", "displacement")),
     Damage("garbage results.h5", 2, corrupted_store, "results.h5", STORE_VERBS),
     Damage("truncated results.h5", 2, truncated_store, "results.h5", STORE_VERBS),
@@ -163,6 +172,13 @@ BAD_ARGS = (
      "seq-mat", 4),
     ("displacement", "bad --tolerances", ["displacement", "--tolerances", "a,b"], "tolerance", 4),
     ("forgetting", "unknown --chain", ["forgetting", "--chain", "seq-serch"], "seq-serch", 5),
+    ("probe", "--device gpu (a typo)", [*VERB_ARGV["probe"], "--device", "gpu"], "device 'gpu'", 15),
+    ("tokens", "--device gpu (a typo)", [*VERB_ARGV["tokens"], "--device", "gpu"], "device 'gpu'", 15),
+    ("eval", "--device gpu (a typo)", [*VERB_ARGV["eval"], "--device", "gpu"], "device 'gpu'", 15),
+    ("consolidate", "empty --lambdas (was: the default sweep)", ["consolidate", "--method", "merge-ta", "--lambdas", ""],
+     "--lambdas is empty", 15),
+    ("consolidate", "training sizes unknown (no curriculum.toml; was: the mini sizes)",
+     ["consolidate", "--method", "mmopd", "--teachers", "stage"], "needs --n, --steps, --batch, --lr", 15),
 )
 
 

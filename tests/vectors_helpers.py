@@ -95,3 +95,38 @@ def load_sd(folder: Path) -> dict[str, torch.Tensor]:
 
 def assert_close(got: float, want: float, rtol: float = 1e-9, atol: float = 1e-12) -> None:
     assert np.isclose(got, want, rtol=rtol, atol=atol), (got, want)
+
+
+def make_long_chain_run(root: Path, n_stages: int = 40) -> Path:
+    """A synthetic run at real-run size: ``n_stages`` chain updates alternating SFT (large) and RL
+    (small) over four recurring domains, update 7 a zero update, and an SFT and an RL oracle per
+    domain; ``vectors`` and ``displacement`` run on it through the command line (in-process)."""
+    import contextlib
+    import io
+
+    from aclarena.cli import main
+
+    base = random_model(0)
+    ckpts: dict[str, dict[str, torch.Tensor]] = {"base": base}
+    specs: dict[str, dict[str, Any]] = {"base": {"kind": "base"}}
+    domains = ["math", "search", "ecom", "if"]
+    prev, prev_name = base, "base"
+    for i in range(n_stages):
+        dom, phase = domains[(i // 2) % 4], "sft" if i % 2 == 0 else "rl"
+        name = f"s{i:02d}-{dom}-{phase}"
+        model = prev if i == 7 else add(prev, noise_like(prev, 100 + i, 0.05 if phase == "sft" else 0.01))
+        ckpts[name] = model
+        specs[name] = {"kind": "stage", "domain": dom, "phase": phase, "parent": prev_name}
+        prev, prev_name = model, name
+    for j, dom in enumerate(domains):
+        for phase in ("sft", "rl"):
+            name = f"oracle-{dom}-{phase}"
+            ckpts[name] = add(base, noise_like(base, 500 + 2 * j + (phase == "rl"), 0.05 if phase == "sft" else 0.005))
+            specs[name] = {"kind": "oracle", "domain": dom, "phase": phase, "parent": "base"}
+    write_run(root, ckpts, specs)
+    for verb in ("vectors", "displacement"):
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = main([verb, "--run", str(root), "--json"])
+        assert code == 0, err.getvalue()
+    return root

@@ -21,6 +21,7 @@ from aclarena.errors import AclarenaError
 # In the order `--help` lists them.
 VERBS = (
     "demo",
+    "study",
     "init",
     "checkpoints",
     "train",
@@ -30,6 +31,7 @@ VERBS = (
     "compare",
     "probe",
     "tokens",
+    "flips",
     "vectors",
     "displacement",
     "monitor",
@@ -71,6 +73,9 @@ def _launch_env() -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from aclarena.reproducibility import pin_cpu_kernels
+
+    pin_cpu_kernels()  # before anything imports torch: the same kernels, so the same bits, on every x86 host
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:

@@ -6,11 +6,11 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from aclarena.progress import progress, quiet_libraries  # noqa: F401  (the verbs' console helpers)
 from aclarena.store.manifest import Manifest, load_manifest
 
 
@@ -110,20 +110,6 @@ def human_count(n: int | None) -> str:
     return str(n)
 
 
-@contextmanager
-def progress(enabled: bool = True) -> Iterator[Any]:
-    """A rich progress bar on stderr (disabled for --json or when stderr is not a terminal)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not enabled,
-        transient=False,
-    ) as p:
-        yield p
+def progress_enabled(args: argparse.Namespace) -> bool:
+    """Progress bars for a table on a terminal; none for --json or when stderr is piped."""
+    return not getattr(args, "json", False) and sys.stderr.isatty()

@@ -22,34 +22,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aclarena.models.checkpoint import inspect_all
+    from aclarena.analysis.checkpoints import checkpoints
 
-    manifest = manifest_of(args)
-    infos = inspect_all(manifest, args.run, allow_pickle=args.allow_pickle)
-    rows = []
-    for info in infos:
-        s = info.spec
-        rows.append({
-            "name": s.name,
-            "kind": s.kind,
-            "domain": s.domain,
-            "phase": s.phase,
-            "parent": s.parent,
-            "on": s.on,
-            "source": info.source,
-            "location": info.location,
-            "architecture": info.architecture,
-            "parameters": info.n_parameters,
-            "dtype": info.dtype,
-            "tokenizer": info.tokenizer_fingerprint,
-            "loadable": info.loadable,
-            "problem": info.problem,
-        })
+    result = checkpoints(args.run, allow_pickle=args.allow_pickle, manifest=manifest_of(args))
     if args.json:
-        print_json({"run": manifest.name, "base": manifest.base, "checkpoints": rows})
+        print_json(result.to_dict())
     else:
+        rows = result.rows
         shown = [r | {"parameters": human_count(r["parameters"]),
                       "status": "ok" if r["loadable"] else f"no: {r['problem']}"} for r in rows]
         print_table(shown, ["name", "kind", "domain", "phase", "parent", "parameters", "dtype", "tokenizer", "status"],
-                    title=f"run {manifest.name} ({len(rows)} checkpoints, base {manifest.base or '-'})")
+                    title=f"run {result.run} ({len(rows)} checkpoints, base {result.base or '-'})")
     return 0

@@ -3,7 +3,7 @@
 Rows: the single-task oracles and the sequential end point (reference), then each
 consolidation (its replicates together), then MLE routed by ``--router``; columns: in-domain
 suites, then out-of-domain ones; cells: mean ± std over replicates. Read from the capability
-matrix (run ``eval`` first); see :mod:`aclarena.store.comparison`.
+matrix (run ``eval`` first); the work is :func:`aclarena.analysis.compare.compare`.
 """
 
 from __future__ import annotations
@@ -33,28 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def compare_report(run_dir: str, manifest: Any, *, router: str = "rule", score: str = "greedy",
-                   settings: str | None = None) -> Any:
-    """The :class:`~aclarena.store.comparison.Comparison` of a run (also used by the dashboard and tests)."""
-    from aclarena.consolidate.routers import ROUTERS
-    from aclarena.errors import unknown_name
-    from aclarena.store.capability import open_matrix
-    from aclarena.store.comparison import comparison
-
-    if router not in ROUTERS:
-        raise unknown_name("router", router, ROUTERS)
-    with open_matrix(run_dir, manifest, settings=settings) as (r, matrix):
-        return comparison(matrix, manifest, r, router=router, what="mean" if score == "greedy" else "avg_k_mean")
-
-
 def run(args: argparse.Namespace) -> int:
-    manifest = manifest_of(args)
-    cmp = compare_report(args.run, manifest, router=args.router, score=args.score, settings=args.settings)
+    from aclarena.analysis.compare import NO_METHODS, compare
+
+    result = compare(args.run, router=args.router, score=args.score, settings=args.settings,
+                     manifest=manifest_of(args))
+    cmp = result.comparison
     if args.json:
-        print_json(cmp.to_json())
+        print_json(result.to_dict())
         return 0
-    if not any(r.role in ("method", "mle") for r in cmp.rows):
-        cmp.notes.append("no consolidated models yet: run `aclarena-diag consolidate --method ...`")
     rows = []
     for r in cmp.rows:
         row: dict[str, Any] = {"model": r.label}
@@ -65,6 +52,6 @@ def run(args: argparse.Namespace) -> int:
     print_table(rows, ["model", *cmp.suites], headers=heads,
                 title=f"consolidation methods ({cmp.score}; mean ± std over replicates)",
                 caption="in-domain suites first, then out-of-domain; reference rows: oracles, sequential end point")
-    for n in cmp.notes:
+    for n in [*cmp.notes, *([] if result.has_methods else [NO_METHODS])]:
         print(f"note: {n}")
     return 0

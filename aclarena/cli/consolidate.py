@@ -88,7 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     opts: dict[str, Any] = {"method": args.method, "sources": args.sources, "density": args.density, "drop": args.drop,
                             "lam": args.lam, "name": args.name}
-    if args.lambdas:
+    if args.lambdas is not None:  # `--lambdas ''` is refused, not read as the default
         opts["lambdas"] = _floats(args.lambdas, "--lambdas")
     opts["routers"] = [x.strip() for x in args.routers.split(",") if x.strip()]
     opts |= {"fallback": args.fallback, "router_reward": args.router_reward,

@@ -103,7 +103,7 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
         raise AclarenaError("--lm-eval-task and --lm-eval-metric go with --import-lm-eval NAME=FILE")
     from aclarena.envs import resolve_suites
     from aclarena.envs.evaluation import EvalSettings, evaluate_suite, rollouts_per_suite, suite_domain_role
-    from aclarena.models.loading import LoadOptions, load_model, load_tokenizer
+    from aclarena.models.loading import LoadOptions, NonFiniteWeightsError, load_model, load_tokenizer
     from aclarena.store import ResultsStore
     from aclarena.store.capability import (
         RESULT_TYPE,
@@ -169,6 +169,8 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
                 else:
                     model = load_model(spec, manifest, args.run, options)
                 tokenizer = load_tokenizer(spec, manifest, args.run, require_chat_template=True)
+            except NonFiniteWeightsError:
+                raise  # not a cell at all: a score of such weights would look real (docs/reliability.md)
             except Exception as e:  # any failure becomes an error cell, the rest goes on
                 load_error = _one_line(e)
             for suite in pending:

@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
         print_json(rows) if args.json else print_table(rows, ["id", "title"], title="figures")
         return 0
     formats = [f.strip().lower() for f in args.format.split(",") if f.strip()]
+    if not formats:
+        raise AclarenaError(f"--format {args.format!r} names no format; use one or more of {', '.join(FORMATS)}, "
+                            "comma-separated")
     for f in formats:
         if f not in FORMATS:
             raise AclarenaError(f"unknown format {f!r}{did_you_mean(f, FORMATS)}; use {', '.join(FORMATS)}")

@@ -154,9 +154,9 @@ def _adapter_base(folder: Path, manifest: Manifest, entries: list[tuple[str, str
     """The checkpoint whose path equals the adapter's base_model_name_or_path, if any."""
     try:
         base_path = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    except (OSError, json.JSONDecodeError):
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError, AttributeError):
         return None
-    if not base_path:
+    if not isinstance(base_path, str) or not base_path:
         return None
     candidates = [(s.name, s.path) for s in manifest] + entries
     for name, path in candidates:

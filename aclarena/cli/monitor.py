@@ -202,7 +202,7 @@ def _emit_new(v: Any, seen: set[tuple[Any, ...]], as_json: bool) -> None:
 
 
 def run_lead_time(args: argparse.Namespace) -> int:
-    from aclarena.cli.probe import quiet_libraries
+    from aclarena.progress import quiet_libraries
     from aclarena.train.lead_time import LeadTimeSettings, measure_lead_time
 
     quiet_libraries()
@@ -228,9 +228,15 @@ def print_lead_time(result: dict[str, Any]) -> None:
         title=f"lead time of each warning, {result['stage']} stage ({result['steps']} steps; ground truth every "
               f"{result['settings']['eval_every']} steps on {result['settings']['n']} fixed items)",
         caption="lead = drop step - warning step (> 0: warned before the drop); drop = first evaluation whose exact "
-                f"one-sided McNemar test against the stage start has p < {result['settings']['alpha']}",
+                "one-sided McNemar test against the stage start is significant at "
+                f"{result['settings']['alpha']} after Holm's correction over the stage's evaluations",
     )
+    domains = result.get("drop_test", {}).get("domains", {})
     for d, pts in result["ground_truth"].items():
         acc = ", ".join(f"{p['step']}: {p['accuracy']:.2f}" for p in pts)
         print(f"{d}: accuracy by step {acc}")
+        info = domains.get(d)
+        if info is not None and not info["reachable"]:
+            print(f"note: {d}: {info['solved_at_start']} items solved at the stage start, too few for any drop to be "
+                  f"significant over {info['tests']} evaluations (a 'none' there is not evidence of no forgetting)")
     print(f"took {result['time_s']:.1f} s")

@@ -93,6 +93,7 @@ class MergeResult:
     seconds: float
     reused: bool = False
     copied: list[str] = field(default_factory=list)
+    updates_from: list[str] | None = None
 
 
 def check_mergeable(infos: Sequence[CheckpointInfo]) -> None:
@@ -125,13 +126,17 @@ def check_mergeable(infos: Sequence[CheckpointInfo]) -> None:
         raise CheckpointError(f"{e}; merged weights would mix token ids") from None
 
 
-def fingerprint(spec: MergeSpec, infos: Sequence[CheckpointInfo], base: CheckpointInfo | None) -> str:
+def fingerprint(spec: MergeSpec, infos: Sequence[CheckpointInfo], base: CheckpointInfo | None,
+                starts: Sequence[CheckpointInfo] | None = None) -> str:
     import hashlib
 
     from aclarena.models.tensors import checkpoint_fingerprint
 
+    # version 2: task vectors are measured from each source's start (version 1 took θ_i − θ_base always)
     ident = {"spec": spec.identity(), "sources": [[i.name, checkpoint_fingerprint(i)] for i in infos],
-             "base": [base.name, checkpoint_fingerprint(base)] if base is not None else None, "version": 1}
+             "base": [base.name, checkpoint_fingerprint(base)] if base is not None else None,
+             "starts": [[s.name, checkpoint_fingerprint(s)] for s in starts] if starts is not None else None,
+             "version": 2}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -148,6 +153,7 @@ def merge_checkpoints(
     out: str | os.PathLike[str],
     *,
     base: CheckpointInfo | None = None,
+    starts: Sequence[CheckpointInfo] | None = None,
     max_shard_bytes: int = 2 << 30,
     block_elements: int = BLOCK_ELEMENTS,
     out_dtype: torch.dtype | None = None,
@@ -155,6 +161,12 @@ def merge_checkpoints(
     on_tensor: Any = None,
 ) -> MergeResult:
     """Merge full checkpoints ``infos`` (with ``base`` for the task-vector methods) into ``out``.
+
+    ``starts`` (task-vector methods only) names, per source, the checkpoint its update is
+    measured from: ``τ_i = θ_i − θ_(starts[i])``; the merge is still ``θ_base + λ (...)``. For the
+    stage ends of one sequential chain pass each stage's parent stage end (the base for the first):
+    the stage updates then add up to the end point's total update instead of counting early
+    stages once per later stage. By default every source starts at ``base``.
 
     The output folder is written under a temporary name and renamed when complete, with a
     marker holding the settings; a rerun with the same inputs and settings reuses it.
@@ -167,14 +179,27 @@ def merge_checkpoints(
         raise AclarenaError("nothing to merge: name at least one checkpoint")
     if spec.needs_base and base is None:
         raise AclarenaError(f"{spec.method} merges task vectors θ_i − θ_base: name the base checkpoint")
+    if starts is not None and len(starts) != len(infos):
+        raise AclarenaError(f"`starts` needs one checkpoint per source: {len(starts)} for {len(infos)} sources")
+    if not spec.needs_base or (starts is not None and base is not None and all(s.name == base.name for s in starts)):
+        starts = None  # uniform takes no task vectors; every source from the base is the default
     everything = ([base] if spec.needs_base and base is not None else []) + list(infos)
+    start_index: list[int] | None = None
+    if starts is not None:
+        position = {info.name: i for i, info in enumerate(everything)}
+        for s in starts:
+            if s.name not in position:
+                position[s.name] = len(everything)
+                everything.append(s)
+        start_index = [position[s.name] for s in starts]
     check_mergeable(everything)
     out = Path(out)
-    fp = fingerprint(spec, infos, base if spec.needs_base else None)
+    fp = fingerprint(spec, infos, base if spec.needs_base else None, starts)
     marker = read_marker(out)
     if marker is not None and marker.get("fingerprint") == fp and not force:
         return MergeResult(out, spec, [i.name for i in infos], base.name if base is not None and spec.needs_base else None,
-                           int(marker.get("n_tensors", 0)), int(marker.get("bytes", 0)), 0.0, reused=True)
+                           int(marker.get("n_tensors", 0)), int(marker.get("bytes", 0)), 0.0, reused=True,
+                           updates_from=marker.get("updates_from"))
     t0 = time.perf_counter()
     tmp = out.parent / f".{out.name}.tmp"
     if tmp.exists():
@@ -193,7 +218,7 @@ def merge_checkpoints(
             with ShardedWriter(tmp, layout, max_shard_bytes=max_shard_bytes,
                                metadata={"aclarena-merge": json.dumps(spec.identity())}) as writer:
                 for name in reader.names:
-                    _merge_tensor(reader, name, spec, n_base, writer, block_elements)
+                    _merge_tensor(reader, name, spec, n_base, len(infos), start_index, writer, block_elements)
                     if on_tensor is not None:
                         on_tensor(name)
                 for name, t in extras.items():
@@ -205,9 +230,11 @@ def merge_checkpoints(
     copied = copy_model_files(infos[0].location, tmp)
     seconds = time.perf_counter() - t0
     result = MergeResult(out, spec, [i.name for i in infos], base.name if base is not None and spec.needs_base else None,
-                         len(layout), total, seconds, copied=copied)
+                         len(layout), total, seconds, copied=copied,
+                         updates_from=[s.name for s in starts] if starts is not None else None)
     (tmp / MARKER).write_text(json.dumps({
         "fingerprint": fp, "merge": spec.identity(), "sources": result.sources, "base": result.base,
+        "updates_from": result.updates_from,
         "n_tensors": result.n_tensors, "bytes": total, "seconds": round(seconds, 3),
     }, indent=2) + "\n")
     if out.exists():
@@ -216,21 +243,26 @@ def merge_checkpoints(
     return result
 
 
-def _merge_tensor(reader: TensorReader, name: str, spec: MergeSpec, n_base: int, writer: ShardedWriter,
-                  block_elements: int) -> None:
+def _merge_tensor(reader: TensorReader, name: str, spec: MergeSpec, n_base: int, k: int,
+                  start_index: Sequence[int] | None, writer: ShardedWriter, block_elements: int) -> None:
+    def split(ts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor] | None]:
+        starts = [ts[i] for i in start_index] if start_index is not None else None
+        return ts[0], list(ts[n_base:n_base + k]), starts
+
     if spec.method in ("uniform", "task_arithmetic"):
         for chunk in reader.chunks(name, max_elements=block_elements):
             ts = list(chunk.tensors)
             if spec.method == "uniform":
-                writer.write(name, merging.uniform(ts))
+                writer.write(name, merging.uniform(ts[:k]))
             else:
-                writer.write(name, merging.task_arithmetic(ts[0], ts[1:], spec.lam))
+                b, models, starts = split(ts)
+                writer.write(name, merging.task_arithmetic(b, models, spec.lam, starts=starts))
         return
-    ts = reader.read(name)
+    b, models, starts = split(reader.read(name))
     if spec.method == "ties":
-        merged = merging.ties(ts[0], ts[1:], density=spec.density, lam=spec.lam)
+        merged = merging.ties(b, models, density=spec.density, lam=spec.lam, starts=starts)
     else:
-        merged = merging.dare(ts[0], ts[1:], p=spec.p, lam=spec.lam, seed=spec.seed, tensor=name)
+        merged = merging.dare(b, models, p=spec.p, lam=spec.lam, seed=spec.seed, tensor=name, starts=starts)
     writer.write(name, merged)
 
 

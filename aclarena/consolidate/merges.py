@@ -3,7 +3,13 @@
 Sources (``--sources``): ``stages`` (default: the checkpoint ending each stage of the chain,
 as the study's uniform merge), ``oracles`` (the single-task oracles, each trained from the
 base: the setting task arithmetic, TIES and DARE were designed for), or explicit names. Task
-vectors are ``τ_i = θ_i − θ_base``. Full checkpoints are merged out of core
+vectors are each source's own update, ``τ_i = θ_i − θ_(start of i)``, where the start is the
+source's nearest ancestor among the other sources, or the base when it has none: for oracles
+that is ``θ_i − θ_base``; for the stage ends of one chain it is the stage update
+``θ_i − θ_(i−1)`` (``θ_i − θ_base`` would be cumulative there: at λ = 1 task arithmetic of four
+stage ends would give ``θ_base + 4 δ_1 + 3 δ_2 + 2 δ_3 + δ_4``). Task arithmetic of a whole chain's
+stage updates at λ = 1 is then the end point itself; TIES and DARE resolve the stage updates'
+interference instead of adding them. Full checkpoints are merged out of core
 (:mod:`aclarena.consolidate.checkpoint_merge`); LoRA adapters on one model are merged with peft's
 ``cat`` (:mod:`aclarena.consolidate.lora_merge`), exact for uniform and task arithmetic.
 
@@ -28,9 +34,23 @@ DEFAULT_LAMBDAS = (0.25, 0.5, 0.75, 1.0)
 MERGE_OF = {"merge-uniform": "uniform", "merge-ta": "task_arithmetic", "merge-ties": "ties", "merge-dare": "dare"}
 
 
+def _option(job: Job, key: str, default: Any) -> Any:
+    """``job.options[key]``, or ``default`` only when the option is absent or None (0 is a value)."""
+    value = job.options.get(key)
+    return default if value is None else value
+
+
+def _lambdas(job: Job) -> tuple[float, ...]:
+    lambdas = _option(job, "lambdas", DEFAULT_LAMBDAS)
+    if not lambdas:
+        raise AclarenaError("--lambdas is empty; give e.g. 0.25,0.5,1")
+    return tuple(lambdas)
+
+
 def source_names(job: Job) -> tuple[list[str], str]:
     """The checkpoints to merge and the name tag of that choice (``""``, ``-oracles``, ``-custom``)."""
-    choice = job.options.get("sources") or "stages"
+    choice = job.options.get("sources")
+    choice = "stages" if choice is None else choice
     lin = job.lineage
     if choice == "stages":
         return list(lin.stages.values()), ""
@@ -47,13 +67,29 @@ def source_names(job: Job) -> tuple[list[str], str]:
     return names, "-custom"
 
 
+def update_starts(job: Job, names: list[str]) -> list[str]:
+    """Per source, the checkpoint its update is measured from: its nearest ancestor among ``names``, else the base.
+
+    The stage ends of one chain thus give the stage updates ``θ_i − θ_(i−1)``, which add up to the
+    end point's update; sources trained from the base (oracles) keep ``θ_i − θ_base``.
+    """
+    chosen = set(names)
+    out = []
+    for n in names:
+        nearest = next((a for a in job.manifest.ancestors(n) if a in chosen), None)
+        out.append(nearest if nearest is not None else job.lineage.base)
+    return out
+
+
 def run(job: Job) -> list[Output]:
     from aclarena.models.checkpoint import inspect
 
     method = job.options["method"]
     kind = MERGE_OF[method]
     names, tag = source_names(job)
-    prefix = job.options.get("name") or f"{method}{tag}"
+    prefix = job.options.get("name")
+    if prefix is None:
+        prefix = f"{method}{tag}"
     specs = [job.manifest.resolve(n) for n in names]
     adapters = [s for s in specs if s.is_adapter]
     if adapters and len(adapters) != len(specs):
@@ -63,15 +99,19 @@ def run(job: Job) -> list[Output]:
     seen: dict[str, Any] = {}
     infos = [inspect(s, job.manifest, job.run_dir, _seen=seen) for s in specs]
     base = inspect(job.manifest.resolve(job.lineage.base), job.manifest, job.run_dir, _seen=seen)
+    starts = update_starts(job, names)
+    by_name = {i.name: i for i in [base, *infos]}
+    start_infos = [by_name[s] for s in starts]
     k = len(infos)
     if kind == "task_arithmetic":
-        lambdas = job.options.get("lambdas") or DEFAULT_LAMBDAS
+        lambdas = _lambdas(job)
         plans = [(f"{prefix}-l{lam:g}", MergeSpec(kind, lam=lam)) for lam in lambdas]
     elif kind == "ties":
-        plans = [(prefix, MergeSpec(kind, density=job.options.get("density", 0.2), lam=job.options.get("lam") or 1.0))]
+        lam = _option(job, "lam", 1.0)  # λ = 0 is valid (the base itself), never replaced by the default
+        plans = [(prefix, MergeSpec(kind, density=_option(job, "density", 0.2), lam=lam))]
     elif kind == "dare":
-        lam = job.options.get("lam") or 1.0 / k
-        plans = [(prefix, MergeSpec(kind, p=job.options.get("drop", 0.5), lam=lam, seed=job.seed))]
+        lam = _option(job, "lam", 1.0 / k)
+        plans = [(prefix, MergeSpec(kind, p=_option(job, "drop", 0.5), lam=lam, seed=job.seed))]
     else:
         plans = [(prefix, MergeSpec(kind))]
     outputs = []
@@ -79,10 +119,12 @@ def run(job: Job) -> list[Output]:
         name = stem + job.lineage.suffix
         job.status(f"{name}: {spec.method} of {', '.join(names)}")
         t0 = time.perf_counter()
-        res = merge_checkpoints(infos, spec, job.folder(name), base=base, force=job.force)
+        res = merge_checkpoints(infos, spec, job.folder(name), base=base, starts=start_infos, force=job.force)
         out_spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method=method,
                                   parent=job.lineage.base, seed=job.lineage.seed)
         settings = {"merge": spec.identity(), "sources": names, "base": res.base, "k": k}
+        if spec.needs_base:
+            settings["updates_from"] = starts
         outputs.append(Output(out_spec, settings, time.perf_counter() - t0, reused=res.reused))
     return outputs
 
@@ -103,7 +145,7 @@ def _merge_adapters(job: Job, kind: str, specs: list[CheckpointSpec], prefix: st
     assert on is not None
     k = len(specs)
     plans = ([(prefix, 1.0 / k)] if kind == "uniform" else
-             [(f"{prefix}-l{lam:g}", lam) for lam in (job.options.get("lambdas") or DEFAULT_LAMBDAS)])
+             [(f"{prefix}-l{lam:g}", lam) for lam in _lambdas(job)])
     outputs = []
     folders = [(s.name, inspect(s, job.manifest, job.run_dir).location) for s in specs]
     for stem, w in plans:

@@ -5,7 +5,10 @@ task-vector methods, of the base they were all trained from) and returns the mer
 in float32. :mod:`aclarena.consolidate.streaming` applies them to whole checkpoints,
 tensor by tensor, so that no model is ever held in memory whole.
 
-With task vectors ``τ_i = θ_i − θ_base``:
+With task vectors ``τ_i = θ_i − θ_base``, or ``τ_i = θ_i − θ_(start of i)`` when ``starts`` names
+the checkpoint each model's update was trained from (the stage updates ``θ_i − θ_(i−1)`` of one
+sequential chain: with ``θ_i − θ_base`` the stage ends of a chain would count the first stage's
+update K times, the second's K − 1 times, and so on):
 
 * **uniform** (model soup; Wortsman et al., 2022, arXiv 2203.05482):
   ``θ = (1/K) Σ θ_i``, the same as task arithmetic with ``λ = 1/K``.
@@ -67,19 +70,25 @@ def uniform(models: Sequence[torch.Tensor]) -> torch.Tensor:
     return out.div_(len(ts))
 
 
-def task_vectors(base: torch.Tensor, models: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """``τ_i = θ_i − θ_base`` in float32."""
+def task_vectors(base: torch.Tensor, models: Sequence[torch.Tensor],
+                 starts: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """``τ_i = θ_i − θ_base`` in float32, or ``θ_i − starts[i]`` when each model has its own start."""
     ts = _stack(models, "models")
     b = _check_base(base, ts)
-    return [t - b for t in ts]
+    if starts is None:
+        return [t - b for t in ts]
+    if len(starts) != len(ts):
+        raise ValueError(f"`starts` needs one tensor per model: {len(starts)} for {len(ts)} models")
+    return [t - _check_base(s, ts) for t, s in zip(ts, starts, strict=True)]
 
 
-def task_arithmetic(base: torch.Tensor, models: Sequence[torch.Tensor], lam: float = 1.0) -> torch.Tensor:
-    """``θ_base + λ Σ (θ_i − θ_base)``."""
+def task_arithmetic(base: torch.Tensor, models: Sequence[torch.Tensor], lam: float = 1.0, *,
+                    starts: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
+    """``θ_base + λ Σ τ_i``."""
     _check_lambda(lam)
     b = _check_base(base, _stack(models, "models"))
     total = torch.zeros_like(b)
-    for tau in task_vectors(base, models):
+    for tau in task_vectors(base, models, starts):
         total.add_(tau)
     return b + lam * total
 
@@ -124,11 +133,12 @@ def disjoint_mean(trimmed: Sequence[torch.Tensor], sign: torch.Tensor) -> torch.
     return total / count.clamp(min=1.0)
 
 
-def ties(base: torch.Tensor, models: Sequence[torch.Tensor], *, density: float = 0.2, lam: float = 1.0) -> torch.Tensor:
+def ties(base: torch.Tensor, models: Sequence[torch.Tensor], *, density: float = 0.2, lam: float = 1.0,
+         starts: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
     """TIES-merging: trim to ``density``, elect signs, disjoint mean, ``θ_base + λ τ_m``."""
     _check_lambda(lam)
     b = _check_base(base, _stack(models, "models"))
-    trimmed = [trim(tau, density) for tau in task_vectors(base, models)]
+    trimmed = [trim(tau, density) for tau in task_vectors(base, models, starts)]
     merged = disjoint_mean(trimmed, elect_sign(trimmed))
     return b + lam * merged
 
@@ -153,6 +163,7 @@ def dare(
     lam: float = 1.0,
     seed: int = 0,
     tensor: str = "",
+    starts: Sequence[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """DARE: drop each task-vector entry with probability ``p``, rescale by ``1/(1 − p)``, add."""
     if not 0.0 <= p < 1.0:
@@ -160,7 +171,7 @@ def dare(
     _check_lambda(lam)
     b = _check_base(base, _stack(models, "models"))
     total = torch.zeros_like(b)
-    for i, tau in enumerate(task_vectors(base, models)):
+    for i, tau in enumerate(task_vectors(base, models, starts)):
         keep = dare_mask(tau.shape, p, dare_seed(seed, tensor, i))
         total.addcmul_(tau, keep, value=1.0 / (1.0 - p))
     return b + lam * total

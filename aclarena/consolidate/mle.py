@@ -58,13 +58,27 @@ DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 
 def lora_settings(options: Any) -> dict[str, Any]:
     """Rank, alpha and target modules of the experts (``--lora-r``, ``--lora-alpha``, ``--target-modules``)."""
-    r = int(options.get("lora_r") or 8)
-    alpha = int(options.get("lora_alpha") or 2 * r)
-    targets = options.get("target_modules") or ",".join(DEFAULT_TARGETS)
+    r = int(8 if options.get("lora_r") is None else options["lora_r"])
+    if r < 1:
+        raise AclarenaError(f"--lora-r must be at least 1, got {r}")
+    alpha = int(2 * r if options.get("lora_alpha") is None else options["lora_alpha"])
+    if alpha < 1:
+        raise AclarenaError(f"--lora-alpha must be at least 1, got {alpha} (the adapter's scale is alpha / r)")
+    targets = options.get("target_modules")
+    targets = ",".join(DEFAULT_TARGETS) if targets is None else targets
     targets = [t.strip() for t in str(targets).split(",") if t.strip()]
-    if r < 1 or alpha < 1 or not targets:
-        raise AclarenaError("--lora-r and --lora-alpha must be positive and --target-modules must name modules")
+    if not targets:
+        raise AclarenaError("--target-modules must name modules, e.g. q_proj,v_proj")
     return {"r": r, "lora_alpha": alpha, "target_modules": targets}
+
+
+def _routers(job: Job) -> list[str]:
+    names = job.options.get("routers")
+    if names is None:
+        return ["rule", "learned", "bandit"]
+    if not names:
+        raise AclarenaError("--routers is empty; name at least one of rule, learned, bandit")
+    return list(names)
 
 
 def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
@@ -81,7 +95,7 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
     from aclarena.store import Table
     from aclarena.store.manifest import CheckpointSpec
     from aclarena.train.data import arena_rl_data
-    from aclarena.train.phases import finished, run_rl
+    from aclarena.train.phases import run_rl
     from aclarena.train.progress import log_table
 
     suffix = job.lineage.suffix
@@ -116,10 +130,8 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
         folder = job.folder(name)
         spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method="mle", domain=d,
                               phase="rl", parent=backbone, on=backbone, seed=job.lineage.seed)
-        done = finished(folder, fp)
-        if done is not None and job.force:
-            job.discard(folder)  # --force: train again (the phase runner would reuse the finished folder)
-        if done is not None and not job.force:
+        done = job.reusable(folder, fp)
+        if done is not None:
             outputs.append(Output(spec, {**settings, "parameters": expert_parameters(folder)}, done.time_s, reused=True))
             continue
         job.status(f"{name}: GRPO of a LoRA expert on {backbone}")
@@ -179,7 +191,7 @@ def score_routers(job: Job, domains: Sequence[str]) -> list[str]:
     from aclarena.consolidate.routers import build_router
     from aclarena.store import ResultsStore
 
-    names = list(job.options.get("routers") or ("rule", "learned", "bandit"))
+    names = _routers(job)
     train = training_contexts(domains, n=ROUTER_TRAIN_N, seed=job.seed)
     held = evaluation_contexts(domains, n=ROUTER_EVAL_N, seed=job.seed + 1)
     signal = _success_signal(job, domains)
@@ -217,7 +229,7 @@ def record_routes(job: Job, domains: Sequence[str]) -> None:
     fallback = job.options.get("fallback", "backbone")
     if fallback not in FALLBACKS:
         raise unknown_name("fallback policy", fallback, FALLBACKS)
-    names = list(job.options.get("routers") or ("rule", "learned", "bandit"))
+    names = _routers(job)
     train = training_contexts(domains, n=ROUTER_TRAIN_N, seed=job.seed)
     signal = _success_signal(job, domains)
     routes: dict[str, dict[str, Any]] = {}

@@ -32,15 +32,17 @@ def run(job: Job) -> list[Output]:
     from aclarena.models.tensors import checkpoint_fingerprint
     from aclarena.store import Json, Table
     from aclarena.store.manifest import CheckpointSpec
-    from aclarena.train.phases import finished, load_start, quiet, run_trainer
+    from aclarena.train.phases import load_start, quiet, run_trainer
     from aclarena.train.progress import log_table
 
     quiet()  # before any model is loaded: no per-model progress bars
     lin = job.lineage
-    which = job.options.get("teachers") or "oracle"
+    which = job.options.get("teachers")
+    which = "oracle" if which is None else which
     if which not in TEACHERS:
         raise unknown_name("teacher choice", which, TEACHERS)
-    divergence = job.options.get("divergence") or "reverse"
+    divergence = job.options.get("divergence")
+    divergence = "reverse" if divergence is None else divergence
     beta = divergence_beta(divergence)
     teacher_of = dict(lin.oracles) if which == "oracle" else dict(lin.stages)
     missing = [d for d in lin.domains if d not in teacher_of]
@@ -69,10 +71,8 @@ def run(job: Job) -> list[Output]:
     folder = job.folder(name)
     spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method="mmopd", parent=lin.end,
                           seed=lin.seed)
-    done = finished(folder, fp)
-    if done is not None and job.force:
-        job.discard(folder)  # --force: train again (the phase runner would reuse the finished folder)
-    if done is not None and not job.force:
+    done = job.reusable(folder, fp)
+    if done is not None:
         return [Output(spec, settings, done.time_s, reused=True)]
     t0 = time.perf_counter()
     rows = prompt_records(lin.domains, sz.n, job.seed, {d: d for d in lin.domains})

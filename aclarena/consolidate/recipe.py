@@ -1,10 +1,19 @@
 """Training settings of the consolidation methods, scaled to the run they consolidate.
 
 A run trained by ``aclarena-diag train`` keeps its curriculum config (``curriculum.toml``);
-the training methods read it so that their sizes fit the run (toy steps for a ``tiny``
-curriculum, the demo's for ``mini``) and MLE's experts train with the RL recipe of their
-domain's stage. Without that file (checkpoints trained elsewhere) the ``mini`` defaults apply.
-Command-line options override everything (``--steps``, ``--n``, ``--lr``, ``--trl FIELD=VALUE``).
+the training methods read it so that their sizes fit the run. The rule (docs/consolidation.md):
+
+* a curriculum whose base is the ``mini`` or ``tiny`` preset: that preset's sizes below (the
+  demo's for ``mini``, toy steps for ``tiny``);
+* a curriculum with a real base (``[base] model = ...``, the paper config): the curriculum's own
+  recipe: ``max_steps``, ``per_device_train_batch_size`` and ``learning_rate`` of
+  ``[defaults.sft]`` (SDFT) or ``[defaults.rl]`` (MMOPD, MLE), and tasks per domain from the
+  largest ``n`` of the stages' phases of that kind; never the mini arena's sizes;
+* no curriculum (checkpoints trained elsewhere): nothing to inherit.
+
+What is still missing after that must be given on the command line (``--n``, ``--steps``,
+``--batch``, ``--lr``), or the method refuses with one line naming it. Command-line options
+override everything (also ``--trl FIELD=VALUE``).
 """
 
 from __future__ import annotations
@@ -58,22 +67,60 @@ def curriculum(run_dir: str | Path) -> Any | None:
     return load_config(path)
 
 
-def preset(cfg: Any | None) -> str:
-    if cfg is not None and getattr(cfg.base, "preset", None) == "tiny":
-        return "tiny"
-    return "mini"
+PRESETS = ("mini", "tiny")
+#: which [defaults.*] table (and which phases' n) a method inherits on a real base
+KIND = {"sdft": "sft", "mmopd": "rl", "mle": "rl"}
+FLAGS = {"n": "--n", "steps": "--steps", "batch": "--batch", "lr": "--lr"}
+TRL_FIELDS = {"steps": "max_steps", "batch": "per_device_train_batch_size", "lr": "learning_rate"}
+
+
+def preset(cfg: Any | None) -> str | None:
+    """The base preset of the run's curriculum (``mini`` or ``tiny``); None for a real base or no curriculum."""
+    name = getattr(getattr(cfg, "base", None), "preset", None) if cfg is not None else None
+    return name if name in PRESETS else None
+
+
+def inherited(method: str, cfg: Any | None) -> dict[str, Any]:
+    """``n``, ``steps``, ``batch``, ``lr`` a method takes from a real base's curriculum (those it sets)."""
+    if cfg is None:
+        return {}
+    kind = KIND[method]
+    table = dict(cfg.defaults.get(kind, {}))
+    out: dict[str, Any] = {k: table[f] for k, f in TRL_FIELDS.items() if table.get(f) is not None}
+    ns = [ph.n for st in cfg.stages for ph in st.phases if ph.kind == kind and ph.n > 0]
+    if ns:
+        out["n"] = max(ns)
+    return out
 
 
 def sizes(method: str, run_dir: str | Path, options: Mapping[str, Any]) -> Sizes:
-    """The method's sizes for this run, with ``--n``, ``--steps``, ``--batch`` and ``--lr`` applied."""
-    base = DEFAULTS[preset(curriculum(run_dir))][method]
-    changes = {k: options[k] for k in ("n", "steps", "batch", "lr") if options.get(k) is not None}
+    """The method's sizes for this run (the rule in the module docstring), with ``--n``, ``--steps``,
+    ``--batch`` and ``--lr`` applied."""
+    changes = {k: options[k] for k in FLAGS if options.get(k) is not None}
     for k, v in changes.items():
         if v <= 0:
             raise AclarenaError(f"--{k} must be positive, got {v}")
     from dataclasses import replace
 
-    return replace(base, **changes)
+    cfg = curriculum(run_dir)
+    name = preset(cfg)
+    if name is not None:
+        return replace(DEFAULTS[name][method], **changes)
+    settings = inherited(method, cfg) | changes
+    missing = [FLAGS[k] for k in FLAGS if k not in settings]
+    if missing:
+        where = (f"the curriculum's base is not a mini or tiny preset and [defaults.{KIND[method]}] / its "
+                 f"{KIND[method]} phases do not set them" if cfg is not None
+                 else "the run has no curriculum.toml (trained elsewhere)")
+        raise AclarenaError(f"{method} on this run needs {', '.join(missing)}: {where}, and the mini arena's sizes "
+                            f"would not fit its model; give e.g. {' '.join(f'{f} N' for f in missing)}")
+    bad = {k: v for k, v in settings.items() if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0}
+    if bad:
+        k, v = next(iter(bad.items()))
+        raise AclarenaError(f"{method}: {k} = {v!r} from the curriculum is not a positive number; give {FLAGS[k]}")
+    base = DEFAULTS["mini"][method]  # only k, minimum, max_new_tokens come from here: no sizes
+    return replace(base, n=int(settings["n"]), steps=int(settings["steps"]), batch=int(settings["batch"]),
+                   lr=float(settings["lr"]), extra={})
 
 
 def parse_trl(items: list[str] | None) -> dict[str, Any]:

@@ -82,7 +82,7 @@ def run(job: Any) -> list[Any]:
     from aclarena.store import Json, Table
     from aclarena.store.manifest import CheckpointSpec
     from aclarena.train.data import rejection_records
-    from aclarena.train.phases import finished, load_start, quiet, run_sft
+    from aclarena.train.phases import load_start, quiet, run_sft
     from aclarena.train.progress import log_table
 
     quiet()  # before any model is loaded: no per-model progress bars
@@ -92,7 +92,8 @@ def run(job: Any) -> list[Any]:
     if missing:
         raise AclarenaError(f"SDFT samples each domain's oracle; the run has no oracle for {missing[0]!r} "
                             "(train the oracles: [oracles] in the curriculum config)")
-    start = job.options.get("start") or "base"
+    start = job.options.get("start")
+    start = "base" if start is None else start  # "" is refused below, not read as the default
     if start not in ("base", "end"):
         from aclarena.errors import unknown_name
 
@@ -116,10 +117,8 @@ def run(job: Any) -> list[Any]:
     folder = job.folder(name)
     spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method="sdft", parent=start_name,
                           seed=lin.seed)
-    done = finished(folder, fp)
-    if done is not None and job.force:
-        job.discard(folder)  # --force: train again (the phase runner would reuse the finished folder)
-    if done is not None and not job.force:
+    done = job.reusable(folder, fp)
+    if done is not None:
         return [Output(spec, {**settings, **done.meta.get("data", {})}, done.time_s, reused=True)]
     t0 = time.perf_counter()
     by_domain: dict[str, list[dict[str, Any]]] = {}

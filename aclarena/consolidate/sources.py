@@ -8,24 +8,16 @@ suffix, so ``compare`` reports mean ± std over replicates as the study does (th
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from aclarena.errors import AclarenaError
 from aclarena.store.capability import stage_chains
 from aclarena.store.manifest import Manifest
 
-_SUFFIX_RE = re.compile(r"-s(\d+)$")
-
 
 def replicate_suffix(replicate: int) -> str:
     """``""`` for the first replicate, ``-s<r>`` after (the training core's convention)."""
     return f"-s{replicate}" if replicate else ""
-
-
-def strip_replicate(name: str) -> str:
-    """``merge-ta-l0.5-s2`` -> ``merge-ta-l0.5``."""
-    return _SUFFIX_RE.sub("", name)
 
 
 @dataclass(frozen=True)

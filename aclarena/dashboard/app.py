@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 from pathlib import Path
 
 import dash
-from dash import Dash, dcc, html
+from dash import Dash, Input, Output, dcc, html
 
 from aclarena.dashboard.data import RUN_KEY
 from aclarena.errors import AclarenaError
 from aclarena.store.manifest import load_manifest
 
 # Page modules under aclarena/dashboard/pages/, each with PAGE, layout and register_callbacks.
-PAGES = ("home", "overview", "tokens", "vectors", "displacement", "monitor", "consolidation", "router")
+PAGES = ("home", "overview", "tokens", "flips", "vectors", "displacement", "monitor", "consolidation", "router")
 
 ASSETS = Path(__file__).parent / "assets"
 
@@ -40,13 +41,13 @@ def create_app(run_dir: str | os.PathLike[str]) -> Dash:
     for module in modules:
         module.register_callbacks(app, run_dir)
     ordered = sorted(modules, key=lambda m: m.PAGE.get("order", 99))
+    _grey_empty_pages(app, run_dir, ordered)
     app.layout = html.Div(
         [
             html.Header(
                 [
                     html.Span("aclarena", className="brand"),
-                    html.Nav([dcc.Link(m.PAGE["name"], href=m.PAGE["path"], id=f"nav-{m.PAGE['name'].lower()}")
-                              for m in ordered]),
+                    html.Nav([dcc.Link(m.PAGE["name"], href=m.PAGE["path"], id=_nav_id(m.PAGE)) for m in ordered]),
                     html.Span(run_dir.name, className="run-name", title=str(run_dir)),
                 ],
                 className="topbar",
@@ -55,6 +56,27 @@ def create_app(run_dir: str | os.PathLike[str]) -> Dash:
         ]
     )
     return app
+
+
+def page_names() -> dict[str, str]:
+    """Page path -> its name in the navigation."""
+    return {p["path"]: p["name"] for p in dash.page_registry.values()}
+
+
+def _nav_id(page: dict[str, object]) -> str:
+    return f"nav-{str(page['name']).lower()}"
+
+
+def _grey_empty_pages(app: Dash, run_dir: Path, modules: list[object]) -> None:
+    """On every navigation, grey the links of pages without data (pages Home knows nothing about stay)."""
+    from aclarena.dashboard.pages.home import page_status
+
+    pages = [m.PAGE for m in modules]  # type: ignore[attr-defined]
+
+    @app.callback([Output(_nav_id(p), "className") for p in pages], Input("_pages_location", "pathname"))
+    def _nav(_path: str | None) -> list[str]:
+        status = page_status(run_dir)
+        return ["" if status.get(str(p["path"]), {}).get("has_data", True) else "no-data" for p in pages]
 
 
 def _refuse_traversal() -> tuple[str, int] | None:
@@ -70,9 +92,41 @@ def _refuse_traversal() -> tuple[str, int] | None:
     return None
 
 
+def check_address(host: str, port: int) -> None:
+    """Refuse a port out of range, a host that does not resolve to a local interface, or a port in use,
+    in one line, before Werkzeug would (with a traceback, or its own text and exit 1)."""
+    import socket
+
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise AclarenaError(f"--port {port!r} is not a port; use a number from 1 to 65535 (e.g. 8050)")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError, ValueError) as e:
+        raise AclarenaError(f"--host {host!r} is not an address of this machine ({getattr(e, 'strerror', None) or e}); "
+                            "use 127.0.0.1 (default), localhost or 0.0.0.0") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Werkzeug binds
+        try:
+            sock.bind(addr)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise AclarenaError(f"port {port} on {host} is in use by another program; stop it or pass another "
+                                    "--port (e.g. --port 8060)") from None
+            raise AclarenaError(f"cannot serve on {host}:{port} ({e.strerror or e}); choose another --host or "
+                                "--port") from None
+
+
 def serve(run_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 8050, debug: bool = False) -> None:
+    check_address(host, port)
     app = create_app(run_dir)
     try:
         app.run(host=host, port=port, debug=debug)
-    except OSError as e:
-        raise AclarenaError(f"cannot serve on {host}:{port} ({e.strerror or e}); choose another --port") from None
+    except (OSError, OverflowError) as e:
+        raise AclarenaError(f"cannot serve on {host}:{port} ({getattr(e, 'strerror', None) or e}); choose another "
+                            "--port") from None
+    except SystemExit as e:  # Werkzeug prints its own text and exits when the port was taken meanwhile
+        if e.code not in (0, None):
+            raise AclarenaError(f"cannot serve on {host}:{port} (taken by another program just now); pass another "
+                                "--port") from None
+        raise

@@ -34,6 +34,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# What each scalar of CLReport.summary() measures, with its source (shown by the CLI, the dashboard, export).
+METRIC_LABELS = {
+    "average_accuracy": "average accuracy (GEM ACC)",
+    "backward_transfer": "backward transfer (GEM BWT)",
+    "forward_transfer": "forward transfer (GEM FWT)",
+    "forgetting_max": "forgetting, max earlier - final (Chaudhry et al.)",
+    "forgetting_first_last": "forgetting, just-learned - final (first-minus-last)",
+    "retention_vs_oracle": "retention, final / single-task oracle",
+    "average_incremental_accuracy": "average incremental accuracy (iCaRL)",
+    "sample_forgetting": "sample-wise forgetting (correct -> wrong)",
+    "sample_backward_transfer": "sample-wise backward transfer (wrong -> correct)",
+}
+
 
 def _matrix(R: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
     R = np.asarray(R, dtype=np.float64)

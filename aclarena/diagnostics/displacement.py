@@ -201,7 +201,11 @@ def summarize_displacement(
 
 @dataclass(frozen=True)
 class PhaseRatio:
-    """``‖Δθ_SFT‖ / ‖Δθ_RL‖`` for one stage (domain), from its SFT and RL updates."""
+    """``‖Δθ_SFT‖ / ‖Δθ_RL‖`` for one stage (domain), from its SFT and RL updates.
+
+    ``pooled`` says whether the stage counts in the overall ratio: it has both phases and an RL
+    update that is not exactly 0 (a GRPO phase whose every group earned one reward moves nothing).
+    """
 
     stage: str
     sft: float
@@ -211,28 +215,56 @@ class PhaseRatio:
     def ratio(self) -> float:
         return self.sft / self.rl if self.rl > 0 else math.nan
 
+    @property
+    def pooled(self) -> bool:
+        return self.rl > 0 and math.isfinite(self.sft) and math.isfinite(self.rl)
 
-def sft_rl_ratios(
-    norms: Sequence[float], phases: Sequence[str | None], stages: Sequence[str | None]
-) -> tuple[list[PhaseRatio], float]:
-    """Per stage (domain) with both an SFT and an RL update, the SFT/RL displacement ratio;
-    and the overall ratio of the mean SFT to the mean RL displacement (NaN without both phases).
 
-    A stage with several updates of one phase uses their root-sum-square (their total length
-    when they are orthogonal; one update is its own norm).
-    """
+def _by_stage(norms: Sequence[float], phases: Sequence[str | None],
+              stages: Sequence[str | None]) -> dict[str, dict[str, list[float]]]:
     if not (len(norms) == len(phases) == len(stages)):
         raise ValueError("`norms`, `phases` and `stages` must have equal length")
     per: dict[str, dict[str, list[float]]] = {}
     for n, ph, st in zip(norms, phases, stages, strict=True):
         if ph in ("sft", "rl") and st is not None:
             per.setdefault(st, {"sft": [], "rl": []})[ph].append(float(n))
+    return per
+
+
+def sft_rl_ratios(
+    norms: Sequence[float], phases: Sequence[str | None], stages: Sequence[str | None]
+) -> tuple[list[PhaseRatio], float]:
+    """Per stage (domain) with both an SFT and an RL update, the SFT/RL displacement ratio;
+    and the overall ratio pooled over those stages only: the mean SFT norm over the mean RL
+    norm of the stages with both phases whose RL update is not exactly 0 (NaN when none is).
+
+    A stage with one phase only, or whose RL update is exactly 0, has no ratio to pool, so it is
+    left out of the overall ratio (:func:`sft_rl_excluded` says which and why) rather than
+    adding an SFT norm without an RL counterpart, or an RL norm of 0, to the means.
+    A stage with several updates of one phase uses their root-sum-square (their total length
+    when they are orthogonal; one update is its own norm).
+    """
+    per = _by_stage(norms, phases, stages)
     out = [PhaseRatio(st, math.sqrt(sum(x * x for x in v["sft"])), math.sqrt(sum(x * x for x in v["rl"])))
            for st, v in per.items() if v["sft"] and v["rl"]]
-    sft = [float(n) for n, ph in zip(norms, phases, strict=True) if ph == "sft"]
-    rl = [float(n) for n, ph in zip(norms, phases, strict=True) if ph == "rl"]
-    overall = (sum(sft) / len(sft)) / (sum(rl) / len(rl)) if sft and rl and sum(rl) > 0 else math.nan
+    pooled = [r for r in out if r.pooled]
+    overall = sum(r.sft for r in pooled) / sum(r.rl for r in pooled) if pooled else math.nan
     return out, overall
+
+
+def sft_rl_excluded(
+    norms: Sequence[float], phases: Sequence[str | None], stages: Sequence[str | None]
+) -> list[tuple[str, str]]:
+    """The stages left out of the overall SFT/RL ratio, each with the reason, in stage order."""
+    out = []
+    for st, v in _by_stage(norms, phases, stages).items():
+        if not v["rl"]:
+            out.append((st, "SFT phase only"))
+        elif not v["sft"]:
+            out.append((st, "RL phase only"))
+        elif not PhaseRatio(st, 0.0, math.sqrt(sum(x * x for x in v["rl"]))).pooled:
+            out.append((st, "RL update exactly 0"))
+    return out
 
 
 __all__ = [
@@ -244,6 +276,7 @@ __all__ = [
     "DisplacementSummary",
     "PhaseRatio",
     "check_tolerances",
+    "sft_rl_excluded",
     "sft_rl_ratios",
     "summarize_displacement",
 ]

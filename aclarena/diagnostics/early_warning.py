@@ -21,7 +21,18 @@ A **significant benchmark drop** (the ground truth the warnings are timed agains
 decided on the same fixed items evaluated at the stage start and at step ``s``: with
 ``b`` items solved at the start and failed at ``s``, and ``c`` the reverse, the exact
 one-sided McNemar test (McNemar 1947; a binomial test on the discordant items) gives
-``p = P(Binom(b + c, ½) ≥ b)``; the drop is significant when ``p < α`` (default 0.05).
+``p = P(Binom(b + c, ½) ≥ b)`` (``scipy.stats.binomtest``, exact for any number of items).
+A stage is evaluated many times, and the first of many uncorrected tests at ``α`` would
+find a "drop" in noise far more often than ``α``; so the ``m`` evaluations after the stage
+start are one family, corrected with **Holm's step-down procedure** (Holm 1979): with the
+p-values sorted, ``p_(1) ≤ ... ≤ p_(m)``, the adjusted p-value is
+``p̃_(i) = max_{j ≤ i} min(1, (m − j + 1) p_(j))``, and an evaluation is a significant drop
+when ``p̃ < α``. This bounds the chance of declaring *any* false drop in the stage by ``α``
+under any dependence between the evaluations (they re-test the same items), and is uniformly
+more powerful than Bonferroni. The **first significant drop** is the earliest evaluation so
+declared. With ``n`` items, the smallest possible p-value is ``½ⁿ`` (every item solved at the
+start, every one lost), so a drop can be significant only when ``½ⁿ < α / m``
+(:func:`min_items`).
 The **lead time** of a warning is ``drop step - warning step``: positive when the warning
 came first, negative when it came after the drop.
 
@@ -36,6 +47,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+
+from aclarena.diagnostics.binomial import binomial_tail
 
 DIRECTIONS = ("up", "down", "both")
 
@@ -252,12 +265,50 @@ def mcnemar_drop_pvalue(before: np.ndarray, after: np.ndarray) -> float:
     n = lost + gained
     if n == 0 or lost == 0:
         return 1.0
-    return float(sum(math.comb(n, k) for k in range(lost, n + 1)) / 2.0**n)
+    return binomial_tail(lost, n, 0.5)
+
+
+def holm_adjusted(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979), in the input order.
+
+    ``p̃_(i) = max_{j ≤ i} min(1, (m − j + 1) p_(j))`` over the ascending p-values; rejecting
+    where ``p̃ < α`` controls the family-wise error rate at ``α`` under any dependence.
+    """
+    ps = [float(p) for p in pvalues]
+    for p in ps:
+        if not (math.isfinite(p) and 0.0 <= p <= 1.0):
+            raise ValueError(f"p-values must be in [0, 1], got {p!r}")
+    m = len(ps)
+    out = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda k: ps[k])):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def min_items(alpha: float, tests: int) -> int:
+    """The fewest fixed items with which a drop can be significant among ``tests`` Holm-corrected tests.
+
+    The smallest McNemar p-value with ``n`` items is ``½ⁿ`` (all solved at the start, all lost),
+    and Holm's smallest threshold is ``α / tests``: the answer is the least ``n`` with ``½ⁿ < α / tests``.
+    """
+    a = _finite_number(alpha, "alpha", positive=True)
+    if isinstance(tests, bool) or not isinstance(tests, int) or tests < 1:
+        raise ValueError(f"`tests` must be an integer >= 1, got {tests!r}")
+    n = max(0, math.floor(math.log2(tests / a)))
+    while 0.5**n >= a / tests:
+        n += 1
+    return n
 
 
 @dataclass(frozen=True, slots=True)
 class DropPoint:
-    """A benchmark evaluation against the stage start: accuracy, items lost and gained, p-value."""
+    """A benchmark evaluation against the stage start: accuracy, items lost and gained, p-value.
+
+    ``pvalue`` is the evaluation's own exact McNemar p-value, ``adjusted`` its Holm-adjusted
+    p-value over the stage's evaluations, and ``significant`` is ``adjusted < alpha``.
+    """
 
     step: int
     accuracy: float
@@ -265,10 +316,14 @@ class DropPoint:
     gained: int
     pvalue: float
     significant: bool
+    adjusted: float = 1.0
 
 
 def drop_points(steps: Sequence[int], outcomes: Sequence[np.ndarray], *, alpha: float = 0.05) -> list[DropPoint]:
-    """Each evaluation compared with the first one (the stage start), in step order."""
+    """Each evaluation compared with the first one (the stage start), in step order.
+
+    Significance is Holm-corrected over the evaluations after the start (the module docstring).
+    """
     _finite_number(alpha, "alpha", positive=True)
     if len(steps) != len(outcomes):
         raise ValueError(f"{len(steps)} steps for {len(outcomes)} outcome vectors")
@@ -276,20 +331,23 @@ def drop_points(steps: Sequence[int], outcomes: Sequence[np.ndarray], *, alpha: 
         return []
     order = np.argsort(np.asarray(steps), kind="stable")
     start = np.asarray(outcomes[order[0]], dtype=bool)
-    out = []
+    raw = []
     for i in order:
         now = np.asarray(outcomes[i], dtype=bool)
         if now.shape != start.shape:
             raise ValueError(f"evaluation at step {steps[i]} has {now.size} items, the first has {start.size}")
-        p = mcnemar_drop_pvalue(start, now)
-        out.append(DropPoint(step=int(steps[i]), accuracy=float(now.mean()) if now.size else float("nan"),
+        raw.append((int(steps[i]), now, mcnemar_drop_pvalue(start, now)))
+    adjusted = [1.0, *holm_adjusted([p for _, _, p in raw[1:]])]
+    out = []
+    for (step, now, p), adj in zip(raw, adjusted, strict=True):
+        out.append(DropPoint(step=step, accuracy=float(now.mean()) if now.size else float("nan"),
                              lost=int(np.count_nonzero(start & ~now)), gained=int(np.count_nonzero(~start & now)),
-                             pvalue=p, significant=p < alpha))
+                             pvalue=p, significant=adj < alpha, adjusted=adj))
     return out
 
 
 def first_drop(points: Sequence[DropPoint]) -> DropPoint | None:
-    """The first significant drop (after the stage start), or None."""
+    """The first significant (Holm-corrected) drop after the stage start, or None."""
     return next((p for p in points[1:] if p.significant), None)
 
 

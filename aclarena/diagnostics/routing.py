@@ -17,11 +17,12 @@ routers and ambiguous contexts open; these are the measures used to answer that
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from aclarena.diagnostics.binomial import binomial_tail
 
 
 def confusion_matrix(true: Sequence[str], pred: Sequence[str], labels: Sequence[str]) -> np.ndarray:
@@ -90,16 +91,3 @@ def item_chance(accept: Sequence[str], experts: Sequence[str]) -> float:
     return sum(1 for e in experts if e in accept) / len(experts)
 
 
-def binomial_tail(k: int, n: int, p: float) -> float:
-    """``P(X >= k)`` for ``X ~ Binomial(n, p)`` (exact sum; n is small here)."""
-    if not 0 <= k <= n:
-        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
-    if p <= 0.0:
-        return 1.0 if k == 0 else 0.0
-    if p >= 1.0:
-        return 1.0
-    total = 0.0
-    for i in range(k, n + 1):
-        total += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
-                          + i * math.log(p) + (n - i) * math.log1p(-p))
-    return min(1.0, total)

@@ -28,6 +28,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 
 import numpy as np
 import torch
@@ -533,5 +534,6 @@ class _quiet_nanmean:
         self._cm.__enter__()
         warnings.simplefilter("ignore", RuntimeWarning)
 
-    def __exit__(self, *exc: object) -> None:
-        self._cm.__exit__(*exc)
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._cm.__exit__(exc_type, exc, tb)

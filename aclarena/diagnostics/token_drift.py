@@ -31,7 +31,10 @@ Numerics. Logits are processed in chunks of positions so that peak memory is
 ``O(chunk × vocabulary)``, never ``O(sequence × vocabulary)`` (as trl's
 ``entropy_from_logits`` does); the fused pass runs over sub-chunks of a chunk. bf16/fp16
 logits are upcast to float32 and every sum accumulates in float32 (float64 inputs stay
-float64). Each model's log-normaliser is
+float64). On CPU, float32 chunks go through a fused C kernel
+(:mod:`aclarena.diagnostics.fused_cpu`: three reads of each row while it is in cache, sums
+in float32 over blocks of 512 and float64 across blocks); elsewhere, or when it cannot be
+built, torch operators compute the same sums. Each model's log-normaliser is
 computed once per chunk and every measure is a row-wise dot product against it:
 
 * ``H(p) = log s_p - <e_p, z'_p> / s_p`` with ``z' = z - max z``, ``e = exp z'``, ``s = sum e``;
@@ -162,7 +165,10 @@ class Workspace:
         self.rows = rows
         self.vocab = vocab
         self.dtype = compute_dtype(dtype)
-        self.sub_rows = max(1, min(rows, sub_rows or default_sub_rows(vocab, self.dtype)))
+        if sub_rows is not None and sub_rows < 1:
+            raise ValueError(f"`sub_rows` must be at least 1, got {sub_rows}")
+        self.sub_rows = min(rows, default_sub_rows(vocab, self.dtype) if sub_rows is None else sub_rows)
+        self.sub_rows = max(1, self.sub_rows)
         self.zr = torch.empty(rows, vocab, dtype=self.dtype, device=device)
         self.zc = torch.empty(rows, vocab, dtype=self.dtype, device=device)
         self.b = torch.empty(self.sub_rows, vocab, dtype=self.dtype, device=device)
@@ -173,7 +179,11 @@ class Workspace:
         return (2 * self.rows + 2 * self.sub_rows) * self.vocab * self.zr.element_size()
 
     def pair_stats(self, n: int, targets: torch.Tensor | None, topk: int, *, ref_topk: bool = True) -> PairStats:
-        """:func:`pair_stats_` over the first ``n`` rows of ``zr`` and ``zc``, sub-chunk by sub-chunk."""
+        """:func:`pair_stats_` over the first ``n`` rows of ``zr`` and ``zc``, sub-chunk by sub-chunk
+        (in one call when the fused kernel runs: it keeps each row in cache itself)."""
+        fused = _fused_pair(self.zr[:n], self.zc[:n], targets, topk, self.b, self.e, ref_topk) if n else None
+        if fused is not None:
+            return fused
         parts = []
         for u in range(0, n, self.sub_rows):
             m = min(self.sub_rows, n - u)
@@ -183,7 +193,11 @@ class Workspace:
         return _cat_pairs(parts)
 
     def dist_stats(self, n: int, targets: torch.Tensor | None, topk: int) -> DistStats:
-        """:func:`dist_stats_` over the first ``n`` rows of ``zr``, sub-chunk by sub-chunk."""
+        """:func:`dist_stats_` over the first ``n`` rows of ``zr``, sub-chunk by sub-chunk (or in one
+        call through the fused kernel)."""
+        fused = _fused_dist(self.zr[:n], targets, topk, self.e) if n else None
+        if fused is not None:
+            return fused
         parts = []
         for u in range(0, n, self.sub_rows):
             m = min(self.sub_rows, n - u)
@@ -192,9 +206,10 @@ class Workspace:
         return _cat_dist(parts, (sum(int(p.entropy.shape[0]) for p in parts),), topk)
 
 
-def _check_topk(topk: int, vocab: int) -> None:
-    if not isinstance(topk, int) or isinstance(topk, bool) or topk < 0:
-        raise ValueError(f"`topk` must be an integer >= 0, got {topk!r}")
+def check_topk(topk: int, vocab: int, *, low: int = 0) -> None:
+    """``topk`` must be an integer in ``[low, vocab]`` (0 keeps no alternatives); ValueError otherwise."""
+    if not isinstance(topk, int) or isinstance(topk, bool) or topk < low:
+        raise ValueError(f"`topk` must be an integer >= {low}, got {topk!r}")
     if topk > vocab:
         raise ValueError(f"`topk` must be at most the vocabulary size {vocab}, got {topk}")
 
@@ -209,8 +224,16 @@ def dist_stats_(z: torch.Tensor, targets: torch.Tensor | None, topk: int, work: 
     """Statistics of one chunk of logits ``z`` ``[n, V]`` (compute dtype, overwritten).
 
     ``work`` is an ``[n, V]`` buffer of the same dtype. Low level: :func:`dist_stats` is the
-    safe entry point.
+    safe entry point. float32 CPU chunks go through the fused kernel
+    (:mod:`aclarena.diagnostics.fused_cpu`) when it is available.
     """
+    fused = _fused_dist(z, targets, topk, work)
+    if fused is not None:
+        return fused
+    return _dist_stats_torch(z, targets, topk, work)
+
+
+def _dist_stats_torch(z: torch.Tensor, targets: torch.Tensor | None, topk: int, work: torch.Tensor) -> DistStats:
     vals, ids = _topk(z, topk)
     zt = z.gather(1, targets.view(-1, 1)).view(-1) if targets is not None else None
     m = z.amax(dim=-1, keepdim=True)
@@ -245,8 +268,17 @@ def pair_stats_(
 
     ``zr``, ``zc``, ``b`` and ``e`` are ``[n, V]`` buffers of the compute dtype; all four
     are overwritten. ``ref_topk=False`` skips the reference's top-1 and top-k (when they
-    are cached). Low level: :func:`pair_stats` is the safe entry point.
+    are cached). Low level: :func:`pair_stats` is the safe entry point. float32 CPU chunks
+    go through the fused kernel (:mod:`aclarena.diagnostics.fused_cpu`) when it is available.
     """
+    fused = _fused_pair(zr, zc, targets, topk, b, e, ref_topk)
+    if fused is not None:
+        return fused
+    return _pair_stats_torch(zr, zc, targets, topk, b, e, ref_topk=ref_topk)
+
+
+def _pair_stats_torch(zr: torch.Tensor, zc: torch.Tensor, targets: torch.Tensor | None, topk: int,
+                      b: torch.Tensor, e: torch.Tensor, *, ref_topk: bool = True) -> PairStats:
     vals_c, ids_c = _topk(zc, topk)
     vals_r, ids_r = _topk(zr, topk) if ref_topk else (None, None)
     zt_c = zc.gather(1, targets.view(-1, 1)).view(-1) if targets is not None else None
@@ -306,6 +338,89 @@ def pair_stats_(
     return PairStats(ref=ref, ckpt=ckpt, kl=kl, kl_reverse=kl_rev, js=js)
 
 
+# --- the fused CPU kernel's sums turned into statistics -------------------------------------------
+
+
+def _fill_rows(dst: list[torch.Tensor | None], src: list[torch.Tensor | None], rows: torch.Tensor) -> None:
+    for d, x in zip(dst, src, strict=True):
+        if d is not None and x is not None:
+            d[rows] = x.to(d.dtype)
+
+
+def _fused_dist(z: torch.Tensor, targets: torch.Tensor | None, topk: int, work: torch.Tensor) -> DistStats | None:
+    from aclarena.diagnostics import fused_cpu
+
+    kk = max(topk, 1)
+    s = fused_cpu.dist_sums(z, targets, kk)
+    if s is None:
+        return None
+    dt = z.dtype
+    total, a = s.sums.unbind(1)
+    log_s = total.log()
+    ent = (log_s - a / total).clamp_min_(0.0).to(dt)
+    lse64 = s.maxes[:, 0].double() + log_s
+    lse = lse64.to(dt)
+    logprob = None if targets is None else (s.targets[:, 0].double() - lse64).to(dt)
+    assert s.topk_c is not None
+    vals, ids = s.topk_c
+    topk_lp = (vals[:, :topk].double() - lse64.view(-1, 1)).to(dt)
+    out = DistStats(entropy=ent, lse=lse, logprob=logprob, top1=ids[:, 0], topk_ids=ids[:, :topk],
+                    topk_logprobs=topk_lp)
+    if bool(s.bad.any()):  # rows with a non-finite logit: the torch path says what they give
+        rows = s.bad.nonzero().view(-1)
+        for u in range(0, len(rows), work.shape[0]):
+            r = rows[u:u + work.shape[0]]
+            t = _dist_stats_torch(z[r], None if targets is None else targets[r], topk, work[:len(r)])
+            _fill_rows([out.entropy, out.lse, out.logprob, out.top1, out.topk_ids, out.topk_logprobs],
+                       [t.entropy, t.lse, t.logprob, t.top1, t.topk_ids, t.topk_logprobs], r)
+    return out
+
+
+def _fused_pair(zr: torch.Tensor, zc: torch.Tensor, targets: torch.Tensor | None, topk: int, b: torch.Tensor,
+                e: torch.Tensor, ref_topk: bool) -> PairStats | None:
+    from aclarena.diagnostics import fused_cpu
+
+    kk = max(topk, 1)
+    s = fused_cpu.pair_sums(zr, zc, targets, kk, ref_topk=ref_topk)
+    if s is None:
+        return None
+    dt = zr.dtype
+    sr, sc, a_r, a_c, d_r, d_c, slogs = s.sums.unbind(1)
+    log_sr, log_sc = sr.log(), sc.log()
+    h_r = (log_sr - a_r / sr).clamp_min_(0.0)
+    h_c = (log_sc - a_c / sc).clamp_min_(0.0)
+    lse_r = s.maxes[:, 0].double() + log_sr
+    lse_c = s.maxes[:, 1].double() + log_sc
+    dlog = log_sr - log_sc
+    kl = (d_r / sr - dlog).clamp_min_(0.0)
+    kl_rev = (dlog - d_c / sc).clamp_min_(0.0)
+    js = LOG2 - 0.5 * slogs - 0.5 * (h_r + h_c)
+    js = torch.minimum(js.clamp_min_(0.0), ((kl + kl_rev) * 0.25).clamp_max_(LOG2))
+
+    def stats(lse: torch.Tensor, h: torch.Tensor, col: int, tk: tuple[torch.Tensor, torch.Tensor] | None) -> DistStats:
+        return DistStats(
+            entropy=h.to(dt), lse=lse.to(dt),
+            logprob=None if targets is None else (s.targets[:, col].double() - lse).to(dt),
+            top1=None if tk is None else tk[1][:, 0], topk_ids=None if tk is None else tk[1][:, :topk],
+            topk_logprobs=None if tk is None else (tk[0][:, :topk].double() - lse.view(-1, 1)).to(dt))
+
+    ref, ckpt = stats(lse_r, h_r, 0, s.topk_r), stats(lse_c, h_c, 1, s.topk_c)
+    out = PairStats(ref=ref, ckpt=ckpt, kl=kl.to(dt), kl_reverse=kl_rev.to(dt), js=js.to(dt))
+    if bool(s.bad.any()):  # rows with a non-finite logit (left untouched): the torch path says what they give
+        rows = s.bad.nonzero().view(-1)
+        for u in range(0, len(rows), b.shape[0]):
+            r = rows[u:u + b.shape[0]]
+            m = len(r)
+            t = _pair_stats_torch(zr[r], zc[r], None if targets is None else targets[r], topk, b[:m], e[:m],
+                                  ref_topk=ref_topk)
+            for mine, theirs in ((out.ref, t.ref), (out.ckpt, t.ckpt)):
+                _fill_rows([mine.entropy, mine.lse, mine.logprob, mine.top1, mine.topk_ids, mine.topk_logprobs],
+                           [theirs.entropy, theirs.lse, theirs.logprob, theirs.top1, theirs.topk_ids,
+                            theirs.topk_logprobs], r)
+            _fill_rows([out.kl, out.kl_reverse, out.js], [t.kl, t.kl_reverse, t.js], r)
+    return out
+
+
 # --- safe entry points over whole logits tensors ------------------------------------------------
 
 
@@ -331,7 +446,9 @@ def _targets(targets: torch.Tensor | None, lead: tuple[int, ...], vocab: int) ->
     return t
 
 
-def _chunk(chunk_size: int | None, vocab: int, dtype: torch.dtype) -> int:
+def chunk_rows(chunk_size: int | None, vocab: int, dtype: torch.dtype) -> int:
+    """Rows per output-head chunk: ``chunk_size`` (an integer >= 1; ValueError otherwise), or by default
+    :func:`default_chunk_size` of the vocabulary and dtype."""
     if chunk_size is None:
         return default_chunk_size(vocab, dtype)
     if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
@@ -372,10 +489,10 @@ def dist_stats(
     """
     flat, lead = _flatten(logits, "logits")
     vocab = flat.shape[1]
-    _check_topk(topk, vocab)
+    check_topk(topk, vocab)
     t = _targets(targets, lead, vocab)
     cdt = compute_dtype(flat.dtype)
-    rows = min(_chunk(chunk_size, vocab, cdt), max(1, flat.shape[0]))
+    rows = min(chunk_rows(chunk_size, vocab, cdt), max(1, flat.shape[0]))
     ws = Workspace(rows, vocab, cdt, flat.device, sub_rows)
     parts = []
     for i in range(0, max(flat.shape[0], 1), rows):
@@ -406,10 +523,10 @@ def pair_stats(
         raise ValueError(f"`ref_logits` and `logits` must have the same shape, got {tuple(ref_logits.shape)} "
                          f"and {tuple(logits.shape)}")
     vocab = flat.shape[1]
-    _check_topk(topk, vocab)
+    check_topk(topk, vocab)
     t = _targets(targets, lead, vocab)
     cdt = compute_dtype(torch.promote_types(ref_flat.dtype, flat.dtype))
-    rows = min(_chunk(chunk_size, vocab, cdt), max(1, flat.shape[0]))
+    rows = min(chunk_rows(chunk_size, vocab, cdt), max(1, flat.shape[0]))
     ws = Workspace(rows, vocab, cdt, flat.device, sub_rows)
     parts: list[PairStats] = []
     for i in range(0, max(flat.shape[0], 1), rows):
@@ -596,8 +713,8 @@ class DriftSummary:
         def num(v: Any) -> Any:
             return float("nan") if v is None else v
 
-        kwargs = {k: num(data[k]) if not isinstance(data[k], list) else [num(x) for x in data[k]]
-                  for k in cls.__dataclass_fields__}
+        kwargs: dict[str, Any] = {k: num(data[k]) if not isinstance(data[k], list) else [num(x) for x in data[k]]
+                                  for k in cls.__dataclass_fields__}
         return cls(**kwargs)
 
 

@@ -18,12 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from aclarena.envs import DOMAINS
 from aclarena.envs.rollout import Conversation, Policy, model_policy, run_episodes
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-DOMAINS = ("math", "search", "ecom", "if")
 
 
 def demonstration(domain: str, seed: int = 0, suite: str = "id") -> list[dict[str, Any]]:

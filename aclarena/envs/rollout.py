@@ -25,13 +25,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aclarena.envs.base import Environment, Step, Task, ToolError, Trajectory
+from aclarena.models.chat import Conversation, Policy, stop_token_ids
+from aclarena.models.chat import end_of_turn as end_of_turn  # imported from here by train/ and tests
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-Conversation = tuple[list[dict[str, Any]], list[dict[str, Any]] | None]
-# A policy answers a batch of conversations; None means "cannot continue" (context full).
-Policy = Callable[[Sequence[Conversation]], list[str | None]]
 
 TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -84,7 +82,9 @@ class Episode:
     def __init__(self, env: Environment, task: Task, *, max_turns: int | None = None) -> None:
         self.env = env
         self.task = task
-        self.max_turns = max_turns or env.max_turns
+        self.max_turns = env.max_turns if max_turns is None else max_turns
+        if self.max_turns < 1:
+            raise ValueError(f"`max_turns` must be at least 1, got {self.max_turns}")
         self.messages: list[dict[str, Any]] = task.messages
         self.tools = task.tool_list
         self.state = env.new_state(task)
@@ -195,20 +195,13 @@ def run_episodes(
     return out
 
 
-def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    ids: set[int] = set()
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(eos, int):
-        ids.add(eos)
-    elif isinstance(eos, list | tuple):
-        ids.update(int(i) for i in eos)
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    for tok in ("<|im_end|>", "<|endoftext|>"):
-        tid = tokenizer.convert_tokens_to_ids(tok)
-        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid >= 0:
-            ids.add(tid)
-    return sorted(ids)
+def context_limit(model: Any, max_context: int | None = None) -> int:
+    """``max_context`` when given (it must be positive), else the model's ``max_position_embeddings`` (2**30 without one)."""
+    if max_context is not None:
+        if max_context < 1:
+            raise ValueError(f"`max_context` must be at least 1, got {max_context}")
+        return int(max_context)
+    return int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
 
 
 def model_policy(
@@ -229,7 +222,7 @@ def model_policy(
     """
     import torch
 
-    limit = max_context or int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+    limit = context_limit(model, max_context)
     stops = stop_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     device = next(model.parameters()).device
@@ -268,6 +261,20 @@ def model_policy(
     return policy
 
 
+def prompt_lengths(tokenizer: PreTrainedTokenizerBase, tasks: Sequence[Task]) -> list[int]:
+    """Tokens of each task's opening prompt, as the policy renders it (generation prompt included)."""
+    texts = [tokenizer.apply_chat_template(t.messages, tools=t.tool_list, add_generation_prompt=True, tokenize=False)
+             for t in tasks]
+    return [len(x) for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def greedy_order(tokenizer: PreTrainedTokenizerBase, tasks: Sequence[Task], idx: Sequence[int]) -> list[int]:
+    """``idx`` (the positions of ``tasks``) sorted by prompt length, ties in task order: batches of
+    similar lengths pad little (the probe generator sorts the same way)."""
+    lengths = prompt_lengths(tokenizer, tasks)
+    return [i for _, _, i in sorted(zip(lengths, range(len(idx)), idx, strict=True))]
+
+
 def generate_trajectories(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -282,8 +289,14 @@ def generate_trajectories(
     max_turns: int | None = None,
     on_batch: Callable[[int], None] | None = None,
     shard: tuple[int, int] | None = None,
+    sort_by_length: bool = True,
 ) -> list[Trajectory | None]:
     """Roll ``model`` out on ``tasks`` (all of one environment or mixed); greedy unless ``do_sample``.
+
+    Greedy episodes are batched by prompt length (``sort_by_length``, :func:`greedy_order`), so a
+    batch pads little; each turn of a batch is one ``generate`` call with the KV cache. Greedy
+    decoding does not depend on the batch a task is in, so the trajectories are those of playing
+    each task alone (tested); sampled ones keep the task order, which their seeds depend on.
 
     Sampling is seeded per batch from ``(seed, batch number)``, so a batch draws the same
     samples whichever process plays it. ``shard=(rank, size)`` plays only the batches
@@ -308,16 +321,18 @@ def generate_trajectories(
     by_env: dict[str, list[int]] = {}
     for i, t in enumerate(tasks):
         by_env.setdefault(t.env, []).append(i)
+    if not do_sample and sort_by_length:
+        by_env = {env: greedy_order(tokenizer, [tasks[i] for i in idx], idx) for env, idx in by_env.items()}
     out: list[Trajectory | None] = [None] * len(tasks)
     from aclarena.models.vllm_engine import is_vllm, vllm_policy
 
     for idx in by_env.values():
         env = env_of(tasks[idx[0]])
         if is_vllm(model):  # --engine vllm: the same loop, answered by a vLLM engine
-            policy = vllm_policy(model, tokenizer, max_new_tokens=max_new_tokens or env.max_new_tokens,
+            policy = vllm_policy(model, tokenizer, max_new_tokens=env.max_new_tokens if max_new_tokens is None else max_new_tokens,
                                  do_sample=do_sample, temperature=temperature, top_p=top_p, seed=seed)
         else:
-            policy = model_policy(model, tokenizer, max_new_tokens=max_new_tokens or env.max_new_tokens,
+            policy = model_policy(model, tokenizer, max_new_tokens=env.max_new_tokens if max_new_tokens is None else max_new_tokens,
                                   do_sample=do_sample, temperature=temperature, top_p=top_p)
         trajs = run_episodes([tasks[i] for i in idx], policy, batch_size=batch_size, max_turns=max_turns,
                              on_batch=on_batch, before_batch=before_batch)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from aclarena.store.results import StoreReader
 
 # Topic modules, in the order the report shows them.
-MODULES = ("run", "overview", "tokens", "vectors", "monitor", "consolidation")
+MODULES = ("run", "overview", "tokens", "flips", "vectors", "monitor", "consolidation")
 
 Builder = Callable[["StoreReader | None", "Manifest"], list[tuple[str, "go.Figure"]]]
 
@@ -113,6 +113,7 @@ def write_static(figures: list[BuiltFigure], out_dir: Path, formats: list[str], 
     """
     import json
     import os
+    import shutil
     import signal
     import subprocess
     import sys
@@ -129,10 +130,22 @@ def write_static(figures: list[BuiltFigure], out_dir: Path, formats: list[str], 
                          "height": bf.figure.layout.height or bf.spec.height})
     if not jobs:
         return []
+    for j in jobs:
+        _check_target(Path(j["file"]))
     timeout = EXPORT_TIMEOUT_S + EXPORT_TIMEOUT_PER_IMAGE_S * len(jobs)
-    with tempfile.TemporaryDirectory(prefix="aclarena-export-") as tmp:
-        spec = Path(tmp) / "jobs.json"
-        spec.write_text(json.dumps(jobs), encoding="utf-8")
+    # the images are written in a hidden folder beside their places and moved there only when all
+    # are complete: a failed export (full disk, a killed browser) leaves no partial file behind
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=".aclarena-export-", dir=out_dir))
+    except OSError as e:
+        raise AclarenaError(f"cannot write in {out_dir}: {e.strerror or e}; choose another --out") from None
+    try:
+        staged = [dict(j, file=str(staging / Path(j["file"]).name)) for j in jobs]
+        spec = staging / "jobs.json"
+        try:
+            spec.write_text(json.dumps(staged), encoding="utf-8")
+        except OSError as e:
+            raise _write_error(out_dir, e) from None
         why = ""
         for _ in range(max(1, attempts)):
             proc = subprocess.Popen([sys.executable, "-c", _EXPORT_CHILD, str(spec)], stdout=subprocess.DEVNULL,
@@ -145,11 +158,46 @@ def write_static(figures: list[BuiltFigure], out_dir: Path, formats: list[str], 
                 why = f"kaleido's browser did not answer within {timeout:.0f} s"
                 continue
             if proc.returncode == 0:
+                for j, st in zip(jobs, staged, strict=True):
+                    try:
+                        os.replace(st["file"], j["file"])
+                    except OSError as e:
+                        raise _write_error(Path(j["file"]), e) from None
                 return [Path(j["file"]) for j in jobs]
             lines = [ln for ln in (err or "").strip().splitlines() if ln.strip()]
-            raise AclarenaError(f"figure export failed: {lines[-1] if lines else f'exit code {proc.returncode}'}; "
-                                "check that chromium is installed (kaleido needs it), or export --format html")
-    raise AclarenaError(f"figure export failed: {why} ({attempts} tries); rerun, or export --format html")
+            last = lines[-1] if lines else f"exit code {proc.returncode}"
+            if any(s in (err or "") for s in ("No space left", "File too large", "Errno 28", "Errno 27")):
+                raise AclarenaError(f"figure export failed: no space left in {out_dir} ({last}); free some space "
+                                    "and rerun (no partial file was left)")
+            raise AclarenaError(f"figure export failed: {last}; check that chromium is installed (kaleido needs "
+                                "it), or export --format html")
+        raise AclarenaError(f"figure export failed: {why} ({attempts} tries); rerun, or export --format html")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _check_target(path: Path) -> None:
+    """Refuse to write where a folder (or anything but a plain file) already is, before any work."""
+    from aclarena.errors import AclarenaError
+
+    if path.is_symlink() and not path.exists():
+        raise AclarenaError(f"{path} is a dangling symbolic link; remove it or choose another --out")
+    if path.exists() and not path.is_file():
+        raise AclarenaError(f"{path} exists and is a folder (or not a regular file); move it aside or choose "
+                            "another --out")
+
+
+def _write_error(path: Path, e: OSError) -> Exception:
+    import errno
+
+    from aclarena.errors import AclarenaError
+
+    if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return AclarenaError(f"no space left to write {path} (disk full or file-size limit); free some space and "
+                             "rerun (no partial file was left)")
+    if e.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+        return AclarenaError(f"{path} exists and is a folder; move it aside or choose another --out")
+    return AclarenaError(f"cannot write {path}: {e.strerror or e}; choose another --out (no partial file was left)")
 
 
 def write_html_report(figures: list[BuiltFigure], path: Path, title: str) -> Path:
@@ -171,5 +219,27 @@ def write_html_report(figures: list[BuiltFigure], path: Path, title: str) -> Pat
         "section{margin-bottom:3em}</style></head>"
         f"<body><h1>{html.escape(title)}</h1><ul>{toc}</ul>{body}</body></html>\n"
     )
-    path.write_text(page, encoding="utf-8")
+    _write_atomic(path, page.encode("utf-8"))
     return path
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` completely or not at all (a temporary file beside it, then a rename)."""
+    import os
+    import tempfile
+
+    _check_target(path)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise _write_error(path, e) from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)

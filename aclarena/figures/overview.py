@@ -4,19 +4,26 @@
   the stages in curriculum order, then single-task oracles, then consolidated models (and
   any other checkpoint); columns are in-domain suites, then out-of-domain, then general.
 * ``overview/chain-scores``: every suite's score at each checkpoint of the chain, the
-  peak of each marked, so that one sees which stage loses a skill.
+  peak of each marked (not on a flat suite), lines bridged over unscored checkpoints, so
+  that one sees which stage loses a skill.
+
+Every score carries a 95% percentile-bootstrap interval over its items
+(:func:`score_intervals`): in the matrix's hover and as error bars along the chain.
 * ``overview/cl-metrics``: the continual-learning metrics of the chain as a table
   (formulas in docs/cl-metrics.md).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import plotly.graph_objects as go
 
+from aclarena.diagnostics.cl_metrics import METRIC_LABELS as CL_LABELS
 from aclarena.errors import AclarenaError
 from aclarena.figures import register_figure
 from aclarena.store.capability import CapabilityMatrix, chain_data, load_matrix, stage_chains
@@ -27,16 +34,22 @@ if TYPE_CHECKING:
 
 SCORES = {"mean": "greedy accuracy", "avg_k_mean": "avg@k (sampled)"}
 ROLE_DASH = {"id": "solid", "ood": "dash", "general": "dot", "other": "dashdot"}
-METRIC_LABELS = {
-    "average_accuracy": "Average accuracy (GEM ACC)",
-    "backward_transfer": "Backward transfer (GEM BWT)",
-    "forward_transfer": "Forward transfer (GEM FWT)",
-    "forgetting_max": "Forgetting: max earlier - final (Chaudhry et al.)",
-    "forgetting_first_last": "Forgetting: just-learned - final (first-minus-last)",
-    "retention_vs_oracle": "Retention: final / single-task oracle",
-    "average_incremental_accuracy": "Average incremental accuracy (iCaRL)",
-    "sample_forgetting": "Sample-wise forgetting (correct -> wrong)",
-    "sample_backward_transfer": "Sample-wise backward transfer (wrong -> correct)",
+# the figures say them in sentence case
+METRIC_LABELS = {k: v[0].upper() + v[1:] for k, v in CL_LABELS.items()}
+
+
+#: what each metric means and what a good value looks like (the Overview's tooltips; docs/cl-metrics.md)
+METRIC_TIPS = {
+    "average_accuracy": "Mean final score over the chain's tasks. Higher is better.",
+    "backward_transfer": "Mean change of each earlier task from just after learning it to the end. "
+                         "Negative = forgetting; 0 or above is good.",
+    "forward_transfer": "Score on a task just before it is trained, minus the base's. Above 0 = earlier stages helped.",
+    "forgetting_max": "Mean over earlier tasks of best earlier score minus final score. 0 is good.",
+    "forgetting_first_last": "Mean over earlier tasks of the score just after learning minus final. 0 is good.",
+    "retention_vs_oracle": "Final score / the single-task oracle's, averaged. 1 = nothing lost against the oracle.",
+    "average_incremental_accuracy": "Mean of the average accuracy after each stage. Higher is better.",
+    "sample_forgetting": "Share of items right after learning and wrong at the end. 0 is good.",
+    "sample_backward_transfer": "Share of items wrong after learning and right at the end. Higher is better.",
 }
 
 
@@ -70,25 +83,82 @@ def row_groups(matrix: CapabilityMatrix, manifest: Manifest) -> list[tuple[str, 
     return [(n, g) for n, g in rows if n in present]
 
 
-def capability_heatmap(matrix: CapabilityMatrix, manifest: Manifest, what: str = "mean") -> go.Figure:
-    """Checkpoints x suites, scores in [0, 1]; error cells marked, missing cells blank."""
+def _item_scores(reader: StoreReader, key: str, what: str) -> np.ndarray | None:
+    """One score per item of a cell: greedy (or sampled, ``avg_k_mean``) outcomes averaged over
+    seeds (and samples) when every seed saw the same items, else every (seed, item) outcome."""
+    name = "samples" if what == "avg_k_mean" else "greedy"
+    if not reader.has(f"{key}/{name}"):
+        return None
+    a = np.asarray(reader.read(f"{key}/{name}"), dtype=np.float64)
+    if a.ndim == 3:
+        a = a.mean(axis=2)
+    if a.ndim != 2 or a.size == 0:
+        return None
+    if a.shape[0] > 1 and reader.has(f"{key}/item_ids"):
+        ids = np.asarray([str(i) for i in reader.read(f"{key}/item_ids")])
+        if ids.size == a.size and not (ids.reshape(a.shape) == ids.reshape(a.shape)[0]).all():
+            return a.ravel()
+    return a.mean(axis=0)
+
+
+@functools.lru_cache(maxsize=8)
+def _intervals_cached(path: str, mtime_ns: int, what: str) -> dict[tuple[str, str], tuple[float, float, int]]:
+    from aclarena.diagnostics.bootstrap import bootstrap_mean_ci
+    from aclarena.store.results import ResultsStore
+
+    out: dict[tuple[str, str], tuple[float, float, int]] = {}
+    with ResultsStore(os.path.dirname(path)).reader() as r:
+        for cell in load_matrix(r).cells.values():  # the latest result of each cell
+            if not cell.ok:
+                continue
+            items = _item_scores(r, cell.key, what)
+            if items is not None and len(items):
+                lo, hi = bootstrap_mean_ci(items)
+                out[(cell.checkpoint, cell.suite)] = (lo, hi, len(items))
+    return out
+
+
+def score_intervals(reader: StoreReader | None, what: str = "mean") -> dict[tuple[str, str], tuple[float, float, int]]:
+    """(checkpoint, suite) -> (low, high, n items) of the 95% bootstrap interval of its score
+    (cells without per-item outcomes have none). Cached per file version."""
+    if reader is None:
+        return {}
+    path = str(reader.path)
+    return _intervals_cached(path, os.stat(path).st_mtime_ns, what)
+
+
+def capability_heatmap(matrix: CapabilityMatrix, manifest: Manifest, what: str = "mean",
+                       intervals: dict[tuple[str, str], tuple[float, float, int]] | None = None) -> go.Figure:
+    """Checkpoints x suites, scores in [0, 1]; error cells marked, unscored cells labelled; the hover
+    gives each score's bootstrap interval. Each cell's ``customdata`` starts with [checkpoint, suite]."""
     rows = row_groups(matrix, manifest)
     names = [n for n, _ in rows]
     z = matrix.array(names, matrix.suites, what)
-    text = []
+    intervals = intervals or {}
+    text, hover = [], []
     for n, row in zip(names, z, strict=True):
-        line = []
+        line, tips = [], []
         for s, v in zip(matrix.suites, row, strict=True):
             cell = matrix.get(n, s)
-            line.append("error" if cell is not None and not cell.ok else ("" if math.isnan(v) else f"{v:.2f}"))
+            if cell is not None and not cell.ok:
+                line.append("error")
+                tips.append([n, s, cell.error or "error"])
+            elif cell is None or math.isnan(v):
+                line.append("not scored")
+                tips.append([n, s, "not scored: run aclarena-diag eval on it"])
+            else:
+                ci = intervals.get((n, s))
+                line.append(f"{v:.2f}")
+                tips.append([n, s, f"95% CI [{ci[0]:.2f}, {ci[1]:.2f}] over {ci[2]} items (bootstrap); "
+                                   "click for per-item outcomes" if ci else f"{cell.n_items} items"])
         text.append(line)
+        hover.append(tips)
     labels = [f"{n} ({g})" if g not in ("stage", "base") else n for n, g in rows]
-    hover = [[(matrix.get(n, s).error if matrix.get(n, s) is not None and not matrix.get(n, s).ok else "")
-              for s in matrix.suites] for n in names]
     fig = go.Figure(go.Heatmap(
         z=z, x=matrix.suites, y=labels, text=text, texttemplate="%{text}", zmin=0, zmax=1,
         colorscale="Viridis", colorbar=dict(title=SCORES.get(what, what)), customdata=hover,
-        hovertemplate="%{y}<br>%{x}: %{z:.3f}<br>%{customdata}<extra></extra>", hoverongaps=False,
+        hovertemplate="%{y}<br>%{x}: %{z:.3f}<br>%{customdata[2]}<extra></extra>", hoverongaps=True,
+        textfont=dict(size=11),
     ))
     fig.update_layout(title=f"Capability matrix ({SCORES.get(what, what)})", template="plotly_white",
                       yaxis=dict(autorange="reversed", title=None), xaxis=dict(title=None, side="top"),
@@ -97,8 +167,10 @@ def capability_heatmap(matrix: CapabilityMatrix, manifest: Manifest, what: str =
 
 
 def chain_lines(matrix: CapabilityMatrix, manifest: Manifest, chain: str | None = None,
-                what: str = "mean") -> go.Figure:
-    """Each suite's score at every checkpoint of the chain; a star marks each suite's peak."""
+                what: str = "mean", intervals: dict[tuple[str, str], tuple[float, float, int]] | None = None
+                ) -> go.Figure:
+    """Each suite's score at every checkpoint of the chain with its bootstrap interval; lines bridge
+    unscored checkpoints; a star marks each suite's peak unless the suite is flat."""
     from aclarena.store.capability import pick_chain
 
     names = [s.name for s in pick_chain(manifest, chain)]
@@ -113,14 +185,23 @@ def chain_lines(matrix: CapabilityMatrix, manifest: Manifest, chain: str | None 
             continue
         role = matrix.suite_info.get(suite, (None, "other"))[1]
         color = palette[j % len(palette)]
+        ci = [(intervals or {}).get((n, suite)) for n in names]
+        upper = [None if c is None or math.isnan(v) else c[1] - v for c, v in zip(ci, col, strict=True)]
+        lower = [None if c is None or math.isnan(v) else v - c[0] for c, v in zip(ci, col, strict=True)]
         fig.add_trace(go.Scatter(x=names, y=col, mode="lines+markers", name=suite, legendgroup=suite,
-                                 line=dict(dash=ROLE_DASH.get(role, "solid"), color=color),
+                                 line=dict(dash=ROLE_DASH.get(role, "solid"), color=color), connectgaps=True,
+                                 error_y=dict(type="data", array=upper, arrayminus=lower, visible=True, thickness=1,
+                                              width=3, color=color),
                                  hovertemplate=f"{suite}<br>%{{x}}: %{{y:.3f}}<extra></extra>"))
+        finite = col[np.isfinite(col)]
+        if len(finite) < 2 or finite.max() - finite.min() < 1e-9:
+            continue  # a flat suite has no peak
         peak = int(np.nanargmax(col))
         fig.add_trace(go.Scatter(x=[names[peak]], y=[col[peak]], mode="markers", legendgroup=suite, showlegend=False,
                                  marker=dict(symbol="star", size=14, color=color, line=dict(width=1, color="#333")),
                                  hovertemplate=f"{suite} peaks at %{{x}}: %{{y:.3f}}<extra></extra>"))
-    fig.update_layout(title="Scores along the chain (star: peak; solid in-domain, dashed out-of-domain, dotted general)",
+    fig.update_layout(title="Scores along the chain (star: peak; bars: 95% bootstrap interval; lines bridge unscored "
+                            "checkpoints)<br><sub>solid in-domain, dashed out-of-domain, dotted general</sub>",
                       template="plotly_white", xaxis=dict(title="checkpoint (curriculum order)"),
                       yaxis=dict(title=SCORES.get(what, what), range=[-0.02, 1.02]))
     return fig
@@ -187,4 +268,52 @@ def _metrics(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, 
             continue
         out.append((leaf or "", metrics_table_figure(rows, "Continual-learning metrics"
                                                      + (f" (chain to {leaf})" if leaf else ""))))
+    return out
+
+
+def cell_outcomes(reader: StoreReader, matrix: CapabilityMatrix, manifest: Manifest, checkpoint: str, suite: str,
+                  what: str = "mean") -> dict[str, Any]:
+    """The per-item outcomes of one matrix cell beside its parent's on the same items.
+
+    Returns ``{"checkpoint", "suite", "parent", "score", "interval", "rows", "note"}``; each row
+    has ``item``, ``score`` (mean over seeds, and samples for avg@k), ``parent`` (or None) and
+    ``change`` ("lost", "gained" or "").
+    """
+    cell = matrix.get(checkpoint, suite)
+    out: dict[str, Any] = {"checkpoint": checkpoint, "suite": suite, "parent": None, "rows": [], "note": ""}
+    if cell is None:
+        out["note"] = f"{checkpoint} was not scored on {suite}: run aclarena-diag eval on it"
+        return out
+    if not cell.ok:
+        out["note"] = f"{checkpoint} on {suite} failed: {cell.error}"
+        return out
+    out["score"] = getattr(cell, what)
+    out["interval"] = score_intervals(reader, what).get((checkpoint, suite))
+
+    def per_item(c: Any) -> dict[str, float] | None:
+        if c is None or not c.ok or not reader.has(f"{c.key}/item_ids"):
+            return None
+        scores = _item_scores(reader, c.key, what)
+        ids = [str(i) for i in reader.read(f"{c.key}/item_ids")]
+        if scores is None:
+            return None
+        ids = ids[:len(scores)] if len(ids) != len(scores) else ids
+        return dict(zip(ids, scores.tolist(), strict=False))
+
+    mine = per_item(cell)
+    if mine is None:
+        out["note"] = f"{checkpoint} on {suite} has no per-item outcomes (imported scores)"
+        return out
+    parent = manifest.resolve(checkpoint).parent if checkpoint in manifest else None
+    theirs = per_item(matrix.get(parent, suite)) if parent else None
+    if theirs is not None:
+        out["parent"] = parent
+    for item, v in mine.items():
+        p = theirs.get(item) if theirs else None
+        change = "" if p is None or abs(v - p) < 1e-9 else ("lost" if v < p else "gained")
+        out["rows"].append({"id": item, "item": item, "score": v, "parent": p, "change": change})
+    if theirs is not None:
+        lost = sum(r["change"] == "lost" for r in out["rows"])
+        gained = sum(r["change"] == "gained" for r in out["rows"])
+        out["note"] = f"against its parent {parent} on the same items: {lost} lost, {gained} gained"
     return out

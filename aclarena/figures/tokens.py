@@ -185,8 +185,9 @@ def _template(name: str = "plotly_white") -> dict[str, Any]:
     return pio.templates[name].to_plotly_json()
 
 
-def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """Reference entropy and this checkpoint's KL at a seeded sample of the valid positions."""
+def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """Reference entropy and this checkpoint's KL at a seeded sample of the valid positions, and
+    the sample's flat indices."""
     h = reader.ragged(f"{reference_key(probe)}/entropy").all()
     kl = reader.ragged(f"{scores_key(probe, checkpoint)}/kl").all()
     valid = np.isfinite(h) & np.isfinite(kl)
@@ -201,7 +202,17 @@ def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarra
         pick = np.sort(np.concatenate([top, rest[rng.choice(len(rest), MAX_SCATTER_POINTS - n_top, replace=False)]]))
     else:
         pick = ok
-    return h[pick], kl[pick], len(ok)
+    return h[pick], kl[pick], len(ok), pick
+
+
+def _round(a: np.ndarray, digits: int = 4) -> list[float]:
+    """Values rounded to ``digits`` significant digits, as a list (finite inputs)."""
+    a = np.asarray(a, dtype=np.float64)
+    if not len(a):
+        return []
+    mag = np.floor(np.log10(np.where(a != 0, np.abs(a), 1.0)))
+    scale = 10.0 ** (digits - 1 - mag)
+    return (np.round(a * scale) / scale).tolist()
 
 
 # --- figures ----------------------------------------------------------------------------------
@@ -209,18 +220,25 @@ def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarra
 # plotly validation on every callback); the *_figure functions wrap them for export.
 
 
-def scatter_spec(reader: StoreReader, probe: str, checkpoint: str) -> dict[str, Any]:
-    """Reference entropy (x) against KL(p_ref ‖ p_ckpt) (y, log) at every scored position."""
-    x, y, n = _points(reader, probe, checkpoint)
+def scatter_spec(reader: StoreReader, probe: str, checkpoint: str, *, gl: bool = False) -> dict[str, Any]:
+    """Reference entropy (x) against KL(p_ref ‖ p_ckpt) (y, log) at every scored position; each
+    point's ``customdata`` is [sequence, token index] (a click on the page jumps there). ``gl``: drawn
+    with WebGL (the dashboard: thousands of SVG markers took most of a checkpoint change to draw)."""
+    x, y, n, pick = _points(reader, probe, checkpoint)
+    ref_offsets = reader.ragged(f"{reference_key(probe)}/entropy").offsets
+    where = np.stack([np.searchsorted(ref_offsets, pick, side="right") - 1,
+                      reader.ragged(f"{reference_key(probe)}/position").all()[pick]], axis=1).astype(int)
     summary = reader.read(f"{summary_key(probe, checkpoint)}/summary")
     thr = summary.get("entropy_threshold")
     high = x >= thr if thr is not None else np.zeros(len(x), bool)
     data = []
     for mask, name, color in ((~high, "low entropy", "#7f7f7f"), (high, "high entropy", "#d62728")):
         data.append(dict(
-            type="scatter", x=x[mask].tolist(), y=np.maximum(y[mask], KL_FLOOR).tolist(), mode="markers", name=name,
-            marker=dict(size=5, color=color, opacity=0.6),
-            hovertemplate="entropy %{x:.3f} nats<br>KL %{y:.3g} nats<extra></extra>",
+            # 4 significant digits: a third of the JSON of full floats, and nothing a screen can show is lost
+            type="scattergl" if gl else "scatter", x=_round(x[mask]), y=_round(np.maximum(y[mask], KL_FLOOR)), mode="markers", name=name,
+            marker=dict(size=5, color=color, opacity=0.6), customdata=where[mask].tolist(),
+            hovertemplate="entropy %{x:.3f} nats<br>KL %{y:.3g} nats<br>sequence #%{customdata[0]}, "
+                          "token %{customdata[1]} (click to open)<extra></extra>",
         ))
     shapes, notes = [], []
     if thr is not None:
@@ -248,13 +266,16 @@ def concentration_spec(reader: StoreReader, probe: str, manifest: Manifest | Non
                                        name="no concentration (area 0.5)", line=dict(color="#bbb", dash="dot"),
                                        hoverinfo="skip")]
     rows = summaries(reader, probe, manifest)
+    from aclarena.figures.vectors import distinct_colours
+
+    colours = distinct_colours(len(rows))
     for i, s in enumerate(rows):
         yv = [None if v is None else v for v in s["curve_y"]]
         area = s.get("concentration_area")
         label = f"{s['checkpoint']} (area {area:.2f})" if area is not None else f"{s['checkpoint']} (no drift)"
         data.append(dict(
             type="scatter", x=s["curve_x"], y=yv, mode="lines", name=label,
-            line=dict(color=PALETTE[i % len(PALETTE)], width=4 if s["checkpoint"] == highlight else 2),
+            line=dict(color=colours[i], width=4 if s["checkpoint"] == highlight else 2),
             hovertemplate=f"{s['checkpoint']}<br>top %{{x:.0%}} by entropy hold %{{y:.0%}} of KL<extra></extra>",
         ))
     shapes, notes = [], []
@@ -302,6 +323,23 @@ SUMMARY_COLUMNS = (
     ("flip_rate_low", "flips low"), ("barely_moved_low", "barely moved (low)"),
     ("concentration_area", "conc. area"), ("n_invalid", "excluded"),
 )
+
+
+#: what each summary column means and what a good value looks like (the page's header tooltips)
+SUMMARY_TIPS = {
+    "checkpoint": "The later checkpoint scored on the reference's frozen generations.",
+    "n_valid": "Scored positions with finite values.",
+    "kl_mean": "Mean KL(p_ref ‖ p_ckpt) over all positions, nats. 0 = the checkpoint still predicts like the reference.",
+    "kl_mean_high": "Mean KL at high-entropy positions (the reference's decision points).",
+    "kl_mean_low": "Mean KL at low-entropy positions. Near 0 = settled tokens kept.",
+    "kl_share_high": "Share of all KL at high-entropy positions. Above their share of positions = drift concentrates "
+                     "at decision points (the study: ~6% of positions).",
+    "flip_rate_high": "Share of high-entropy positions whose top-1 token changed.",
+    "flip_rate_low": "Share of low-entropy positions whose top-1 token changed. Near 0 is good.",
+    "barely_moved_low": "Low-entropy positions whose log-prob moved < eps. The study: ~94% barely move.",
+    "concentration_area": "Area under the concentration curve: 0.5 = drift unrelated to entropy, 1 = all at the top.",
+    "n_invalid": "Positions left out (non-finite logits or beyond the checkpoint's positions). 0 is good.",
+}
 
 
 def fmt(value: Any) -> str:

@@ -24,6 +24,9 @@ DISPLACEMENT_KEY = "displacement/summary"
 VIEWS = ("all", "no-embeddings")
 PHASE_COLORS = {"sft": "#d62728", "rl": "#1f77b4", None: "#7f7f7f"}
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
+#: what the vectors page can show: stage updates (θ − θ_parent), cumulative updates (θ − θ_base), oracle directions
+VECTOR_KINDS = ("stage", "cumulative", "oracle")
+PHASES = ("sft", "rl", "none")
 
 
 def load_summary(reader: StoreReader | None, key: str, view: str = "all") -> dict[str, Any] | None:
@@ -33,6 +36,50 @@ def load_summary(reader: StoreReader | None, key: str, view: str = "all") -> dic
     if reader is None or not reader.has(f"{key}/{view}"):
         return None
     return reader.read(f"{key}/{view}")
+
+
+def distinct_colours(n: int) -> list[str]:
+    """``n`` colours that stay distinguishable: plotly's Dark24 then Light24 (48), then evenly spaced hues."""
+    import colorsys
+
+    import plotly.colors
+
+    base = list(plotly.colors.qualitative.Dark24) + list(plotly.colors.qualitative.Light24)
+    if n <= len(base):
+        return base[:n]
+    out = []
+    for i in range(n):
+        r, g, b = colorsys.hls_to_rgb((i * 0.618033988749895) % 1.0, 0.45 + 0.15 * (i % 3) / 2, 0.75)
+        out.append(f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}")
+    return out
+
+
+def axis_type(*arrays: Any) -> str:
+    """"log" when the positive finite values span two decades or more, else "linear"."""
+    vals = np.concatenate([np.ravel(np.asarray(a, dtype=float)) for a in arrays]) if arrays else np.array([])
+    vals = vals[np.isfinite(vals) & (vals > 0)]
+    return "log" if len(vals) > 1 and vals.max() / vals.min() >= 100 else "linear"
+
+
+def vector_categories(s: dict[str, Any], manifest: Manifest | None) -> list[tuple[str, str]]:
+    """(kind, phase) of each task vector: kind in VECTOR_KINDS, phase "sft", "rl" or "none"."""
+    out = []
+    for plus, kind in zip(s["plus"], s["kinds"], strict=True):
+        spec = manifest.checkpoints.get(plus) if manifest is not None else None
+        if spec is not None and spec.kind == "oracle" or plus in s.get("oracles", []):
+            k = "oracle"
+        else:
+            k = "cumulative" if kind == "cumulative" else "stage"
+        phase = (spec.phase if spec is not None else None) or "none"
+        out.append((k, phase))
+    return out
+
+
+def vector_filter(s: dict[str, Any], manifest: Manifest | None, kinds: list[str] | None = None,
+                  phases: list[str] | None = None) -> list[int]:
+    """Indices of the task vectors whose kind is in ``kinds`` and phase in ``phases`` (None: all)."""
+    cats = vector_categories(s, manifest)
+    return [i for i, (k, p) in enumerate(cats) if (kinds is None or k in kinds) and (phases is None or p in phases)]
 
 
 def _clean(z: np.ndarray) -> list[Any]:
@@ -48,31 +95,83 @@ def _view_note(view: str) -> str:
 # --- vectors -------------------------------------------------------------------------------
 
 
-def cosine_heatmap(labels: list[str], cos: np.ndarray, title: str) -> go.Figure:
-    """A cosine matrix as a heatmap, value in each cell and on hover."""
+#: cell values are written in the cells up to this many rows; beyond, only on hover
+MAX_TEXT_ROWS = 30
+
+
+def heatmap_size(n_rows: int, labels: list[str]) -> dict[str, Any]:
+    """Height growing with the rows (at least 14 px a row) and margins that fit the labels."""
+    row = 14 if n_rows > 40 else 22 if n_rows > 12 else 34
+    font = 9 if n_rows > 60 else 10 if n_rows > 30 else 12
+    longest = max((len(x) for x in labels), default=4)
+    left = min(420, 40 + int(longest * font * 0.6))
+    return dict(height=max(480, 160 + left * 0.5 + row * n_rows), font=font, left=left)
+
+
+def cosine_heatmap(labels: list[str], cos: np.ndarray, title: str, norms: np.ndarray | None = None) -> go.Figure:
+    """A cosine matrix as a heatmap: value in each cell (up to :data:`MAX_TEXT_ROWS` rows) and on hover;
+    height grows with the rows. Zero vectors (``norms`` 0: cosine undefined) are drawn grey and
+    labelled "zero" instead of as blank stripes."""
+    cos = np.asarray(cos, dtype=float)
+    n = len(labels)
+    zero = np.zeros(n, bool) if norms is None else ~(np.asarray(norms, dtype=float) > 0)
+    shown = [f"{lab} [zero]" if zr else lab for lab, zr in zip(labels, zero, strict=True)]
     z = _clean(cos)
-    fig = go.Figure(go.Heatmap(
-        z=z, x=labels, y=labels, zmin=-1, zmax=1, colorscale="RdBu", reversescale=False,
-        text=[[("-" if v is None else f"{v:.2f}") for v in row] for row in z], texttemplate="%{text}",
+    write = n <= MAX_TEXT_ROWS
+    text = [[("zero" if (zero[i] or zero[j]) else "-" if v is None else f"{v:.2f}") if write else ""
+             for j, v in enumerate(row)] for i, row in enumerate(z)]
+    size = heatmap_size(n, shown)
+    traces = []
+    if zero.any():
+        grey = np.where(zero[:, None] | zero[None, :], 0.0, np.nan)
+        traces.append(go.Heatmap(z=_clean(grey), x=shown, y=shown, colorscale=[[0, "#d9d9d9"], [1, "#d9d9d9"]],
+                                 showscale=False, hovertemplate="%{y}<br>vs %{x}<br>zero vector: no direction"
+                                 "<extra></extra>", name="zero vectors"))
+    traces.append(go.Heatmap(
+        z=z, x=shown, y=shown, zmin=-1, zmax=1, colorscale="RdBu", reversescale=False,
+        text=text, texttemplate="%{text}", textfont=dict(size=size["font"]),
         hovertemplate="%{y}<br>vs %{x}<br>cos %{z:.4f}<extra></extra>", colorbar=dict(title="cos"),
+        hoverongaps=False,
     ))
-    fig.update_layout(title=title, template="plotly_white", yaxis=dict(autorange="reversed"),
-                      xaxis=dict(tickangle=-30), margin=dict(l=160, b=140))
+    fig = go.Figure(traces)
+    fig.update_layout(title=title, template="plotly_white", height=size["height"],
+                      yaxis=dict(autorange="reversed", tickfont=dict(size=size["font"]), automargin=True),
+                      xaxis=dict(tickangle=-45, tickfont=dict(size=size["font"]), automargin=True),
+                      margin=dict(l=size["left"], b=size["left"] * 0.7))
     return fig
 
 
-def global_cosines_figure(s: dict[str, Any], view: str = "all") -> go.Figure:
-    return cosine_heatmap(s["labels"], s["cos"], f"Task-vector cosines ({_view_note(view)}, flattened)")
+def _subset(s: dict[str, Any], keep: list[int] | None, cos: np.ndarray, norms: Any) -> tuple[list[str], Any, Any]:
+    labels = list(s["labels"])
+    cos = np.asarray(cos)
+    norms = np.asarray(norms) if norms is not None else None
+    if keep is None:
+        return labels, cos, norms
+    idx = np.asarray(keep, dtype=int)
+    return [labels[i] for i in keep], cos[np.ix_(idx, idx)], (norms[idx] if norms is not None else None)
 
 
-def layer_cosines_figure(s: dict[str, Any], index: int, view: str = "all") -> go.Figure:
+def global_cosines_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None = None) -> go.Figure:
+    """The cosine matrix of the task vectors ``keep`` (indices; None: all)."""
+    labels, cos, norms = _subset(s, keep, s["cos"], s.get("norm"))
+    if not labels:
+        return _empty("No task vector matches the filter")
+    return cosine_heatmap(labels, cos, f"Task-vector cosines ({_view_note(view)}, flattened; {len(labels)} vectors)",
+                          norms)
+
+
+def layer_cosines_figure(s: dict[str, Any], index: int, view: str = "all", keep: list[int] | None = None) -> go.Figure:
     """The cosine matrix of one layer block (``group_labels[index]``)."""
     groups = s["group_labels"]
     if not groups:
         return _empty("No layer blocks in this view")
     index = max(0, min(int(index), len(groups) - 1))
-    return cosine_heatmap(s["labels"], s["cos_group"][index],
-                          f"Task-vector cosines in {groups[index]} ({_view_note(view)})")
+    norm_group = s.get("norm_group")
+    labels, cos, norms = _subset(s, keep, s["cos_group"][index],
+                                 np.asarray(norm_group)[index] if norm_group is not None else None)
+    if not labels:
+        return _empty("No task vector matches the filter")
+    return cosine_heatmap(labels, cos, f"Task-vector cosines in {groups[index]} ({_view_note(view)})", norms)
 
 
 def layer_oracle_figure(s: dict[str, Any], oracle: int, view: str = "all") -> go.Figure:
@@ -155,14 +254,52 @@ def _update_label(s: dict[str, Any], i: int) -> str:
     return f"{s['children'][i]} ({s['phases'][i] or '-'})"
 
 
-def sft_rl_figure(s: dict[str, Any], view: str = "all") -> go.Figure:
-    """‖Δθ‖₂ of each update, grouped by stage (domain) and coloured by phase."""
+def update_filter(s: dict[str, Any], kinds: list[str] | None = None, phases: list[str] | None = None) -> list[int]:
+    """Indices of the displacement updates whose kind ("stage", "oracle", ...) is in ``kinds`` and
+    phase ("sft", "rl", "none") in ``phases`` (None: all)."""
+    return [i for i, (k, p) in enumerate(zip(s["kinds"], s["phases"], strict=True))
+            if (kinds is None or k in kinds) and (phases is None or (p or "none") in phases)]
+
+
+def stage_groups(s: dict[str, Any]) -> list[str]:
+    """The stage each update belongs to, so that a stage's SFT and RL updates share one x position.
+
+    An RL update whose parent is an SFT update of the same domain joins that stage; oracles pair
+    by domain ("oracle math"); a domain that recurs along the chain is numbered ("math #2").
+    """
+    children, parents, domains, kinds = s["children"], s["parents"], s["domains"], s["kinds"]
+    index = {c: i for i, c in enumerate(children)}
+    group: list[str] = [""] * len(children)
+    seen: dict[str, int] = {}
+    for i, c in enumerate(children):
+        dom = domains[i] or c
+        if kinds[i] == "oracle":
+            group[i] = f"oracle {dom}"
+            continue
+        if kinds[i] != "stage":
+            group[i] = c
+            continue
+        p = index.get(parents[i])
+        if p is not None and kinds[p] == "stage" and domains[p] == domains[i] and s["phases"][p] != s["phases"][i] \
+                and group[p]:
+            group[i] = group[p]
+            continue
+        seen[dom] = seen.get(dom, 0) + 1
+        group[i] = dom if seen[dom] == 1 else f"{dom} #{seen[dom]}"
+    return group
+
+
+def sft_rl_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None = None) -> go.Figure:
+    """‖Δθ‖₂ of each update, its stage's SFT and RL bars side by side (chains and oracles alike),
+    coloured by phase; a log axis when the norms span two decades."""
     fig = go.Figure()
     norm = np.asarray(s["norm"])
     rel = np.asarray(s["rel"])
-    stages = [d if k == "stage" and d else c for c, d, k in zip(s["children"], s["domains"], s["kinds"], strict=True)]
+    stages = stage_groups(s)
+    keep = list(range(len(s["children"]))) if keep is None else keep
+    order = list(dict.fromkeys(stages[i] for i in keep))
     for phase in ("sft", "rl", None):
-        idx = [i for i, p in enumerate(s["phases"]) if p == phase]
+        idx = [i for i in keep if s["phases"][i] == phase]
         if not idx:
             continue
         fig.add_trace(go.Bar(
@@ -171,13 +308,23 @@ def sft_rl_figure(s: dict[str, Any], view: str = "all") -> go.Figure:
             hovertemplate="%{customdata[0]}<br>‖Δθ‖₂ = %{y:.4g}<br>relative %{customdata[1]}<extra></extra>",
         ))
     ratios = [r for r in s["ratios"] if r.get("ratio") is not None]
-    note = "; ".join(f"{r['stage']}: SFT/RL {r['ratio']:.2f}×" for r in ratios)
+    note = "; ".join(f"{r['stage']}: SFT/RL {r['ratio']:.2f}×" for r in ratios[:8])
+    if len(ratios) > 8:
+        note += f"; … ({len(ratios)} stages)"
     if s.get("overall_ratio") is not None and np.isfinite(s["overall_ratio"]):
         note = (note + "; " if note else "") + f"mean SFT / mean RL {s['overall_ratio']:.2f}× (study: 3–7×)"
+    zero = [s["children"][i] for i in keep if not norm[i] > 0]
+    if zero:
+        note += f"<br>zero updates (no bar): {', '.join(zero[:6])}" + (" …" if len(zero) > 6 else "")
+    ytype = axis_type(norm[keep]) if keep else "linear"
     fig.update_layout(title=f"Displacement per update, SFT vs RL ({_view_note(view)})", barmode="group",
-                      template="plotly_white", yaxis=dict(title="‖Δθ‖₂"), xaxis=dict(title="stage"),
-                      annotations=[dict(text=note, showarrow=False, x=0, y=1.08, xref="paper", yref="paper",
-                                        xanchor="left")] if note else [])
+                      template="plotly_white", yaxis=dict(title="‖Δθ‖₂" + (" (log)" if ytype == "log" else ""),
+                                                          type=ytype),
+                      xaxis=dict(title="stage (SFT and RL of a stage side by side)", categoryorder="array",
+                                 categoryarray=order, tickangle=-45 if len(order) > 12 else 0),
+                      margin=dict(t=110),
+                      annotations=[dict(text=note, showarrow=False, x=0, y=1.02, xref="paper", yref="paper",
+                                        xanchor="left", yanchor="bottom", align="left")] if note else [])
     return fig
 
 
@@ -185,38 +332,52 @@ def _fmt(x: float) -> str:
     return "-" if not np.isfinite(x) else f"{x:.3g}"
 
 
-def layer_profile_figure(s: dict[str, Any], view: str = "all") -> go.Figure:
-    """Relative displacement ‖Δθ‖/‖θ_parent‖ per layer block, one line per update."""
+def _legend(n: int) -> dict[str, Any]:
+    """A legend that stays readable with many entries: small font, scrolling beside the plot."""
+    return dict(font=dict(size=10 if n > 16 else 12), itemclick="toggleothers", itemdoubleclick="toggle")
+
+
+def layer_profile_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None = None) -> go.Figure:
+    """Relative displacement ‖Δθ‖/‖θ_parent‖ per layer block, one line per update (log axis when
+    the values span two decades)."""
     fig = go.Figure()
     rel = np.asarray(s["rel_group"])  # (G, P)
-    for i in range(len(s["children"])):
+    keep = list(range(len(s["children"]))) if keep is None else keep
+    colours = distinct_colours(len(keep))
+    for c, i in enumerate(keep):
         phase = s["phases"][i]
         fig.add_trace(go.Scatter(
             x=s["group_labels"], y=_clean(rel[:, i]), mode="lines+markers", name=_update_label(s, i),
-            line=dict(color=PALETTE[i % len(PALETTE)], dash="solid" if phase == "sft" else "dot"
-                      if phase == "rl" else "dash"),
+            line=dict(color=colours[c], dash="solid" if phase == "sft" else "dot" if phase == "rl" else "dash"),
             hovertemplate=s["children"][i] + "<br>%{x}<br>‖Δθ‖/‖θ_parent‖ = %{y:.4g}<extra></extra>",
         ))
+    ytype = axis_type(rel[:, keep]) if keep else "linear"
     fig.update_layout(title=f"Relative displacement per layer ({_view_note(view)}; solid SFT, dotted RL)",
-                      template="plotly_white",
-                      yaxis=dict(title="‖Δθ‖₂ / ‖θ_parent‖₂", rangemode="tozero"), xaxis=dict(title="layer block"))
+                      template="plotly_white", legend=_legend(len(keep)), height=min(1400, max(480, 20 * len(keep) + 120)),
+                      yaxis=dict(title="‖Δθ‖₂ / ‖θ_parent‖₂", type=ytype,
+                                 **({"rangemode": "tozero"} if ytype == "linear" else {})),
+                      xaxis=dict(title="layer block"))
     return fig
 
 
-def sparsity_figure(s: dict[str, Any], view: str = "all") -> go.Figure:
+def sparsity_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None = None) -> go.Figure:
     """Update sparsity (fraction of entries with |Δθ| ≤ tol) against the tolerance, exact and bf16."""
     fig = go.Figure()
     tols = [("0" if t == 0 else f"{t:.0e}") for t in np.asarray(s["tolerances"])]
-    for i in range(len(s["children"])):
+    keep = list(range(len(s["children"]))) if keep is None else keep
+    colours = distinct_colours(len(keep))
+    for c, i in enumerate(keep):
         for mode, key, dash in (("exact", "changed_frac", "solid"), ("bf16", "changed_frac_bf16", "dot")):
             sp = 1.0 - np.asarray(s[key])[i]
             fig.add_trace(go.Scatter(
                 x=tols, y=_clean(sp), mode="lines+markers", name=f"{_update_label(s, i)} {mode}",
-                line=dict(color=PALETTE[i % len(PALETTE)], dash=dash), legendgroup=s["children"][i],
+                line=dict(color=colours[c], dash=dash), legendgroup=s["children"][i],
                 hovertemplate=s["children"][i] + f" ({mode})<br>tol %{{x}}<br>sparsity %{{y:.4f}}<extra></extra>",
             ))
     fig.update_layout(title=f"Update sparsity vs tolerance ({_view_note(view)}; dotted: after bf16 rounding)",
-                      template="plotly_white", xaxis=dict(title="tolerance on |Δθ|", type="category"),
+                      template="plotly_white", legend=_legend(2 * len(keep)),
+                      height=min(1400, max(520, 20 * 2 * len(keep) + 120)),
+                      xaxis=dict(title="tolerance on |Δθ|", type="category"),
                       yaxis=dict(title="fraction of entries with |Δθ| ≤ tol", range=[0, 1.02]))
     return fig
 

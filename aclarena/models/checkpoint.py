@@ -36,6 +36,9 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE_NAMES = ("pytorch_model.bin", "adapter_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.bin")
 HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
+# bytes per entry of every safetensors dtype (BOOL: one byte; sub-byte types are not read here)
+ITEMSIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4,
+             "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "C64": 8}
 DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
                "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
@@ -127,12 +130,58 @@ def read_safetensors_header(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"cannot read {path}: {e.strerror}") from None
     try:
         meta = json.loads(header)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise CheckpointError(f"{path} has a corrupted safetensors header; re-save the checkpoint") from None
+    _check_header(path, meta)
     end = max((v["data_offsets"][1] for k, v in meta.items() if k != "__metadata__"), default=0)
     if 8 + n + end > size:
         raise CheckpointError(f"{path} is truncated ({size} bytes, header promises {8 + n + end}); re-save the checkpoint")
     return meta
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_header(path: Path, meta: Any) -> None:
+    """The header's shape as the safetensors format defines it: an object of tensors, each with a
+    known dtype, a shape of non-negative integers and ``data_offsets`` [begin, end] whose length is
+    what the dtype and shape need, the tensors' byte ranges not overlapping."""
+
+    def bad(what: str) -> CheckpointError:
+        return CheckpointError(f"{path} has a malformed safetensors header ({what}); re-save the checkpoint")
+
+    if not isinstance(meta, dict):
+        raise bad(f"a JSON {type(meta).__name__}, not an object")
+    extra = meta.get("__metadata__")
+    if extra is not None and not (isinstance(extra, dict) and all(isinstance(v, str) for v in extra.values())):
+        raise bad("__metadata__ is not an object of strings")
+    spans = []
+    for name, v in meta.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(v, dict):
+            raise bad(f"tensor {name!r} is a {type(v).__name__}, not an object")
+        dtype, shape, offsets = v.get("dtype"), v.get("shape"), v.get("data_offsets")
+        if not isinstance(dtype, str) or dtype not in ITEMSIZES:
+            raise bad(f"tensor {name!r} has dtype {dtype!r}; known: {', '.join(sorted(ITEMSIZES))}")
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            raise bad(f"tensor {name!r} has shape {shape!r}, not a list of non-negative integers")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)
+                and 0 <= offsets[0] <= offsets[1]):
+            raise bad(f"tensor {name!r} has data_offsets {offsets!r}, not [begin, end] with 0 <= begin <= end")
+        numel = 1
+        for d in shape:
+            numel *= d
+        need = numel * ITEMSIZES[dtype]
+        if offsets[1] - offsets[0] != need:
+            raise bad(f"tensor {name!r} of dtype {dtype} and shape {shape} needs {need} bytes but data_offsets "
+                      f"give {offsets[1] - offsets[0]}")
+        spans.append((offsets[0], offsets[1], name))
+    spans.sort()
+    for (_, e0, a), (b1, _, b) in zip(spans, spans[1:], strict=False):
+        if b1 < e0:
+            raise bad(f"tensors {a!r} and {b!r} overlap")
 
 
 def safetensors_files(folder: Path) -> list[Path]:
@@ -140,13 +189,28 @@ def safetensors_files(folder: Path) -> list[Path]:
     index = folder / SAFETENSORS_INDEX
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (OSError, KeyError, json.JSONDecodeError):
-            raise CheckpointError(f"{index} is not a valid safetensors index (no weight_map)") from None
+            data = json.loads(index.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            raise CheckpointError(f"{index} is not valid JSON; re-save the checkpoint") from None
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index} is not a valid safetensors index (weight_map must be an object of "
+                                  "tensor name -> shard file); re-save the checkpoint")
+        for tensor, shard in weight_map.items():
+            if not isinstance(shard, str) or not shard or Path(shard).is_absolute() or ".." in Path(shard).parts \
+                    or "\x00" in shard:
+                raise CheckpointError(f"{index} maps {tensor!r} to {shard!r}, not a shard file name in the folder; "
+                                      "re-save the checkpoint")
         files = sorted({folder / f for f in weight_map.values()})
         missing = [f.name for f in files if not f.is_file()]
         if missing:
             raise CheckpointError(f"{folder}: shard {missing[0]} listed in {SAFETENSORS_INDEX} is missing")
+        for f in files:  # every tensor the index names is in the shard it names
+            names = set(read_safetensors_header(f)) - {"__metadata__"}
+            absent = [t for t, shard in weight_map.items() if folder / shard == f and t not in names]
+            if absent:
+                raise CheckpointError(f"{index} puts {absent[0]!r} in {f.name}, which does not hold it; re-save the "
+                                      "checkpoint")
         return files
     single = [folder / n for n in SAFETENSORS_SINGLE if (folder / n).is_file()]
     if single:
@@ -184,30 +248,58 @@ def tokenizer_fingerprint(folder: Path) -> str | None:
     if tj.is_file():
         try:
             data = json.loads(tj.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             raise CheckpointError(f"{tj} is not valid JSON; re-save the tokenizer") from None
-        model = data.get("model") or {}
-        vocab = model.get("vocab")
-        if isinstance(vocab, dict):
-            vocab = sorted(vocab.items(), key=lambda kv: kv[1])
-        merges = model.get("merges") or []
-        merges = [m if isinstance(m, str) else " ".join(m) for m in merges]
-        added = sorted((t.get("id"), t.get("content"), bool(t.get("special"))) for t in data.get("added_tokens") or [])
-        h.update(json.dumps({"type": model.get("type"), "vocab": vocab, "merges": merges, "added": added},
+        vocab, merges, added = _tokenizer_parts(tj, data)
+        h.update(json.dumps({"type": data["model"].get("type") if data.get("model") else None, "vocab": vocab, "merges": merges, "added": added},
                             ensure_ascii=False).encode())
         return h.hexdigest()[:12]
     for name in ("tokenizer.model", "vocab.json"):
         p = folder / name
         if p.is_file():
             h.update(p.read_bytes())
-            merges = folder / "merges.txt"
-            if merges.is_file():
-                h.update(merges.read_bytes())
-            added = folder / "added_tokens.json"
-            if added.is_file():
-                h.update(added.read_bytes())
+            merges_file = folder / "merges.txt"
+            if merges_file.is_file():
+                h.update(merges_file.read_bytes())
+            added_file = folder / "added_tokens.json"
+            if added_file.is_file():
+                h.update(added_file.read_bytes())
             return h.hexdigest()[:12]
     return None
+
+
+def _tokenizer_parts(tj: Path, data: Any) -> tuple[Any, list[str], list[tuple[int, str, bool]]]:
+    """The vocabulary, merges and added tokens of a tokenizer.json, each checked for its shape."""
+
+    def bad(what: str) -> CheckpointError:
+        return CheckpointError(f"{tj} is not a tokenizers file ({what}); re-save the tokenizer")
+
+    if not isinstance(data, dict):
+        raise bad(f"a JSON {type(data).__name__}, not an object")
+    model = data.get("model") or {}
+    if not isinstance(model, dict):
+        raise bad("`model` is not an object")
+    vocab = model.get("vocab")
+    if isinstance(vocab, dict):
+        if not all(_is_int(i) for i in vocab.values()):
+            raise bad("`model.vocab` maps a token to something other than an integer id")
+        vocab = sorted(vocab.items(), key=lambda kv: kv[1])
+    elif isinstance(vocab, list):  # unigram: [[piece, score], ...]
+        if not all(isinstance(e, list) and e and isinstance(e[0], str) for e in vocab):
+            raise bad("`model.vocab` is a list whose entries are not [piece, score]")
+    elif vocab is not None:
+        raise bad(f"`model.vocab` is a {type(vocab).__name__}")
+    raw = model.get("merges") or []
+    if not isinstance(raw, list) or not all(
+            isinstance(m, str) or (isinstance(m, list) and all(isinstance(p, str) for p in m)) for m in raw):
+        raise bad("`model.merges` is not a list of strings or of string pairs")
+    merges = [m if isinstance(m, str) else " ".join(m) for m in raw]
+    tokens = data.get("added_tokens") or []
+    if not isinstance(tokens, list) or not all(
+            isinstance(t, dict) and _is_int(t.get("id")) and isinstance(t.get("content"), str) for t in tokens):
+        raise bad("`added_tokens` is not a list of objects with an integer id and a string content")
+    added = sorted((t["id"], t["content"], bool(t.get("special"))) for t in tokens)
+    return vocab, merges, added
 
 
 def has_chat_template(folder: Path) -> bool:
@@ -216,9 +308,10 @@ def has_chat_template(folder: Path) -> bool:
     cfg = folder / "tokenizer_config.json"
     if cfg.is_file():
         try:
-            return bool(json.loads(cfg.read_text()).get("chat_template"))
-        except (OSError, json.JSONDecodeError):
+            data = json.loads(cfg.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             return False
+        return isinstance(data, dict) and bool(data.get("chat_template"))
     return False
 
 
@@ -286,7 +379,7 @@ def _strip_name(msg: str, spec: CheckpointSpec) -> str:
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise CheckpointError(f"{path} is not valid JSON; re-save the checkpoint") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} is not a JSON object; re-save the checkpoint")
@@ -297,6 +390,7 @@ def _inspect_folder(info: CheckpointInfo, folder: Path, allow_pickle: bool) -> N
     cfg = folder / "config.json"
     if cfg.is_file():
         info.config = _read_json(cfg)
+        _check_config(cfg, info.config)
     info.tokenizer_fingerprint = tokenizer_fingerprint(folder)
     files = safetensors_files(folder)
     if files:
@@ -318,6 +412,41 @@ def _inspect_folder(info: CheckpointInfo, folder: Path, allow_pickle: bool) -> N
     _check_finite_shapes(info)
 
 
+# config.json fields aclarena reads, with the types they must have when present
+_CONFIG_INTS = ("vocab_size", "max_position_embeddings", "n_positions", "hidden_size", "num_hidden_layers")
+
+
+def _check_config(path: Path, cfg: dict[str, Any]) -> None:
+    archs = cfg.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise CheckpointError(f"{path}: `architectures` must be a list of class names, got {archs!r}; fix config.json")
+    if cfg.get("model_type") is not None and not isinstance(cfg["model_type"], str):
+        raise CheckpointError(f"{path}: `model_type` must be a string, got {cfg['model_type']!r}; fix config.json")
+    for key in _CONFIG_INTS:
+        v = cfg.get(key)
+        if v is not None and not (_is_int(v) and v > 0):
+            raise CheckpointError(f"{path}: `{key}` must be a positive integer, got {v!r}; fix config.json")
+    for key in ("tie_word_embeddings",):
+        if cfg.get(key) is not None and not isinstance(cfg[key], bool):
+            raise CheckpointError(f"{path}: `{key}` must be true or false, got {cfg[key]!r}; fix config.json")
+
+
+def _check_adapter_config(path: Path, cfg: dict[str, Any]) -> None:
+    r = cfg.get("r")
+    if r is not None and not (_is_int(r) and r > 0):
+        raise CheckpointError(f"{path}: `r` must be a positive integer, got {r!r}; re-save the adapter")
+    alpha = cfg.get("lora_alpha")
+    if alpha is not None and not (isinstance(alpha, int | float) and not isinstance(alpha, bool)):
+        raise CheckpointError(f"{path}: `lora_alpha` must be a number, got {alpha!r}; re-save the adapter")
+    for key in ("alpha_pattern", "rank_pattern"):
+        v = cfg.get(key)
+        if v is not None and not (isinstance(v, dict) and all(
+                isinstance(x, int | float) and not isinstance(x, bool) for x in v.values())):
+            raise CheckpointError(f"{path}: `{key}` must map module names to numbers; re-save the adapter")
+    if cfg.get("peft_type") is not None and not isinstance(cfg["peft_type"], str):
+        raise CheckpointError(f"{path}: `peft_type` must be a string, got {cfg['peft_type']!r}; re-save the adapter")
+
+
 def _check_finite_shapes(info: CheckpointInfo) -> None:
     for t in info.tensors.values():
         if any(d < 0 for d in t.shape):
@@ -333,6 +462,7 @@ def _inspect_adapter(
     seen: dict[str, CheckpointInfo],
 ) -> None:
     info.adapter_config = _read_json(folder / "adapter_config.json")
+    _check_adapter_config(folder / "adapter_config.json", info.adapter_config)
     spec = info.spec
     if spec.on is None:
         raise CheckpointError(

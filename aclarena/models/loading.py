@@ -12,11 +12,12 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aclarena.errors import CheckpointError
+from aclarena.errors import CheckpointError, ConfigError, did_you_mean
 from aclarena.models.checkpoint import CheckpointInfo, has_chat_template, inspect
 from aclarena.store.manifest import CheckpointSpec, Manifest
 
@@ -42,11 +43,27 @@ class LoadOptions:
     def __post_init__(self) -> None:
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise CheckpointError(f"dtype {self.dtype!r} is not supported; use auto, float32, bfloat16 or float16")
+        check_device(self.device)
+
+
+DEVICE_RE = re.compile(r"(cpu|cuda|mps|auto|cuda:\d+)\Z")
+
+
+class NonFiniteWeightsError(CheckpointError):
+    """A checkpoint's weights hold NaN or infinite values: no result computed from it can be real."""
+
+
+def check_device(device: str) -> None:
+    """Refuse a device name torch would not take (``gpu``), before anything is loaded or stored."""
+    if not isinstance(device, str) or not DEVICE_RE.match(device):
+        raise ConfigError(f"device {device!r} is not known{did_you_mean(str(device), ('cpu', 'cuda', 'auto'))}; "
+                          "use cpu, cuda, cuda:N or auto")
 
 
 def resolve_device(device: str) -> str:
     import torch
 
+    check_device(device)
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -82,7 +99,34 @@ def load_model(
     else:
         model = _load_full(info, opts, device)
     model.eval()
+    check_finite_weights(model, info.name)
     return model
+
+
+def check_finite_weights(model: torch.nn.Module, name: str, *, chunk: int = 1 << 22) -> None:
+    """Refuse a model with a NaN or infinite parameter or buffer (names the checkpoint and the tensor).
+
+    Every verb that runs a model loads it here, so no result is ever computed from such weights
+    (scores of all NaN, a probe set of end-of-text tokens, an "ok" cell of score 0 looked real).
+    Checked in chunks so the check never holds more than ``chunk`` booleans at once.
+    """
+    import torch
+
+    with torch.no_grad():
+        for kind, tensors in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+            for tname, t in tensors:
+                if not t.is_floating_point() or t.numel() == 0 or t.device.type == "meta":
+                    continue
+                flat = t.detach().reshape(-1)
+                for start in range(0, flat.numel(), chunk):
+                    part = flat[start:start + chunk]
+                    if not bool(torch.isfinite(part).all()):
+                        n_nan = int(torch.isnan(part).sum())
+                        what = "NaN" if n_nan else "infinite"
+                        raise NonFiniteWeightsError(
+                            f"checkpoint {name!r} has {what} weights ({kind} {tname}); no result computed from it "
+                            "would be real: re-save it from a healthy run or drop it from the manifest"
+                        )
 
 
 def _load_full(info: CheckpointInfo, opts: LoadOptions, device: str) -> PreTrainedModel:

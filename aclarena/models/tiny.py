@@ -123,7 +123,7 @@ def tiny_config(
     common = dict(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
-        intermediate_size=intermediate_size or 3 * hidden_size,
+        intermediate_size=3 * hidden_size if intermediate_size is None else intermediate_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=num_kv_heads,

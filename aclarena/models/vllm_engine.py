@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from aclarena.errors import AclarenaError
 
 if TYPE_CHECKING:
-    from aclarena.envs.rollout import Conversation, Policy
+    from aclarena.models.chat import Conversation, Policy
     from aclarena.models.loading import LoadOptions
     from aclarena.store.manifest import Manifest
 
@@ -84,9 +84,9 @@ def vllm_policy(llm: Any, tokenizer: Any, *, max_new_tokens: int = 64, do_sample
                 temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
                 max_context: int | None = None) -> Policy:
     """A rollout policy answering with ``llm`` (see :func:`aclarena.envs.rollout.model_policy`)."""
-    from aclarena.envs.rollout import stop_token_ids
+    from aclarena.models.chat import stop_token_ids
 
-    limit = max_context or int(llm.llm_engine.model_config.max_model_len)
+    limit = int(llm.llm_engine.model_config.max_model_len) if max_context is None else max_context
     stops = stop_token_ids(llm, tokenizer)
     calls = [0]
 

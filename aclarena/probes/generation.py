@@ -122,7 +122,7 @@ def generate_probe_set(
 
     if not prompts:
         raise AclarenaError("no prompts to generate from; give at least one")
-    limit = max_length or model_max_length(model) or (1 << 30)
+    limit = max_length if max_length is not None else (model_max_length(model) or (1 << 30))
     if limit < 2:
         raise AclarenaError(f"the model's maximum positions ({limit}) leave no room to generate")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

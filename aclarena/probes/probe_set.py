@@ -25,12 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from aclarena import jsonl
 from aclarena.errors import AclarenaError, unknown_name
 from aclarena.store import Json, Ragged, ResultsStore
-from aclarena.store.token_keys import PROBES, probe_key
+from aclarena.store.token_keys import PROBES, probe_key, tokens_key
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+    from aclarena.store import StoreReader
 
 PROBE_RESULT_TYPE = "probe-set"
 PROBE_RESULT_VERSION = "0.1.0"
@@ -158,9 +161,26 @@ def list_probe_sets(store: ResultsStore) -> list[str]:
 
 def write_probe_set(store: ResultsStore, probe: ProbeSet, *, overwrite: bool = False,
                     manifest_text: str | None = None) -> None:
+    """Store a probe set; replacing one drops its token results in the same atomic step (scores of
+    other sequences must never sit beside the new ones, not even after a kill)."""
     data, attrs = probe.to_store()
-    store.write(probe_key(probe.name), data, result_type=PROBE_RESULT_TYPE, result_version=PROBE_RESULT_VERSION,
-                attrs=attrs, overwrite=overwrite, manifest_text=manifest_text)
+    store.write_many([(probe_key(probe.name), data, PROBE_RESULT_TYPE, PROBE_RESULT_VERSION, attrs)],
+                     overwrite=overwrite, manifest_text=manifest_text,
+                     drop=[tokens_key(probe.name)] if overwrite else [])
+
+
+def require_probe_digest(name: str, digest: str) -> Callable[[StoreReader], None]:
+    """A store-write precondition: the probe set ``name`` is still the one (``digest``) the results
+    were computed on (``probe --force`` may have replaced it while ``tokens`` ran)."""
+
+    def check(reader: StoreReader) -> None:
+        key = probe_key(name)
+        now = reader.attrs(key).get("digest") if reader.has(key) else None
+        if now != digest:
+            raise AclarenaError(f"probe set {name!r} was replaced while these scores were computed (by probe "
+                                "--force?); nothing was written: rerun tokens")
+
+    return check
 
 
 def read_probe_set(store: ResultsStore, name: str, *, with_text: bool = True) -> ProbeSet:
@@ -169,7 +189,7 @@ def read_probe_set(store: ResultsStore, name: str, *, with_text: bool = True) ->
     if name not in known:
         raise unknown_name("probe set", name, known, hint="make one with `aclarena-diag probe --ref NAME`")
     key = probe_key(name)
-    with store.reader() as r:
+    with store.reader() as r, r.damaged(key):
         attrs = r.attrs(key)
         ids = r.read(f"{key}/ids")
         scored = r.read(f"{key}/scored")
@@ -186,11 +206,11 @@ def read_probe_set(store: ResultsStore, name: str, *, with_text: bool = True) ->
         sources = r.read(f"{key}/source")
         settings = r.read(f"{key}/settings")
         warnings = r.read(f"{key}/warnings")
-    return ProbeSet(
-        name=name, reference=str(attrs["reference"]), ids=[np.asarray(x) for x in ids.rows()],
-        scored=[np.asarray(x, dtype=bool) for x in scored.rows()], texts=list(texts), token_text=token_text,
-        sources=list(sources), settings=dict(settings), warnings=list(warnings), vocab=vocab,
-    )
+        return ProbeSet(
+            name=name, reference=str(attrs["reference"]), ids=[np.asarray(x) for x in ids.rows()],
+            scored=[np.asarray(x, dtype=bool) for x in scored.rows()], texts=list(texts), token_text=token_text,
+            sources=list(sources), settings=dict(settings), warnings=list(warnings), vocab=vocab,
+        )
 
 
 # --- prompt and trace files -----------------------------------------------------------------
@@ -248,13 +268,15 @@ def _read_jsonl(path: str | os.PathLike[str], what: str, example: str) -> list[t
     except OSError as e:
         raise AclarenaError(f"cannot read {p}: {e.strerror}") from None
     rows = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in jsonl.lines(text):  # "\n" only: U+2028 and friends may sit inside strings
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = jsonl.loads(line)
         except json.JSONDecodeError as e:
             raise _line_error(p, lineno, f"not valid JSON ({e.msg} at column {e.colno}); write one JSON object per line") from None
+        except jsonl.JsonShapeError as e:
+            raise _line_error(p, lineno, f"cannot be used: {e}; fix that line") from None
         if not isinstance(obj, dict):
             raise _line_error(p, lineno, f"must be a JSON object ({example})")
         rows.append((lineno, obj))

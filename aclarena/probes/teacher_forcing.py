@@ -13,8 +13,10 @@ How, and why it is fast and small:
   scored positions are kept.
 * Logits are never materialised for a whole sequence: the output head is applied to a
   chunk of positions at a time into reused buffers, and both models' chunks go through
-  one fused pass (:func:`~aclarena.diagnostics.token_drift.pair_stats_`, over sub-chunks). Peak memory is
-  ``O(chunk × vocabulary)``, independent of sequence length.
+  one fused pass (:func:`~aclarena.diagnostics.token_drift.pair_stats_`: on CPU a C kernel,
+  :mod:`aclarena.diagnostics.fused_cpu`, that reads each row three times while it is in
+  cache; elsewhere torch operators over sub-chunks). Peak memory is ``O(chunk × vocabulary)``,
+  independent of sequence length.
 * The reference is run once (:func:`reference_outputs`): its hidden states at the scored
   positions (positions × hidden, small) and its output head are cached, and its logits are
   recomputed per chunk next to each checkpoint's. The cache is what a training callback
@@ -38,8 +40,9 @@ import numpy as np
 
 from aclarena.diagnostics.token_drift import (
     Workspace,
+    check_topk,
+    chunk_rows,
     compute_dtype,
-    default_chunk_size,
 )
 from aclarena.errors import AclarenaError
 from aclarena.probes.probe_set import ProbeSet
@@ -353,11 +356,10 @@ class ReferenceOutputs:
 
 
 def _chunk_size(chunk_size: int | None, vocab: int, dtype: Any) -> int:
-    if chunk_size is None:
-        return default_chunk_size(vocab, dtype)
-    if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise AclarenaError(f"chunk size must be an integer >= 1, got {chunk_size!r}")
-    return chunk_size
+    try:
+        return chunk_rows(chunk_size, vocab, dtype)
+    except ValueError as e:
+        raise AclarenaError(str(e)) from None
 
 
 class _Buffers:
@@ -378,8 +380,11 @@ class _Buffers:
 
 
 def _check_topk(topk: int, vocab: int) -> None:
-    if not isinstance(topk, int) or isinstance(topk, bool) or not 1 <= topk <= vocab:
-        raise AclarenaError(f"top-k must be an integer in [1, {vocab}], got {topk!r}")
+    """The diagnostics' rule, with at least one alternative kept (the store's top-k arrays); AclarenaError."""
+    try:
+        check_topk(topk, vocab, low=1)
+    except ValueError as e:
+        raise AclarenaError(str(e)) from None
 
 
 def _eval_mode(model: Any) -> bool:

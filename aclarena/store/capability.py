@@ -21,12 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -119,7 +119,8 @@ def read_cells(reader: StoreReader) -> list[Cell]:
     for key in reader.results(ROOT):
         a = reader.attrs(key)
         if a.get("result-type") == RESULT_TYPE:
-            out.append(_cell_from_attrs(key, a))
+            with reader.damaged(key):
+                out.append(_cell_from_attrs(key, a))
     return out
 
 
@@ -128,9 +129,10 @@ def read_items(reader: StoreReader, cell: Cell | str) -> tuple[list[str], np.nda
     key = cell.key if isinstance(cell, Cell) else cell
     if not reader.has(f"{key}/greedy"):
         return None
-    scores = np.asarray(reader.read(f"{key}/greedy"), dtype=np.float64)
-    ids = reader.read(f"{key}/item_ids") if reader.has(f"{key}/item_ids") else [str(i) for i in range(scores.size)]
-    return [str(i) for i in ids], scores
+    with reader.damaged(key):
+        scores = np.asarray(reader.read(f"{key}/greedy"), dtype=np.float64)
+        ids = reader.read(f"{key}/item_ids") if reader.has(f"{key}/item_ids") else [str(i) for i in range(scores.size)]
+        return [str(i) for i in ids], scores
 
 
 def cell_payload(
@@ -268,7 +270,7 @@ def load_matrix(reader: StoreReader | None, manifest: Manifest | None = None, *,
 
 
 @contextmanager
-def open_matrix(run_dir: str | Path, manifest: Manifest | None = None, *,
+def open_matrix(run_dir: str | os.PathLike[str], manifest: Manifest | None = None, *,
                 settings: str | None = None) -> Iterator[tuple[StoreReader, CapabilityMatrix]]:
     """The open store of ``run_dir`` and its capability matrix, or a one-line error saying to run
     ``eval`` first (no results.h5, or no cells in it)."""

@@ -22,6 +22,7 @@ This module never opens files; it encodes into and decodes from open h5py object
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,6 +121,21 @@ def _is_str_seq(value: Any) -> bool:
     return isinstance(value, list | tuple) and len(value) > 0 and all(isinstance(x, str) for x in value)
 
 
+# HDF5 variable-length strings end at a NUL, so h5py refuses text that holds one (models do generate
+# U+0000). Such a string or string-array is stored escaped ("\\" for a backslash, "\0" for NUL) and
+# marked with this attribute; readers undo it (docs/store-format.md).
+NUL_ESCAPED = "nul-escaped"
+_UNESCAPE = re.compile(r"\\(\\|0)")
+
+
+def escape_nul(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\x00", "\\0")
+
+
+def unescape_nul(text: str) -> str:
+    return _UNESCAPE.sub(lambda m: "\x00" if m.group(1) == "0" else "\\", text)
+
+
 def _set_enc(obj: h5py.HLObject, enc_type: str, version: str) -> None:
     obj.attrs[ENC_TYPE] = enc_type
     obj.attrs[ENC_VERSION] = version
@@ -150,14 +166,22 @@ def write_elem(parent: h5py.Group, key: str, value: Any, *, compression: str | N
         for k, v in value.items():
             write_elem(g, str(k), v, compression=compression)
     elif isinstance(value, str):
-        ds = parent.create_dataset(key, data=value, dtype=h5py.string_dtype())
+        escaped = "\x00" in value
+        ds = parent.create_dataset(key, data=escape_nul(value) if escaped else value, dtype=h5py.string_dtype())
         _set_enc(ds, "string", "0.2.0")
+        if escaped:
+            ds.attrs[NUL_ESCAPED] = True
     elif isinstance(value, bool | int | float | np.generic):
         ds = parent.create_dataset(key, data=np.asarray(value))
         _set_enc(ds, "numeric-scalar", "0.2.0")
     elif _is_str_seq(value):
-        ds = parent.create_dataset(key, data=[str(x) for x in value], dtype=h5py.string_dtype())
+        texts = [str(x) for x in value]
+        escaped = any("\x00" in t for t in texts)
+        ds = parent.create_dataset(key, data=[escape_nul(t) for t in texts] if escaped else texts,
+                                   dtype=h5py.string_dtype())
         _set_enc(ds, "string-array", "0.2.0")
+        if escaped:
+            ds.attrs[NUL_ESCAPED] = True
     elif isinstance(value, np.ndarray | list | tuple):
         arr = np.asarray(value)
         if arr.dtype.kind in ("U", "O"):
@@ -191,26 +215,50 @@ def register_reader(enc_type: str, major: str) -> Callable[[Reader], Reader]:
     return deco
 
 
-def encoding_of(obj: h5py.HLObject) -> tuple[str, str]:
-    t = obj.attrs.get(ENC_TYPE)
-    v = obj.attrs.get(ENC_VERSION)
-    if t is None or v is None:
+_VERSION_RE = re.compile(r"(\d{1,6})\.(\d{1,6})\.(\d{1,6})\Z")
+
+
+def _attr_text(obj: h5py.HLObject, name: str) -> str:
+    v = obj.attrs.get(name)
+    if isinstance(v, bytes):
+        try:
+            return v.decode()
+        except UnicodeDecodeError:
+            pass
+    elif isinstance(v, str):
+        return v
+    if v is None:
         raise StoreError(f"{obj.name}: element has no encoding-type/encoding-version; the store is not an aclarena store")
-    return (t.decode() if isinstance(t, bytes) else str(t), v.decode() if isinstance(v, bytes) else str(v))
+    raise StoreError(f"{obj.name}: {name} is {v!r}, not a string; the store is damaged: move results.h5 aside "
+                     "and rerun the analyses")
 
 
-def read_elem(obj: h5py.HLObject) -> Any:
-    """Decode an element, dispatching on (encoding-type, major version)."""
+def encoding_of(obj: h5py.HLObject) -> tuple[str, str]:
+    """(encoding-type, encoding-version) of an element, both checked to be strings, the version MAJOR.MINOR.PATCH."""
+    enc_type, version = _attr_text(obj, ENC_TYPE), _attr_text(obj, ENC_VERSION)
+    if not _VERSION_RE.match(version):
+        raise StoreError(f"{obj.name}: encoding-version {version!r} is not MAJOR.MINOR.PATCH; the store is damaged: "
+                         "move results.h5 aside and rerun the analyses")
+    return enc_type, version
+
+
+def _reader_for(obj: h5py.HLObject) -> tuple[str, str, Reader]:
     enc_type, version = encoding_of(obj)
     major = version.split(".")[0]
-    reader = _READERS.get((enc_type, major))
+    reader = _READERS.get((enc_type, str(int(major))))
     if reader is None:
-        known_majors = sorted(v for (t, v) in _READERS if t == enc_type)
-        if known_majors and int(major) > int(known_majors[-1]):
+        known_majors = sorted(int(v) for (t, v) in _READERS if t == enc_type)
+        if known_majors and int(major) > known_majors[-1]:
             raise StoreError(
                 f"{obj.name}: {enc_type} version {version} was written by a newer aclarena; upgrade aclarena"
             )
         raise StoreError(f"{obj.name}: unknown element encoding {enc_type!r} version {version}")
+    return enc_type, version, reader
+
+
+def read_elem(obj: h5py.HLObject) -> Any:
+    """Decode an element, dispatching on (encoding-type, major version)."""
+    enc_type, _, reader = _reader_for(obj)
     try:
         return reader(obj)
     except StoreError:
@@ -227,13 +275,15 @@ def _read_array(ds: h5py.Dataset) -> np.ndarray:
 
 @register_reader("string-array", "0")
 def _read_string_array(ds: h5py.Dataset) -> list[str]:
-    return [s.decode() if isinstance(s, bytes) else str(s) for s in ds[()]]
+    out = [s.decode() if isinstance(s, bytes) else str(s) for s in ds[()]]
+    return [unescape_nul(s) for s in out] if ds.attrs.get(NUL_ESCAPED) else out
 
 
 @register_reader("string", "0")
 def _read_string(ds: h5py.Dataset) -> str:
     v = ds[()]
-    return v.decode() if isinstance(v, bytes) else str(v)
+    out = v.decode() if isinstance(v, bytes) else str(v)
+    return unescape_nul(out) if ds.attrs.get(NUL_ESCAPED) else out
 
 
 @register_reader("numeric-scalar", "0")
@@ -249,7 +299,8 @@ def _read_json(ds: h5py.Dataset) -> Any:
 
 @register_reader("ragged-array", "0")
 def _read_ragged(g: h5py.Group) -> Ragged:
-    return Ragged(values=g["values"][()], offsets=g["offsets"][()])
+    values, offsets = _ragged_parts(g)
+    return Ragged(values=values[()], offsets=check_offsets(g.name, offsets[()], len(values)))
 
 
 @register_reader("table", "0")
@@ -263,15 +314,41 @@ def _read_dict(g: h5py.Group) -> dict[str, Any]:
     return {k: read_elem(g[k]) for k in g}
 
 
+def check_offsets(name: str, offsets: Any, n_values: int) -> np.ndarray:
+    """Row offsets as a ragged array needs them: 1-d integers from 0, non-decreasing, ending at ``n_values``."""
+    offsets = np.asarray(offsets)
+    if offsets.ndim != 1 or offsets.size == 0 or offsets.dtype.kind not in "iu":
+        raise StoreError(f"{name}: offsets are not a 1-d integer array; the store is damaged: move results.h5 "
+                         "aside and rerun the analysis")
+    if offsets[0] != 0 or np.any(np.diff(offsets) < 0) or int(offsets[-1]) != n_values:
+        raise StoreError(f"{name}: offsets do not run from 0 up to the {n_values} stored values (they end at "
+                         f"{int(offsets[-1])}); the store is damaged: move results.h5 aside and rerun the analysis")
+    return offsets.astype(np.int64, copy=False)
+
+
+def _ragged_parts(g: h5py.Group) -> tuple[h5py.Dataset, h5py.Dataset]:
+    if not isinstance(g, h5py.Group):
+        raise StoreError(f"{g.name}: a ragged-array must be a group (values, offsets); the store is damaged")
+    values, offsets = g.get("values"), g.get("offsets")
+    if not isinstance(values, h5py.Dataset) or not isinstance(offsets, h5py.Dataset) or values.ndim < 1:
+        raise StoreError(f"{g.name}: a ragged-array needs the datasets values (at least 1-d) and offsets; the "
+                         "store is damaged: move results.h5 aside and rerun the analysis")
+    return values, offsets
+
+
 class RaggedView:
-    """Lazy access to a stored ragged array: reads one row at a time from the file."""
+    """Lazy access to a stored ragged array: reads one row at a time from the file.
+
+    The type, version and offsets are checked when the view is made, so a row never reads past
+    the values or comes out short.
+    """
 
     def __init__(self, group: h5py.Group) -> None:
-        enc_type, _ = encoding_of(group)
+        enc_type, _, _ = _reader_for(group)
         if enc_type != "ragged-array":
             raise StoreError(f"{group.name}: expected a ragged-array, found {enc_type}")
-        self._values = group["values"]
-        self.offsets = group["offsets"][()]
+        self._values, offsets = _ragged_parts(group)
+        self.offsets = check_offsets(group.name, offsets[()], len(self._values))
 
     @property
     def n_rows(self) -> int:

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from aclarena import jsonl
 from aclarena.errors import AclarenaError
 from aclarena.store.capability import ROLES, cell_payload
 
@@ -44,10 +45,11 @@ class TaskResult:
     metric: str  # "name,filter"
     value: float
     stderr: float
-    version: Any = None
+    version: Any = None  # the task's version (the file's "versions"), not the harness's
     n_shot: Any = None
     item_ids: list[str] = field(default_factory=list)
     item_scores: np.ndarray | None = None
+    harness_version: str | None = None  # the file's top-level "lm_eval_version"
 
 
 def _fail(path: Path, why: str) -> AclarenaError:
@@ -81,10 +83,14 @@ def read_results(path: str | Path, *, metric: Mapping[str, str] | None = None) -
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise AclarenaError(f"cannot read lm-eval results {path}: {e.strerror or e}; check the path") from None
+    except (OSError, UnicodeDecodeError) as e:
+        why = (e.strerror if isinstance(e, OSError) else None) or e
+        raise AclarenaError(f"cannot read lm-eval results {path}: {why}; check the path "
+                            "(and that the file is UTF-8 JSON)") from None
     try:
-        doc = json.loads(text)
+        doc = jsonl.loads(text)
+    except jsonl.JsonShapeError as e:
+        raise _fail(path, str(e)) from None
     except ValueError as e:
         raise _fail(path, f"not JSON: {e}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
@@ -92,9 +98,11 @@ def read_results(path: str | Path, *, metric: Mapping[str, str] | None = None) -
     if not doc["results"]:
         raise _fail(path, '"results" is empty')
     metric = dict(metric or {})
-    versions = doc.get("versions") if isinstance(doc.get("versions"), dict) else {}
-    n_shot = doc.get("n-shot") if isinstance(doc.get("n-shot"), dict) else {}
-    inline_samples = doc.get("samples") if isinstance(doc.get("samples"), dict) else {}
+    versions: dict[str, Any] = doc["versions"] if isinstance(doc.get("versions"), dict) else {}
+    n_shot: dict[str, Any] = doc["n-shot"] if isinstance(doc.get("n-shot"), dict) else {}
+    inline_samples: dict[str, Any] = doc["samples"] if isinstance(doc.get("samples"), dict) else {}
+    harness = doc.get("lm_eval_version")
+    harness = str(harness) if isinstance(harness, str | int | float) and not isinstance(harness, bool) else None
     out = []
     for task, metrics in doc["results"].items():
         if not isinstance(metrics, dict):
@@ -111,7 +119,7 @@ def read_results(path: str | Path, *, metric: Mapping[str, str] | None = None) -
         ids, scores = _samples(path, task, name, filt, inline_samples.get(task))
         out.append(TaskResult(task=task, metric=chosen, value=float(metrics[chosen]),
                               stderr=float("nan") if stderr is None else stderr, version=versions.get(task),
-                              n_shot=n_shot.get(task), item_ids=ids, item_scores=scores))
+                              n_shot=n_shot.get(task), item_ids=ids, item_scores=scores, harness_version=harness))
     return out
 
 
@@ -125,17 +133,24 @@ def _samples(path: Path, task: str, name: str, filt: str, inline: Any) -> tuple[
         same = [f for f in files if f.stem == f"samples_{task}_{stamp}"]
         chosen = same[0] if same else (files[-1] if files else None)
         if chosen is not None:
-            for line in chosen.read_text(encoding="utf-8").splitlines():
+            try:
+                text = chosen.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise AclarenaError(f"cannot read {chosen}: {getattr(e, 'strerror', None) or e}") from None
+            for lineno, line in jsonl.lines(text):  # "\n" only: U+2028 may sit inside strings
                 line = line.strip()
                 if not line:
                     continue
                 try:
-                    r = json.loads(line)
+                    r = jsonl.loads(line)
+                except jsonl.JsonShapeError as e:
+                    raise AclarenaError(f"{chosen} line {lineno} cannot be used: {e}") from None
                 except ValueError:
-                    raise AclarenaError(f"{chosen} has a line that is not JSON; is the file complete?") from None
+                    raise AclarenaError(f"{chosen} line {lineno} is not JSON; is the file complete?") from None
                 if isinstance(r, dict):
                     rows.append(r)
-    ids, vals = [], []
+    ids: list[str] = []
+    vals: list[float] = []
     for r in rows:
         if "filter" in r and r["filter"] != filt:
             continue
@@ -181,7 +196,8 @@ def import_payloads(
             settings=settings, greedy=greedy, item_ids=r.item_ids if greedy is not None else None,
             mean=r.value, std=float("nan"),
             extra_attrs={"metric": r.metric, "stderr": r.stderr, "lm_eval_task": r.task, "source_file": str(path),
-                         "lm_eval_version": json.dumps(r.version), "n_shot": json.dumps(r.n_shot)},
+                         "lm_eval_task_version": json.dumps(r.version), "lm_eval_harness_version": r.harness_version or "",
+                         "n_shot": json.dumps(r.n_shot)},
         )
         if greedy is None:
             attrs["n_items"] = 0
@@ -189,3 +205,23 @@ def import_payloads(
             raise AclarenaError(f"{path}: task {r.task!r} metric {r.metric} is not a finite number")
         out.append((SUITE_PREFIX + r.task, settings, data, attrs))
     return out
+
+
+def import_info(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """What an imported lm-eval cell records about its source, from the cell's attributes.
+
+    ``task_version`` is the task's version (the results file's ``"versions"``); ``harness_version``
+    the lm-evaluation-harness version that wrote the file (``""`` when unknown). Stores written
+    before 2026-12-01 kept the task version under the misleading name ``lm_eval_version`` and no
+    harness version: they read back the same, with ``harness_version`` ``""``.
+    """
+    def js(value: Any) -> Any:
+        try:
+            return json.loads(value) if isinstance(value, str) else value
+        except ValueError:
+            return value
+
+    task_version = attrs.get("lm_eval_task_version", attrs.get("lm_eval_version"))
+    return {"task": attrs.get("lm_eval_task"), "metric": attrs.get("metric"), "stderr": attrs.get("stderr"),
+            "source_file": attrs.get("source_file"), "task_version": js(task_version),
+            "harness_version": str(attrs.get("lm_eval_harness_version", "") or ""), "n_shot": js(attrs.get("n_shot"))}

@@ -20,12 +20,11 @@ Format (docs/manifest.md)::
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from aclarena.errors import ManifestError, did_you_mean, unknown_name
 MANIFEST_NAME = "aclarena.toml"
 KINDS = ("base", "stage", "oracle", "consolidated")
 PHASES = ("sft", "rl")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # \Z, not $: "$" also matches before a final newline
 RUN_KEYS = ("name", "base", "description")
 
 
@@ -68,7 +67,7 @@ class CheckpointSpec:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if not NAME_RE.match(self.name):
+        if not isinstance(self.name, str) or not NAME_RE.match(self.name):
             raise ManifestError(
                 f"checkpoint name {self.name!r} is not allowed; use letters, digits, '.', '_' and '-'"
             )
@@ -150,7 +149,18 @@ class Manifest:
     def descendants(self, name: str) -> list[str]:
         """Every checkpoint that has ``name`` among its ancestors, in manifest order."""
         self.resolve(name)
-        return [s.name for s in self if name in self.ancestors(s.name)]
+        kids: dict[str, list[str]] = {}
+        for s in self:
+            if s.parent is not None:
+                kids.setdefault(s.parent, []).append(s.name)
+        below: set[str] = set()
+        stack = [name]
+        while stack:  # each checkpoint visited once: linear in the number of checkpoints
+            for k in kids.get(stack.pop(), []):
+                if k not in below:
+                    below.add(k)
+                    stack.append(k)
+        return [s.name for s in self if s.name in below]
 
     def children(self, name: str) -> list[str]:
         return [s.name for s in self if s.parent == name]
@@ -184,23 +194,8 @@ class Manifest:
                         f"checkpoint {spec.name!r} has {key} = {ref!r}, which is not a checkpoint"
                         f"{did_you_mean(ref, names)}; known: {', '.join(names)}"
                     )
-        for spec in self:
-            seen = [spec.name]
-            cur = spec
-            while cur.parent is not None:
-                if cur.parent in seen:
-                    cycle = " -> ".join([*seen[seen.index(cur.parent):], cur.parent])
-                    raise ManifestError(f"parent cycle in the manifest: {cycle}; a checkpoint cannot descend from itself")
-                seen.append(cur.parent)
-                cur = names[cur.parent]
-            seen = [spec.name]
-            cur = spec
-            while cur.on is not None:
-                if cur.on in seen:
-                    cycle = " -> ".join([*seen[seen.index(cur.on):], cur.on])
-                    raise ManifestError(f"adapter cycle in the manifest (`on`): {cycle}")
-                seen.append(cur.on)
-                cur = names[cur.on]
+        _check_acyclic(names, "parent", "parent cycle in the manifest: {}; a checkpoint cannot descend from itself")
+        _check_acyclic(names, "on", "adapter cycle in the manifest (`on`): {}")
 
     # --- serialisation -----------------------------------------------------------------
     def to_toml(self) -> str:
@@ -216,6 +211,26 @@ class Manifest:
                 if key != "name":
                     lines.append(f"{key} = {_toml_value(value)}")
         return "\n".join(lines) + "\n"
+
+
+def _check_acyclic(specs: Mapping[str, CheckpointSpec], key: str, message: str) -> None:
+    """Refuse a cycle along ``key`` (each checkpoint names at most one): every checkpoint is walked
+    once, so a chain of thousands of checkpoints is checked in linear time."""
+    done: set[str] = set()
+    for start in specs:
+        if start in done:
+            continue
+        path: list[str] = []
+        on_path: dict[str, int] = {}
+        cur: str | None = start
+        while cur is not None and cur not in done:
+            if cur in on_path:
+                cycle = " -> ".join([*path[on_path[cur]:], cur])
+                raise ManifestError(message.format(cycle))
+            on_path[cur] = len(path)
+            path.append(cur)
+            cur = getattr(specs[cur], key)
+        done.update(path)
 
 
 def parse_manifest(text: str, source: str = MANIFEST_NAME) -> Manifest:
@@ -300,28 +315,56 @@ def write_manifest(manifest: Manifest, run_dir: str | os.PathLike[str]) -> Path:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` so that readers see the old or the new file, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ManifestError(f"cannot write {path}: the text holds characters that are not UTF-8 (lone surrogates, "
+                            "e.g. undecodable bytes of a file name); rename the file or folder") from None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except PermissionError:
         raise ManifestError(f"cannot write in {path.parent}: the folder is read-only; choose a writable --run") from None
+    except OSError as e:
+        raise ManifestError(f"cannot write in {path.parent}: {e.strerror or e}") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         raise ManifestError(f"cannot write {path}: {e.strerror or e}") from None
-
-
-def with_spec(spec: CheckpointSpec, **changes: Any) -> CheckpointSpec:
-    return replace(spec, **changes)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _toml_key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else toml_string(key)
+
+
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def toml_string(text: str) -> str:
+    """A TOML basic string that reads back as ``text``: every control character (DEL included, which
+    JSON leaves raw and TOML forbids) escaped; text that is not Unicode (lone surrogates, e.g. the
+    undecodable bytes of a file name) refused, since no TOML file can hold it."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if 0xD800 <= code <= 0xDFFF:
+            raise ManifestError(f"{text!r} holds bytes that are not UTF-8 (a lone surrogate); a manifest is UTF-8 "
+                                "text: rename the file or folder")
+        if ch in _TOML_ESCAPES:
+            out.append(_TOML_ESCAPES[ch])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
 
 
 def _toml_value(value: Any) -> str:
@@ -330,7 +373,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return toml_string(value)
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {type(value).__name__} to TOML")

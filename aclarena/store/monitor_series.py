@@ -8,19 +8,25 @@ at each logging step), ``events`` (the warnings) and, for lead-time runs, ``benc
 ground-truth evaluations). A resumed session supersedes the rows of earlier sessions from
 the step it resumed at (:func:`latest_rows`).
 
-numpy and h5py only (through :class:`~aclarena.store.series.SeriesReader`).
+The writer's side is here too (:class:`MonitorStore`, the series' columns), so the schema has one
+home. numpy and h5py only (through :mod:`aclarena.store.series`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from aclarena.store.series import SeriesReader
+from aclarena.errors import AclarenaError, StoreError, did_you_mean
+from aclarena.store.series import SeriesReader, SeriesWriter
 
 PREFIX = "monitor/"
 #: results.h5 group of the lead-time tables (``monitor/lead-time/<stage>``).
@@ -113,3 +119,115 @@ def load_monitor(reader: SeriesReader, label: str) -> MonitorView:
                                     "score": float(ev["score"][i]), "action": _text(ev["action"][i]),
                                     "time": float(ev["time"][i])})
     return view
+
+
+STORE_ERRORS = ("raise", "continue")
+SETTINGS_WIDTH = 8192
+logger = logging.getLogger("aclarena.monitor")
+
+
+# --- the writer of the monitor series (aclarena.train.callbacks.DriftMonitorCallback) --------------
+
+
+def series_names(label: str, probes: Sequence[str]) -> dict[str, str]:
+    """The series of one monitored training run (``label``), by role."""
+    out = {"sessions": f"monitor/{label}/sessions", "train": f"monitor/{label}/train",
+           "events": f"monitor/{label}/events"}
+    for p in probes:
+        out[f"probe:{p}"] = f"monitor/{label}/probes/{p}"
+    return out
+
+
+def probe_columns(metrics: Iterable[str]) -> dict[str, str]:
+    """The columns of a probe's series: one float per metric (:data:`aclarena.diagnostics.monitor_metrics.METRICS`)."""
+    return {"session": "i4", "step": "i8", "time": "f8", **{m: "f8" for m in metrics}}
+
+
+SESSION_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "settings": f"S{SETTINGS_WIDTH}"}
+TRAIN_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "loss": "f8"}
+EVENT_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "series": "S64", "metric": "S32", "value": "f8",
+                 "rule": "S16", "limit": "f8", "score": "f8", "action": "S8"}
+
+
+class MonitorStore:
+    """One ``series.h5`` writer shared by the callbacks of a training run.
+
+    Callbacks :meth:`declare` their series when they are built; the first ``on_train_begin``
+    :meth:`acquire` s the writer (every declared series is created before SWMR starts), the
+    last ``on_train_end`` releases it. ``on_error="continue"`` turns a store that cannot be
+    written (locked by another writer, read-only, full) into a logged warning and a monitor
+    that stops writing; ``"raise"`` (default) stops training with the error.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str], *, on_error: str = "raise") -> None:
+        if on_error not in STORE_ERRORS:
+            raise AclarenaError(f"on_store_error must be one of {', '.join(STORE_ERRORS)}, got {on_error!r}"
+                                f"{did_you_mean(str(on_error), STORE_ERRORS)}")
+        self.run_dir = Path(run_dir)
+        self.on_error = on_error
+        self.schema: dict[str, dict[str, str]] = {}
+        self._writer: Any = None
+        self._users = 0
+        self.failed: str | None = None
+
+    def declare(self, name: str, columns: Mapping[str, str]) -> None:
+        if self._writer is not None:
+            raise AclarenaError(f"series {name!r} declared after the store was opened; declare every series first")
+        old = self.schema.get(name)
+        if old is not None and old != dict(columns):
+            raise AclarenaError(f"series {name!r} declared twice with different columns")
+        self.schema[name] = dict(columns)
+
+    @property
+    def writable(self) -> bool:
+        return self._writer is not None
+
+    def acquire(self) -> bool:
+        """Open the writer (first caller) and count the user; False when the store failed and
+        ``on_error="continue"``."""
+        self._users += 1
+        if self._writer is not None or self.failed is not None:
+            return self._writer is not None
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._writer = SeriesWriter(self.run_dir, self.schema)
+        except (StoreError, OSError) as e:
+            self._fail(e, "cannot open")
+        return self._writer is not None
+
+    def append(self, name: str, rows: Mapping[str, Any] | list[Mapping[str, Any]]) -> None:
+        if self._writer is None:
+            return
+        try:
+            self._writer.append(name, rows)
+        except (StoreError, OSError) as e:
+            self.close()
+            self._fail(e, "cannot append to")
+
+    def _fail(self, e: BaseException, what: str) -> None:
+        msg = str(e).rstrip(".")
+        if self.on_error == "raise":
+            raise StoreError(f"drift monitor: {msg}; set monitor.on_store_error = \"continue\" (on_store_error="
+                             "'continue') to train on without the monitor") from None
+        self.failed = msg
+        logger.warning("drift monitor: %s; training goes on without the monitor (on_store_error = continue)", msg)
+
+    def release(self) -> None:
+        self._users = max(0, self._users - 1)
+        if self._users == 0:
+            self.close()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+            self._writer = None
+
+
+def settings_bytes(settings: Mapping[str, Any]) -> bytes:
+    """A session's settings as JSON bytes that fit the ``settings`` column."""
+    text = json.dumps(settings, sort_keys=True, default=str)
+    raw = text.encode()
+    if len(raw) > SETTINGS_WIDTH:  # keep the rules (what the dashboard draws), drop the rest
+        raw = json.dumps({"rules": settings.get("rules"), "truncated": True}, default=str).encode()[:SETTINGS_WIDTH]
+    return raw

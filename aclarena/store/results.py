@@ -21,7 +21,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -188,6 +188,20 @@ class ResultsStore:
         self.lock_path = self.run_dir / (RESULTS_NAME + ".lock")
         self._lock_depth = 0
 
+    def target(self) -> Path:
+        """The file the store lives in: ``results.h5``, or the file it links to when it is a symbolic
+        link (writes go through the link and keep it a link); a dangling link is refused."""
+        p = self.path
+        if not p.is_symlink():
+            return p
+        real = Path(os.path.realpath(p))
+        if not real.exists():
+            raise StoreError(f"{p} is a symbolic link to {real}, which does not exist; restore the file or remove "
+                             "the link")
+        if not real.is_file():
+            raise StoreError(f"{p} links to {real}, which is not a regular file; point the link at a results.h5 file")
+        return real
+
     # --- reading -------------------------------------------------------------------------
     def exists(self) -> bool:
         return self.path.is_file()
@@ -195,6 +209,7 @@ class ResultsStore:
     @contextlib.contextmanager
     def reader(self) -> Iterator[StoreReader]:
         """Open the store read-only; yields a :class:`StoreReader`."""
+        self.target()  # a dangling link says so (not "no results.h5")
         if not self.path.is_file():
             raise StoreError(f"no {RESULTS_NAME} in {self.run_dir}; run an analysis first (e.g. `aclarena-diag tokens`)")
         f = _open_read(self.path)
@@ -266,26 +281,35 @@ class ResultsStore:
 
     def write_many(
         self,
-        items: list[tuple[str, Mapping[str, Any], str, str, Mapping[str, Any]]],
+        items: Sequence[tuple[str, Mapping[str, Any], str, str, Mapping[str, Any]]],
         *,
         overwrite: bool = False,
         manifest_text: str | None = None,
+        drop: Sequence[str] = (),
+        precondition: Callable[[StoreReader], None] | None = None,
     ) -> None:
         """Write several result groups in one atomic step.
 
         Each item is ``(key, data, result_type, result_version, attrs)``. Attribute values
-        that are not strings or numbers are stored as JSON strings.
+        that are not strings or numbers are stored as JSON strings. ``drop`` names groups
+        removed in the same step (results the new ones make stale). ``precondition`` is
+        called with a reader of the current store under the writer lock, before anything is
+        written: it raises to refuse a write whose inputs changed meanwhile.
         """
         with self.lock():
-            tmp = self.run_dir / f".{RESULTS_NAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-            current = self.path.stat().st_size if self.path.is_file() else 0
+            target = self.target()
+            if precondition is not None and target.is_file():
+                with _open_read(target) as f:
+                    precondition(StoreReader(f, self.path))
+            tmp = target.parent / f".{RESULTS_NAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+            current = target.stat().st_size if target.is_file() else 0
             # the copy, the new groups and HDF5's own overhead (metadata, chunk indexes)
-            _check_room(self.path, int(current + 1.25 * sum(_nbytes(d) for _, d, *_ in items)) + (256 << 10))
+            _check_room(target, int(current + 1.25 * sum(_nbytes(d) for _, d, *_ in items)) + (256 << 10))
             try:
-                if self.path.is_file():
-                    with _open_read(self.path) as f:  # validates before copying
+                if target.is_file():
+                    with _open_read(target) as f:  # validates before copying
                         check_root(f, self.path)
-                    shutil.copyfile(self.path, tmp)
+                    shutil.copyfile(target, tmp)
                     f = h5py.File(tmp, "r+")
                 else:
                     f = h5py.File(tmp, "w")
@@ -297,6 +321,9 @@ class ResultsStore:
                     f.attrs["modified"] = _now()
                     if manifest_text is not None:
                         f.attrs["manifest"] = manifest_text
+                    for key in drop:
+                        if _norm(key) in f:
+                            del f[_norm(key)]
                     for key, data, rtype, rversion, rattrs in items:
                         key = _norm(key)
                         if key in f:
@@ -311,14 +338,16 @@ class ResultsStore:
                         g.attrs["result-version"] = rversion
                         g.attrs["written"] = _now()
                         for ak, av in rattrs.items():
+                            if isinstance(av, str):  # HDF5 strings cannot hold NUL: shown as the NUL symbol
+                                av = av.replace("\x00", "\u2400")
                             g.attrs[ak] = av if isinstance(av, str | int | float | bool) else json.dumps(av)
                         for k, v in data.items():
                             write_elem(g, str(k), v)
                     f.flush()
                 with open(tmp, "rb+") as fh:
                     os.fsync(fh.fileno())
-                os.replace(tmp, self.path)
-                _fsync_dir(self.run_dir)
+                os.replace(tmp, target)  # the link, if results.h5 is one, stays a link
+                _fsync_dir(target.parent)
             except StoreError:
                 tmp.unlink(missing_ok=True)
                 raise
@@ -335,13 +364,14 @@ class ResultsStore:
         with self.lock():
             if not self.has(key):
                 return
-            tmp = self.run_dir / f".{RESULTS_NAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+            target = self.target()
+            tmp = target.parent / f".{RESULTS_NAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
             try:
-                shutil.copyfile(self.path, tmp)
+                shutil.copyfile(target, tmp)
                 with h5py.File(tmp, "r+") as f:
                     del f[_norm(key)]
                     f.attrs["modified"] = _now()
-                os.replace(tmp, self.path)
+                os.replace(tmp, target)
             except (OSError, RuntimeError) as e:
                 full = _out_of_space(tmp)
                 tmp.unlink(missing_ok=True)
@@ -372,6 +402,20 @@ def _ensure_parents(f: h5py.File, key: str) -> h5py.Group:
             if not isinstance(g, h5py.Group):
                 raise StoreError(f"{g.name} is a dataset, not a group; choose another result key")
     return g
+
+
+@contextlib.contextmanager
+def damaged(path: Path, key: str) -> Iterator[None]:
+    """Turn a reader's surprise at a structurally wrong element (a missing child, a value of the wrong
+    type or shape) into one line naming the file and key; the original error is chained."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError, RuntimeError) as e:
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise StoreError(f"{path}:{key.strip('/')} is damaged ({type(e).__name__}: {first}); move results.h5 aside "
+                         "and rerun the analysis that wrote it") from e
 
 
 def _open_read(path: Path) -> h5py.File:
@@ -418,12 +462,18 @@ class StoreReader:
     def read(self, key: str) -> Any:
         return read_elem(self._get(key))
 
+    def damaged(self, key: str) -> contextlib.AbstractContextManager[None]:
+        """``with reader.damaged(key):`` around code that interprets what it read: a wrong shape is one line."""
+        return damaged(self.path, key)
+
     def attrs(self, key: str) -> dict[str, Any]:
         obj = self._get(key)
         out: dict[str, Any] = {}
-        for k, v in obj.attrs.items():
-            v = _attr_str(v) if isinstance(v, bytes) else v
-            out[k] = v.item() if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
+        with self.damaged(key):
+            for k, v in obj.attrs.items():
+                if isinstance(v, bytes):
+                    v = v.decode(errors="replace")
+                out[k] = v.item() if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
         return out
 
     def encoding(self, key: str) -> tuple[str, str]:
@@ -450,9 +500,16 @@ class StoreReader:
         """Keys of every result group under ``prefix`` (groups that carry ``result-type``)."""
         out: list[str] = []
         base = self._f if prefix.strip("/") == "" else self._get(prefix)
+        if not isinstance(base, h5py.Group):
+            raise StoreError(f"{self.path}:{prefix.strip('/')} is a dataset where results are expected; the store is "
+                             "damaged: move results.h5 aside and rerun the analyses")
 
         def visit(name: str, obj: h5py.HLObject) -> None:
             if isinstance(obj, h5py.Group) and "result-type" in obj.attrs:
+                rtype = obj.attrs["result-type"]
+                if not isinstance(rtype, str | bytes):  # readers compare it with a string
+                    raise StoreError(f"{self.path}:{name}: result-type is {rtype!r}, not a string; the store is "
+                                     "damaged: move results.h5 aside and rerun the analysis that wrote it")
                 out.append(obj.name.lstrip("/"))
 
         base.visititems(visit)

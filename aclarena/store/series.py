@@ -26,7 +26,8 @@ import numpy as np
 
 from aclarena import __version__
 from aclarena.errors import StoreError
-from aclarena.store.results import _now, _os_error, check_root
+from aclarena.store.encoding import encoding_of
+from aclarena.store.results import _now, _os_error, check_root, damaged
 
 SERIES_NAME = "series.h5"
 SERIES_TYPE = "aclarena-results"
@@ -261,11 +262,18 @@ class SeriesReader:
         if key not in self._f:
             raise StoreError(f"{self.path}:{key} not found; known series: {', '.join(self.names()) or 'none'}")
         g = self._f[key]
-        cols = [c for c in str(g.attrs.get("column-order", "")).split(",") if c] or list(g.keys())
-        for c in cols:
-            g[c].refresh()
-        n = min(g[c].shape[0] for c in cols)  # columns are flushed one by one; read the complete rows
-        return {c: g[c][start:n] for c in cols}
+        _, version = encoding_of(g)
+        if int(version.split(".")[0]) > 0:
+            raise StoreError(f"{self.path}:{key}: series version {version} was written by a newer aclarena; "
+                             "upgrade aclarena")
+        with damaged(self.path, key):
+            cols = [c for c in str(g.attrs.get("column-order", "")).split(",") if c] or list(g.keys())
+            for c in cols:
+                if not isinstance(g[c], h5py.Dataset) or g[c].ndim < 1:
+                    raise ValueError(f"column {c!r} is not a 1-d dataset")
+                g[c].refresh()
+            n = min(g[c].shape[0] for c in cols)  # columns are flushed one by one; read the complete rows
+            return {c: g[c][start:n] for c in cols}
 
     def __len__(self) -> int:
         return len(self.names())

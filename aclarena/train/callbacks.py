@@ -30,174 +30,53 @@ for its decisions (save, stop) at each check, so that every process stops at the
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from transformers import TrainerCallback
 
-from aclarena.diagnostics.early_warning import Alert, MetricRule, TrendRule, WarningDetector
+from aclarena.diagnostics.early_warning import Alert, MetricRule, WarningDetector
+from aclarena.diagnostics.monitor_metrics import (
+    ACTIONS,
+    METRICS,
+    TRAIN_METRICS,
+    default_rules,
+    probe_metrics,
+    rules_to_json,
+)
 from aclarena.diagnostics.token_drift import HighEntropy
 from aclarena.errors import AclarenaError, StoreError, did_you_mean
 from aclarena.probes.probe_set import ProbeSet
-from aclarena.store.monitor_series import latest_rows
+from aclarena.store.monitor_series import (
+    EVENT_COLUMNS,
+    SESSION_COLUMNS,
+    STORE_ERRORS,
+    TRAIN_COLUMNS,
+    MonitorStore,
+    latest_rows,
+    series_names,
+    settings_bytes,
+)
+from aclarena.store.monitor_series import probe_columns as series_probe_columns
 
 logger = logging.getLogger("aclarena.monitor")
 
-#: Scalars of one check, per probe set. ``kl_*`` and ``flip_*`` are against the probe's
-#: reference checkpoint, ``fkl*`` against the stage-start policy.
-METRICS: dict[str, str] = {
-    "kl_high": "mean KL(p_ref ‖ p_θ) at the reference's high-entropy positions (nats)",
-    "kl_low": "mean KL(p_ref ‖ p_θ) at the other positions (nats)",
-    "kl_all": "whole-sequence mean KL(p_ref ‖ p_θ) over every scored position (nats)",
-    "kl_share_high": "share of the total KL mass at the high-entropy positions",
-    "flip_high": "share of high-entropy positions whose top-1 token differs from the reference's",
-    "flip_all": "share of all scored positions whose top-1 token differs from the reference's",
-    "fkl": "forward KL(π_start ‖ π_θ) per token over every scored position (nats)",
-    "fkl_high": "forward KL(π_start ‖ π_θ) per token at the high-entropy positions (nats)",
-}
-#: Scalars taken from the trainer's own logs (plain predictors, for comparison).
-TRAIN_METRICS: dict[str, str] = {"loss": "the trainer's training loss"}
-ACTIONS = ("log", "save", "stop")
-STORE_ERRORS = ("raise", "continue")
-SETTINGS_WIDTH = 8192
 
-
-def default_rules() -> dict[str, MetricRule]:
-    """The calibrated default rules (docs/monitor.md says how they were calibrated).
-
-    Forward-KL metrics start at exactly 0 at the stage start, so they get absolute thresholds;
-    drift against an earlier reference starts wherever earlier stages left it, so it gets the
-    trend rule only. The loss is recorded, not warned on.
-    """
-    trend = TrendRule(alpha=0.3, z=3.0, warmup=2, min_std=0.002, rel_std=0.1, direction="up")
-    return {
-        "kl_high": MetricRule(trend=trend),
-        "kl_all": MetricRule(trend=trend),
-        "flip_high": MetricRule(trend=dataclasses.replace(trend, min_std=0.02)),
-        "fkl": MetricRule(threshold=0.05, trend=trend),
-        "fkl_high": MetricRule(threshold=0.25),
-    }
-
-
-def rules_to_json(rules: Mapping[str, MetricRule]) -> dict[str, Any]:
-    return {k: v.to_dict() for k, v in rules.items()}
-
-
-def rules_from_json(data: Mapping[str, Any]) -> dict[str, MetricRule]:
-    return {k: MetricRule.from_dict(v) for k, v in data.items()}
+def probe_columns(metrics: Iterable[str] = tuple(METRICS)) -> dict[str, str]:
+    """The columns of a probe's series: one float per monitor metric (default: all of :data:`METRICS`)."""
+    return series_probe_columns(metrics)
 
 
 class TrainingStopped(AclarenaError):
     """Training was stopped by the drift monitor (``on_warning="stop"``)."""
-
-
-# --- the series store ---------------------------------------------------------------------------
-
-
-def series_names(label: str, probes: Sequence[str]) -> dict[str, str]:
-    """The series of one monitored training run (``label``), by role."""
-    out = {"sessions": f"monitor/{label}/sessions", "train": f"monitor/{label}/train",
-           "events": f"monitor/{label}/events"}
-    for p in probes:
-        out[f"probe:{p}"] = f"monitor/{label}/probes/{p}"
-    return out
-
-
-def probe_columns() -> dict[str, str]:
-    return {"session": "i4", "step": "i8", "time": "f8", **{m: "f8" for m in METRICS}}
-
-
-SESSION_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "settings": f"S{SETTINGS_WIDTH}"}
-TRAIN_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "loss": "f8"}
-EVENT_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "series": "S64", "metric": "S32", "value": "f8",
-                 "rule": "S16", "limit": "f8", "score": "f8", "action": "S8"}
-
-
-class MonitorStore:
-    """One ``series.h5`` writer shared by the callbacks of a training run.
-
-    Callbacks :meth:`declare` their series when they are built; the first ``on_train_begin``
-    :meth:`acquire` s the writer (every declared series is created before SWMR starts), the
-    last ``on_train_end`` releases it. ``on_error="continue"`` turns a store that cannot be
-    written (locked by another writer, read-only, full) into a logged warning and a monitor
-    that stops writing; ``"raise"`` (default) stops training with the error.
-    """
-
-    def __init__(self, run_dir: str | os.PathLike[str], *, on_error: str = "raise") -> None:
-        if on_error not in STORE_ERRORS:
-            raise AclarenaError(f"on_store_error must be one of {', '.join(STORE_ERRORS)}, got {on_error!r}"
-                                f"{did_you_mean(str(on_error), STORE_ERRORS)}")
-        self.run_dir = Path(run_dir)
-        self.on_error = on_error
-        self.schema: dict[str, dict[str, str]] = {}
-        self._writer: Any = None
-        self._users = 0
-        self.failed: str | None = None
-
-    def declare(self, name: str, columns: Mapping[str, str]) -> None:
-        if self._writer is not None:
-            raise AclarenaError(f"series {name!r} declared after the store was opened; declare every series first")
-        old = self.schema.get(name)
-        if old is not None and old != dict(columns):
-            raise AclarenaError(f"series {name!r} declared twice with different columns")
-        self.schema[name] = dict(columns)
-
-    @property
-    def writable(self) -> bool:
-        return self._writer is not None
-
-    def acquire(self) -> bool:
-        """Open the writer (first caller) and count the user; False when the store failed and
-        ``on_error="continue"``."""
-        self._users += 1
-        if self._writer is not None or self.failed is not None:
-            return self._writer is not None
-        from aclarena.store import SeriesWriter
-
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            self._writer = SeriesWriter(self.run_dir, self.schema)
-        except (StoreError, OSError) as e:
-            self._fail(e, "cannot open")
-        return self._writer is not None
-
-    def append(self, name: str, rows: Mapping[str, Any] | list[Mapping[str, Any]]) -> None:
-        if self._writer is None:
-            return
-        try:
-            self._writer.append(name, rows)
-        except (StoreError, OSError) as e:
-            self.close()
-            self._fail(e, "cannot append to")
-
-    def _fail(self, e: BaseException, what: str) -> None:
-        msg = str(e).rstrip(".")
-        if self.on_error == "raise":
-            raise StoreError(f"drift monitor: {msg}; set monitor.on_store_error = \"continue\" (on_store_error="
-                             "'continue') to train on without the monitor") from None
-        self.failed = msg
-        logger.warning("drift monitor: %s; training goes on without the monitor (on_store_error = continue)", msg)
-
-    def release(self) -> None:
-        self._users = max(0, self._users - 1)
-        if self._users == 0:
-            self.close()
-
-    def close(self) -> None:
-        if self._writer is not None:
-            with contextlib.suppress(Exception):
-                self._writer.close()
-            self._writer = None
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -302,10 +181,6 @@ def _load_reference(where: Any, device: Any, allow_pickle: bool = False) -> Any:
     manifest = Manifest(name="monitor", checkpoints={"reference": spec})
     return load_model(spec, manifest, ".", LoadOptions(dtype="auto", device=str(device or "cpu"),
                                                        allow_pickle=allow_pickle, merge_adapter=True))
-
-
-def _mean(x: np.ndarray) -> float:
-    return float(x.mean()) if x.size else float("nan")
 
 
 # --- the callback -------------------------------------------------------------------------------
@@ -541,7 +416,7 @@ class DriftMonitorCallback(TrainerCallback):
                 return
             self.store.append(self.series["sessions"], {
                 "session": self._session, "step": int(state.global_step), "time": time.time(),
-                "settings": _settings_bytes(self.settings())})
+                "settings": settings_bytes(self.settings())})
         self._active = True
 
     def _replay(self, start_step: int) -> None:
@@ -690,7 +565,6 @@ class DriftMonitorCallback(TrainerCallback):
 
     def measure(self, model: Any) -> dict[str, dict[str, float]]:
         """Score every probe set with ``model`` now: ``{probe: {metric: value}}`` (no grad, eval mode)."""
-        from aclarena.diagnostics.token_drift import high_entropy_mask, summarize_drift
         from aclarena.probes.teacher_forcing import STATUS_OK, score
 
         out: dict[str, dict[str, float]] = {}
@@ -700,31 +574,11 @@ class DriftMonitorCallback(TrainerCallback):
             # one forward pass of the live model serves both comparisons (same probe, same batch plan)
             shared = [] if start is not ref and start.plan.batches == ref.plan.batches else None
             s = score(model, ref, p, name="the trained model", hidden_cache=shared)
-            valid = s.status == STATUS_OK
-            summ = summarize_drift(s.ref.entropy, s.ref.logprob, s.ref.top1, s.kl, s.js, s.logprob, s.top1,
-                                   high=self.high, valid=valid, n_points=2)
             f = s if start is ref else score(model, start, p, name="the trained model", hidden_cache=shared)
-            ref_ok = np.isfinite(s.ref.entropy) & np.isfinite(s.ref.logprob)
-            is_high = np.zeros(len(s.kl), dtype=bool)
-            if ref_ok.any():
-                mask, _ = high_entropy_mask(s.ref.entropy[ref_ok].astype(np.float64), self.high)
-                is_high[np.flatnonzero(ref_ok)[mask]] = True
-            fok = (f.status == STATUS_OK) & np.isfinite(f.kl)
-            fkl = f.kl.astype(np.float64)
-            out[p.name] = {
-                "kl_high": summ.kl_mean_high, "kl_low": summ.kl_mean_low, "kl_all": summ.kl_mean,
-                "kl_share_high": summ.kl_share_high, "flip_high": summ.flip_rate_high, "flip_all": summ.flip_rate,
-                "fkl": _mean(fkl[fok]), "fkl_high": _mean(fkl[fok & is_high]),
-            }
+            out[p.name] = probe_metrics(s.ref.entropy, s.ref.logprob, s.ref.top1, s.kl, s.js, s.logprob, s.top1,
+                                        valid=s.status == STATUS_OK, fkl=f.kl, fkl_valid=f.status == STATUS_OK,
+                                        high=self.high)
         return out
-
-
-def _settings_bytes(settings: Mapping[str, Any]) -> bytes:
-    text = json.dumps(settings, sort_keys=True, default=str)
-    raw = text.encode()
-    if len(raw) > SETTINGS_WIDTH:  # keep the rules (what the dashboard draws), drop the rest
-        raw = json.dumps({"rules": settings.get("rules"), "truncated": True}, default=str).encode()[:SETTINGS_WIDTH]
-    return raw
 
 
 # --- trainer glue -------------------------------------------------------------------------------

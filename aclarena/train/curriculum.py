@@ -25,8 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -190,7 +188,7 @@ def run_curriculum(
     ``callbacks(job)`` returns extra ``TrainerCallback`` objects for a phase (e.g. a drift
     monitor on the ecom stage); ``on_phase(record)`` is called after each phase.
     """
-    from aclarena.cli._common import progress
+    from aclarena.progress import progress
 
     t0 = time.monotonic()
     out = Path(out)
@@ -409,12 +407,3 @@ def read_train_logs(run_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]
             table = r.read(f"train/{name}/log")
             out[name] = {"attrs": attrs, "log": dict(table.columns)}
     return out
-
-
-def clear_work(out: str | os.PathLike[str]) -> None:
-    """Remove the trainer checkpoints of unfinished phases (they are only needed to resume)."""
-    shutil.rmtree(Path(out) / WORK, ignore_errors=True)
-
-
-def stdout_is_tty() -> bool:
-    return sys.stdout.isatty()

@@ -96,12 +96,12 @@ def arena_rl_data(domain: str, n: int, seed: int, *, suite: str = "id", max_cont
     if domain in SINGLE_TURN:
         rows = grpo_dataset(domain, n, seed, split="train", suite=suite)
         return RLData(dataset=Dataset.from_list(rows), reward_funcs=[arena_reward],
-                      max_completion_length=max_new_tokens or env.max_new_tokens)
+                      max_completion_length=env.max_new_tokens if max_new_tokens is None else max_new_tokens)
     tasks = env.generate(n, seed=seed, split="train", variant=suite)
     rollout = ArenaRollout(tasks, max_context=max_context, max_turns=max_turns, max_new_tokens=max_new_tokens)
     ds = Dataset.from_list([prompt_row(t) for t in tasks])
     return RLData(dataset=ds, reward_funcs=[env_reward], rollout=rollout,
-                  max_completion_length=(max_context or 1024))
+                  max_completion_length=(1024 if max_context is None else max_context))
 
 
 def file_rl_data(path: str, n: int, reward: str, *, rollout: str | None = None,

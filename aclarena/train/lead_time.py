@@ -13,8 +13,10 @@ data and seeds, and two callbacks sharing one ``series.h5`` writer:
 
 The phases of the stage are laid end to end (the RL phase's step 0 is the SFT phase's last
 step). Per earlier domain, the **significant drop** is the first evaluation whose exact
-one-sided McNemar test against the stage start has ``p < alpha``
-(:func:`aclarena.diagnostics.early_warning.drop_points`). Per predictor (token drift at
+one-sided McNemar test against the stage start is significant after Holm's correction over
+all of the stage's evaluations (:func:`aclarena.diagnostics.early_warning.drop_points`): the
+first of many uncorrected tests would find drops in noise. Item counts too small for any drop
+to reach the corrected level are refused before training (:func:`planned_tests`). Per predictor (token drift at
 high-entropy positions, flip rate there, whole-sequence KL, forward KL to the stage start,
 the plain training loss) the **first warning** is the first alert of that metric's rules
 applied to its series (the monitor's rules; for the loss an EWMA rule in both directions),
@@ -47,6 +49,7 @@ from aclarena.diagnostics.early_warning import (
     drop_points,
     first_drop,
     lead_time,
+    min_items,
 )
 from aclarena.errors import AclarenaError
 from aclarena.store.monitor_series import LEAD_KEY
@@ -61,8 +64,11 @@ PREDICTORS = (
     ("flip rate at high-entropy positions", "flip_high"),
     ("whole-sequence KL", "kl_all"),
     ("forward KL to the stage start", "fkl"),
+    ("forward KL on the new task's prompts (RL's Razor)", "razor_fkl"),
     ("training loss", "loss"),
 )
+#: the Razor row reads ``fkl`` of the stage's own probe set (``razor-<stage>``) with the ``fkl`` rule
+RAZOR_METRIC = "razor_fkl"
 #: The plain loss has no drift rule of its own: a departure from its trend either way.
 LOSS_RULE = MetricRule(trend=TrendRule(alpha=0.3, z=3.0, warmup=2, min_std=0.01, rel_std=0.05, direction="both"))
 BENCH_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "suite": "S32", "n": "i4", "correct": "i4",
@@ -176,6 +182,39 @@ class LeadTimeSettings:
             raise AclarenaError(f"--alpha must be in (0, 1), got {self.alpha!r}")
 
 
+def planned_tests(phase_steps: Sequence[int | None], eval_every: int) -> int | None:
+    """How many ground-truth evaluations follow the stage start (the Holm family), or None when a phase's length is unknown.
+
+    Each phase is evaluated at its start, every ``eval_every`` steps and at its end; the phases
+    are laid end to end, so a phase's start is the previous phase's end (one evaluation).
+    """
+    steps: set[int] = set()
+    offset = 0
+    for n in phase_steps:
+        if n is None:
+            return None
+        steps.update(offset + k for k in range(0, n + 1, eval_every))
+        steps.update((offset, offset + n))
+        offset += n
+    return max(1, len(steps) - 1)
+
+
+def _phase_steps(job: Any) -> int | None:
+    value = (job.spec.trl or {}).get("max_steps") if job.spec is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def check_items(n: int, alpha: float, tests: int | None) -> None:
+    """Refuse ``n`` items with which no drop could be significant (one line, the fix named)."""
+    m = tests or 1
+    need = min_items(alpha, m)
+    if n < need:
+        what = f"Holm over {m} evaluations: alpha / {m} = {alpha / m:.3g}" if m > 1 else f"alpha = {alpha:g}"
+        raise AclarenaError(f"-n {n} items can never show a significant drop: losing all {n} gives p = "
+                            f"{0.5 ** n:.3g}, not below {what}; use -n {need} or more (or fewer evaluations, "
+                            "--eval-every larger)")
+
+
 def _fingerprint(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -195,7 +234,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
         _run_job,
         plan,
     )
-    from aclarena.train.monitor import PROBE_PREFIX, domain_probe
+    from aclarena.train.monitor import PROBE_PREFIX, RAZOR_PREFIX, domain_probe
     from aclarena.train.naming import phase_names
     from aclarena.train.phases import finished, quiet
 
@@ -226,7 +265,10 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
         if finished(run / CHECKPOINTS / name) is None:
             raise AclarenaError(f"checkpoint {name!r} is not trained in {run}; finish the curriculum first "
                                 f"(aclarena-diag train --config {cfg_path} --out {run})")
-    identity = {"settings": dataclasses.asdict(settings), "every_n_steps": every,
+    tests = planned_tests([_phase_steps(jobs[n]) for n in names], settings.eval_every)
+    check_items(settings.n, settings.alpha, tests)
+    identity = {"settings": dataclasses.asdict(settings), "every_n_steps": every, "drop_test": "mcnemar-holm",
+                "razor": True,
                 "rules": {k: v.to_dict() for k, v in rules.items()}, "probe_n": probe_n, "probe_tokens": probe_tokens,
                 "phases": [jobs[n].fingerprint for n in names], "version": LEAD_VERSION}
     fp = _fingerprint(identity)
@@ -245,12 +287,16 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     shutil.rmtree(scratch, ignore_errors=True)
     folders = {n: str(run / CHECKPOINTS / n) for n in needed}
     start = _location(run, f"{CHECKPOINTS}/{first.parent}")
+    # RL's Razor as the paper defines it: the stage start's generations on the trained stage's own prompts
+    assert first.parent is not None  # a stage after the first starts from a checkpoint of the plan
+    razor = domain_probe(run, first.parent, start, settings.stage, name=f"{RAZOR_PREFIX}{settings.stage}", n=probe_n,
+                         max_new_tokens=probe_tokens, split="train")
     chat_template = _read_template(cfg)
     offsets: dict[str, int] = {}
     steps_total = 0
     monitors: list[DriftMonitorCallback] = []
     gts: list[GroundTruthCallback] = []
-    from aclarena.cli._common import progress
+    from aclarena.progress import progress
 
     try:
         with progress(show_progress) as bar:
@@ -260,8 +306,9 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
                 label = f"lead-time/{name}"
                 ms = MonitorStore(run)
                 monitor = DriftMonitorCallback(
-                    [probes[d] for d, _ in earlier], store=ms, label=label,
-                    references={probes[d].name: str(run / CHECKPOINTS / c) for d, c in earlier},
+                    [probes[d] for d, _ in earlier] + [razor], store=ms, label=label,
+                    references={probes[d].name: str(run / CHECKPOINTS / c) for d, c in earlier}
+                    | {razor.name: start},
                     stage_start=start, every_n_steps=every, rules=rules, high=mon.high if mon else "q=0.06")
                 gt = GroundTruthCallback(list(suites), store=ms, label=label, every_n_steps=settings.eval_every,
                                          n=settings.n, seed=settings.seed, monitor=monitor)
@@ -277,7 +324,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     result = lead_time_table(run, [f"lead-time/{n}" for n in names], offsets=[offsets[n] for n in names],
-                             suites=suites, rules=rules, alpha=settings.alpha)
+                             suites=suites, rules=rules, alpha=settings.alpha, razor_probe=razor.name)
     result.update({"stage": settings.stage, "phases": names, "steps": steps_total, "settings": dataclasses.asdict(settings)
                    | {"every_n_steps": every}, "time_s": time.monotonic() - t_start,
                    "cost": {"monitor_setup_s": sum(m.setup_seconds for m in monitors),
@@ -307,10 +354,13 @@ def _rule_text(rule: MetricRule) -> str:
 
 
 def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, offsets: Sequence[int],
-                    suites: Mapping[str, str], rules: Mapping[str, MetricRule], alpha: float = 0.05) -> dict[str, Any]:
+                    suites: Mapping[str, str], rules: Mapping[str, MetricRule], alpha: float = 0.05,
+                    razor_probe: str | None = None) -> dict[str, Any]:
     """The lead-time table from the monitor and ground-truth series of ``labels`` (phases laid end
     to end with ``offsets``); ``suites`` maps each ground-truth suite to its domain (probe
-    ``monitor-<domain>``). Returns ``{"table", "ground_truth", "series"}`` (plain data)."""
+    ``monitor-<domain>``); ``razor_probe`` is the stage's own probe set, whose ``fkl`` is the
+    RL's Razor row of every domain (no row without it). Returns ``{"table", "ground_truth",
+    "series", "drop_test"}`` (plain data)."""
     from aclarena.store.monitor_series import load_monitor
     from aclarena.store.series import read_series
     from aclarena.train.monitor import PROBE_PREFIX
@@ -334,15 +384,27 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
                 bench.setdefault(suite, {}).setdefault(int(v.bench["step"][k]) + off, bits)
     table: list[dict[str, Any]] = []
     ground: dict[str, list[dict[str, Any]]] = {}
+    test: dict[str, Any] = {"method": "exact one-sided McNemar vs the stage start, Holm-corrected over the stage's "
+                                      "evaluations", "alpha": alpha, "domains": {}}
     series: dict[str, dict[str, list[float]]] = {}
     loss_steps = sorted(loss)
     loss_alerts = detect(loss_steps, "train", {"loss": [loss[s] for s in loss_steps]}, {"loss": LOSS_RULE})
     loss_warn = loss_alerts[0].step if loss_alerts else None
+    fkl_rule = rules.get("fkl") or default_rules().get("fkl") or MetricRule()
+    razor_rows = probe_rows.get(razor_probe, {}) if razor_probe is not None else {}
+    razor_steps = sorted(razor_rows)
+    razor_alerts = detect(razor_steps, razor_probe or "", {"fkl": [razor_rows[s].get("fkl", math.nan) for s in razor_steps]},
+                          {"fkl": fkl_rule}) if razor_rows and fkl_rule.active else []
+    razor_warn = razor_alerts[0].step if razor_alerts else None
     for suite, domain in suites.items():
         pts_by_step = bench.get(suite, {})
         steps = sorted(pts_by_step)
         pts = drop_points(steps, [pts_by_step[s] for s in steps], alpha=alpha)
         ground[domain] = [dataclasses.asdict(p) for p in pts]
+        m = max(1, len(pts) - 1)
+        solved = int(np.count_nonzero(pts_by_step[steps[0]])) if steps else 0
+        # a drop can only be significant if losing every item solved at the start would be
+        test["domains"][domain] = {"tests": m, "solved_at_start": solved, "reachable": 0.5**solved < alpha / m}
         drop = first_drop(pts)
         drop_step = drop.step if drop is not None else None
         probe = f"{PROBE_PREFIX}{domain}"
@@ -350,10 +412,14 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
         psteps = sorted(rows)
         series[domain] = {"step": [float(s) for s in psteps],
                           **{m: [rows[s].get(m, math.nan) for s in psteps] for m, _ in ((m, 0) for _, m in PREDICTORS)
-                             if m != "loss"}}
+                             if m not in ("loss", RAZOR_METRIC)}}
         for predictor, metric in PREDICTORS:
+            if metric == RAZOR_METRIC and razor_probe is None:
+                continue
             if metric == "loss":
                 warn, rule = loss_warn, LOSS_RULE
+            elif metric == RAZOR_METRIC:
+                warn, rule = razor_warn, fkl_rule
             else:
                 rule = rules.get(metric) or default_rules().get(metric) or MetricRule()
                 alerts = detect(psteps, probe, {metric: [rows[s].get(metric, math.nan) for s in psteps]},
@@ -362,18 +428,7 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
             table.append({"domain": domain, "predictor": predictor, "metric": metric, "rule": _rule_text(rule),
                           "warn_step": warn, "drop_step": drop_step, "lead": lead_time(drop_step, warn)})
     series["train"] = {"step": [float(s) for s in loss_steps], "loss": [loss[s] for s in loss_steps]}
-    return {"table": table, "ground_truth": ground, "series": series}
-
-
-def read_lead_time(run_dir: str | os.PathLike[str], stage: str | None = None) -> dict[str, Any] | None:
-    """The stored lead-time result of ``stage`` (the first stored one when None), or None."""
-    from aclarena.store import ResultsStore
-
-    store = ResultsStore(run_dir)
-    if not store.exists() or not store.has(LEAD_KEY):
-        return None
-    stages = store.keys(LEAD_KEY)
-    pick = stage if stage is not None else (stages[0] if stages else None)
-    if pick is None or pick not in stages:
-        return None
-    return store.read(f"{LEAD_KEY}/{pick}/result")
+    if razor_probe is not None:
+        series["razor"] = {"step": [float(s) for s in razor_steps], "fkl": [razor_rows[s].get("fkl", math.nan)
+                                                                           for s in razor_steps]}
+    return {"table": table, "ground_truth": ground, "series": series, "drop_test": test}

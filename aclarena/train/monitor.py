@@ -7,7 +7,12 @@ generations of the earlier stages' checkpoints on their own domains (``monitor-m
 seq-math answering math prompts), stored in results.h5 under ``probes/`` the first time
 they are needed. The probe's reference is that checkpoint; the stage-start policy is the
 parent of the stage's first phase (so the RL phase of a two-phase stage is still compared
-with the stage start). Scalars go to the run's ``series.h5`` under ``monitor/<phase>``::
+with the stage start). With ``razor = true`` (the default) one more probe set,
+``razor-<domain>``, holds the stage-start policy's own generations on training prompts of the
+stage being trained: its ``fkl`` is RL's Razor's predictor as the paper defines it (Shenfeld et
+al. 2025, arXiv 2509.04259: the forward KL ``KL(π_0 ‖ π)`` on the *new* task's distribution),
+while the ``fkl`` of the ``monitor-*`` probes is an adaptation of it to the earlier tasks'
+distribution. Scalars go to the run's ``series.h5`` under ``monitor/<phase>``::
 
     [monitor]
     stages = ["ecom", "if"]        # default: every stage after the first
@@ -15,18 +20,20 @@ with the stage start). Scalars go to the run's ``series.h5`` under ``monitor/<ph
     probes = []                    # extra probe sets already in results.h5 (aclarena-diag probe)
     probe_n = 8                    # prompts per domain probe set
     probe_max_new_tokens = 64
+    razor = true                   # also probe the trained stage's own prompts (RL's Razor)
     every_n_steps = 10
     high = "q=0.06"
     on_warning = "log"             # log | save | stop
     on_store_error = "raise"       # raise | continue
 
-    [monitor.thresholds]           # absolute limits (metric = value, or "off")
+    [monitor.thresholds]           # absolute limits (metric = value, or "off"); provisional defaults
     fkl = 0.05
     [monitor.trend]                # the EWMA z-score rule
     metrics = ["kl_high", "kl_all", "flip_high", "fkl"]
     z = 3.0
 
-docs/monitor.md lists every key, the metrics and how the defaults were calibrated.
+docs/monitor.md lists every key, the metrics and where the provisional default limits come from
+(one mini run; not yet fitted on held-out seeds).
 """
 
 from __future__ import annotations
@@ -40,12 +47,15 @@ from types import MappingProxyType
 from typing import Any
 
 from aclarena.diagnostics.early_warning import MetricRule, TrendRule
+from aclarena.envs import DOMAINS
 from aclarena.errors import AclarenaError, ConfigError, did_you_mean
 
 MONITOR_KEYS = ("stages", "domains", "probes", "probe_n", "probe_max_new_tokens", "probe_seed", "every_n_steps", "high",
-                "on_warning", "on_store_error", "batch_size", "thresholds", "trend")
+                "on_warning", "on_store_error", "batch_size", "thresholds", "trend", "razor")
 TREND_KEYS = ("metrics", "alpha", "z", "warmup", "rel_std", "min_std")
 PROBE_PREFIX = "monitor-"
+#: probe sets of the stage being trained: the stage start's generations on its training prompts
+RAZOR_PREFIX = "razor-"
 
 
 class MonitorFieldError(ConfigError):
@@ -78,10 +88,12 @@ class MonitorSpec:
     on_store_error: str = "raise"
     batch_size: int = 8
     rules: Mapping[str, MetricRule] = field(default_factory=dict)
+    razor: bool = True
 
     def __post_init__(self) -> None:
+        from aclarena.diagnostics.monitor_metrics import ACTIONS, default_rules
         from aclarena.diagnostics.token_drift import HighEntropy
-        from aclarena.train.callbacks import ACTIONS, STORE_ERRORS, default_rules
+        from aclarena.store.monitor_series import STORE_ERRORS
 
         try:
             HighEntropy.parse(self.high)
@@ -99,7 +111,7 @@ class MonitorSpec:
         object.__setattr__(self, "rules", MappingProxyType(dict(self.rules)))
 
     def settings(self) -> dict[str, Any]:
-        from aclarena.train.callbacks import rules_to_json
+        from aclarena.diagnostics.monitor_metrics import rules_to_json
 
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "rules"}
         d["rules"] = rules_to_json(self.rules)
@@ -108,7 +120,7 @@ class MonitorSpec:
 
 def build_rules(thresholds: Mapping[str, Any], trend: Mapping[str, Any]) -> dict[str, MetricRule]:
     """Default rules with ``[monitor.thresholds]`` and ``[monitor.trend]`` applied."""
-    from aclarena.train.callbacks import METRICS, TRAIN_METRICS, default_rules
+    from aclarena.diagnostics.monitor_metrics import METRICS, TRAIN_METRICS, default_rules
 
     known = [*METRICS, *TRAIN_METRICS]
     rules = default_rules()
@@ -160,8 +172,6 @@ def build_rules(thresholds: Mapping[str, Any], trend: Mapping[str, Any]) -> dict
 
 def parse_monitor(data: Any, stage_domains: Sequence[str]) -> MonitorSpec:
     """The ``[monitor]`` table as a :class:`MonitorSpec`; errors are :class:`MonitorFieldError` (with the key path)."""
-    from aclarena.train.config import DOMAINS
-
     if not isinstance(data, Mapping):
         raise MonitorFieldError((), "[monitor] must be a table")
     for key in data:
@@ -193,12 +203,15 @@ def parse_monitor(data: Any, stage_domains: Sequence[str]) -> MonitorSpec:
     for key in ("high", "on_warning", "on_store_error"):
         if key in data and not isinstance(data[key], str):
             raise MonitorFieldError((key,), f"`{key}` must be a string, got {data[key]!r}")
+    razor = data.get("razor", True)
+    if not isinstance(razor, bool):
+        raise MonitorFieldError(("razor",), f"`razor` must be true or false, got {razor!r}")
     return MonitorSpec(
         stages=stages, domains=domains, probes=probes, probe_n=_int(data, "probe_n", 8, 1),
         probe_max_new_tokens=_int(data, "probe_max_new_tokens", 64, 1), probe_seed=_int(data, "probe_seed", 0, 0),
         every_n_steps=_int(data, "every_n_steps", 10, 1), high=data.get("high", "q=0.06"),
         on_warning=data.get("on_warning", "log"), on_store_error=data.get("on_store_error", "raise"),
-        batch_size=_int(data, "batch_size", 8, 1), rules=build_rules(thresholds, trend),
+        batch_size=_int(data, "batch_size", 8, 1), rules=build_rules(thresholds, trend), razor=razor,
     )
 
 
@@ -206,8 +219,10 @@ def parse_monitor(data: Any, stage_domains: Sequence[str]) -> MonitorSpec:
 
 
 def domain_probe(run_dir: str | os.PathLike[str], checkpoint: str, folder: str | os.PathLike[str], domain: str, *,
-                 name: str, n: int, max_new_tokens: int, seed: int = 0, batch_size: int = 8) -> Any:
-    """The probe set ``name``: ``checkpoint``'s greedy generations on ``n`` eval prompts of ``domain``.
+                 name: str, n: int, max_new_tokens: int, seed: int = 0, batch_size: int = 8,
+                 split: str = "eval") -> Any:
+    """The probe set ``name``: ``checkpoint``'s greedy generations on ``n`` prompts of ``domain`` (``split``:
+    held-out ``eval`` prompts, or ``train`` prompts for a stage's own RL's Razor probe).
 
     Read from results.h5 when it is there with the same settings (and the checkpoint has not
     changed since), otherwise generated and stored.
@@ -224,6 +239,8 @@ def domain_probe(run_dir: str | os.PathLike[str], checkpoint: str, folder: str |
     marker = read_marker(folder) or {}
     want = {"source": "monitor", "domain": domain, "n": n, "max_new_tokens": max_new_tokens, "seed": seed,
             "checkpoint_fingerprint": marker.get("fingerprint")}
+    if split != "eval":  # eval probes keep the identity they were stored with
+        want["split"] = split
     if name in list_probe_sets(store):
         probe = read_probe_set(store, name)
         have = {k: probe.settings.get(k) for k in want}
@@ -231,7 +248,7 @@ def domain_probe(run_dir: str | os.PathLike[str], checkpoint: str, folder: str |
             return probe
     model, tok = load_start(folder, require_chat_template=True)
     tok.padding_side = "left"
-    prompts = sample_prompts(domain, n, seed, split="eval", suite="id")
+    prompts = sample_prompts(domain, n, seed, split=split, suite="id")
     settings = GenerationSettings(max_new_tokens=max_new_tokens, temperature=0.0, seed=seed, batch_size=batch_size)
     probe = generate_probe_set(model, tok, prompts, name=name, reference=checkpoint, settings=settings,
                                max_length=model_max_length(model), source="domain")
@@ -280,13 +297,21 @@ def monitor_factory(cfg: Any, out: str | os.PathLike[str], jobs: Sequence[Any],
         for st in earlier:
             ckpt = phase_names("seq", st, r)[-1]
             wanted.append((f"{PROBE_PREFIX}{st.domain}{suffix}", ckpt, st.domain))
+        stage = cfg.stages[i]
+        first = by_name[phase_names("seq", stage, r)[0]]
+        splits = {name: "eval" for name, _, _ in wanted}
+        if spec.razor and first.parent is not None:
+            # RL's Razor as the paper measures it: π_0's own generations on the new task's prompts
+            name = f"{RAZOR_PREFIX}{job.domain}{suffix}"
+            wanted.append((name, first.parent, job.domain))
+            splits[name] = "train"
         if not wanted and not spec.probes:
             return []
         if is_main_process():
             for name, ckpt, domain in wanted:
                 domain_probe(out, ckpt, folders(ckpt), domain, name=name, n=spec.probe_n,
                              max_new_tokens=spec.probe_max_new_tokens, seed=spec.probe_seed,
-                             batch_size=spec.batch_size)
+                             batch_size=spec.batch_size, split=splits[name])
         wait_for_everyone()
         store = ResultsStore(out)
         probes = [read_probe_set(store, name) for name, _, _ in wanted]
@@ -297,8 +322,6 @@ def monitor_factory(cfg: Any, out: str | os.PathLike[str], jobs: Sequence[Any],
             probes.append(p)
             if p.reference in known:
                 references[p.name] = folders(p.reference)
-        stage = cfg.stages[i]
-        first = by_name[phase_names("seq", stage, r)[0]]
         start = folders(first.parent) if first.parent is not None else None
         return [DriftMonitorCallback(
             probes, run_dir=out, label=job.name, references=references, stage_start=start,

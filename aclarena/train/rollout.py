@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aclarena.envs.base import Task
-from aclarena.envs.rollout import Episode, env_of, stop_token_ids
+from aclarena.envs.rollout import Episode, context_limit, end_of_turn, env_of, stop_token_ids
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -95,10 +95,17 @@ class ArenaRollout:
         """Play ``episodes`` to the end with sampling; the rollout_func output (see the module docstring)."""
         import torch
 
-        limit = self.max_context or int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+        limit = context_limit(model, self.max_context)
         stops = stop_token_ids(model, tokenizer)
         stop_set = set(stops)
-        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        # the end of an assistant turn comes from the chat template (ChatML "<|im_end|>\n", Llama 3
+        # "<|eot_id|>", ...): the observation that follows a turn starts where the template's turn ends
+        eot_text, eot = end_of_turn(tokenizer)
+        if eot is None:
+            raise RuntimeError("the chat template ends an assistant turn with no token of its own (rendered after "
+                               f"the content: {eot_text!r}); multi-turn rollouts need one, e.g. <|im_end|> or <|eot_id|>")
+        eot_token = str(tokenizer.decode([eot], skip_special_tokens=False))
+        after_eot = eot_text[len(eot_token):]
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
         device = next(model.parameters()).device
         n = len(episodes)
@@ -113,7 +120,7 @@ class ArenaRollout:
             live = [i for i, e in enumerate(episodes) if not e.done]
             if not live:
                 break
-            budget = {i: min(self.max_new_tokens or episodes[i].env.max_new_tokens,
+            budget = {i: min(episodes[i].env.max_new_tokens if self.max_new_tokens is None else self.max_new_tokens,
                              limit - len(prompt_ids[i]) - len(completion[i])) for i in live}
             for i in [i for i in live if budget[i] < 1]:
                 episodes[i].act(None)  # the context is full: the episode ends (end_reason "context")
@@ -155,13 +162,13 @@ class ArenaRollout:
                 # and the next assistant header, tokenised as the model will read them
                 upto = _render(tokenizer, e.messages[: before + 1], e.tools, False)
                 full = _render(tokenizer, e.messages, e.tools, True)
-                if not full.startswith(upto) or not upto.endswith("<|im_end|>\n"):
+                if not full.startswith(upto) or not upto.endswith(eot_text):
                     raise RuntimeError("the chat template does not render conversations prefix-preserving; "
                                        "multi-turn rollouts need a template that does")
-                obs = ("" if ended else "<|im_end|>") + "\n" + full[len(upto):]
+                obs = ("" if ended else eot_token) + after_eot + full[len(upto):]
                 obs_ids = tokenizer(obs, add_special_tokens=False)["input_ids"]
-                if not ended and (not obs_ids or obs_ids[0] != im_end):
-                    raise RuntimeError("<|im_end|> is not a single token of this tokenizer")
+                if not ended and (not obs_ids or obs_ids[0] != eot):
+                    raise RuntimeError(f"the end of turn {eot_token!r} is not a single token of this tokenizer")
                 completion[i].extend(obs_ids)
                 logprobs[i].extend([0.0] * len(obs_ids))
                 mask[i].extend([0] * len(obs_ids))
@@ -169,7 +176,7 @@ class ArenaRollout:
             cap = max(1, limit - len(prompt_ids[i]))
             del completion[i][cap:], logprobs[i][cap:], mask[i][cap:]
             if not completion[i]:  # the prompt alone filled the context: one masked end token keeps trl's shapes
-                completion[i], logprobs[i], mask[i] = [im_end], [0.0], [0]
+                completion[i], logprobs[i], mask[i] = [eot], [0.0], [0]
         rewards = [e.result().reward for e in episodes]
         return {"prompt_ids": prompt_ids, "completion_ids": completion, "logprobs": logprobs, "env_mask": mask,
                 "env_reward": rewards}

@@ -39,3 +39,53 @@ def test_dashboard_serves_no_run_files(fixture_run, serve, page):
             continue
         # Dash answers unknown paths with its app shell (client-side routing); never with the file
         assert "[run]" not in body and "checkpoints.base" not in body, path
+
+
+def test_home_status_nav_and_downloads(fixture_run, serve, page, console_errors, tmp_path):
+    """Home says which analyses exist (with links) and how to make the others; the navigation greys
+    pages without data; every figure and table can be saved as data (CSV/JSON, CSV/LaTeX)."""
+    import csv
+    import json
+
+    from capability_helpers import write_fixture_matrix
+
+    write_fixture_matrix(fixture_run)
+    url = serve(fixture_run)
+    page.goto(url + "/")
+    wait_for_dash(page)
+    page.wait_for_selector("#home-status")
+    rows = {r.split("\t")[0]: r for r in page.inner_text("#home-status").split("\n")[1:]}
+    assert "aclarena-diag tokens --ref NAME" in rows["Tokens"] and "none" in rows["Tokens"]
+    assert rows["Overview"].split("\t")[2] == "17"  # 16 scored cells and 1 error cell
+    page.wait_for_function("() => document.querySelector('#nav-tokens').classList.contains('no-data')")
+    assert "no-data" not in (page.get_attribute("#nav-overview", "class") or "")
+    assert "no-data" in page.get_attribute("#nav-vectors", "class")
+    page.click("#home-link-overview")
+    wait_for_dash(page)
+    page.wait_for_selector("#overview-matrix .main-svg")
+    assert "/overview" in page.url
+
+    # the matrix's data as CSV: one row per cell, as drawn
+    page.wait_for_selector(".data-download[data-target=overview-matrix] button")
+    with page.expect_download() as got:
+        page.click(".data-download[data-target=overview-matrix] button[data-what=CSV]")
+    path = tmp_path / "matrix.csv"
+    got.value.save_as(path)
+    cells = {(r["y"], r["x"]): r for r in csv.DictReader(path.open())}
+    assert float(cells[("seq-math", "math/id")]["z"]) == 0.75 and cells[("lora-ecom (consolidated)", "math/ood")]["text"] == "error"
+    with page.expect_download() as got:
+        page.click(".data-download[data-target=overview-chain-scores] button[data-what=JSON]")
+    got.value.save_as(tmp_path / "chain.json")
+    chain = json.loads((tmp_path / "chain.json").read_text())
+    math_line = next(t for t in chain["data"] if t["name"] == "math/id")
+    assert math_line["y"] == [0.0, 0.75, 0.25]
+    # the metrics table as LaTeX
+    with page.expect_download() as got:
+        page.click(".data-download[data-target=overview-metrics-table] button[data-what=LaTeX]")
+    got.value.save_as(tmp_path / "metrics.tex")
+    tex = (tmp_path / "metrics.tex").read_text()
+    assert tex.startswith("\\begin{tabular}{ll}\n\\toprule\nmetric & value \\\\\n\\midrule")
+    assert "Backward transfer (GEM BWT) & -0.500 \\\\" in tex and tex.rstrip().endswith("\\end{tabular}")
+    tip = page.get_attribute("#overview-metric-backward_transfer td", "title")
+    assert "Negative = forgetting" in tip
+    assert console_errors == []

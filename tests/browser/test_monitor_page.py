@@ -23,11 +23,12 @@ WRITER = r"""
 import json, sys, time
 sys.path.insert(0, {root!r})
 from aclarena.store import SeriesWriter
-from aclarena.train.callbacks import (EVENT_COLUMNS, METRICS, SESSION_COLUMNS, TRAIN_COLUMNS, default_rules,
-                                      probe_columns, rules_to_json, series_names)
+from aclarena.diagnostics.monitor_metrics import METRICS, default_rules, rules_to_json
+from aclarena.store.monitor_series import (EVENT_COLUMNS, SESSION_COLUMNS, TRAIN_COLUMNS, probe_columns,
+                                           series_names)
 names = series_names({label!r}, [{probe!r}])
 schema = {{names["sessions"]: SESSION_COLUMNS, names["train"]: TRAIN_COLUMNS, names["events"]: EVENT_COLUMNS,
-          names["probe:" + {probe!r}]: probe_columns()}}
+          names["probe:" + {probe!r}]: probe_columns(METRICS)}}
 settings = {{"every_n_steps": 2, "rules": rules_to_json(default_rules()), "metrics": list(METRICS)}}
 with SeriesWriter({run!r}, schema) as w:
     w.append(names["sessions"], {{"session": 0, "step": 0, "time": time.time(), "settings": json.dumps(settings).encode()}})

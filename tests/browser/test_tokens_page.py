@@ -27,10 +27,21 @@ def scored_colours(page):
     return page.eval_on_selector_all("#tokens-text span.tok[title]", "els => els.map(e => e.style.backgroundColor)")
 
 
+SCATTER = "document.querySelector('#tokens-scatter .js-plotly-plot')"
+
+
 def scatter_y(page):
-    """Where the scatter's points are drawn (their y follows KL)."""
-    return page.eval_on_selector_all("#tokens-scatter .scatterlayer path.point",
-                                     "els => els.map(e => e.getAttribute('transform'))")
+    """The KL values the scatter draws (WebGL: no SVG points to read), as the page holds them."""
+    return page.evaluate(f"() => {SCATTER}._fullData.flatMap(t => Array.from(t.y || []))")
+
+
+def point_on_screen(page, trace, index):
+    """Viewport coordinates of a point of the WebGL scatter (from its axes)."""
+    return page.evaluate(f"""([trace, i]) => {{
+        const gd = {SCATTER}; const t = gd._fullData[trace]; const L = gd._fullLayout;
+        const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
+        return {{x: box.left + L.xaxis.d2p(t.x[i]), y: box.top + L.yaxis.d2p(t.y[i])}};
+    }}""", [trace, index])
 
 
 def choose(page, dropdown_id, option):
@@ -52,7 +63,8 @@ def test_tokens_page_switches_checkpoint(token_run, serve, page, console_errors)
     hover = page.get_attribute("#tokens-text span.tok[title]", "title")
     assert "reference entropy" in hover and "KL" in hover and "checkpoint's top" in hover and "log p(token)" in hover
     unscored = page.inner_text("#tokens-text").split("<|im_start|>assistant")[0]
-    assert "what is 3 + 4?" in unscored  # the prompt is shown, uncoloured
+    assert "what·is·3·+·4?" in unscored  # the prompt is shown, uncoloured, its spaces visible
+    assert "0.0001" in page.inner_text("#tokens-colour-bar")  # the colour bar's low end
     before_colours, before_y = scored_colours(page), scatter_y(page)
     assert len(set(before_colours)) > 3 and len(before_y) > 50
 
@@ -63,7 +75,10 @@ def test_tokens_page_switches_checkpoint(token_run, serve, page, console_errors)
     after_colours, after_y = scored_colours(page), scatter_y(page)
     assert len(after_colours) == len(before_colours) and after_colours != before_colours
     assert after_y != before_y
-    assert "p_seq-search" in page.inner_text("#tokens-legend")
+    assert page.inner_text("#tokens-title-a") == "seq-search"
+    widths = page.evaluate("() => Object.fromEntries(document.querySelector('#tokens-concentration .js-plotly-plot')"
+                           ".data.slice(1).map(t => [t.name.split(' ')[0], t.line.width]))")
+    assert widths == {"seq-search": 4, "seq-ecom": 2}  # the highlight follows the checkpoint
 
     # coloured by reference entropy, the checkpoint no longer changes the text
     page.get_by_label("reference entropy").check()
@@ -80,6 +95,81 @@ def test_tokens_page_switches_checkpoint(token_run, serve, page, console_errors)
     wait_for_dash(page)
     if os.environ.get("ACLARENA_SCREENSHOTS"):  # refresh the README's picture
         page.screenshot(path=str(ROOT / "docs" / "img" / "tokens-page.png"), full_page=True)
+    assert console_errors == []
+
+
+def pinned(page):
+    return page.eval_on_selector_all("#tokens-text span.tok.pinned", "els => els.map(e => Number(e.dataset.i))")
+
+
+def wait_pinned(page, pos):
+    page.wait_for_function(f"() => !!document.querySelector('#tokens-text span.tok.pinned[data-i=\"{pos}\"]')")
+    wait_for_dash(page)
+
+
+def test_tokens_page_drill_down(token_run, serve, page, console_errors):
+    """Rank table, token click, scatter click, side by side: each lands on the right token."""
+    url = serve(token_run)
+    page.set_viewport_size({"width": 1400, "height": 1100})
+    page.goto(url + "/tokens")
+    wait_for_dash(page)
+    page.wait_for_selector("#tokens-text span.tok[title]")
+    page.wait_for_selector("#tokens-rank tbody td")
+    assert page.is_visible("#tokens-rank button.export") and page.is_visible("#tokens-subst button.export")
+    assert page.locator("#tokens-subst tbody tr").count() >= 2  # header + at least one substitution
+
+    # the positions ranking: its first row is the largest KL; a click opens that token
+    page.get_by_label("positions (top 200)").check()
+    page.wait_for_function("() => document.querySelector('#tokens-rank').innerText.includes('ref top')")
+    wait_for_dash(page)
+    top = page.locator("#tokens-rank tbody tr").nth(1).locator("td")
+    seq, pos = int(top.nth(0).inner_text()), int(top.nth(1).inner_text())
+    kl = float(top.nth(4).inner_text())
+    top.nth(2).click()
+    wait_pinned(page, pos)
+    assert page.inner_text("#tokens-sequence").startswith(f"#{seq} ")
+    assert pinned(page) == [pos]
+    title = page.inner_text("#tokens-detail-title")
+    assert f"sequence #{seq}, token {pos}" in title
+    values = page.inner_text("#tokens-detail-values")
+    assert "KL rank in this sequence, seq-ecom\t1 of" in values
+    assert f"{kl:.3g}"[:4] in values
+
+    # a click on another token pins it instead
+    other = page.locator("#tokens-text span.tok[title]").nth(2)
+    other_pos = int(other.get_attribute("data-i"))
+    other.click()
+    wait_pinned(page, other_pos)
+    assert pinned(page) == [other_pos]
+    assert f"token {other_pos}" in page.inner_text("#tokens-detail-title")
+
+    # a click on a scatter point opens the token it stands for
+    page.wait_for_selector("#tokens-scatter .gl-container", state="attached")
+    page.locator("#tokens-scatter").scroll_into_view_if_needed()
+    xy = point_on_screen(page, 1, 0)  # the first high-entropy point
+    box = {"x": xy["x"], "y": xy["y"], "width": 0, "height": 0}
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_selector("#tokens-scatter .hoverlayer .hovertext")
+    hover = page.text_content("#tokens-scatter .hoverlayer")
+    m = re.search(r"sequence #(\d+), token (\d+)", hover)
+    assert m, hover
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    wait_pinned(page, int(m[2]))
+    assert page.inner_text("#tokens-sequence").startswith(f"#{m[1]} ")
+    assert f"sequence #{m[1]}, token {m[2]}" in page.inner_text("#tokens-detail-title")
+
+    # side by side: the second checkpoint's text, same tokens, its own colours, one colour bar
+    assert not page.is_visible("#tokens-text-b")
+    choose(page, "tokens-checkpoint-b", "seq-search")
+    page.wait_for_selector("#tokens-text-b span.tok[title]")
+    wait_for_dash(page)
+    a = page.eval_on_selector_all("#tokens-text span.tok", "els => els.map(e => e.textContent)")
+    b = page.eval_on_selector_all("#tokens-text-b span.tok", "els => els.map(e => e.textContent)")
+    assert a == b and page.inner_text("#tokens-title-b") == "seq-search"
+    colours_b = page.eval_on_selector_all("#tokens-text-b span.tok[title]", "els => els.map(e => e.style.backgroundColor)")
+    assert colours_b != scored_colours(page)
+    assert "seq-search's top-k" in page.inner_text("#tokens-detail")
+    assert page.locator(".colour-bar").count() == 1
     assert console_errors == []
 
 
@@ -114,4 +204,46 @@ def test_export_tokens_figures_and_report(token_run, tmp_path, page, console_err
                            timeout=30_000)
     text = page.inner_text("body")
     assert "Where drift concentrates" in text and "Entropy vs drift" in text
+    assert console_errors == []
+
+
+def test_tokens_page_state_in_url(token_run, serve, page, console_errors):
+    """The view (sequence, checkpoints, colour, ranking, pinned token) survives a reload from its URL."""
+    url = serve(token_run)
+    page.set_viewport_size({"width": 1400, "height": 1100})
+    page.goto(url + "/tokens")
+    wait_for_dash(page)
+    page.wait_for_selector("#tokens-text span.tok[title]")
+    page.click("#tokens-sequence")
+    page.get_by_role("option").nth(3).click()
+    page.wait_for_function("() => document.querySelector('#tokens-text').dataset.seq === '3'")
+    choose(page, "tokens-checkpoint", "seq-search")
+    choose(page, "tokens-checkpoint-b", "seq-ecom")
+    page.get_by_label("reference entropy").check()
+    page.get_by_label("positions (top 200)").check()
+    page.wait_for_selector("#tokens-text-b span.tok[title]")
+    wait_for_dash(page)
+    tok = page.locator("#tokens-text span.tok[title]").nth(4)
+    pos = int(tok.get_attribute("data-i"))
+    tok.click()
+    wait_pinned(page, pos)
+    page.wait_for_function(f"() => window.location.search.includes('pin=3%3A{pos}')")
+    shared = page.url
+    assert "seq=3" in shared and "checkpoint=seq-search" in shared and "b=seq-ecom" in shared
+    assert "color=entropy" in shared and "rank=positions" in shared
+    title = page.inner_text("#tokens-detail-title")
+
+    fresh = page.context.new_page()
+    fresh.set_viewport_size({"width": 1400, "height": 1100})
+    fresh.goto(shared)
+    wait_for_dash(fresh)
+    fresh.wait_for_selector("#tokens-text-b span.tok[title]")
+    fresh.wait_for_selector(f"#tokens-text span.tok.pinned[data-i='{pos}']")
+    wait_for_dash(fresh)
+    assert fresh.inner_text("#tokens-sequence").startswith("#3 ")
+    assert fresh.inner_text("#tokens-checkpoint") == "seq-search" and fresh.inner_text("#tokens-title-b").startswith("seq-ecom")
+    assert fresh.is_checked("input[value=entropy]") and fresh.is_checked("input[value=positions]")
+    assert fresh.inner_text("#tokens-detail-title") == title
+    assert fresh.url == shared
+    fresh.close()
     assert console_errors == []

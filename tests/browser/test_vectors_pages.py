@@ -73,3 +73,56 @@ def test_pages_without_results(fixture_run, serve, page, console_errors):
     wait_for_dash(page)
     assert "aclarena-diag displacement" in page.inner_text("#displacement-empty")
     assert console_errors == []
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory):
+    from vectors_helpers import make_long_chain_run
+
+    return make_long_chain_run(tmp_path_factory.mktemp("long-pages") / "run", 40)
+
+
+def _yticks(page, graph_id):
+    return page.eval_on_selector_all(f"#{graph_id} .yaxislayer-above .ytick text", "els => els.map(e => e.textContent)")
+
+
+def test_pages_at_40_checkpoints(long_run, serve, page, console_errors):
+    """48 vectors: every row labelled and at least 14 px high, the zero update shown as such; the
+    filter adds the cumulative updates; Displacement pairs SFT and RL and filters by phase."""
+    url = serve(long_run)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.goto(url + "/vectors")
+    wait_for_dash(page)
+    page.wait_for_selector("#vectors-heatmap .main-svg")
+    ticks = _yticks(page, "vectors-heatmap")
+    assert len(ticks) == 48 and "s07-if-rl - s06-if-sft [zero]" in ticks
+    height = page.locator("#vectors-heatmap .nsewdrag").first.bounding_box()["height"]
+    assert height >= 14 * 48
+    page.get_by_label("cumulative").check()
+    page.wait_for_function("() => document.querySelectorAll('#vectors-heatmap .yaxislayer-above .ytick').length > 48",
+                           timeout=30_000)
+    wait_for_dash(page)
+    assert any(t.endswith("- base") and t.startswith("s39") for t in _yticks(page, "vectors-heatmap"))
+    assert page.locator("#vectors-heatmap .nsewdrag").first.bounding_box()["height"] > height
+    # the filter is in the URL: a reload keeps it
+    page.wait_for_function("() => window.location.search.includes('cumulative')")
+    page.reload()
+    wait_for_dash(page)
+    page.wait_for_selector("#vectors-heatmap .main-svg")
+    assert page.is_checked("input[value=cumulative]") and len(_yticks(page, "vectors-heatmap")) > 48
+
+    page.goto(url + "/displacement")
+    wait_for_dash(page)
+    page.wait_for_selector("#displacement-sft-rl .main-svg")
+    legend = page.text_content("#displacement-sft-rl .legend")
+    assert "SFT" in legend and "RL" in legend
+    xt = page.eval_on_selector_all("#displacement-sft-rl .xtick text", "els => els.map(e => e.textContent)")
+    assert "math #2" in xt and "oracle math" in xt and len(xt) == 24
+    page.get_by_label("SFT", exact=True).uncheck()
+    assert page.locator("#displacement-sft-rl .barlayer .trace").count() == 2
+    page.wait_for_function("() => document.querySelectorAll('#displacement-sft-rl .barlayer .trace').length == 1",
+                           timeout=30_000)
+    wait_for_dash(page)
+    legend = page.locator("#displacement-sft-rl .legend")
+    assert legend.count() == 0 or "SFT" not in legend.text_content()
+    assert console_errors == []

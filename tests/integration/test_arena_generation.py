@@ -63,3 +63,73 @@ def test_rejection_sampling_keeps_reward_one(tiny, monkeypatch):
     monkeypatch.undo()
     real = experts.rejection_sample(model, tok, tasks, k=2, seed=0)
     assert real == []  # an untrained model solves nothing
+
+
+def _padding_counter(model, monkeypatch):
+    """Count the pad positions of every generate call (left padding: attention 0)."""
+    pads = [0]
+    real = model.generate
+
+    def counting(*args, **kwargs):
+        pads[0] += int((kwargs["attention_mask"] == 0).sum())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", counting)
+    return pads
+
+
+def test_greedy_batches_by_length_and_equals_one_by_one(tokenizer, monkeypatch):
+    """Greedy eval sorts episodes by prompt length (less padding), and every multi-turn trajectory is
+    the one of playing that task alone."""
+    import torch
+
+    from aclarena.envs.rollout import prompt_lengths
+    from aclarena.models.tiny import build_model, tiny_config
+
+    tok = tokenizer
+    # large random weights: an untrained model at the usual scale writes the same token for every prompt,
+    # which any batching would reproduce; these write prompt-dependent text
+    model = build_model(tiny_config(tok), seed=0)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.3, generator=g)
+    # and a bias towards "?": the model then asks the scripted e-commerce user, who answers, so the
+    # episodes go on for several turns (each turn of a batch one generate call)
+    qid = tok.convert_tokens_to_ids("?")
+    forward = model.forward
+
+    def asking(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        out.logits[..., qid] += 6.0
+        return out
+
+    monkeypatch.setattr(model, "forward", asking)
+    general = sample_tasks("general", 6, 1)
+    by_len = [t for _, t in sorted(zip(prompt_lengths(tok, general), general, strict=True), key=lambda x: x[0])]
+    assert len(set(prompt_lengths(tok, by_len))) > 1
+    mixed = [by_len[i] for i in (5, 0, 4, 1, 3, 2)]  # long, short, ...: the worst order for padding
+    tasks = mixed + sample_tasks("ecom/id", 3, 1)
+    kw = {"max_new_tokens": 8, "max_turns": 3}
+    single = generate_trajectories(model, tok, tasks, batch_size=1, sort_by_length=False, **kw)
+    pads = _padding_counter(model, monkeypatch)
+    unsorted = generate_trajectories(model, tok, tasks, batch_size=2, sort_by_length=False, **kw)
+    pads_unsorted, pads[0] = pads[0], 0
+    batched = generate_trajectories(model, tok, tasks, batch_size=2, **kw)
+    assert pads[0] < pads_unsorted
+    assert [t.task.id for t in batched] == [t.id for t in tasks]
+    assert len({t.steps[0].text for t in batched}) > 3  # prompt-dependent answers
+    assert [t.messages for t in batched] == [t.messages for t in single] == [t.messages for t in unsorted]
+    assert [(t.reward, t.end_reason) for t in batched] == [(t.reward, t.end_reason) for t in single]
+    assert any(t.turns > 1 for t in batched)  # multi-turn episodes were played
+
+
+def test_sampling_keeps_task_order_batches(tiny):
+    """Sampled rollouts are seeded per batch of the task order: sorting would change them, so it is off."""
+    model, tok = tiny
+    tasks = sample_tasks("general", 2, 0) + sample_tasks("math/id", 2, 0)
+    a = generate_trajectories(model, tok, tasks, do_sample=True, seed=5, batch_size=2, max_new_tokens=6)
+    b = generate_trajectories(model, tok, tasks, do_sample=True, seed=5, batch_size=2, max_new_tokens=6,
+                              sort_by_length=False)
+    assert [t.steps[0].text for t in a] == [t.steps[0].text for t in b]

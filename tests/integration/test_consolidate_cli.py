@@ -156,7 +156,7 @@ def test_mle_row_uses_the_routed_expert_of_each_suite(fixture_run, cli):
 
 
 def test_tokens_scores_consolidations_after_the_chain(fixture_run, cli):
-    from aclarena.cli.tokens import targets_of
+    from aclarena.analysis.tokens import targets_of
 
     code, _, err = cli("consolidate", "--run", str(fixture_run), "--method", "merge-uniform")
     assert code == 0, err

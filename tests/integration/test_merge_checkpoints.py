@@ -171,3 +171,48 @@ def test_lora_cat_merge_is_the_sum_of_deltas_and_linear_is_not(fixture_run, tmp_
     dc = read_lora(inspect(m.resolve("x-c"), m, fixture_run))
     want = 0.5 * deltas["a"][key].dense() + 0.5 * dc[key].dense()
     assert (lin[key].dense() - want).abs().max() > 1e-3 * want.abs().max()
+
+
+def test_chain_stage_ends_merge_their_stage_updates(fixture_run, cli):
+    """merge-ta of base -> seq-math -> seq-search at λ = 1 is seq-search itself, not base + 2 δ_math + δ_search."""
+    code, out, err = cli("consolidate", "--run", str(fixture_run), "--method", "merge-ta", "--lambdas", "1,0.5",
+                         "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    settings = res["outputs"][0]["settings"]
+    assert settings["sources"] == ["seq-math", "seq-search"]
+    assert settings["updates_from"] == ["base", "seq-math"]
+    base, end = _weights(fixture_run, "base"), _weights(fixture_run, "seq-search")
+    merged = _load_merged(fixture_run / "checkpoints" / "merge-ta-l1")
+    half = _load_merged(fixture_run / "checkpoints" / "merge-ta-l0.5")
+    moved = 0.0
+    for name in base:
+        torch.testing.assert_close(merged[name], end[name].float(), rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(half[name], base[name].float() + 0.5 * (end[name].float() - base[name].float()),
+                                   rtol=1e-5, atol=1e-6, msg=name)
+        moved += float((end[name].float() - base[name].float()).abs().sum())
+    assert moved > 0  # the fixture's stages did change the weights
+    marker = json.loads((fixture_run / "checkpoints" / "merge-ta-l1" / "consolidation.json").read_text())
+    assert marker["updates_from"] == ["base", "seq-math"]
+    # oracles (each from the base) keep θ_i − θ_base
+    code, out, err = cli("consolidate", "--run", str(fixture_run), "--method", "merge-ta", "--lambdas", "1",
+                         "--sources", "oracle-math,seq-math", "--json")
+    assert code == 0, err
+    assert json.loads(out)["outputs"][0]["settings"]["updates_from"] == ["base", "base"]
+
+
+@pytest.mark.parametrize("method", ["merge-ties", "merge-dare"])
+def test_lam_zero_is_used_not_replaced_by_the_default(fixture_run, cli, method):
+    """`--lam 0` is a valid λ (the base itself); it used to be read as 'not given' (`lam or 1.0`)."""
+    code, out, err = cli("consolidate", "--run", str(fixture_run), "--method", method, "--lam", "0", "--json")
+    assert code == 0, err
+    assert json.loads(out)["outputs"][0]["settings"]["merge"]["lam"] == 0.0
+    base = _weights(fixture_run, "base")
+    merged = _load_merged(fixture_run / "checkpoints" / method)
+    for name in base:
+        torch.testing.assert_close(merged[name], base[name].float(), rtol=0, atol=0, msg=name)
+
+
+def test_empty_lambdas_are_refused(fixture_run, cli):
+    code, _, err = cli("consolidate", "--run", str(fixture_run), "--method", "merge-ta", "--lambdas", "")
+    assert code == 1 and "--lambdas is empty" in err and len(err.strip().splitlines()) == 1

@@ -82,8 +82,9 @@ def test_follow_sees_checks_while_training_and_warning_fires(run, tmp_path):
     assert follow.wait(timeout=30) == 0  # Ctrl-C ends it cleanly
     assert "Traceback" not in follow.stderr.read()
     checks = [d for _, d in lines if d["type"] == "check"]
-    assert [d["step"] for d in checks] == list(range(0, 25, 2))
-    assert {d["probe"] for d in checks} == {"monitor-math"}
+    assert sorted({d["step"] for d in checks}) == list(range(0, 25, 2))
+    # the earlier domain's probe, and RL's Razor's: the stage start's answers to the search stage's own prompts
+    assert {d["probe"] for d in checks} == {"monitor-math", "razor-search"}
     # the reader process saw checks land during training, not all at the end
     early = [t for t, d in lines if d["type"] == "check" and d["step"] <= 12]
     assert early and min(early) < trained_at - 2
@@ -93,6 +94,8 @@ def test_follow_sees_checks_while_training_and_warning_fires(run, tmp_path):
         v = load_monitor(r, "seq-search-sft")
     assert v.probes["monitor-math"]["step"].tolist() == list(range(0, 25, 2))
     assert v.settings["references"]["monitor-math"].endswith("checkpoints/seq-math")
+    assert v.settings["references"]["razor-search"].endswith("checkpoints/seq-math")  # π_0: the stage start
+    assert v.probes["razor-search"]["fkl"][0] == 0.0  # the forward KL to the stage start is 0 at the start
     assert v.settings["stage_start"].endswith("checkpoints/seq-math")  # the search stage starts from seq-math
     assert [e["step"] for e in v.events] == [w["step"] for w in warnings]
     # the RL phase of the stage is monitored too, against the same stage start

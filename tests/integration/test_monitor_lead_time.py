@@ -12,7 +12,7 @@ from train_helpers import REPO, cli_env, run_train, small_config
 
 pytestmark = pytest.mark.slow
 
-PREDICTORS = ["kl_high", "flip_high", "kl_all", "fkl", "loss"]
+PREDICTORS = ["kl_high", "flip_high", "kl_all", "fkl", "razor_fkl", "loss"]
 
 
 def cli(run: Path, *argv: str) -> subprocess.CompletedProcess:
@@ -32,7 +32,7 @@ def run(tmp_path_factory) -> Path:
 
 
 def test_lead_time_one_command(run):
-    proc = cli(run, "--lead-time", "--stage", "ecom", "-n", "4", "--eval-every", "2", "--every", "1", "--json")
+    proc = cli(run, "--lead-time", "--stage", "ecom", "-n", "6", "--eval-every", "2", "--every", "1", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(proc.stdout)
     assert res["stage"] == "ecom" and res["phases"] == ["seq-ecom-sft", "seq-ecom"]
@@ -51,11 +51,12 @@ def test_lead_time_one_command(run):
         # each phase evaluated at its start, every 2 steps and its end (the RL phase's step 0 is the SFT
         # phase's last step, 3): SFT 0, 2, 3; RL 3, 5
         assert sorted({p["step"] for p in pts}) == [0, 2, 3, 5]
-        assert pts[0]["pvalue"] == 1.0 and pts[0]["lost"] == 0
+        assert pts[0]["pvalue"] == 1.0 and pts[0]["lost"] == 0 and pts[0]["adjusted"] == 1.0
         drop = next((p["step"] for p in pts[1:] if p["significant"]), None)
         assert all(r["drop_step"] == drop for r in table if r["domain"] == d)
         assert res["series"][d]["step"] == [float(s) for s in range(steps + 1)]
     assert res["series"]["train"]["step"]  # the training loss was recorded
+    assert all(v["tests"] == 3 for v in res["drop_test"]["domains"].values())
     cost = res["cost"]
     assert cost["monitor_checks_s"] > 0 and cost["ground_truth_s"] > 0 and res["time_s"] > 0
     # the scratch retraining left no checkpoint behind, and the run's own checkpoints are untouched
@@ -66,12 +67,22 @@ def test_lead_time_one_command(run):
     assert stored["table"] == table
 
     # the same settings: read back from results.h5, not measured again; the table prints
-    again = cli(run, "--lead-time", "--stage", "ecom", "-n", "4", "--eval-every", "2", "--every", "1")
+    again = cli(run, "--lead-time", "--stage", "ecom", "-n", "6", "--eval-every", "2", "--every", "1")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "lead time of each warning, ecom stage" in again.stdout
     assert f"took {res['time_s']:.1f} s" in again.stdout  # the stored measurement, not a new one
     for word in ("token drift at high-entropy positions", "whole-sequence KL", "forward KL", "training loss"):
         assert word in again.stdout
+
+
+def test_lead_time_refuses_items_that_cannot_reach_significance(run):
+    """4 items over 3 Holm-corrected evaluations: even losing all 4 gives p = 1/16 > 0.05 / 3 (refused before training)."""
+    proc = cli(run, "--lead-time", "--stage", "ecom", "-n", "4", "--eval-every", "2", "--every", "1")
+    assert proc.returncode == 1
+    err = proc.stderr.strip()
+    assert "-n 4 items can never show a significant drop" in err and "use -n 6 or more" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (run / "work" / "lead-time").exists()
 
 
 @pytest.mark.parametrize(("stage", "match"), [("math", "first stage"), ("if", "no 'if' stage")])

@@ -24,7 +24,7 @@ def test_overview_figures(fixture_run):
         heat = fig.data[0]
         assert list(heat.y) == ["base", "seq-math", "seq-search", "oracle-math (oracle)", "lora-ecom (consolidated)"]
         assert list(heat.x) == ["math/id", "search/id", "math/ood", "general"]
-        assert heat.z[1][0] == pytest.approx(0.75) and heat.text[4][2] == "error" and heat.text[3][1] == ""
+        assert heat.z[1][0] == pytest.approx(0.75) and heat.text[4][2] == "error" and heat.text[3][1] == "not scored"
         lines = chain_lines(matrix, m)
         math_line = next(t for t in lines.data if t.name == "math/id")
         assert list(math_line.x) == ["base", "seq-math", "seq-search"]
@@ -73,3 +73,68 @@ def test_export_overview(fixture_run, cli, tmp_path):
     assert "seq-search" in svg and "oracle-math (oracle)" in svg
     html = (out / "report.html").read_text()
     assert "Capability matrix" in html and "Continual-learning metrics" in html
+
+
+def _write_cells(run, outcomes):
+    """Cells of ``{checkpoint: {suite: [item outcomes]}}`` (one seed)."""
+    import numpy as np
+
+    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload
+
+    settings = {"n": 1, "seeds": [0]}
+    items = []
+    for ck, suites in outcomes.items():
+        for suite, values in suites.items():
+            domain, _, variant = suite.partition("/")
+            data, attrs = cell_payload(checkpoint=ck, suite=suite, domain=domain, role=variant or "general",
+                                       source="arena", settings=settings, greedy=np.array([values], float),
+                                       item_ids=[f"{suite}/{i}" for i in range(len(values))])
+            items.append((cell_key(ck, suite, settings), data, RESULT_TYPE, RESULT_VERSION, attrs))
+    ResultsStore(run).write_many(items)
+
+
+def test_unscored_bridged_flat_and_intervals(fixture_run):
+    """An unscored checkpoint is labelled and bridged, a flat suite gets no peak star, every score
+    has its bootstrap interval, and a clicked cell lists its items against the parent's."""
+    import numpy as np
+
+    from aclarena.dashboard.pages.overview import items_content
+    from aclarena.diagnostics.bootstrap import bootstrap_mean_ci
+
+    general = {"base": [1] * 30 + [0] * 20, "seq-search": [0] * 50}  # seq-math not scored: the drop is 0.6 -> 0
+    flat = {"base": [0] * 10, "seq-math": [0] * 10, "seq-search": [0] * 10}
+    swap = {"base": [1, 1, 0, 0], "seq-math": [1, 0, 0, 1]}
+    _write_cells(fixture_run, {ck: {**({"general": general[ck]} if ck in general else {}), "flat/id": flat[ck],
+                                    **({"swap/id": swap[ck]} if ck in swap else {})}
+                               for ck in ("base", "seq-math", "seq-search")})
+    m = load_manifest(fixture_run)
+    from aclarena.figures.overview import score_intervals
+
+    with ResultsStore(fixture_run).reader() as r:
+        matrix = load_matrix(r, m)
+        intervals = score_intervals(r)
+        heat = capability_heatmap(matrix, m, intervals=intervals).data[0]
+        lines = chain_lines(matrix, m, intervals=intervals)
+    row, col = list(heat.y).index("seq-math"), list(heat.x).index("general")
+    assert heat.text[row][col] == "not scored" and "not scored" in heat.customdata[row][col][2]
+    lo, hi = bootstrap_mean_ci(np.array(general["base"], float))
+    assert intervals[("base", "general")] == (lo, hi, 50) and hi - lo > 0.2
+    assert f"95% CI [{lo:.2f}, {hi:.2f}] over 50 items" in heat.customdata[0][col][2]
+    names = [t.name for t in lines.data]
+    g = lines.data[names.index("general")]
+    assert g.connectgaps is True and np.isnan(g.y[1]) and list(g.y[[0, 2]]) == pytest.approx([0.6, 0.0])
+    assert g.error_y.array[0] == pytest.approx(hi - 0.6) and g.error_y.arrayminus[0] == pytest.approx(0.6 - lo)
+    assert names[names.index("general") + 1] is None  # general peaks (at base): a star follows it
+    flat_at = names.index("flat/id")
+    assert flat_at == len(names) - 1 or names[flat_at + 1] is not None  # flat suite: no star
+
+    out = items_content(fixture_run, {"points": [{"customdata": ["seq-search", "general", ""]}]})
+    assert out["parent"] is None and len(out["rows"]) == 50  # its parent seq-math has no general items
+    out = items_content(fixture_run, {"points": [{"x": "swap/id", "y": "seq-math", "z": 0.5}]})  # as the browser sends
+    assert out["note"] == "against its parent base on the same items: 1 lost, 1 gained"
+    assert [r["change"] for r in out["rows"]] == ["", "lost", "", "gained"]
+    nothing = items_content(fixture_run, {"points": [{"customdata": ["seq-math", "general", ""]}]})
+    assert "not scored" in nothing["note"] and nothing["rows"] == []
+    assert items_content(fixture_run, None) is None
+    oracle = items_content(fixture_run, {"points": [{"x": "flat/id", "y": "oracle-math (oracle)"}]})
+    assert oracle["checkpoint"] == "oracle-math" and "not scored" in oracle["note"]

@@ -291,7 +291,18 @@ def test_tokens_perturbed_output_row_drifts_only_where_that_token_matters(tmp_pa
     assert row["kl_mean"] > 0 and row["flip_rate"] == pytest.approx(float((top1 != ref_top1).mean()))
 
 
-def test_tokens_nan_logits_are_flagged_and_kept_out(tmp_path, tokenizer, cli):
+def _poison_token(model, y):
+    """NaN logits from finite weights (as a half-precision overflow gives them at run time): the
+    embedding output of token ``y`` is made NaN by a forward hook, so only sequences holding ``y`` go bad."""
+
+    def hook(module, args, out):
+        return out.masked_fill((args[0] == y).unsqueeze(-1), float("nan"))
+
+    model.get_input_embeddings().register_forward_hook(hook)
+    return model
+
+
+def test_tokens_nan_logits_are_flagged_and_kept_out(tmp_path, tokenizer, cli, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
     write_manifest(Manifest(name="nan"), run)
@@ -308,9 +319,15 @@ def test_tokens_nan_logits_are_flagged_and_kept_out(tmp_path, tokenizer, cli):
     assert y in probe.ids[1].tolist() and y not in probe.ids[0].tolist() and y not in probe.ids[2].tolist()
     bad = copy.deepcopy(ref)
     with torch.no_grad():
-        bad.model.embed_tokens.weight[y] = float("nan")  # poisons the sequence that holds y, not the others
+        bad.model.embed_tokens.weight[y] += 0.5  # finite weights (NaN weights are refused at load)
     add_checkpoint(run, "bad", bad, tokenizer, parent="ref")
+    import aclarena.models.loading as loading
+
+    real_load = loading.load_model
+    monkeypatch.setattr(loading, "load_model", lambda spec, *a, **k: _poison_token(real_load(spec, *a, **k), y)
+                        if getattr(spec, "name", spec) == "bad" else real_load(spec, *a, **k))
     code, out, err = cli("tokens", "--run", str(run), "--ref", "ref", "--json")
+    bad = _poison_token(bad, y)
     one_line_error(code, err, "NaN or infinite logits in 'bad'")
     row = json.loads(out)["checkpoints"][0]
     # the expected flags: where the checkpoint's own forward pass gives non-finite logits

@@ -270,10 +270,14 @@ def test_displacement_against_naive(fixture_run, cli):
         db = (child.to(torch.bfloat16).double() - parent.to(torch.bfloat16).double()).abs()
         if c != "lora-ecom":
             assert u["changed_frac_bf16"][0] == pytest.approx(float((db > 0).double().mean()), abs=1e-12)
-    # the fixture's stages: seq-math (rl, noise 0.01) then seq-search (sft, noise 0.02)
-    assert data["sft_rl_overall"] == pytest.approx(rows["seq-search"]["norm"] / rows["seq-math"]["norm"])
+    # the fixture's stages: seq-math (rl only) then seq-search (sft only): no stage has both phases, so there
+    # is no overall ratio (it once divided search's SFT norm by math's RL norm), and both are named as left out
+    assert data["sft_rl_overall"] is None and data["sft_rl"] == []
+    assert data["sft_rl_excluded"] == [{"stage": "math", "reason": "RL phase only"},
+                                       {"stage": "search", "reason": "SFT phase only"}]
     code, out, err = cli("displacement", "--run", str(fixture_run), "--by", "layer", "--tolerances", "0,1e-4,1e-2")
-    assert code == 0 and "layer.1" in out and "reused" in out and "SFT update / mean RL update" in out
+    assert code == 0 and "layer.1" in out and "reused" in out and "no SFT/RL ratio" in out
+    assert "stage 'search' is not in the overall SFT/RL ratio (SFT phase only)" in out
     code, out, err = cli("displacement", "--run", str(fixture_run))  # other tolerances: a new pass
     assert code == 0 and "computed" in out and "1.0e-08" in out
     code, _, err = cli("displacement", "--run", str(fixture_run), "--tolerances", "1e-3,-1")
@@ -299,6 +303,13 @@ def test_sft_rl_ratio_per_stage(fixture_run, cli):
     data = json.loads(out)
     (alg,) = [r for r in data["sft_rl"] if r["stage"] == "alg"]
     assert alg["ratio"] == pytest.approx(5.0, rel=0.05)  # noise 0.05 vs 0.01 on the same weights
+    # the overall ratio pools the one stage with both phases, not the one-phase stages seq-math and seq-search
+    assert alg["pooled"] and data["sft_rl_overall"] == pytest.approx(alg["ratio"], rel=1e-9)
+    assert {r["stage"] for r in data["sft_rl_excluded"]} == {"math", "search"}
+    with ResultsStore(run).reader() as r:
+        stored = r.read("displacement/summary")["all"]
+    assert stored["overall_ratio"] == pytest.approx(alg["ratio"], rel=1e-9)
+    assert [x["stage"] for x in stored["ratio_excluded"]] == ["math", "search"]
 
 
 def test_kill_then_rerun_equals_one_run(tmp_path, tokenizer):

@@ -15,6 +15,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reliability_helpers import BAD_ARGS, DAMAGES, VERB_ARGV  # noqa: E402
 
+# the classes issue 15 added, each a group of tests (file::name prefix) in tests/reliability
+ISSUE15 = (
+    ("NaN/inf weights in a later checkpoint of `tokens` (store unchanged)",
+     "test_nonfinite_models.py::test_tokens_with_a_nan_later"),
+    ("safetensors header, index, tokenizer.json, config.json of the wrong shape: `checkpoints` lists them",
+     "test_bad_files.py::test_checkpoints_lists_it"),
+    ("the same, through `probe`, `tokens`, `vectors` (one line, store unchanged)", "test_bad_files.py::test_verbs_refuse"),
+    ("adapter_config.json of the wrong shape", "test_bad_files.py::test_adapter_config"),
+    ("fuzz: every checkpoint and input file reader (hypothesis)", "test_file_fuzz.py::"),
+    ("fuzz: every store reader on damaged results.h5 (hypothesis)", "test_store_fuzz.py::test_every_reader"),
+    ("store elements of a non-numeric or newer version (lazy ragged included)",
+     "test_store_fuzz.py::test_ragged_array_of_a_bad"),
+    ("ragged offsets past or not fitting the data", "test_store_fuzz.py::test_offsets_that"),
+    ("NUL characters in stored text", "test_store_fuzz.py::test_text_with_nul"),
+    ("results.h5 a symbolic link (written through) / dangling (refused)", "test_store_fuzz.py::test_a_"),
+    ("monitor series of a newer version or a missing column", "test_store_fuzz.py::test_monitor_series"),
+    ("JSONL with U+2028/U+2029/U+0085 inside strings (accepted)", "test_jsonl.py::test_unicode_line"),
+    ("lone surrogates, deep nesting in JSONL / lm-eval JSON", "test_jsonl.py::test_l"),
+    ("`probe --force` atomic; `tokens` re-checks the probe digest under the lock", "test_probe_force.py::"),
+    ("`export`: `--format ,`, a folder where a file goes, full disk", "test_export_failures.py::"),
+    ("`dashboard`: port out of range, port in use, bad host", "test_dashboard_address.py::"),
+    ("names ending in a newline", "test_manifest_edges.py::test_names_ending"),
+    ("`init`: control characters, undecodable bytes in paths", "test_manifest_edges.py::test_init"),
+    ("manifest validation linear in chain depth", "test_manifest_edges.py::test_validation_is_linear"),
+)
+
 
 def outcomes(xml: str) -> dict[str, str]:
     out = {}
@@ -67,6 +93,15 @@ def main(xml: str) -> None:
         st = get("test_engine_vllm_without_vllm", verb)
         tally[st or "missing"] += 1
         print(f"| `{verb}` | `--engine vllm` without vLLM (9) | {mark.get(st, '?')} |")
+    print()
+    print("| class of bad input or defect (issue 15) | tests | result |")
+    print("|---|---|---|")
+    for label, prefix in ISSUE15:
+        got = [v for k, v in res.items() if k.startswith(prefix.replace(".py::", "::"))]
+        n_ok = sum(v == "passed" for v in got)
+        tally.update(got)
+        mark_all = "✓" if got and n_ok == len(got) else ("?" if not got else "✗")
+        print(f"| {label} | `{prefix}` | {mark_all} {n_ok}/{len(got)} |")
     print()
     total = sum(tally.values())
     print(f"Bad-input cases tried: {total}; passed: {tally['passed']}; failed: {tally['failed']}; "

@@ -178,6 +178,34 @@ def test_read_lm_eval_results_and_samples():
     assert next(r for r in flex if r.task == "gsm8k").item_scores.tolist() == [1, 1, 1, 1, 0, 0]
 
 
+def test_lm_eval_versions_are_named_for_what_they_hold_and_old_stores_read_back(tmp_path):
+    """The imported cell held the *task* version under `lm_eval_version` (issue 15): now `lm_eval_task_version`,
+    beside the harness version; a cell written with the old name reads back the same task version."""
+    import json
+
+    from aclarena.store import ResultsStore
+    from aclarena.store.lm_eval import import_info, import_payloads
+
+    path = next((DATA / "seq-math").glob("results_*.json"))
+    doc = json.loads(path.read_text())
+    payloads = {suite: attrs for suite, _, _, attrs in import_payloads("seq-math", path)}
+    attrs = payloads["lm-eval/gsm8k"]
+    assert "lm_eval_version" not in attrs
+    assert json.loads(attrs["lm_eval_task_version"]) == doc["versions"]["gsm8k"]
+    assert attrs["lm_eval_harness_version"] == doc["lm_eval_version"] == "0.4.8"
+    assert doc["versions"]["gsm8k"] != doc["lm_eval_version"]  # the two were conflated before
+    new = import_info(attrs)
+    assert (new["task_version"], new["harness_version"]) == (doc["versions"]["gsm8k"], "0.4.8")
+    # a store written before the rename: the old attribute held the task version
+    old = {k: v for k, v in attrs.items() if not k.startswith("lm_eval_") or k == "lm_eval_task"}
+    old["lm_eval_version"] = json.dumps(doc["versions"]["gsm8k"])
+    store = ResultsStore(tmp_path)
+    store.write("capability/old-cell", {"x": np.arange(2)}, result_type="t", attrs=old)
+    back = import_info(store.attrs("capability/old-cell"))
+    assert back["task_version"] == doc["versions"]["gsm8k"] and back["harness_version"] == ""
+    assert back["task"] == "gsm8k" and back["metric"] == new["metric"]
+
+
 def test_choose_metric_and_tags():
     assert choose_metric("t", {"acc,none": 0.3, "acc_norm,none": 0.4, "alias": "t"}) == "acc,none"
     assert choose_metric("t", {"acc,none": 0.3, "acc_norm,none": 0.4}, "acc_norm") == "acc_norm,none"

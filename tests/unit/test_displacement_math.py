@@ -11,6 +11,7 @@ import torch
 from aclarena.diagnostics.displacement import (
     DisplacementAccumulator,
     check_tolerances,
+    sft_rl_excluded,
     sft_rl_ratios,
     summarize_displacement,
 )
@@ -92,6 +93,29 @@ def test_sft_rl_ratios():
     assert overall == pytest.approx(4.5 / 1.5)
     per, overall = sft_rl_ratios([1.0], ["rl"], ["math"])
     assert per == [] and math.isnan(overall)
+
+
+def test_overall_sft_rl_ratio_pools_only_stages_with_both_phases_and_a_nonzero_rl_update():
+    """The mini demo's shape (issue 15): math SFT 34.3 / RL 1.10; search, ecom, IF with GRPO updates of exactly 0;
+    an extra SFT-only stage. The overall ratio is math's alone, not mean(all SFT) / mean(all RL)."""
+    norms = [34.3, 1.10, 15.4, 0.0, 4.95, 0.0, 2.83, 0.0, 7.0]
+    phases = ["sft", "rl", "sft", "rl", "sft", "rl", "sft", "rl", "sft"]
+    stages = ["math", "math", "search", "search", "ecom", "ecom", "if", "if", "extra"]
+    per, overall = sft_rl_ratios(norms, phases, stages)
+    assert [r.stage for r in per] == ["math", "search", "ecom", "if"]
+    assert [r.pooled for r in per] == [True, False, False, False]
+    assert overall == pytest.approx(34.3 / 1.10)
+    # pooling everything (the old rule) would give (64.48 / 5) / (1.10 / 4) = 46.9
+    assert overall != pytest.approx((sum(norms[0::2]) / 5) / (1.10 / 4))
+    assert sft_rl_excluded(norms, phases, stages) == [
+        ("search", "RL update exactly 0"), ("ecom", "RL update exactly 0"), ("if", "RL update exactly 0"),
+        ("extra", "SFT phase only")]
+    # two pooled stages: mean SFT over mean RL of those stages
+    per, overall = sft_rl_ratios([6.0, 2.0, 3.0, 3.0, 9.0], ["sft", "rl", "sft", "rl", "rl"],
+                                 ["math", "math", "search", "search", "if"])
+    assert overall == pytest.approx((6.0 + 3.0) / (2.0 + 3.0))
+    assert sft_rl_excluded([6.0, 2.0, 3.0, 3.0, 9.0], ["sft", "rl", "sft", "rl", "rl"],
+                           ["math", "math", "search", "search", "if"]) == [("if", "RL phase only")]
 
 
 def test_tolerance_validation():

@@ -123,3 +123,28 @@ def test_bad_arguments(bad):
     base, models = _models((3, 4), 2, torch.float32)
     with pytest.raises(ValueError):
         bad(base, models)
+
+
+def test_stage_updates_of_a_chain_are_not_cumulative():
+    """Stage ends of one chain merge their own updates θ_i − θ_(i−1), not θ_i − θ_base (issue 15)."""
+    g = torch.Generator().manual_seed(4)
+    base = torch.randn(6, 5, generator=g)
+    deltas = [torch.randn(6, 5, generator=g) for _ in range(4)]
+    ends, theta = [], base
+    for d in deltas:
+        theta = theta + d
+        ends.append(theta)
+    starts = [base, *ends[:-1]]
+    # task arithmetic of the stage updates at λ = 1 is the end point, at λ the interpolation to it
+    torch.testing.assert_close(M.task_arithmetic(base, ends, 1.0, starts=starts), ends[-1])
+    torch.testing.assert_close(M.task_arithmetic(base, ends, 0.5, starts=starts), base + 0.5 * (ends[-1] - base))
+    # from the base they would be cumulative: base + 4 δ_1 + 3 δ_2 + 2 δ_3 + δ_4
+    cumulative = base + 4 * deltas[0] + 3 * deltas[1] + 2 * deltas[2] + deltas[3]
+    torch.testing.assert_close(M.task_arithmetic(base, ends, 1.0), cumulative)
+    # TIES and DARE take the same stage updates
+    torch.testing.assert_close(M.ties(base, ends, density=0.4, starts=starts),
+                               M.ties(torch.zeros_like(base), deltas, density=0.4) + base)
+    torch.testing.assert_close(M.dare(base, ends, p=0.3, seed=2, tensor="w", starts=starts),
+                               M.dare(torch.zeros_like(base), deltas, p=0.3, seed=2, tensor="w") + base)
+    with pytest.raises(ValueError, match="one tensor per model"):
+        M.task_vectors(base, ends, starts[:2])

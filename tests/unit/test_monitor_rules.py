@@ -16,8 +16,10 @@ from aclarena.diagnostics.early_warning import (
     drop_points,
     first_alert,
     first_drop,
+    holm_adjusted,
     lead_time,
     mcnemar_drop_pvalue,
+    min_items,
 )
 from aclarena.errors import AclarenaError, ConfigError
 from aclarena.store.monitor_series import latest_rows
@@ -128,22 +130,99 @@ def test_mcnemar_exact():
         mcnemar_drop_pvalue(np.ones(3), np.ones(4))
 
 
+@pytest.mark.parametrize(("lost", "gained"), [(1100, 1000), (600, 500), (2000, 1800), (40, 3000)])
+def test_mcnemar_exact_past_a_thousand_discordant_items(lost, gained):
+    """n > 1024 discordant items: 2.0**n overflowed a float (issue 15); the exact tail in integers agrees."""
+    n_items = lost + gained + 500
+    before = np.zeros(n_items, dtype=bool)
+    after = np.zeros(n_items, dtype=bool)
+    before[:lost] = True  # solved at the start, failed later
+    after[lost:lost + gained] = True  # the reverse
+    before[-250:] = after[-250:] = True  # concordant items do not count
+    got = mcnemar_drop_pvalue(before, after)
+    want = binom_tail(lost, gained)  # Python integers: exact, then one division
+    assert 0.0 <= got <= 1.0
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-300)
+
+
 def test_drop_points_and_lead():
     start = np.array([1] * 20 + [0] * 30, dtype=bool)
     later = [start.copy() for _ in range(4)]
     later[1][:2] = False  # 2 lost: p = 0.25
     later[2][:5] = False  # 5 lost: p = 1/32
-    later[3][:9] = False
+    later[3][:9] = False  # 9 lost: p = 1/512
     pts = drop_points([0, 5, 10, 15, 20], [start, *later])
-    assert [p.significant for p in pts] == [False, False, False, True, True]
-    assert pts[3].lost == 5 and pts[3].pvalue == pytest.approx(1 / 32) and pts[0].accuracy == pytest.approx(0.4)
+    assert [p.pvalue for p in pts] == pytest.approx([1.0, 1.0, 0.25, 1 / 32, 1 / 512])
+    # Holm over the 4 evaluations after the start: 4/512, then max(., 3/32), max(., 2/4), 1
+    assert [p.adjusted for p in pts] == pytest.approx([1.0, 1.0, 0.5, 3 / 32, 4 / 512])
+    # uncorrected, step 15 (p = 1/32 < 0.05) would be "the first drop"; corrected, it is step 20
+    assert [p.significant for p in pts] == [False, False, False, False, True]
+    assert pts[3].lost == 5 and pts[0].accuracy == pytest.approx(0.4)
     drop = first_drop(pts)
-    assert drop.step == 15
-    assert lead_time(drop.step, 5) == 10 and lead_time(drop.step, 20) == -5
+    assert drop.step == 20
+    assert lead_time(drop.step, 5) == 15 and lead_time(drop.step, 25) == -5
     assert lead_time(None, 5) is None and lead_time(15, None) is None
-    # unordered steps are sorted, the first (step 0) is the baseline
+    # unordered steps are sorted, the first (step 0) is the baseline; one test needs no correction
     pts2 = drop_points([15, 0], [later[2], start])
-    assert [p.step for p in pts2] == [0, 15] and pts2[1].significant
+    assert [p.step for p in pts2] == [0, 15] and pts2[1].significant and pts2[1].adjusted == pytest.approx(1 / 32)
+
+
+def naive_holm(ps, alpha):
+    """Holm's procedure as stated: reject the ascending p_(1), p_(2), ... while p_(i) <= alpha / (m - i + 1)."""
+    m = len(ps)
+    rejected = set()
+    for i, k in enumerate(sorted(range(m), key=lambda j: ps[j])):
+        if ps[k] < alpha / (m - i):
+            rejected.add(k)
+        else:
+            break
+    return rejected
+
+
+def test_holm_adjusted_matches_the_step_down_procedure():
+    rng = random.Random(3)
+    for _ in range(300):
+        m = rng.randint(1, 12)
+        ps = [rng.choice([rng.random(), rng.random() * 0.02, 1.0]) for _ in range(m)]
+        adj = holm_adjusted(ps)
+        assert all(a >= p - 1e-15 and a <= 1.0 for a, p in zip(adj, ps, strict=True))
+        for alpha in (0.01, 0.05, 0.2):
+            assert {i for i, a in enumerate(adj) if a < alpha} == naive_holm(ps, alpha)
+    with pytest.raises(ValueError):
+        holm_adjusted([0.5, 1.5])
+
+
+def test_repeated_uncorrected_tests_find_drops_in_noise_and_holm_does_not():
+    """No real drop: every evaluation re-draws which of 40 items the same-skill model solves.
+    Uncorrected, the first of 20 tests at 0.05 declares a drop in many stages; Holm keeps it near alpha."""
+    rng = np.random.default_rng(0)
+    stages, raw_hits, holm_hits = 400, 0, 0
+    for _ in range(stages):
+        evals = [rng.random(40) < 0.5 for _ in range(21)]
+        pts = drop_points(list(range(21)), evals)
+        raw_hits += any(p.pvalue < 0.05 for p in pts[1:])
+        holm_hits += first_drop(pts) is not None
+    # the old rule's false-drop rate: measured 119 / 400 = 0.30, six times alpha (the claim: well above 3 alpha)
+    assert raw_hits / stages > 3 * 0.05
+    assert holm_hits / stages <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / stages)
+
+
+def test_min_items():
+    assert min_items(0.05, 1) == 5  # ½⁴ = 0.0625 is not < 0.05; ½⁵ is
+    assert min_items(0.05, 3) == 6  # α / 3 = 0.0167: ½⁶ = 0.0156
+    assert min_items(0.05, 10) == 8
+    for alpha in (0.01, 0.05, 0.1):
+        for m in range(1, 40):
+            n = min_items(alpha, m)
+            assert 0.5**n < alpha / m <= 0.5 ** (n - 1)
+    # with min_items items, losing them all is a significant drop; with one fewer it never is
+    n = min_items(0.05, 4)
+    start = np.ones(n, dtype=bool)
+    assert first_drop(drop_points([0, 1, 2, 3, 4], [start] * 4 + [np.zeros(n, bool)])) is not None
+    start = np.ones(n - 1, dtype=bool)
+    assert first_drop(drop_points([0, 1, 2, 3, 4], [start] * 4 + [np.zeros(n - 1, bool)])) is None
+    with pytest.raises(ValueError):
+        min_items(0.05, 0)
 
 
 def test_latest_rows_resumed_session_supersedes():
@@ -201,9 +280,12 @@ min_std = { fkl = 0.01 }
     assert "fkl_high" not in m.rules  # its only rule was turned off
     assert m.rules.get("kl_all") is None or m.rules["kl_all"].trend is None
     assert parse_config(CONFIG).monitor is None
+    assert m.razor  # RL's Razor's own probe (the trained stage's prompts) is on by default
+    assert parse_config(CONFIG + "\n[monitor]\nrazor = false\n").monitor.razor is False
 
 
 @pytest.mark.parametrize("section, line, match", [
+    ("[monitor]\nrazor = \"yes\"\n", 17, "`razor` must be true or false"),
     ("[monitor]\nevery_n_step = 3\n", 17, "did you mean 'every_n_steps'"),
     ("[monitor]\non_warning = \"halt\"\n", 17, "on_warning"),
     ("[monitor]\nstages = [\"ecom\"]\n", 17, "not a stage domain"),

@@ -133,6 +133,14 @@ def test_routing_metrics():
 
     assert binomial_tail(3, 5, 0.25) == pytest.approx(sum(comb(5, i) * 0.25**i * 0.75 ** (5 - i) for i in range(3, 6)))
     assert binomial_tail(0, 5, 0.3) == pytest.approx(1.0)
+    # one exact tail for any n (issue 15): 5,000 items at chance 1/3, checked in exact rationals
+    from fractions import Fraction
+
+    n, k, q = 5000, 1720, Fraction(1, 3)
+    want = float(sum(comb(n, i) * q**i * (1 - q) ** (n - i) for i in range(k, n + 1)))
+    assert binomial_tail(k, n, 1 / 3) == pytest.approx(want, rel=1e-9)
+    with pytest.raises(ValueError, match="probability"):
+        binomial_tail(1, 2, 1.5)
 
 
 def test_report_round_trips_through_the_store(tmp_path, routers, held_out):

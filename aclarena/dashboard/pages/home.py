@@ -1,4 +1,8 @@
-"""Home: the run's checkpoints, their lineage, and which results the store holds."""
+"""Home: the run's status: which analyses exist, when they were written, links to their pages,
+and the command that makes a missing one; then the checkpoints and their lineage.
+
+:func:`page_status` also tells the navigation which pages have data (the others are greyed).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,20 @@ from dash import Dash, dcc, html
 from aclarena.dashboard.data import current_run, manifest, reader
 
 PAGE = {"path": "/", "name": "Run", "order": 0}
+
+# page path -> (what it shows, store key prefix of its results, the command that makes them)
+ANALYSES: dict[str, tuple[str, str | None, str]] = {
+    "/overview": ("capability matrix and CL metrics", "capability", "aclarena-diag eval --run DIR"),
+    "/tokens": ("token-level drift on frozen generations", "tokens", "aclarena-diag tokens --ref NAME --run DIR"),
+    "/flips": ("where forgotten items diverged, and the swap test", "flips",
+               "aclarena-diag flips --from E --to L --suite S --run DIR"),
+    "/vectors": ("task-vector cosines and distances", "vectors", "aclarena-diag vectors --run DIR"),
+    "/displacement": ("SFT vs RL parameter displacement", "displacement", "aclarena-diag displacement --run DIR"),
+    "/monitor": ("drift-monitor series of training", None, "train with a [monitor] section (series.h5)"),
+    "/consolidation": ("consolidated models against the chain", "capability",
+                       "aclarena-diag consolidate --method ..., then aclarena-diag eval"),
+    "/router": ("MLE routers per context type", "routing", "aclarena-diag consolidate --method mle"),
+}
 
 
 def results_summary(run_dir: Path) -> list[dict[str, Any]]:
@@ -24,24 +42,76 @@ def results_summary(run_dir: Path) -> list[dict[str, Any]]:
         return rows
 
 
+def page_status(run_dir: Path, results: list[dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Per page path of :data:`ANALYSES`: ``has_data``, ``results`` (count), ``written`` (latest) and ``hint``."""
+    from aclarena.dashboard.pages.monitor import labels
+
+    results = results_summary(run_dir) if results is None else results
+    m = manifest(run_dir)
+    out: dict[str, dict[str, Any]] = {}
+    for path, (what, prefix, hint) in ANALYSES.items():
+        mine = [r for r in results if prefix is not None and r["key"].split("/", 1)[0] == prefix]
+        if path == "/consolidation":
+            consolidated = {s.name for s in m if s.kind == "consolidated"}
+            mine = [r for r in mine if any(f"/{c}/" in f"/{r['key']}/" for c in consolidated)]
+        has = bool(labels(run_dir)) if path == "/monitor" else bool(mine)
+        written = max((str(r["written"]) for r in mine if r.get("written")), default=None)
+        out[path] = {"what": what, "has_data": has, "results": len(mine), "written": written, "hint": hint}
+    return out
+
+
+def status_table(status: dict[str, dict[str, Any]], names: dict[str, str]) -> html.Table:
+    head = html.Tr([html.Th("page", title="Open it from here or from the navigation."),
+                    html.Th("shows"), html.Th("results", title="Result groups in results.h5 behind the page."),
+                    html.Th("last written", title="When the newest of them was written (UTC)."),
+                    html.Th("to make it", title="The command that writes what the page needs.")])
+    rows = []
+    for path, st in status.items():
+        name = names.get(path, path)
+        rows.append(html.Tr([
+            html.Td(dcc.Link(name, href=path, id=f"home-link-{path.strip('/')}") if st["has_data"] else name),
+            html.Td(st["what"]), html.Td(str(st["results"]) if st["has_data"] else "none"),
+            html.Td(st["written"] or "-"), html.Td("" if st["has_data"] else html.Code(st["hint"])),
+        ], className="has-data" if st["has_data"] else "no-data"))
+    return html.Table([head, *rows], className="simple", id="home-status")
+
+
 def layout(**_query: Any) -> html.Div:
+    from aclarena.dashboard.app import page_names
     from aclarena.figures.run import lineage_figure
+    from aclarena.figures.tokens import token_checkpoints, token_probes
 
     run_dir = current_run()
     m = manifest(run_dir)
+    results = results_summary(run_dir)
+    status = page_status(run_dir, results)
+    with reader(run_dir) as r:
+        scored = {p: set(token_checkpoints(r, p)) for p in token_probes(r)} if r is not None else {}
+
+    def links(name: str) -> list[Any]:
+        out: list[Any] = []
+        for p, ckpts in scored.items():
+            if name in ckpts:
+                out.append(dcc.Link(f"tokens ({p})", href=f"/tokens?probe={p}&checkpoint={name}"))
+        for path in ("/overview", "/vectors", "/displacement"):
+            if status[path]["has_data"]:
+                out.append(dcc.Link(path.strip("/"), href=path))
+        return [x for pair in zip(out, [" · "] * len(out), strict=True) for x in pair][:-1]
+
     head = ["name", "kind", "domain", "phase", "parent", "on", "path"]
     table = html.Table(
-        [html.Tr([html.Th(h) for h in head])]
-        + [html.Tr([html.Td(str(getattr(s, h) or "-")) for h in head]) for s in m],
+        [html.Tr([html.Th(h) for h in head] + [html.Th("pages", title="Pages that show this checkpoint.")])]
+        + [html.Tr([html.Td(str(getattr(s, h) or "-")) for h in head] + [html.Td(links(s.name))]) for s in m],
         className="simple",
         id="home-checkpoints",
     )
-    results = results_summary(run_dir)
     return html.Div(
         [
             html.H2(f"Run {m.name}"),
-            dcc.Graph(id="home-lineage", figure=lineage_figure(m)),
+            html.H3("Status"),
+            status_table(status, page_names()),
             html.H3("Checkpoints"),
+            dcc.Graph(id="home-lineage", figure=lineage_figure(m)),
             table,
             html.H3("Results in the store"),
             html.Ul([html.Li(f"{r['key']} ({r['type']}, {r['written']})") for r in results], id="home-results")

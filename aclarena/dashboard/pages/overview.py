@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dash import Dash, Input, Output, dcc, html
+from dash import Dash, Input, Output, State, dash_table, dcc, html
 
 from aclarena.dashboard.data import current_run, manifest, reader
 
@@ -26,7 +26,7 @@ def _chain_options(run_dir: Path) -> list[dict[str, str]]:
 def overview_content(run_dir: Path, what: str = "mean", chain: str | None = None) -> dict[str, Any]:
     """Figures, metric rows and notes of the page (callbacks return these; tests call it directly)."""
     from aclarena.errors import AclarenaError
-    from aclarena.figures.overview import capability_heatmap, chain_lines, metric_rows
+    from aclarena.figures.overview import capability_heatmap, chain_lines, metric_rows, score_intervals
     from aclarena.store.capability import load_matrix
 
     m = manifest(run_dir)
@@ -34,28 +34,91 @@ def overview_content(run_dir: Path, what: str = "mean", chain: str | None = None
         matrix = load_matrix(r, m)
         if not matrix.cells:
             return {"empty": True}
-        out: dict[str, Any] = {"empty": False, "matrix": capability_heatmap(matrix, m, what)}
+        intervals = score_intervals(r, what)
+        out: dict[str, Any] = {"empty": False, "matrix": capability_heatmap(matrix, m, what, intervals)}
         try:
-            out["chain"] = chain_lines(matrix, m, chain, what)
+            out["chain"] = chain_lines(matrix, m, chain, what, intervals)
             out["rows"], out["notes"] = metric_rows(matrix, m, r, chain, what)
         except AclarenaError as e:
             out["chain"], out["rows"], out["notes"] = None, [], [str(e)]
     return out
 
 
+def items_content(run_dir: Path, click: dict[str, Any] | None, what: str = "mean") -> dict[str, Any] | None:
+    """The per-item outcomes of the clicked matrix cell (None when nothing was clicked)."""
+    from aclarena.figures.overview import cell_outcomes
+    from aclarena.figures.tokens import token_checkpoints, token_probes
+    from aclarena.store.capability import load_matrix
+
+    if not click or not click.get("points"):
+        return None
+    point = click["points"][0]
+    cd = point.get("customdata")
+    m = manifest(run_dir)
+    if isinstance(cd, list) and len(cd) >= 2:
+        checkpoint, suite = str(cd[0]), str(cd[1])
+    elif isinstance(point.get("y"), str) and isinstance(point.get("x"), str):
+        # a heatmap's click carries its axis labels: "name" or "name (group)"
+        label = point["y"]
+        checkpoint = label if label in m or not label.endswith(")") else label.rsplit(" (", 1)[0]
+        suite = point["x"]
+    else:
+        return None
+    with reader(run_dir) as r:
+        if r is None:
+            return None
+        out = cell_outcomes(r, load_matrix(r, m), m, checkpoint, suite, what)
+        out["probes"] = [p for p in token_probes(r) if checkpoint in token_checkpoints(r, p)]
+    return out
+
+
+def _items_panel(c: dict[str, Any] | None) -> Any:
+    if c is None:
+        return html.P("Click a cell of the matrix to see its per-item outcomes.", className="note")
+    head = f"{c['checkpoint']} on {c['suite']}"
+    if c.get("score") is not None and c.get("interval"):
+        lo, hi, n = c["interval"]
+        head += f": {c['score']:.3f} (95% CI {lo:.3f}-{hi:.3f}, {n} items)"
+    links = [dcc.Link(f"token drift of {c['checkpoint']} on probe {p}", id=f"overview-tokens-link-{i}",
+                      href=f"/tokens?probe={p}&checkpoint={c['checkpoint']}") for i, p in enumerate(c["probes"])]
+    cols = [{"id": "item", "name": "item"}, {"id": "score", "name": "score", "type": "numeric"},
+            {"id": "parent", "name": f"parent ({c['parent']})" if c["parent"] else "parent", "type": "numeric"},
+            {"id": "change", "name": "change"}]
+    return html.Div([
+        html.H4(head, id="overview-items-title"),
+        html.P(c["note"], className="note", id="overview-items-note"),
+        html.Div(links, className="links"),
+        dash_table.DataTable(id="overview-items-table", columns=cols, data=c["rows"], sort_action="native",
+                             filter_action="native", page_size=15, export_format="csv", export_headers="display",
+                             style_cell={"fontFamily": "inherit", "fontSize": "0.85em", "textAlign": "left"},
+                             style_data_conditional=[
+                                 {"if": {"filter_query": '{change} = "lost"'}, "backgroundColor": "#fde0dd"},
+                                 {"if": {"filter_query": '{change} = "gained"'}, "backgroundColor": "#e5f5e0"}])
+        if c["rows"] else html.Span(),
+    ])
+
+
 def _metrics_table(rows: list[dict[str, Any]]) -> html.Table:
+    from aclarena.figures.overview import METRIC_TIPS
+
     return html.Table(
-        [html.Tr([html.Th("metric"), html.Th("value")])]
-        + [html.Tr([html.Td(r["metric"]), html.Td("-" if r["value"] is None else f"{r['value']:.3f}")],
+        [html.Tr([html.Th("metric", title="Hover a metric for what it means and what a good value is."),
+                  html.Th("value")])]
+        + [html.Tr([html.Td(r["metric"], title=METRIC_TIPS.get(r["key"])),
+                    html.Td("-" if r["value"] is None else f"{r['value']:.3f}")],
                    id=f"overview-metric-{r['key']}") for r in rows],
-        className="simple",
+        className="simple", id="overview-metrics-table",
     )
 
 
-def layout(**_query: Any) -> html.Div:
+def layout(**query: Any) -> html.Div:
+    from aclarena.dashboard.urlstate import query_value
+
     run_dir = current_run()
     options = _chain_options(run_dir)
-    first = overview_content(run_dir, "mean", options[0]["value"] if options else None)
+    score = query_value(query, "score", ["mean", "avg_k_mean"], "mean")
+    chain = query_value(query, "chain", [o["value"] for o in options], options[0]["value"] if options else None)
+    first = overview_content(run_dir, score, chain)
     if first["empty"]:
         return html.Div([
             html.H2("Overview"),
@@ -66,13 +129,14 @@ def layout(**_query: Any) -> html.Div:
         html.H2("Overview"),
         html.Div([
             html.Div([html.Label("score"), dcc.RadioItems(
-                id="overview-score", value="mean", inline=True,
+                id="overview-score", value=score, inline=True,
                 options=[{"label": " greedy ", "value": "mean"}, {"label": " avg@k ", "value": "avg_k_mean"}])]),
             html.Div([html.Label("chain"), dcc.Dropdown(
-                id="overview-chain", options=options, value=options[0]["value"] if options else None,
-                clearable=False)]),
+                id="overview-chain", options=options, value=chain, clearable=False)]),
         ], className="controls"),
+        dcc.Store(id="overview-url"),
         dcc.Graph(id="overview-matrix", figure=first["matrix"]),
+        html.Div(_items_panel(None), id="overview-items", className="token-detail"),
         dcc.Graph(id="overview-chain-scores", figure=first["chain"] or {}),
         html.H3("Continual-learning metrics"),
         html.Div(_metrics_table(first["rows"]), id="overview-metrics"),
@@ -82,6 +146,10 @@ def layout(**_query: Any) -> html.Div:
 
 
 def register_callbacks(app: Dash, run_dir: Path) -> None:
+    from aclarena.dashboard.urlstate import keep_in_url
+
+    keep_in_url(app, "overview-url", {"score": ("overview-score", "value"), "chain": ("overview-chain", "value")})
+
     @app.callback(
         Output("overview-matrix", "figure"),
         Output("overview-chain-scores", "figure"),
@@ -97,3 +165,10 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
             return {}, {}, html.P("No capability matrix yet.", className="note"), []
         return (out["matrix"], out["chain"] or {}, _metrics_table(out["rows"]),
                 [html.Li(n) for n in out["notes"]])
+
+    @app.callback(
+        Output("overview-items", "children"),
+        Input("overview-matrix", "clickData"), State("overview-score", "value"), prevent_initial_call=True,
+    )
+    def _items(click: Any, what: str | None) -> Any:
+        return _items_panel(items_content(run_dir, click, what or "mean"))

@@ -1,11 +1,17 @@
 """Tokens: a reference's frozen generation, coloured by reference entropy or by each checkpoint's drift.
 
-Pick a probe set, a sequence and a checkpoint. The text shows every token; scored tokens
-(the ones the reference generated) are coloured by the reference's entropy or by
-``KL(p_ref ‖ p_ckpt)``, and hovering one shows its entropy, both log-probs of the reference
-token, KL and JS, and both models' top alternatives. Beside it: the entropy-vs-KL scatter
-of the checkpoint's positions, the concentration curves of every checkpoint, and the
-summary table. Each callback reads one sequence's rows or one checkpoint's arrays.
+Pick a probe set, a sequence and a checkpoint (and, to compare, a second checkpoint shown
+side by side on the same colour scale). The text shows every token with its boundary and
+whitespace visible; scored tokens (the ones the reference generated) are coloured by the
+reference's entropy or by ``KL(p_ref ‖ p_ckpt)`` on one scale for the whole probe set
+(colour bar above the text); flips (top-1 changed) carry a dark underline. Hovering a
+token shows its values; clicking it pins a detail panel (both top-k lists, log-probs, KL,
+JS, entropy, its KL rank in the sequence). Below: the most-drifted sequences or positions
+(sortable; a click jumps to the token), the top substitutions at flips, the entropy-vs-KL
+scatter (a click on a point jumps too), the concentration curves and the summary table.
+
+The text is sent as one escaped HTML string and written into the page by a clientside
+callback: a thousand Dash components per sequence cost more to draw than everything else.
 """
 
 from __future__ import annotations
@@ -14,14 +20,65 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dash import Dash, Input, Output, dcc, html
+from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
 from aclarena.dashboard.data import current_run, manifest, reader
 
 PAGE = {"path": "/tokens", "name": "Tokens", "order": 10}
 
-KL_LOW = 1e-4  # drift colour scale starts here (log scale): smaller KL reads as unchanged
-STATUS_TEXT = {1: "non-finite logits (flagged, left out of summaries)", 2: "beyond this checkpoint's positions"}
+RANK_COLUMNS = {
+    "sequences": [
+        ("sequence", "sequence", "text", "The sequence: index, scored positions, start of its prompt."),
+        ("positions", "positions", "int", "Valid scored positions (the reference generated them)."),
+        ("kl_sum", "KL sum", "numeric", "Sum of KL(p_ref ‖ p_ckpt) over the sequence, nats. 0 = unchanged."),
+        ("kl_mean", "KL mean", "numeric", "Mean KL per position, nats. Near 0 = the checkpoint still agrees."),
+        ("kl_max", "KL max", "numeric", "Largest KL at one position (a click jumps there)."),
+        ("flips", "flips", "int", "Positions whose top-1 token changed."),
+        ("flip_rate", "flip rate", "numeric", "Flips / positions. 0 = same greedy choices as the reference."),
+        ("high_share", "KL share high", "numeric",
+         "Share of the sequence's KL at high-entropy positions (the study: forgetting concentrates there)."),
+    ],
+    "positions": [
+        ("seq", "seq", "int", "Sequence index."),
+        ("pos", "token", "int", "Token index in the sequence."),
+        ("token", "text", "text", "The reference's token (· space, ↵ newline)."),
+        ("entropy", "entropy", "numeric", "Reference entropy, nats: high = a decision point."),
+        ("kl", "KL", "numeric", "KL(p_ref ‖ p_ckpt), nats. 0 = unchanged."),
+        ("js", "JS", "numeric", "Jensen-Shannon divergence, nats (at most ln 2)."),
+        ("flipped", "flip", "text", "Top-1 token changed."),
+        ("ref_top", "ref top", "text", "The reference's top-1 token."),
+        ("ckpt_top", "ckpt top", "text", "The checkpoint's top-1 token."),
+    ],
+}
+SUBST_COLUMNS = [
+    ("from", "reference's top", "text", "The reference's top-1 token at a flipped position."),
+    ("to", "checkpoint's top", "text", "What the checkpoint puts first there instead."),
+    ("count", "count", "int", "Flipped positions with this pair, over the probe set."),
+    ("share", "share of flips", "numeric", "Count / all flips: a few large shares = a format takeover."),
+    ("kl_mean", "KL mean", "numeric", "Mean KL at these positions, nats."),
+]
+
+
+def _columns(spec: list[tuple[str, str, str, str]]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    from dash.dash_table.Format import Format, Scheme
+
+    formats = {"numeric": Format(precision=3, scheme=Scheme.decimal_or_exponent),
+               "int": Format(precision=0, scheme=Scheme.fixed)}
+    cols = [{"id": k, "name": n, "type": "numeric" if t in formats else t,
+             **({"format": formats[t]} if t in formats else {})} for k, n, t, _ in spec]
+    return cols, {k: tip for k, _, _, tip in spec}
+
+
+def _table(table_id: str, spec: list[tuple[str, str, str, str]]) -> dash_table.DataTable:
+    cols, tips = _columns(spec)
+    return dash_table.DataTable(
+        id=table_id, columns=cols, data=[], sort_action="native", page_size=12, export_format="csv",
+        export_headers="display", tooltip_header=tips, tooltip_delay=300, tooltip_duration=None,
+        style_table={"overflowX": "auto"}, style_cell={"fontFamily": "inherit", "fontSize": "0.85em",
+                                                       "textAlign": "left", "maxWidth": "28em",
+                                                       "overflow": "hidden", "textOverflow": "ellipsis"},
+        style_header={"fontWeight": 600, "textDecoration": "underline dotted"}, cell_selectable=True,
+    )
 
 
 def layout(**query: Any) -> html.Div:
@@ -36,8 +93,13 @@ def layout(**query: Any) -> html.Div:
             html.P("No token scores in this run yet: run `aclarena-diag tokens --ref NAME --run DIR`.",
                    className="note", id="tokens-empty"),
         ])
-    probe = query.get("probe") if query.get("probe") in probes else probes[0]
+    from aclarena.dashboard.urlstate import query_int, query_pin, query_value
+
+    probe = query_value(query, "probe", probes, probes[0])
+    initial = {"probe": probe, "seq": query_int(query, "seq"), "checkpoint": query_value(query, "checkpoint"),
+               "b": query_value(query, "b")}
     return html.Div([
+        dcc.Store(id="tokens-query", data=initial), dcc.Store(id="tokens-url"),
         html.H2("Tokens: where later checkpoints drift on a frozen generation"),
         html.Div([
             html.Div([html.Label("probe set"),
@@ -45,13 +107,42 @@ def layout(**query: Any) -> html.Div:
             html.Div([html.Label("sequence"), dcc.Dropdown(id="tokens-sequence", clearable=False)],
                      style={"minWidth": "28em"}),
             html.Div([html.Label("checkpoint"), dcc.Dropdown(id="tokens-checkpoint", clearable=False)]),
+            html.Div([html.Label("side by side with"),
+                      dcc.Dropdown(id="tokens-checkpoint-b", placeholder="(none)", clearable=True)]),
             html.Div([html.Label("colour by"),
-                      dcc.RadioItems(id="tokens-color", value="drift", inline=True,
+                      dcc.RadioItems(id="tokens-color", value=query_value(query, "color", ["drift", "entropy"], "drift"),
+                                     inline=True,
                                      options=[{"label": " drift (KL) ", "value": "drift"},
                                               {"label": " reference entropy", "value": "entropy"}])]),
         ], className="controls"),
-        html.Div(id="tokens-legend", className="note"),
-        html.Div(id="tokens-text", className="token-text"),
+        html.Div(id="tokens-legend", className="tokens-legend"),
+        html.Div([
+            html.Div([html.H4(id="tokens-title-a"), html.Div(id="tokens-text", className="token-text")],
+                     className="token-panel"),
+            html.Div([html.H4(id="tokens-title-b"), html.Div(id="tokens-text-b", className="token-text")],
+                     className="token-panel", id="tokens-panel-b", style={"display": "none"}),
+        ], className="token-panels"),
+        html.Div(html.P("Click a token to pin its details here.", className="note"), id="tokens-detail",
+                 className="token-detail"),
+        dcc.Store(id="tokens-render"), dcc.Store(id="tokens-pin", data=query_pin(query)), dcc.Store(id="tokens-drawn"),
+        dcc.Store(id="tokens-curves-of"),
+        html.Div([
+            html.Div([
+                html.H3("Most drifted"),
+                dcc.RadioItems(id="tokens-rank-by", value=query_value(query, "rank", ["sequences", "positions"],
+                                                                      "sequences"), inline=True,
+                               options=[{"label": " sequences ", "value": "sequences"},
+                                        {"label": " positions (top 200) ", "value": "positions"}]),
+                html.P("Sortable; click a row to open its token (a sequence opens at its largest KL).",
+                       className="note"),
+                _table("tokens-rank", RANK_COLUMNS[query_value(query, "rank", ["sequences", "positions"], "sequences")]),
+            ], style={"flex": "3 1 40em", "minWidth": 0}),
+            html.Div([
+                html.H3("Top substitutions at flips"),
+                html.P("Reference's top-1 → checkpoint's top-1, counted over the probe set.", className="note"),
+                _table("tokens-subst", SUBST_COLUMNS),
+            ], style={"flex": "2 1 28em", "minWidth": 0}),
+        ], style={"display": "flex", "flexWrap": "wrap", "gap": "1.5em"}),
         html.Div([
             dcc.Graph(id="tokens-scatter", style={"flex": "1 1 28em"}),
             dcc.Graph(id="tokens-concentration", style={"flex": "1 1 28em"}),
@@ -67,7 +158,14 @@ def layout(**query: Any) -> html.Div:
 def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], int | None, list[str], str | None,
                                                          html.Table | html.P]:
     """Sequence and checkpoint choices of a probe set, and its summary table."""
-    from aclarena.figures.tokens import SUMMARY_COLUMNS, fmt, sequence_labels, summaries, token_checkpoints
+    from aclarena.figures.tokens import (
+        SUMMARY_COLUMNS,
+        SUMMARY_TIPS,
+        fmt,
+        sequence_labels,
+        summaries,
+        token_checkpoints,
+    )
 
     with reader(run_dir) as r:
         if r is None or probe is None:
@@ -77,7 +175,7 @@ def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], in
         ckpts = token_checkpoints(r, probe, m)
         rows = summaries(r, probe, m, with_flags=True)
     table = html.Table(
-        [html.Tr([html.Th(h) for _, h in SUMMARY_COLUMNS])]
+        [html.Tr([html.Th(h, title=SUMMARY_TIPS.get(k)) for k, h in SUMMARY_COLUMNS])]
         + [html.Tr([html.Td(fmt(row.get(k))) for k, _ in SUMMARY_COLUMNS],
                    className="flagged" if row.get("n_nonfinite") else None) for row in rows],
         className="simple", id="tokens-summary-table",
@@ -86,71 +184,171 @@ def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], in
     return options, 0 if options else None, ckpts, (ckpts[-1] if ckpts else None), table
 
 
-def _color(t: float, rgb: tuple[int, int, int]) -> str:
-    t = min(max(t, 0.0), 1.0)
-    return f"rgba({rgb[0]},{rgb[1]},{rgb[2]},{0.08 + 0.82 * t:.3f})"
+def colour_bar(scale: tuple[float, float], color_by: str, checkpoint: str | None) -> html.Div:
+    """The colour bar above the text: gradient, ticks and what the colours mean."""
+    from aclarena.figures.token_explore import DRIFT_RGB, ENTROPY_RGB, colour_ticks, rgba
 
-
-def _hover(tok: Any) -> str:
-    def alts(items: tuple[tuple[str, float], ...]) -> str:
-        return ", ".join(f"{w!r} {lp:.2f}" for w, lp in items)
-
-    lines = [f"token {tok.text!r}", f"reference entropy {tok.entropy:.3f} nats"]
-    if not math.isnan(tok.logprob):
-        lines.append(f"log p(token): reference {tok.ref_logprob:.3f}, checkpoint {tok.logprob:.3f} "
-                     f"(Δ {tok.logprob - tok.ref_logprob:+.3f})")
-        lines.append(f"KL {tok.kl:.3g} nats, JS {tok.js:.3g} nats" + ("; top-1 flipped" if tok.flipped else ""))
-        lines.append(f"checkpoint's top: {alts(tok.alternatives)}")
-    elif tok.status:
-        lines.append(STATUS_TEXT.get(tok.status, "not scored"))
+    rgb = ENTROPY_RGB if color_by == "entropy" else DRIFT_RGB
+    gradient = f"linear-gradient(to right, {rgba(0.0, rgb)}, {rgba(0.5, rgb)}, {rgba(1.0, rgb)})"
+    ticks = [html.Span(label, className="tick", style={"left": f"{100 * f:.1f}%"})
+             for f, label in colour_ticks(scale, color_by)]
+    if color_by == "entropy":
+        what = "reference entropy (nats), 0 to the probe set's largest"
     else:
-        lines.append(f"log p(token): reference {tok.ref_logprob:.3f}")
-    lines.append(f"reference's top: {alts(tok.ref_alternatives)}")
-    return "\n".join(lines)
+        what = (f"KL(p_ref ‖ p_ckpt) in nats, log scale, one scale for every sequence and checkpoint "
+                f"of this probe set (largest {scale[1]:.3g})")
+    return html.Div([
+        html.Div([html.Div(className="bar", style={"background": gradient}), html.Div(ticks, className="ticks")],
+                 className="colour-bar", id="tokens-colour-bar"),
+        html.Span(what, className="note"),
+        html.Span([html.Span("flip", className="tok flip sample"), " top-1 changed · ",
+                   html.Span("x", className="tok sample", style={"backgroundColor": "#222", "color": "#fff"}),
+                   " flagged (non-finite) · ", html.Span("grey", className="tok unscored sample"),
+                   " context (not scored) · ", html.Span("·", className="ws"), " space ",
+                   html.Span("↵", className="ws"), " newline ", html.Span("⟨b⟩", className="ws"),
+                   " byte piece of a multi-byte character"], className="note key"),
+    ], id="tokens-legend-inner")
 
 
-def _span(props: dict[str, Any]) -> dict[str, Any]:
-    """An html.Span in the JSON form the Dash renderer reads."""
-    return {"type": "Span", "namespace": "dash_html_components", "props": props}
-
-
-def on_view(run_dir: Path, probe: str | None, seq: int | None, checkpoint: str | None,
-            color_by: str) -> tuple[list[dict[str, Any]], str]:
-    """The coloured text of one sequence and the legend of its colour scale."""
-    from aclarena.figures.tokens import sequence_tokens
+def on_view(run_dir: Path, probe: str | None, seq: int | None, checkpoint: str | None, color_by: str,
+            checkpoint_b: str | None = None) -> tuple[dict[str, Any], Any]:
+    """The coloured text of one sequence (HTML, for ``checkpoint`` and optionally ``checkpoint_b`` on
+    the same scale) and the colour bar."""
+    from aclarena.figures.token_explore import colour_scale, text_html
+    from aclarena.figures.tokens import sequence_tokens, token_checkpoints
 
     if probe is None or seq is None:
-        return [], ""
+        return {}, ""
     with reader(run_dir) as r:
         if r is None:
-            return [], ""
-        tokens = sequence_tokens(r, probe, int(seq), checkpoint)
-    scored = [t for t in tokens if t.scored]
-    if color_by == "entropy":
-        top = max([t.entropy for t in scored if math.isfinite(t.entropy)] or [1.0]) or 1.0
-        value = [t.entropy / top if t.scored and math.isfinite(t.entropy) else None for t in tokens]
-        rgb = (31, 119, 180)
-        legend = f"blue: reference entropy, 0 to {top:.2f} nats (this sequence's maximum)"
-    else:
-        kls = [t.kl for t in scored if math.isfinite(t.kl)]
-        top = max(max(kls or [0.0]), KL_LOW * 10)
-        span = math.log10(top) - math.log10(KL_LOW)
-        value = [None if not t.scored or not math.isfinite(t.kl)
-                 else (math.log10(max(t.kl, KL_LOW)) - math.log10(KL_LOW)) / span for t in tokens]
-        rgb = (214, 39, 40)
-        legend = (f"red: KL(p_ref ‖ p_{checkpoint}) on a log scale from {KL_LOW:g} to {top:.3g} nats; "
-                  "black: flagged positions; grey text: not scored (prompt, user and tool turns)")
-    # children as component dicts: building 1,000 html.Span objects costs more than the rest
-    spans: list[dict[str, Any]] = []
-    for tok, v in zip(tokens, value, strict=True):
-        if not tok.scored:
-            spans.append(_span({"children": tok.text, "className": "tok unscored"}))
-            continue
-        style = {"backgroundColor": "#222", "color": "#fff"} if tok.status == 1 else (
-            {"backgroundColor": _color(v, rgb)} if v is not None else {})
-        spans.append(_span({"children": tok.text, "title": _hover(tok), "style": style,
-                            "className": "tok flip" if tok.flipped and color_by != "entropy" else "tok"}))
-    return spans, legend
+            return {}, ""
+        ckpts = token_checkpoints(r, probe)
+        scale = colour_scale(r, probe, color_by, ckpts)
+        out: dict[str, Any] = {"seq": int(seq)}
+        for side, name in (("a", checkpoint), ("b", checkpoint_b)):
+            if side == "b" and not name:
+                continue
+            tokens = sequence_tokens(r, probe, int(seq), name)
+            out[side] = text_html(tokens, color_by, scale)
+            out[f"title_{side}"] = f"{name}" if color_by == "drift" else f"{name} (colour: reference entropy)"
+    return out, colour_bar(scale, color_by, checkpoint)
+
+
+def on_rank(run_dir: Path, probe: str | None, checkpoint: str | None, by: str) -> tuple[Any, ...]:
+    """The most-drifted table (``by`` sequences or positions: data, columns, header tips) and the
+    substitutions table's data."""
+    from aclarena.figures.token_explore import rank_positions, rank_sequences, substitutions
+    from aclarena.figures.tokens import sequence_labels
+
+    cols, tips = _columns(RANK_COLUMNS[by])
+    if probe is None or checkpoint is None:
+        return [], cols, tips, []
+    with reader(run_dir) as r:
+        if r is None:
+            return [], cols, tips, []
+        if by == "positions":
+            rows = rank_positions(r, probe, checkpoint)
+            for row in rows:
+                row["flipped"] = "yes" if row["flipped"] else ""
+        else:
+            rows = rank_sequences(r, probe, checkpoint, sequence_labels(r, probe))
+        subst = substitutions(r, probe, checkpoint)
+    return rows, cols, tips, subst
+
+
+def jump_target(trigger: str | None, rank_cell: dict[str, Any] | None, subst_cell: dict[str, Any] | None,
+                click: dict[str, Any] | None, rank_rows: list[dict[str, Any]] | None,
+                subst_rows: list[dict[str, Any]] | None) -> dict[str, int] | None:
+    """Where a click on a table row or a scatter point goes: {"seq", "pos"}, or None."""
+    def from_cell(cell: dict[str, Any] | None, rows: list[dict[str, Any]] | None) -> dict[str, int] | None:
+        if not cell or not rows:
+            return None
+        row = next((x for x in rows if str(x.get("id")) == str(cell.get("row_id"))), None)
+        return None if row is None else {"seq": int(row["seq"]), "pos": int(row["pos"])}
+
+    if trigger == "tokens-rank":
+        return from_cell(rank_cell, rank_rows)
+    if trigger == "tokens-subst":
+        return from_cell(subst_cell, subst_rows)
+    if trigger == "tokens-scatter" and click and click.get("points"):
+        cd = click["points"][0].get("customdata")
+        if isinstance(cd, list) and len(cd) == 2:
+            return {"seq": int(cd[0]), "pos": int(cd[1])}
+    return None
+
+
+def _num(v: float, spec: str = ".4g") -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
+def _topk_table(title: str, items: list[tuple[str, float]], mark: str | None) -> html.Table:
+    return html.Table(
+        [html.Tr([html.Th(title, colSpan=3)]), html.Tr([html.Th("token"), html.Th("log p"), html.Th("p")])]
+        + [html.Tr([html.Td(w, className="mono"), html.Td(f"{lp:.3f}"), html.Td(f"{math.exp(lp):.3f}")],
+                   className="hit" if w == mark else None) for w, lp in items],
+        className="simple topk",
+    )
+
+
+def on_detail(run_dir: Path, probe: str | None, pin: dict[str, Any] | None, checkpoint: str | None,
+              checkpoint_b: str | None = None) -> Any:
+    """The pinned token's panel: values for each shown checkpoint, both top-k lists, KL rank."""
+    from aclarena.figures.token_explore import sequence_ids, token_detail
+    from aclarena.figures.tokens import sequence_tokens
+
+    if not pin or probe is None or checkpoint is None:
+        return html.P("Click a token to pin its details here.", className="note")
+    seq, pos = int(pin["seq"]), int(pin["pos"])
+    with reader(run_dir) as r:
+        if r is None:
+            return html.P("no token scores", className="note")
+        try:
+            ids = sequence_ids(r, probe, seq)
+            details = [(c, token_detail(sequence_tokens(r, probe, seq, c), pos, ids))
+                       for c in (checkpoint, checkpoint_b) if c]
+        except IndexError:
+            return html.P(f"sequence {seq} is not in probe set {probe}", className="note")
+    if not details or details[0][1] is None:
+        return html.P(f"token {pos} is not in sequence {seq}", className="note")
+    d0 = details[0][1]
+    head = html.H4(["Pinned: sequence #", str(seq), ", token ", str(pos), " ",
+                    html.Span(d0["text"], className="mono pinned-text"), f" (id {d0.get('id')})"],
+                   id="tokens-detail-title")
+    if not d0["scored"]:
+        return html.Div([head, html.P("Context token (prompt, user or tool turn): not scored.", className="note")])
+    rows = [("reference entropy (nats)", _num(d0["entropy"])), ("log p(token), reference", _num(d0["ref_logprob"]))]
+    tables = [_topk_table("reference's top-k", d0["ref_top"], d0["text"])]
+    for c, d in details:
+        assert d is not None
+        rank = f"{d['rank']} of {d['n_ranked']}" if "rank" in d else "-"
+        rows += [(f"log p(token), {c}", _num(d["logprob"])),
+                 (f"Δ log p, {c}", _num(d["logprob"] - d["ref_logprob"], "+.4g")),
+                 (f"KL(p_ref ‖ p_{c}) (nats)", _num(d["kl"])), (f"JS, {c} (nats)", _num(d["js"])),
+                 (f"top-1 flipped, {c}", "yes" if d["flipped"] else "no"),
+                 (f"KL rank in this sequence, {c}", rank)]
+        tables.append(_topk_table(f"{c}'s top-k", d["ckpt_top"], d["text"]))
+    values = html.Table([html.Tr([html.Th(k), html.Td(v)]) for k, v in rows], className="simple",
+                        id="tokens-detail-values")
+    return html.Div([head, html.Div([values, *tables], className="detail-row")])
+
+
+def highlight(run_dir: Path, probe: str | None, checkpoint: str | None) -> Any:
+    """A patch of the concentration figure that widens ``checkpoint``'s curve (the curves themselves
+    change only with the probe set, so a checkpoint change sends a few bytes, not the figure)."""
+    from dash import Patch
+
+    from aclarena.figures.tokens import token_checkpoints
+
+    if probe is None:
+        return no_update
+    with reader(run_dir) as r:
+        if r is None:
+            return no_update
+        names = token_checkpoints(r, probe, manifest(run_dir))
+    patch = Patch()
+    for i, name in enumerate(names):
+        patch["data"][i + 1]["line"]["width"] = 4 if name == checkpoint else 2  # trace 0: the diagonal
+    return patch
 
 
 def on_checkpoint(run_dir: Path, probe: str | None, checkpoint: str | None) -> tuple[Any, Any]:
@@ -165,30 +363,113 @@ def on_checkpoint(run_dir: Path, probe: str | None, checkpoint: str | None) -> t
         if r is None:
             return empty, empty
         m = manifest(run_dir)
-        return scatter_spec(r, probe, checkpoint), concentration_spec(r, probe, m, highlight=checkpoint)
+        return scatter_spec(r, probe, checkpoint, gl=True), concentration_spec(r, probe, m, highlight=checkpoint)
+
+
+# Writes the text HTML into the page, marks the pinned token and scrolls it into view.
+DRAW_TEXT = """
+function(render, pin) {
+    render = render || {};
+    var put = function(id, markup) {
+        var el = document.getElementById(id);
+        if (!el) { return; }
+        if (el.dataset.markup !== String(render.version)) { el.innerHTML = markup || ""; }
+        el.dataset.markup = String(render.version);
+        el.dataset.seq = render.seq === undefined ? "" : String(render.seq);
+        el.querySelectorAll("span.tok.pinned").forEach(function(s) { s.classList.remove("pinned"); });
+        if (pin && render.seq === pin.seq) {
+            var hit = el.querySelector('span.tok[data-i="' + pin.pos + '"]');
+            if (hit) { hit.classList.add("pinned"); hit.scrollIntoView({block: "nearest"}); }
+        }
+    };
+    put("tokens-text", render.a);
+    put("tokens-text-b", render.b);
+    return [render.title_a || "", render.title_b || "", render.b ? {} : {display: "none"}, render.version];
+}
+"""
 
 
 def register_callbacks(app: Dash, run_dir: Path) -> None:
+    from aclarena.dashboard.urlstate import keep_in_url
+
     @app.callback(
         Output("tokens-sequence", "options"), Output("tokens-sequence", "value"),
         Output("tokens-checkpoint", "options"), Output("tokens-checkpoint", "value"),
+        Output("tokens-checkpoint-b", "options"), Output("tokens-checkpoint-b", "value"),
         Output("tokens-summary", "children"),
-        Input("tokens-probe", "value"),
+        Input("tokens-probe", "value"), State("tokens-query", "data"),
     )
-    def _probe(probe: str | None) -> tuple[Any, ...]:
-        return on_probe(run_dir, probe)
+    def _probe(probe: str | None, initial: dict[str, Any] | None) -> tuple[Any, ...]:
+        options, value, ckpts, ckpt, table = on_probe(run_dir, probe)
+        b = None
+        if initial and initial.get("probe") == probe:  # a shared or reloaded view
+            if initial.get("seq") is not None and 0 <= initial["seq"] < len(options):
+                value = initial["seq"]
+            ckpt = initial["checkpoint"] if initial.get("checkpoint") in ckpts else ckpt
+            b = initial["b"] if initial.get("b") in ckpts else None
+        return options, value, ckpts, ckpt, ckpts, b, table
+
+    keep_in_url(app, "tokens-url", {
+        "probe": ("tokens-probe", "value"), "seq": ("tokens-sequence", "value"),
+        "checkpoint": ("tokens-checkpoint", "value"), "b": ("tokens-checkpoint-b", "value"),
+        "color": ("tokens-color", "value"), "rank": ("tokens-rank-by", "value"), "pin": ("tokens-pin", "data")})
 
     @app.callback(
-        Output("tokens-text", "children"), Output("tokens-legend", "children"),
+        Output("tokens-render", "data"), Output("tokens-legend", "children"),
         Input("tokens-probe", "value"), Input("tokens-sequence", "value"), Input("tokens-checkpoint", "value"),
-        Input("tokens-color", "value"),
+        Input("tokens-color", "value"), Input("tokens-checkpoint-b", "value"),
     )
-    def _view(probe: str | None, seq: int | None, checkpoint: str | None, color_by: str) -> tuple[Any, ...]:
-        return on_view(run_dir, probe, seq, checkpoint, color_by)
+    def _view(probe: str | None, seq: int | None, checkpoint: str | None, color_by: str,
+              checkpoint_b: str | None) -> tuple[Any, ...]:
+        render, legend = on_view(run_dir, probe, seq, checkpoint, color_by, checkpoint_b)
+        render["version"] = f"{probe}|{seq}|{checkpoint}|{checkpoint_b}|{color_by}"
+        return render, legend
+
+    app.clientside_callback(
+        DRAW_TEXT,
+        Output("tokens-title-a", "children"), Output("tokens-title-b", "children"),
+        Output("tokens-panel-b", "style"), Output("tokens-drawn", "data"),
+        Input("tokens-render", "data"), Input("tokens-pin", "data"),
+    )
+
+    @app.callback(
+        Output("tokens-rank", "data"), Output("tokens-rank", "columns"), Output("tokens-rank", "tooltip_header"),
+        Output("tokens-subst", "data"),
+        Input("tokens-probe", "value"), Input("tokens-checkpoint", "value"), Input("tokens-rank-by", "value"),
+    )
+    def _rank(probe: str | None, checkpoint: str | None, by: str) -> tuple[Any, ...]:
+        return on_rank(run_dir, probe, checkpoint, by)
+
+    @app.callback(
+        Output("tokens-sequence", "value", allow_duplicate=True), Output("tokens-pin", "data", allow_duplicate=True),
+        Input("tokens-rank", "active_cell"), Input("tokens-subst", "active_cell"), Input("tokens-scatter", "clickData"),
+        State("tokens-rank", "data"), State("tokens-subst", "data"), prevent_initial_call=True,
+    )
+    def _jump(rank_cell: Any, subst_cell: Any, click: Any, rank_rows: Any, subst_rows: Any) -> tuple[Any, ...]:
+        target = jump_target(ctx.triggered_id, rank_cell, subst_cell, click, rank_rows, subst_rows)
+        if target is None:
+            return no_update, no_update
+        return target["seq"], target
+
+    @app.callback(
+        Output("tokens-detail", "children"),
+        Input("tokens-pin", "data"), Input("tokens-checkpoint", "value"), Input("tokens-checkpoint-b", "value"),
+        State("tokens-probe", "value"),
+    )
+    def _detail(pin: Any, checkpoint: str | None, checkpoint_b: str | None, probe: str | None) -> Any:
+        return on_detail(run_dir, probe, pin, checkpoint, checkpoint_b)
 
     @app.callback(
         Output("tokens-scatter", "figure"), Output("tokens-concentration", "figure"),
-        Input("tokens-probe", "value"), Input("tokens-checkpoint", "value"),
+        Output("tokens-curves-of", "data"),
+        Input("tokens-probe", "value"), Input("tokens-checkpoint", "value"), State("tokens-curves-of", "data"),
     )
-    def _checkpoint(probe: str | None, checkpoint: str | None) -> tuple[Any, ...]:
-        return on_checkpoint(run_dir, probe, checkpoint)
+    def _checkpoint(probe: str | None, checkpoint: str | None, drawn: str | None) -> tuple[Any, ...]:
+        if drawn is not None and drawn == probe and checkpoint is not None:
+            from aclarena.figures.tokens import scatter_spec
+
+            with reader(run_dir) as r:  # the curves of this probe set are drawn: only the highlight moves
+                scatter = scatter_spec(r, probe, checkpoint, gl=True) if r is not None else no_update
+            return scatter, highlight(run_dir, probe, checkpoint), no_update
+        scatter, curves = on_checkpoint(run_dir, probe, checkpoint)
+        return scatter, curves, probe if curves.get("data") else None

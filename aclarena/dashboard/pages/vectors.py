@@ -1,4 +1,9 @@
-"""Vectors: task-vector cosines (all weights and per layer block) and distances to the oracles."""
+"""Vectors: task-vector cosines (all weights and per layer block) and distances to the oracles.
+
+A filter picks which task vectors the heatmaps show (stage updates θ − θ_parent, cumulative
+updates θ − θ_base, oracle directions; SFT / RL): a 40-checkpoint chain has over 80 vectors.
+The heatmaps grow with their rows; zero vectors are grey and labelled.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,17 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from aclarena.dashboard.data import current_run, reader
+from aclarena.dashboard.data import current_run, manifest, reader
 
 PAGE = {"path": "/vectors", "name": "Vectors", "order": 40}
 VIEW_OPTIONS = [{"label": "all weights", "value": "all"},
                 {"label": "without embeddings and head", "value": "no-embeddings"}]
+KIND_OPTIONS = [{"label": " stage updates ", "value": "stage"}, {"label": " cumulative ", "value": "cumulative"},
+                {"label": " oracles ", "value": "oracle"}]
+PHASE_OPTIONS = [{"label": " SFT ", "value": "sft"}, {"label": " RL ", "value": "rl"},
+                 {"label": " no phase ", "value": "none"}]
+DEFAULT_KINDS = ["stage", "oracle"]
+DEFAULT_PHASES = ["sft", "rl", "none"]
 
 
 def summary(run_dir: Path, view: str = "all") -> dict[str, Any] | None:
@@ -27,34 +38,50 @@ def slider_marks(groups: list[str]) -> dict[int, str]:
     return {i: g.replace("layer.", "L") for i, g in enumerate(groups) if i % step == 0 or i == len(groups) - 1}
 
 
-def view_figures(run_dir: Path, view: str) -> tuple[Any, Any, int, dict[int, str]]:
-    """Global heatmap, distance lines, and the layer slider's max and marks for ``view``."""
+def _keep(run_dir: Path, s: dict[str, Any], kinds: list[str] | None, phases: list[str] | None) -> list[int]:
+    from aclarena.figures.vectors import vector_filter
+
+    return vector_filter(s, manifest(run_dir), kinds, phases)
+
+
+def view_figures(run_dir: Path, view: str, kinds: list[str] | None = None,
+                 phases: list[str] | None = None) -> tuple[Any, Any, int, dict[int, str]]:
+    """Global heatmap (the filtered vectors), distance lines, and the layer slider's max and marks."""
     from aclarena.figures.vectors import distance_figure, global_cosines_figure
 
     s = summary(run_dir, view)
     if s is None:
         return {}, {}, 0, {}
     groups = s["group_labels"]
-    return global_cosines_figure(s, view), distance_figure(s, view), max(0, len(groups) - 1), slider_marks(groups)
+    keep = _keep(run_dir, s, kinds, phases)
+    return (global_cosines_figure(s, view, keep), distance_figure(s, view), max(0, len(groups) - 1),
+            slider_marks(groups))
 
 
-def layer_figure(run_dir: Path, view: str, index: int | None) -> Any:
+def layer_figure(run_dir: Path, view: str, index: int | None, kinds: list[str] | None = None,
+                 phases: list[str] | None = None) -> Any:
     from aclarena.figures.vectors import layer_cosines_figure
 
     s = summary(run_dir, view)
     if s is None:
         return {}
-    return layer_cosines_figure(s, index or 0, view)
+    return layer_cosines_figure(s, index or 0, view, _keep(run_dir, s, kinds, phases))
 
 
-def layout(**_query: Any) -> html.Div:
+def layout(**query: Any) -> html.Div:
+    from aclarena.dashboard.urlstate import query_int, query_list, query_value
+
     run_dir = current_run()
-    s = summary(run_dir)
+    view = query_value(query, "view", ["all", "no-embeddings"], "all")
+    kinds = query_list(query, "show", [o["value"] for o in KIND_OPTIONS], DEFAULT_KINDS)
+    phases = query_list(query, "phase", [o["value"] for o in PHASE_OPTIONS], DEFAULT_PHASES)
+    s = summary(run_dir, view)
     if s is None:
         return html.Div([html.H2("Task vectors"),
                          html.P("No task vectors yet: run `aclarena-diag vectors --run DIR`.", className="note",
                                 id="vectors-empty")])
-    heat, dist, gmax, marks = view_figures(run_dir, "all")
+    heat, dist, gmax, marks = view_figures(run_dir, view, kinds, phases)
+    layer = min(max(query_int(query, "layer") or 0, 0), gmax)
     return html.Div([
         html.H2("Task vectors"),
         html.P("Cosines of stage updates (θ − θ_parent), cumulative updates (θ − θ_base) and oracle directions "
@@ -62,13 +89,19 @@ def layout(**_query: Any) -> html.Div:
                "the base and from the sequential end point has cosine 0.77, unrelated SFT tasks 0.05.",
                className="note"),
         html.Div([html.Div([html.Label("weights"),
-                            dcc.RadioItems(id="vectors-view", options=VIEW_OPTIONS, value="all", inline=True)])],
+                            dcc.RadioItems(id="vectors-view", options=VIEW_OPTIONS, value=view, inline=True)]),
+                  html.Div([html.Label("show"),
+                            dcc.Checklist(id="vectors-kinds", options=KIND_OPTIONS, value=kinds, inline=True)]),
+                  html.Div([html.Label("phase"),
+                            dcc.Checklist(id="vectors-phases", options=PHASE_OPTIONS, value=phases,
+                                          inline=True)])],
                  className="controls"),
+        dcc.Store(id="vectors-url"),
         dcc.Graph(id="vectors-heatmap", figure=heat),
         html.H3("Per layer block"),
-        html.Div(dcc.Slider(id="vectors-layer-slider", min=0, max=gmax, step=1, value=0, marks=marks,
+        html.Div(dcc.Slider(id="vectors-layer-slider", min=0, max=gmax, step=1, value=layer, marks=marks,
                             allow_direct_input=False), style={"maxWidth": "900px"}),
-        dcc.Graph(id="vectors-layer-heatmap", figure=layer_figure(run_dir, "all", 0)),
+        dcc.Graph(id="vectors-layer-heatmap", figure=layer_figure(run_dir, view, layer, kinds, phases)),
         html.H3("Distance to each oracle along the chain"),
         dcc.Graph(id="vectors-distances", figure=dist),
         html.Ul([html.Li(n) for n in s["notes"]], id="vectors-notes", className="note"),
@@ -76,17 +109,24 @@ def layout(**_query: Any) -> html.Div:
 
 
 def register_callbacks(app: Dash, run_dir: Path) -> None:
+    from aclarena.dashboard.urlstate import keep_in_url
+
+    keep_in_url(app, "vectors-url", {"view": ("vectors-view", "value"), "show": ("vectors-kinds", "value"),
+                                     "phase": ("vectors-phases", "value"), "layer": ("vectors-layer-slider", "value")})
+
     @app.callback(
         Output("vectors-heatmap", "figure"), Output("vectors-distances", "figure"),
         Output("vectors-layer-slider", "max"), Output("vectors-layer-slider", "marks"),
-        Input("vectors-view", "value"), prevent_initial_call=True,
+        Input("vectors-view", "value"), Input("vectors-kinds", "value"), Input("vectors-phases", "value"),
+        prevent_initial_call=True,
     )
-    def _view(view: str) -> tuple[Any, Any, int, dict[int, str]]:
-        return view_figures(run_dir, view)
+    def _view(view: str, kinds: list[str], phases: list[str]) -> tuple[Any, Any, int, dict[int, str]]:
+        return view_figures(run_dir, view, kinds, phases)
 
     @app.callback(
         Output("vectors-layer-heatmap", "figure"),
-        Input("vectors-layer-slider", "value"), Input("vectors-view", "value"), prevent_initial_call=True,
+        Input("vectors-layer-slider", "value"), Input("vectors-view", "value"), Input("vectors-kinds", "value"),
+        Input("vectors-phases", "value"), prevent_initial_call=True,
     )
-    def _layer(index: int | None, view: str) -> Any:
-        return layer_figure(run_dir, view, index)
+    def _layer(index: int | None, view: str, kinds: list[str], phases: list[str]) -> Any:
+        return layer_figure(run_dir, view, index, kinds, phases)

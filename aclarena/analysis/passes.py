@@ -1,4 +1,4 @@
-"""Glue shared by the parameter-space verbs (`vectors`, `displacement`).
+"""Passes shared by the parameter-space analyses (`vectors`, `displacement`).
 
 Choosing the checkpoints of a pass from the manifest, opening them for streaming, and running a
 resumable pass: tensors are processed in read order, and every ``save_every`` seconds the
@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from aclarena.errors import AclarenaError, CheckpointError
 from aclarena.store import Json, Manifest, ResultsStore
@@ -99,7 +98,7 @@ class Plan:
         self.reader.close()
 
 
-def open_plan(manifest: Manifest, run_dir: str | Path, names: Sequence[str], *, allow_pickle: bool = False) -> Plan:
+def open_plan(manifest: Manifest, run_dir: str | os.PathLike[str], names: Sequence[str], *, allow_pickle: bool = False) -> Plan:
     """Inspect ``names`` and open them for streaming; every problem is a one-line error here,
     before anything is read or written."""
     from aclarena.models.checkpoint import inspect_all
@@ -137,21 +136,20 @@ def settings_hash(settings: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def progress_enabled(args: Any) -> bool:
-    return not getattr(args, "json", False) and sys.stderr.isatty()
-
-
 class Accumulator(Protocol):
     def add(self, start_row: int, tensors: Sequence[Any]) -> None: ...
 
 
+A = TypeVar("A", bound=Accumulator)
+
+
 def resumable_pass(
-    store: ResultsStore,
+    store: ResultsStore | None,
     prefix: str,
     key: str,
     plan: Plan,
-    start: Callable[[str], Accumulator],
-    finish: Callable[[str, Accumulator], dict[str, np.ndarray]],
+    start: Callable[[str], A],
+    finish: Callable[[str, A], dict[str, np.ndarray]],
     *,
     save_every: float,
     show_progress: bool,
@@ -161,20 +159,21 @@ def resumable_pass(
 
     Returns ``{tensor: arrays}`` for all tensors, in read order. Finished tensors of an
     interrupted run with the same ``key`` (stored under ``{prefix}/_partial/{key}``) are not
-    read again. The reads run ahead in a background thread while this one computes; torch runs
-    on one thread meanwhile (two busy threads per core make BLAS spin, many times slower, on
+    read again; with ``store`` None nothing is saved (a pass over folders outside a run). The
+    reads run ahead in a background thread while this one computes; torch runs on one thread
+    meanwhile (two busy threads per core make BLAS spin, many times slower, on
     shared machines).
     """
     import torch
 
-    from aclarena.cli._common import progress
+    from aclarena.progress import progress
 
     reader = plan.reader
-    done = load_parts(store, f"{prefix}/{PARTIAL}/{key}")
+    done = load_parts(store, f"{prefix}/{PARTIAL}/{key}") if store is not None else {}
     todo = [t for t in reader.names if t not in done]
     pending: dict[str, dict[str, np.ndarray]] = {}
     wrote_parts = False
-    n_parts = len(store.keys(f"{prefix}/{PARTIAL}/{key}")) if done else 0
+    n_parts = len(store.keys(f"{prefix}/{PARTIAL}/{key}")) if done and store is not None else 0
     last = time.monotonic()
     threads = torch.get_num_threads()
     try:
@@ -189,13 +188,13 @@ def resumable_pass(
                         bar.advance(task, reader.nbytes(t, k))
                     bar.advance(overall)
 
-            def close(tensor: str, acc: Accumulator) -> None:
+            def close(tensor: str, acc: A) -> None:
                 nonlocal pending, n_parts, wrote_parts, last
                 pending[tensor] = finish(tensor, acc)
                 for k, task in enumerate(tasks):
                     bar.advance(task, reader.nbytes(tensor, k))
                 bar.advance(overall)
-                if time.monotonic() - last >= save_every:
+                if store is not None and time.monotonic() - last >= save_every:
                     _write_part(store, prefix, key, n_parts, pending)
                     wrote_parts = True
                     n_parts += 1
@@ -204,7 +203,7 @@ def resumable_pass(
                     last = time.monotonic()
 
             current: str | None = None
-            acc: Accumulator | None = None
+            acc: A | None = None
             for chunk in reader.stream(todo, CHUNK_ELEMENTS):
                 if chunk.name != current:
                     if current is not None and acc is not None:
@@ -216,7 +215,7 @@ def resumable_pass(
             if current is not None and acc is not None:
                 close(current, acc)
     except AclarenaError:
-        if wrote_parts:
+        if wrote_parts and store is not None:
             store.delete(f"{prefix}/{PARTIAL}/{key}")
         raise
     finally:

@@ -1,0 +1,57 @@
+"""Small pieces every analysis shares: where a run is, its manifest, JSON-safe numbers, frames."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from aclarena.store.manifest import Manifest, load_manifest, manifest_path
+
+RunPath = str | os.PathLike[str]
+
+
+def manifest_or_load(run_dir: RunPath, manifest: Manifest | None) -> Manifest:
+    """``manifest`` when given (a caller that already read it), else the run's aclarena.toml."""
+    return manifest if manifest is not None else load_manifest(run_dir)
+
+
+def manifest_text(run_dir: RunPath) -> str | None:
+    """The run's aclarena.toml as written (recorded in the store with each result), None if unreadable."""
+    try:
+        return manifest_path(run_dir).read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def num(x: Any) -> float | None:
+    """A float, with NaN/inf as None (strict JSON)."""
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def nums(a: Any) -> list[Any]:
+    """A nested list of floats with NaN/inf as None (strict JSON)."""
+    arr = np.asarray(a, dtype=float)
+    out = arr.astype(object)
+    out[~np.isfinite(arr)] = None
+    result: list[Any] = out.tolist()
+    return result
+
+
+def nan_none(x: Any) -> Any:
+    """``x`` with a float NaN replaced by None."""
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    return x
+
+
+def frame(rows: Iterable[Mapping[str, Any]], columns: list[str] | None = None) -> Any:
+    """A pandas DataFrame of ``rows`` (pandas is imported here, on first use)."""
+    import pandas as pd
+
+    rows = list(rows)
+    return pd.DataFrame(rows, columns=columns) if columns is not None else pd.DataFrame(rows)

@@ -1,0 +1,56 @@
+"""A run's checkpoints: lineage, size, dtype, tokenizer, and whether each loads (``aclarena-diag checkpoints``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from aclarena.analysis._common import RunPath, frame, manifest_or_load
+from aclarena.models.checkpoint import inspect_all
+from aclarena.store import Manifest
+
+COLUMNS = ("name", "kind", "domain", "phase", "parent", "on", "source", "location", "architecture", "parameters",
+           "dtype", "tokenizer", "loadable", "problem")
+
+
+@dataclass(frozen=True)
+class CheckpointsResult:
+    """One row per checkpoint of the manifest, in its order (``COLUMNS``); nothing is written."""
+
+    run: str
+    base: str | None
+    rows: tuple[dict[str, Any], ...]
+    writes: tuple[str, ...] = field(default=())
+
+    def to_pandas(self) -> Any:
+        """DataFrame, one row per checkpoint."""
+        return frame(self.rows, list(COLUMNS))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: what ``aclarena-diag checkpoints --json`` prints."""
+        return {"run": self.run, "base": self.base, "checkpoints": [dict(r) for r in self.rows]}
+
+
+def checkpoints(run_dir: RunPath, *, allow_pickle: bool = False, manifest: Manifest | None = None) -> CheckpointsResult:
+    """Inspect every checkpoint of the run in ``run_dir`` (reads configs and file headers, loads no weights)."""
+    manifest = manifest_or_load(run_dir, manifest)
+    rows = []
+    for info in inspect_all(manifest, run_dir, allow_pickle=allow_pickle):
+        s = info.spec
+        rows.append({
+            "name": s.name,
+            "kind": s.kind,
+            "domain": s.domain,
+            "phase": s.phase,
+            "parent": s.parent,
+            "on": s.on,
+            "source": info.source,
+            "location": info.location,
+            "architecture": info.architecture,
+            "parameters": info.n_parameters,
+            "dtype": info.dtype,
+            "tokenizer": info.tokenizer_fingerprint,
+            "loadable": info.loadable,
+            "problem": info.problem,
+        })
+    return CheckpointsResult(run=manifest.name, base=manifest.base, rows=tuple(rows))

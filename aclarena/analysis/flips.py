@@ -1,0 +1,900 @@
+"""Why an item was forgotten: locate the decision that flipped it, and test it by swapping tokens.
+
+From the per-item outcomes of the capability matrix, the items an earlier checkpoint E solved
+and a later one L fails (``forgot``: 1 -> 0) and, as a control, the reverse (``gained``: 0 -> 1).
+For each (the maths is in :mod:`aclarena.diagnostics.flips`):
+
+1. **Replay.** E and L play the item greedily in the arena, each in lockstep with the other
+   (:func:`play`): every generated token also gets the other model's top-1 and
+   ``KL(p_E ‖ p_L)``. An item counts as *reproduced* when the replays give the matrix's
+   outcomes (greedy decoding is deterministic, but a batch's padding can move a near-tie).
+2. **Localization.** E's trajectory is scored teacher-forced under L with the scoring core
+   (:func:`aclarena.probes.teacher_forcing.score`): the first position where L's top-1
+   differs from E's token, the first where L's log-prob of E's token falls below a
+   threshold, E's entropy there, its percentile in the trajectory, L's KL there, both
+   tokens and both top-k. Over the items: the share of divergences in E's top 6% entropy
+   positions against the share expected by chance, with intervals.
+3. **Swap test** (reproduced ``forgot`` items). L regenerates the item; at positions where E
+   and L disagree, E's token goes through at the top ``b%`` positions by KL (positions
+   ranked on E's trajectory; ``b%`` of its tokens), or, as the control, at as many
+   disagreeing positions chosen at random (seeded). Tool results and the reward come from
+   the environment. The reverse direction lets L's tokens into E's generation. All rows
+   (items x budgets x arms) of a direction are generated in one batched lockstep loop.
+
+Results go to ``flips/<E>/<L>/<suite>`` in results.h5 (docs/store-format.md), written
+completely or not at all. :func:`flips` is the Python API; ``aclarena-diag flips`` prints it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from aclarena.diagnostics.flips import (
+    DEFAULT_BUDGETS,
+    DEFAULT_TOP,
+    ChanceShare,
+    budget_count,
+    chance_share,
+    first_below,
+    first_divergence,
+    percentile_rank,
+    random_ordinals,
+    recovery_curve,
+    step_divergence,
+    swap_threshold,
+    top_fraction,
+)
+from aclarena.errors import AclarenaError
+from aclarena.store.flips import RESULT_TYPE, RESULT_VERSION, flips_key, read_flips_data
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from aclarena.envs.base import Environment, Task, Trajectory
+
+FORGOT, GAINED = "forgot", "gained"
+# online KL (one decoding step) and teacher-forced KL differ by float32 rounding only
+_KL_RTOL = 1e-3
+
+
+# --- settings and results -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FlipSettings:
+    """How flips are analysed. Every field is part of the stored result's identity."""
+
+    budgets: tuple[float, ...] = DEFAULT_BUDGETS
+    top: float = DEFAULT_TOP
+    logprob_below: float = math.log(0.1)
+    topk: int = 5
+    seed: int = 0
+    max_items: int | None = None
+    swap: bool = True
+    reverse: bool = True
+    batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        b = tuple(self.budgets)
+        if not b or any(not (isinstance(x, int | float) and 0 < x <= 100) for x in b) or len(set(b)) != len(b):
+            raise AclarenaError(f"--budgets must be distinct percentages in (0, 100], e.g. 0.5,1,2,5,10,20; got {list(b)}")
+        object.__setattr__(self, "budgets", tuple(sorted(float(x) for x in b)))
+        if not (isinstance(self.top, int | float) and 0 < self.top < 1):
+            raise AclarenaError(f"--top must be a fraction in (0, 1) (the study's share is 0.06), got {self.top!r}")
+        if not (isinstance(self.logprob_below, int | float) and math.isfinite(self.logprob_below)
+                and self.logprob_below < 0):
+            raise AclarenaError(f"--logprob-below must be a log-prob < 0 (e.g. -2.3 = prob 0.1), got {self.logprob_below!r}")
+        if not isinstance(self.topk, int) or self.topk < 1:
+            raise AclarenaError(f"--topk must be an integer >= 1, got {self.topk!r}")
+        if self.max_items is not None and (not isinstance(self.max_items, int) or self.max_items < 1):
+            raise AclarenaError(f"--max-items must be an integer >= 1, got {self.max_items!r}")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise AclarenaError(f"--batch-size must be an integer >= 1, got {self.batch_size!r}")
+
+    def identity(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("batch_size")
+        d["budgets"] = list(self.budgets)
+        return d
+
+
+@dataclass(frozen=True)
+class FlipItem:
+    """One flipped item: the matrix's outcomes, the replays, and where E's trajectory diverges under L."""
+
+    item_id: str
+    direction: str  # forgot (E 1 -> L 0) or gained (E 0 -> L 1)
+    reproduced: bool
+    e_reward: float
+    l_reward: float
+    n_positions: int
+    diverge: int  # index among E's scored positions; -1: L agrees everywhere
+    below: int  # first position where L's log-prob of E's token is below the threshold; -1: none
+    e_token: str
+    l_token: str
+    e_entropy: float
+    entropy_pct: float
+    kl: float
+    in_top: bool
+    chance: float  # |top set| / n: the chance a random position is in it
+    e_topk: list[tuple[str, float]] = field(default_factory=list)
+    l_topk: list[tuple[str, float]] = field(default_factory=list)
+
+    def row(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["e_topk"] = [list(x) for x in self.e_topk]
+        d["l_topk"] = [list(x) for x in self.l_topk]
+        return d
+
+
+@dataclass(frozen=True)
+class SwapCurve:
+    """Per budget, the share of items whose outcome the swaps changed (recovered or broken)."""
+
+    direction: str  # forward (L generating, E's tokens let through) or reverse
+    budgets: list[float]
+    items: list[str]
+    kl: np.ndarray  # items x budgets: 1 changed, 0 not, -1 not run
+    random: np.ndarray
+    swaps_kl: np.ndarray  # swaps made
+    swaps_random: np.ndarray
+
+    def curves(self) -> dict[str, dict[str, list[float]]]:
+        return {"kl": recovery_curve(self.kl), "random": recovery_curve(self.random)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"direction": self.direction, "budgets": self.budgets, "items": self.items,
+                "kl": self.kl.tolist(), "random": self.random.tolist(), "swaps_kl": self.swaps_kl.tolist(),
+                "swaps_random": self.swaps_random.tolist(), "curves": self.curves()}
+
+
+@dataclass(frozen=True)
+class FlipsResult:
+    """What :func:`flips` found for one (E, L, suite)."""
+
+    early: str
+    late: str
+    suite: str
+    relation: str
+    n_items: int
+    items: list[FlipItem]
+    chance: dict[str, ChanceShare]
+    forward: SwapCurve | None
+    reverse: SwapCurve | None
+    settings: dict[str, Any]
+    cost: dict[str, float]
+    trajectories: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # item -> {"e": pieces, "l": pieces}
+    cached: bool = False
+
+    @property
+    def forgot(self) -> list[FlipItem]:
+        return [i for i in self.items if i.direction == FORGOT]
+
+    @property
+    def gained(self) -> list[FlipItem]:
+        return [i for i in self.items if i.direction == GAINED]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"early": self.early, "late": self.late, "suite": self.suite, "relation": self.relation,
+                "n_items": self.n_items, "n_forgot": len(self.forgot), "n_gained": len(self.gained),
+                "items": [i.row() for i in self.items],
+                "chance": {k: v.to_dict() for k, v in self.chance.items()},
+                "forward": self.forward.to_dict() if self.forward else None,
+                "reverse": self.reverse.to_dict() if self.reverse else None,
+                "settings": self.settings, "cost": self.cost, "cached": self.cached}
+
+    def to_pandas(self) -> pd.DataFrame:
+        """One row per flipped item (forgot and gained), with its swap outcomes per budget."""
+        import pandas as pd
+
+        rows = []
+        for it in self.items:
+            r = it.row()
+            r.pop("e_topk")
+            r.pop("l_topk")
+            for curve, tag in ((self.forward, "recovered"), (self.reverse, "broken")):
+                if curve is None or it.item_id not in curve.items or it.direction != FORGOT:
+                    continue
+                i = curve.items.index(it.item_id)
+                for j, b in enumerate(curve.budgets):
+                    r[f"{tag}_kl@{b:g}%"] = int(curve.kl[i, j])
+                    r[f"{tag}_random@{b:g}%"] = int(curve.random[i, j])
+            rows.append(r)
+        return pd.DataFrame(rows)
+
+
+# --- lockstep generation --------------------------------------------------------------------
+
+
+class Swapper:
+    """Decides, token by token, whether the other model's token goes through (one episode).
+
+    ``mode``: ``none`` (the driver alone), ``kl`` (disagreeing positions whose KL reaches
+    ``tau``), ``random`` (the disagreeing positions whose ordinal is in ``ordinals``); at
+    most ``k`` swaps in all. Records every step for the result.
+    """
+
+    def __init__(self, mode: str = "none", *, k: int = 0, tau: float = math.inf,
+                 ordinals: frozenset[int] = frozenset()) -> None:
+        if mode not in ("none", "kl", "random"):
+            raise ValueError(f"`mode` must be none, kl or random, got {mode!r}")
+        self.mode, self.k, self.tau, self.ordinals = mode, k, tau, ordinals
+        self.used = 0
+        self.seen = 0
+        self.tokens: list[int] = []
+        self.kl: list[float] = []
+        self.disagree: list[bool] = []
+        self.swapped: list[bool] = []
+        self.contexts: list[list[int]] = []  # per turn: the ids the models saw
+        self.turns: list[list[int]] = []  # per turn: the ids generated
+
+    def decide(self, disagree: bool, kl: float) -> bool:
+        swap = False
+        if disagree:
+            j = self.seen
+            self.seen += 1
+            if self.mode != "none" and self.used < self.k:
+                if self.mode == "kl":
+                    swap = kl >= self.tau - _KL_RTOL * max(abs(self.tau), 1e-3)
+                else:
+                    swap = j in self.ordinals
+        self.used += swap
+        self.kl.append(kl)
+        self.disagree.append(disagree)
+        self.swapped.append(swap)
+        return swap
+
+
+def _forward_logits(model: Any, **kw: Any) -> Any:
+    try:
+        return model(**kw, logits_to_keep=1)
+    except TypeError:
+        return model(**kw)
+
+
+def _new_cache(model: Any) -> dict[str, Any]:
+    """A KV cache to pass to ``model``, under the keyword its transformers version takes
+    (``cache`` since 5.2x, ``past_key_values`` before); it is filled in place."""
+    import inspect as _inspect
+
+    from transformers import DynamicCache
+
+    try:
+        cache = DynamicCache(config=model.config)
+    except TypeError:
+        cache = DynamicCache()
+    params = _inspect.signature(model.forward).parameters
+    return {"cache": cache} if "cache" in params else {"past_key_values": cache}
+
+
+def lockstep_generate(
+    e_model: Any,
+    l_model: Any,
+    driver: str,
+    contexts: Sequence[Sequence[int]],
+    swappers: Sequence[Swapper],
+    *,
+    max_new_tokens: Sequence[int],
+    stop_ids: Sequence[int],
+    pad_id: int,
+) -> list[list[int]]:
+    """Greedy generation by ``driver`` (``"e"`` or ``"l"``) with both models in lockstep.
+
+    At each step both models' next-token distributions are computed (each with its own KV
+    cache); the driver's top-1 token is emitted unless the row's :class:`Swapper` lets the
+    other model's top-1 through. Rows stop at a stop token or their ``max_new_tokens``.
+    Returns each row's generated ids (the stop token included when one was generated).
+    """
+    import torch
+
+    if driver not in ("e", "l"):
+        raise ValueError(f"`driver` must be 'e' or 'l', got {driver!r}")
+    n = len(contexts)
+    if n == 0:
+        return []
+    device = next(e_model.parameters()).device
+    width = max(len(c) for c in contexts)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for r, c in enumerate(contexts):  # left padding: every row's next token is at the last column
+        ids[r, width - len(c):] = torch.as_tensor(list(c), dtype=torch.long)
+        mask[r, width - len(c):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    stops = set(int(s) for s in stop_ids)
+    limit = list(max_new_tokens)
+    out: list[list[int]] = [[] for _ in range(n)]
+    done = [limit[r] <= 0 for r in range(n)]
+    with torch.inference_mode():
+        pe, pl = _new_cache(e_model), _new_cache(l_model)
+        oe = _forward_logits(e_model, input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **pe)
+        ol = _forward_logits(l_model, input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **pl)
+        ze, zl = oe.logits[:, -1], ol.logits[:, -1]
+        last = pos[:, -1:]
+        for _ in range(max(limit)):
+            if all(done):
+                break
+            te, tl, tkl = step_divergence(ze, zl)
+            e_top: list[int] = te.tolist()
+            l_top: list[int] = tl.tolist()
+            kl: list[float] = tkl.float().tolist()
+            nxt: list[int] = []
+            for r in range(n):
+                if done[r]:
+                    nxt.append(pad_id)
+                    continue
+                disagree = e_top[r] != l_top[r]
+                own, other = (e_top[r], l_top[r]) if driver == "e" else (l_top[r], e_top[r])
+                tok = other if swappers[r].decide(disagree, kl[r]) else own
+                swappers[r].tokens.append(tok)
+                out[r].append(tok)
+                nxt.append(tok)
+                if tok in stops or len(out[r]) >= limit[r]:
+                    done[r] = True
+            if all(done):
+                break
+            x = torch.as_tensor(nxt, dtype=torch.long, device=device).view(n, 1)
+            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=1)
+            last = last + 1
+            oe = e_model(input_ids=x, attention_mask=mask, position_ids=last, use_cache=True, **pe)
+            ol = l_model(input_ids=x, attention_mask=mask, position_ids=last, use_cache=True, **pl)
+            ze, zl = oe.logits[:, -1], ol.logits[:, -1]
+    return out
+
+
+def _max_positions(model: Any) -> int:
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
+
+
+def play(
+    tasks: Sequence[Task],
+    swappers: Sequence[Swapper],
+    e_model: Any,
+    l_model: Any,
+    tokenizer: Any,
+    *,
+    driver: str,
+    batch_size: int = 16,
+    env_for: Callable[[Task], Environment] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[Trajectory]:
+    """Play ``tasks`` with ``driver`` generating in lockstep with the other model (see
+    :func:`lockstep_generate`); tool results, user replies and rewards come from each task's
+    environment, as in :func:`aclarena.envs.rollout.run_episodes`. Swappers keep their state
+    across an episode's turns."""
+    from aclarena.envs.rollout import Episode, env_of, stop_token_ids
+
+    if len(tasks) != len(swappers):
+        raise ValueError(f"{len(tasks)} tasks but {len(swappers)} swappers")
+    resolve = env_for or env_of
+    stops = stop_token_ids(e_model, tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
+    limit = min(_max_positions(e_model), _max_positions(l_model))
+    out: list[Trajectory] = []
+    for start in range(0, len(tasks), batch_size):
+        episodes = [Episode(resolve(t), t) for t in tasks[start:start + batch_size]]
+        rows = swappers[start:start + batch_size]
+        while True:
+            live = [i for i, e in enumerate(episodes) if not e.done]
+            if not live:
+                break
+            contexts, keep = [], []
+            for i in live:
+                msgs, tools = episodes[i].conversation
+                text = tokenizer.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, tokenize=False)
+                ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+                if len(ids) + episodes[i].env.max_new_tokens > limit:
+                    episodes[i].act(None)  # the context is full, as model_policy does
+                    continue
+                contexts.append(ids)
+                rows[i].contexts.append(list(ids))
+                keep.append(i)
+            if not keep:
+                continue
+            gen = lockstep_generate(e_model, l_model, driver, contexts, [rows[i] for i in keep],
+                                    max_new_tokens=[episodes[i].env.max_new_tokens for i in keep],
+                                    stop_ids=stops, pad_id=pad_id)
+            stop_set = set(stops)
+            for i, toks in zip(keep, gen, strict=True):
+                rows[i].turns.append(list(toks))
+                cut = next((j for j, t in enumerate(toks) if t in stop_set), len(toks))
+                episodes[i].act(tokenizer.decode(toks[:cut], skip_special_tokens=False))
+        out.extend(e.result() for e in episodes)
+        if on_batch is not None:
+            on_batch(len(episodes))
+    return out
+
+
+# --- localization ---------------------------------------------------------------------------
+
+
+def _piece(vocab: Sequence[str] | None, tid: int) -> str:
+    if vocab is None or not 0 <= tid < len(vocab):
+        return str(tid)
+    return vocab[tid]
+
+
+def replay_probe(tokenizer: Any, replays: Sequence[Swapper], *, name: str = "flips", reference: str = "E",
+                 vocab_size: int | None = None) -> tuple[Any, list[list[int]]]:
+    """The exact token ids each replay saw and generated, as a probe set: one sequence per turn
+    (its context, then its generated tokens, which are the scored positions). Returns the probe
+    set and, per replay, the indices of its sequences (turns in order)."""
+    from aclarena.probes.probe_set import ProbeSet, token_pieces, vocab_strings
+
+    ids: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    pieces: list[list[str]] = []
+    texts: list[str] = []
+    sources: list[Any] = []
+    groups: list[list[int]] = []
+    for r, rep in enumerate(replays):
+        mine: list[int] = []
+        for turn, (ctx, gen) in enumerate(zip(rep.contexts, rep.turns, strict=True)):
+            if not gen:
+                continue
+            seq = np.asarray(list(ctx) + list(gen), dtype=np.int32)
+            mask = np.zeros(len(seq), dtype=bool)
+            mask[len(ctx):] = True
+            mask[0] = False
+            mine.append(len(ids))
+            ids.append(seq)
+            masks.append(mask)
+            pieces.append(token_pieces(tokenizer, seq.tolist()))
+            texts.append("".join(pieces[-1]))
+            sources.append({"replay": r, "turn": turn})
+        groups.append(mine)
+    if not ids:
+        raise AclarenaError("the replays generated no tokens (every context was full); nothing to localize")
+    probe = ProbeSet(name=name, reference=reference, ids=ids, scored=masks, texts=texts, token_text=pieces,
+                     sources=sources, settings={"source": "flips replay"}, vocab=vocab_strings(tokenizer, vocab_size))
+    return probe, groups
+
+
+def localize(
+    e_model: Any,
+    l_model: Any,
+    tokenizer: Any,
+    replays: Sequence[Swapper],
+    *,
+    top: float = DEFAULT_TOP,
+    logprob_below: float = math.log(0.1),
+    topk: int = 5,
+    batch_size: int = 8,
+    early: str = "E",
+) -> list[dict[str, Any]]:
+    """E's replayed trajectories scored teacher-forced under L with the scoring core (the exact
+    token ids E generated, turn by turn); per trajectory, where L first departs from E."""
+    from aclarena.probes.teacher_forcing import STATUS_OK, score
+
+    vocab_size = int(l_model.get_output_embeddings().weight.shape[0])
+    probe, groups = replay_probe(tokenizer, replays, reference=early, vocab_size=vocab_size)
+    res = score(l_model, e_model, probe, batch_size=batch_size, topk=topk, name="the later checkpoint")
+    o = res.offsets
+    out = []
+    for seqs in groups:
+        flat = np.concatenate([np.arange(o[q], o[q + 1]) for q in seqs]).astype(np.int64) if seqs else \
+            np.zeros(0, np.int64)
+        tok, l_top1 = res.ref.token[flat], res.top1[flat]
+        valid = (res.status[flat] == STATUS_OK) & (res.ref.status[flat] == STATUS_OK)
+        ent = np.where(valid, res.ref.entropy[flat], np.nan)
+        n = len(flat)
+        j = first_divergence(tok, l_top1, valid)
+        top_mask = top_fraction(ent, top) if n else np.zeros(0, bool)
+        n_finite = int(np.isfinite(ent).sum())
+        d: dict[str, Any] = {"n_positions": n, "diverge": j,
+                             "below": first_below(np.where(valid, res.logprob[flat], np.nan), logprob_below),
+                             "chance": float(top_mask.sum() / n_finite) if n_finite else float("nan")}
+        if j >= 0:
+            k = int(flat[j])
+            d |= {"e_token": _piece(probe.vocab, int(tok[j])), "l_token": _piece(probe.vocab, int(l_top1[j])),
+                  "e_entropy": float(ent[j]), "entropy_pct": percentile_rank(ent, j), "kl": float(res.kl[k]),
+                  "in_top": bool(top_mask[j]),
+                  "e_topk": [(_piece(probe.vocab, int(t)), float(math.exp(lp)))
+                             for t, lp in zip(res.ref.topk_ids[k], res.ref.topk_logprobs[k], strict=True) if t >= 0],
+                  "l_topk": [(_piece(probe.vocab, int(t)), float(math.exp(lp)))
+                             for t, lp in zip(res.topk_ids[k], res.topk_logprobs[k], strict=True) if t >= 0]}
+        else:
+            d |= {"e_token": "", "l_token": "", "e_entropy": float("nan"), "entropy_pct": float("nan"),
+                  "kl": float("nan"), "in_top": False, "e_topk": [], "l_topk": []}
+        d["pieces"] = [p for q in seqs for p, m in zip(probe.token_text[q], probe.scored[q], strict=True) if m]
+        d["tf_kl"] = res.kl[flat]
+        out.append(d)
+    return out
+
+
+def _gen_pieces(tokenizer: Any, rep: Swapper) -> list[str]:
+    """The text of each generated token of a replay (pieces of its turns, in order)."""
+    from aclarena.probes.probe_set import token_pieces
+
+    out: list[str] = []
+    for ctx, gen in zip(rep.contexts, rep.turns, strict=True):
+        out += token_pieces(tokenizer, list(ctx) + list(gen))[len(ctx):]
+    return out
+
+
+# --- the swap test --------------------------------------------------------------------------
+
+
+def swap_rows(
+    replays: Sequence[Swapper],
+    budgets: Sequence[float],
+    seed: int,
+) -> tuple[list[tuple[int, int, Swapper]], list[tuple[int, int, Swapper]]]:
+    """For each item's E replay (its generated tokens, KL and disagreements), the swappers of
+    both arms at every budget: ``(item, budget index, swapper)`` for the KL arm and for the
+    random control. Budgets count positions of E's trajectory; both arms get the same number."""
+    kl_rows, rnd_rows = [], []
+    for i, rep in enumerate(replays):
+        kl = np.asarray(rep.kl, dtype=np.float64)
+        dis = np.asarray(rep.disagree, dtype=bool)
+        n, m = len(kl), int(dis.sum())
+        for j, b in enumerate(budgets):
+            k = min(budget_count(b, n), m)
+            rng = np.random.default_rng([seed, i, j])
+            kl_rows.append((i, j, Swapper("kl", k=k, tau=swap_threshold(kl, dis, k))))
+            rnd_rows.append((i, j, Swapper("random", k=k, ordinals=random_ordinals(m, k, rng))))
+    return kl_rows, rnd_rows
+
+
+def swap_test(
+    tasks: Sequence[Task],
+    replays: Sequence[Swapper],
+    e_model: Any,
+    l_model: Any,
+    tokenizer: Any,
+    *,
+    direction: str,
+    budgets: Sequence[float] = DEFAULT_BUDGETS,
+    seed: int = 0,
+    batch_size: int = 16,
+    env_for: Callable[[Task], Environment] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> SwapCurve:
+    """The swap test on items whose E replays are ``replays`` (E generating, L in lockstep).
+
+    ``forward``: L generates and E's tokens go through; an item is *changed* when the swaps
+    make L solve it. ``reverse``: E generates and L's tokens go through; *changed* when the
+    swaps make E fail it. One batched lockstep generation per item, budget and arm.
+    """
+    if direction not in ("forward", "reverse"):
+        raise ValueError(f"`direction` must be forward or reverse, got {direction!r}")
+    kl_rows, rnd_rows = swap_rows(replays, budgets, seed)
+    rows = kl_rows + rnd_rows
+    trajs = play([tasks[i] for i, _, _ in rows], [s for _, _, s in rows], e_model, l_model, tokenizer,
+                 driver="l" if direction == "forward" else "e", batch_size=batch_size, env_for=env_for,
+                 on_batch=on_batch)
+    shape = (len(tasks), len(budgets))
+    arrays = {name: np.full(shape, -1, dtype=np.int8) for name in ("kl", "random")}
+    swaps = {name: np.zeros(shape, dtype=np.int32) for name in ("kl", "random")}
+    for (i, j, sw), tr in zip(rows, trajs, strict=True):
+        arm = sw.mode
+        solved = tr.reward >= 0.5
+        arrays[arm][i, j] = int(solved if direction == "forward" else not solved)
+        swaps[arm][i, j] = sw.used
+    return SwapCurve(direction=direction, budgets=[float(b) for b in budgets], items=[t.id for t in tasks],
+                     kl=arrays["kl"], random=arrays["random"], swaps_kl=swaps["kl"], swaps_random=swaps["random"])
+
+
+# --- from a run ------------------------------------------------------------------------------
+
+
+def _relation(manifest: Any, early: str, late: str) -> str:
+    if early in manifest.ancestors(late):
+        return f"{late} descends from {early}"
+    if late in manifest.ancestors(early):
+        return f"{early} descends from {late} (the pair runs backwards in the chain)"
+    return f"{early} and {late} are not ancestor and descendant (compared all the same)"
+
+
+def flip_items(reader: Any, manifest: Any, early: str, late: str, suite: str
+               ) -> tuple[list[tuple[str, str]], dict[str, Any], int, list[str]]:
+    """``[(item id, forgot|gained)]`` from the matrix's greedy outcomes, the cell settings, the number
+    of items compared, and the two cells' keys and write times (what the result was made from)."""
+    from aclarena.store.capability import load_matrix, read_items
+
+    matrix = load_matrix(reader, manifest)
+    cells = {}
+    for name in (early, late):
+        cell = matrix.get(name, suite)
+        if cell is None:
+            have = sorted({s for (c, s) in matrix.cells if c == name})
+            raise AclarenaError(f"{name!r} has no capability cell on suite {suite!r} (it has: {', '.join(have) or 'none'}); "
+                                f"run `aclarena-diag eval --suites {suite}` first")
+        if not cell.ok:
+            raise AclarenaError(f"the {suite!r} cell of {name!r} is an error ({cell.error}); rerun eval for it")
+        if cell.source != "arena":
+            raise AclarenaError(f"suite {suite!r} of {name!r} was imported from {cell.source}, not played in the arena: "
+                                "flips replays items in their environment to score them; use an arena suite (math/id, ...)")
+        cells[name] = cell
+    if cells[early].key.rsplit("/", 1)[-1] != cells[late].key.rsplit("/", 1)[-1]:
+        raise AclarenaError(f"{early!r} and {late!r} were evaluated on {suite!r} with different settings, so their items "
+                            f"differ; rerun `aclarena-diag eval --suites {suite}` with the same settings for both")
+    items = {}
+    for name, cell in cells.items():
+        got = read_items(reader, cell)
+        if got is None:
+            raise AclarenaError(f"the {suite!r} cell of {name!r} has no per-item outcomes; rerun "
+                                f"`aclarena-diag eval --suites {suite} --force` to record them")
+        ids, scores = got
+        items[name] = dict(zip(ids, scores.reshape(-1).tolist(), strict=True))
+    e, l_ = items[early], items[late]
+    common = [i for i in e if i in l_]
+    out = [(i, FORGOT) for i in common if e[i] >= 0.5 > l_[i]] + [(i, GAINED) for i in common if l_[i] >= 0.5 > e[i]]
+    made_from = [f"{c.key}@{c.computed_at!r}" for c in cells.values()]
+    return out, cells[early].settings, len(common), made_from
+
+
+def _fingerprint(info: Any, manifest: Any, run_dir: str | Path) -> str:
+    from aclarena.models.checkpoint import inspect
+    from aclarena.models.tensors import checkpoint_fingerprint
+
+    on = None
+    if info.source == "adapter" and info.spec.on:
+        on = inspect(manifest.resolve(info.spec.on), manifest, run_dir, allow_pickle=True)
+    return checkpoint_fingerprint(info, on=on)
+
+
+def _tasks_of(suite: str, settings: dict[str, Any]) -> dict[str, Task]:
+    from aclarena.envs import sample_tasks
+
+    tasks: dict[str, Task] = {}
+    for seed in settings.get("seeds", [0]):
+        for t in sample_tasks(suite, int(settings.get("n", 0)), seed=int(seed), split=settings.get("split", "eval")):
+            tasks.setdefault(t.id, t)
+    return tasks
+
+
+def read_flips(run_dir: str | Path, early: str, late: str, suite: str) -> FlipsResult | None:
+    """The stored result of (E, L, suite), or None."""
+    from aclarena.store import ResultsStore
+
+    store = ResultsStore(run_dir)
+    key = flips_key(early, late, suite)
+    if not store.exists() or not store.has(key):
+        return None
+    with store.reader() as r:
+        return _from_store(r, key)
+
+
+def _from_store(r: Any, key: str) -> FlipsResult:
+    d = read_flips_data(r, key)
+    a = d["attrs"]
+    items = [FlipItem(**(row | {"e_topk": [tuple(x) for x in row["e_topk"]],
+                                "l_topk": [tuple(x) for x in row["l_topk"]]})) for row in d["items"]]
+
+    def curve(name: str) -> SwapCurve | None:
+        c = d[name]
+        if c is None:
+            return None
+        return SwapCurve(direction=name, budgets=c["budgets"], items=c["items"], kl=c["kl"], random=c["random"],
+                         swaps_kl=c["swaps_kl"], swaps_random=c["swaps_random"])
+
+    chance = {k: ChanceShare(**v) for k, v in d["summary"]["chance"].items()}
+    return FlipsResult(early=str(a["early"]), late=str(a["late"]), suite=str(a["suite"]), relation=str(a["relation"]),
+                       n_items=int(a["n_items"]), items=items, chance=chance, forward=curve("forward"),
+                       reverse=curve("reverse"), settings=a["settings"], cost=dict(d["summary"]["cost"]),
+                       trajectories=d["trajectories"], cached=True)
+
+
+def _to_store(res: FlipsResult) -> tuple[dict[str, Any], dict[str, Any]]:
+    import json
+
+    from aclarena.probes.probe_set import printable
+    from aclarena.store import Json, Table
+
+    cols = [f for f in FlipItem.__dataclass_fields__]
+    rows = []
+    for it in res.items:
+        r = it.row()
+        r["e_topk"] = json.dumps(r["e_topk"], ensure_ascii=False)
+        r["l_topk"] = json.dumps(r["l_topk"], ensure_ascii=False)
+        for k in ("e_token", "l_token", "e_topk", "l_topk"):
+            r[k] = printable(r[k])
+        rows.append(r)
+    table = Table({c: [r[c] for r in rows] for c in cols})
+    data: dict[str, Any] = {"items": table, "summary": Json({"chance": {k: v.to_dict() for k, v in res.chance.items()},
+                                                             "cost": res.cost,
+                                                             "curves": {c.direction: c.curves() for c in
+                                                                        (res.forward, res.reverse) if c is not None}})}
+    for c in (res.forward, res.reverse):
+        if c is not None:
+            data[c.direction] = {"budgets": np.asarray(c.budgets, dtype=np.float64), "items": list(c.items) or
+                                 np.zeros(0, np.int64), "kl": c.kl, "random": c.random, "swaps_kl": c.swaps_kl,
+                                 "swaps_random": c.swaps_random}
+    if res.trajectories:
+        ids = list(res.trajectories)
+        data["trajectory_items"] = ids
+        for side in ("e", "l"):
+            pieces = [printable(p) for i in ids for p in res.trajectories[i].get(side, [])]
+            counts = [len(res.trajectories[i].get(side, [])) for i in ids]
+            data[f"{side}_pieces"] = pieces if pieces else np.zeros(0, np.int64)
+            data[f"{side}_offsets"] = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    attrs = {"early": res.early, "late": res.late, "suite": res.suite, "relation": res.relation,
+             "n_items": res.n_items, "n_forgot": len(res.forgot), "n_gained": len(res.gained),
+             "settings": json.dumps(res.settings, sort_keys=True)}
+    return data, attrs
+
+
+def flips(
+    run_dir: str | Path,
+    early: str,
+    late: str,
+    suite: str,
+    settings: FlipSettings | None = None,
+    *,
+    load: Any = None,
+    force: bool = False,
+    write: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> FlipsResult:
+    """Locate and test the flips of ``suite``'s items between checkpoints ``early`` (E) and ``late`` (L).
+
+    Args:
+        run_dir: the run folder (aclarena.toml, results.h5 with the capability matrix).
+        early, late: manifest names of E and L (any two: a pair that is not ancestor and
+            descendant is compared too, and the result says so).
+        suite: an arena suite evaluated for both (``math/id``...).
+        settings: budgets, top share, threshold, seed... (:class:`FlipSettings`).
+        load: :class:`aclarena.models.loading.LoadOptions` (default: CPU, float32).
+        force: recompute even when a result with the same settings is stored.
+        write: store the result under ``flips/<E>/<L>/<suite>``.
+        progress: called with (phase, done, total).
+
+    Raises:
+        AclarenaError: one line naming what is wrong: unknown names, no per-item outcomes,
+            different tokenizers, a non-arena suite, a pair with no flips.
+    """
+    from aclarena.models.checkpoint import inspect, require_same_tokenizer
+    from aclarena.models.loading import LoadOptions, load_model, load_tokenizer
+    from aclarena.store import ResultsStore, load_manifest
+    from aclarena.store.capability import open_matrix
+
+    settings = settings or FlipSettings()
+    manifest = load_manifest(run_dir)
+    early, late = manifest.resolve(early).name, manifest.resolve(late).name
+    if early == late:
+        raise AclarenaError(f"--from and --to are both {early!r}; give two checkpoints (e.g. --from seq-math --to seq-ecom)")
+    relation = _relation(manifest, early, late)
+    with open_matrix(run_dir, manifest) as (reader, _):
+        pairs, cell_settings, n_common, made_from = flip_items(reader, manifest, early, late, suite)
+    if not pairs:
+        raise AclarenaError(f"{early!r} and {late!r} solve the same items of {suite!r} ({n_common} compared): nothing "
+                            "flipped; pick another pair or suite, or evaluate more items (eval -n)")
+    opts = load or LoadOptions()
+    infos = [inspect(manifest.resolve(n), manifest, run_dir, allow_pickle=opts.allow_pickle) for n in (early, late)]
+    for info in infos:
+        info.require_loadable()
+    require_same_tokenizer(infos)
+    # what the result depends on besides the settings: the matrix cells and both checkpoints' weight files
+    ident = settings.identity() | {"inputs": {"cells": made_from, "dtype": opts.dtype,
+                                              "weights": [_fingerprint(i, manifest, run_dir) for i in infos]}}
+    if not force and write:
+        old = read_flips(run_dir, early, late, suite)
+        if old is not None and old.settings == ident:
+            return old
+    tasks_by_id = _tasks_of(suite, cell_settings)
+    missing = [i for i, _ in pairs if i not in tasks_by_id]
+    if missing:
+        raise AclarenaError(f"{len(missing)} flipped items of {suite!r} (e.g. {missing[0]!r}) are not tasks of this arena "
+                            "version; rerun `aclarena-diag eval` to refresh the matrix")
+    if settings.max_items is not None:
+        by_dir: dict[str, int] = {}
+        kept = []
+        for i, d in pairs:
+            if by_dir.get(d, 0) < settings.max_items:
+                kept.append((i, d))
+                by_dir[d] = by_dir.get(d, 0) + 1
+        pairs = kept
+    tok = load_tokenizer(early, manifest, run_dir, require_chat_template=True)
+    e_model = load_model(early, manifest, run_dir, opts)
+    l_model = load_model(late, manifest, run_dir, opts)
+    result = analyse(e_model, l_model, tok, [tasks_by_id[i] for i, _ in pairs], [d for _, d in pairs],
+                     settings=settings, early=early, late=late, suite=suite, relation=relation, n_items=n_common,
+                     progress=progress)
+    result = replace(result, settings=ident)
+    if write:
+        data, attrs = _to_store(result)
+        ResultsStore(run_dir).write(flips_key(early, late, suite), data, result_type=RESULT_TYPE,
+                                    result_version=RESULT_VERSION, attrs=attrs, overwrite=True,
+                                    manifest_text=manifest.to_toml())
+    return result
+
+
+def analyse(
+    e_model: Any,
+    l_model: Any,
+    tokenizer: Any,
+    tasks: Sequence[Task],
+    directions: Sequence[str],
+    *,
+    settings: FlipSettings | None = None,
+    early: str = "E",
+    late: str = "L",
+    suite: str = "",
+    relation: str = "",
+    n_items: int | None = None,
+    env_for: Callable[[Task], Environment] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> FlipsResult:
+    """The whole analysis on loaded models and given tasks (``directions[i]``: forgot or gained).
+
+    The run-free core of :func:`flips`; ``env_for`` maps a task to its environment (default:
+    the arena's).
+    """
+    settings = settings or FlipSettings()
+    if len(tasks) != len(directions):
+        raise ValueError(f"{len(tasks)} tasks but {len(directions)} directions")
+    bs = settings.batch_size
+    cost: dict[str, float] = {}
+
+    def tick(phase: str, total: int) -> Callable[[int], None]:
+        done = [0]
+
+        def f(k: int) -> None:
+            done[0] += k
+            if progress is not None:
+                progress(phase, done[0], total)
+
+        return f
+
+    t0 = time.perf_counter()
+    e_rep = [Swapper() for _ in tasks]
+    e_tr = play(tasks, e_rep, e_model, l_model, tokenizer, driver="e", batch_size=bs, env_for=env_for,
+                on_batch=tick("replay E", len(tasks)))
+    l_rep = [Swapper() for _ in tasks]
+    l_tr = play(tasks, l_rep, e_model, l_model, tokenizer, driver="l", batch_size=bs, env_for=env_for,
+                on_batch=tick("replay L", len(tasks)))
+    cost["replay_s"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    loc = localize(e_model, l_model, tokenizer, e_rep, top=settings.top, logprob_below=settings.logprob_below,
+                   topk=settings.topk, batch_size=min(bs, 8), early=early)
+    cost["localize_s"] = time.perf_counter() - t1
+    items = []
+    trajectories: dict[str, dict[str, list[str]]] = {}
+    for t, d, et, lt, lr, info in zip(tasks, directions, e_tr, l_tr, l_rep, loc, strict=True):
+        want_e, want_l = (1.0, 0.0) if d == FORGOT else (0.0, 1.0)
+        reproduced = (et.reward >= 0.5) == (want_e >= 0.5) and (lt.reward >= 0.5) == (want_l >= 0.5)
+        items.append(FlipItem(item_id=t.id, direction=d, reproduced=reproduced, e_reward=et.reward, l_reward=lt.reward,
+                              n_positions=info["n_positions"], diverge=info["diverge"], below=info["below"],
+                              e_token=info["e_token"], l_token=info["l_token"], e_entropy=info["e_entropy"],
+                              entropy_pct=info["entropy_pct"], kl=info["kl"], in_top=info["in_top"],
+                              chance=info["chance"], e_topk=info["e_topk"], l_topk=info["l_topk"]))
+        trajectories[t.id] = {"e": info["pieces"], "l": _gen_pieces(tokenizer, lr)}
+    chance = {}
+    for d in (FORGOT, GAINED):
+        sel = [it for it in items if it.direction == d and it.reproduced and it.diverge >= 0]
+        chance[d] = chance_share(np.array([it.in_top for it in sel], dtype=bool),
+                                 np.array([it.chance for it in sel], dtype=np.float64))
+    forward = reverse = None
+    test = [k for k, it in enumerate(items) if it.direction == FORGOT and it.reproduced]
+    if settings.swap and test:
+        t2 = time.perf_counter()
+        sub_tasks = [tasks[k] for k in test]
+        sub_rep = [e_rep[k] for k in test]
+        n_rows = 2 * len(test) * len(settings.budgets)
+        forward = swap_test(sub_tasks, sub_rep, e_model, l_model, tokenizer, direction="forward",
+                            budgets=settings.budgets, seed=settings.seed, batch_size=bs, env_for=env_for,
+                            on_batch=tick("swap test", n_rows))
+        cost["swap_forward_s"] = time.perf_counter() - t2
+        if settings.reverse:
+            t3 = time.perf_counter()
+            reverse = swap_test(sub_tasks, sub_rep, e_model, l_model, tokenizer, direction="reverse",
+                                budgets=settings.budgets, seed=settings.seed, batch_size=bs, env_for=env_for,
+                                on_batch=tick("reverse swap test", n_rows))
+            cost["swap_reverse_s"] = time.perf_counter() - t3
+    total = time.perf_counter() - t0
+    cost["total_s"] = total
+    cost["per_item_s"] = total / len(tasks) if tasks else float("nan")
+    cost["swap_items"] = float(len(test))
+    return FlipsResult(early=early, late=late, suite=suite, relation=relation,
+                       n_items=len(tasks) if n_items is None else n_items, items=items, chance=chance,
+                       forward=forward, reverse=reverse, settings=settings.identity(), cost=cost,
+                       trajectories=trajectories)

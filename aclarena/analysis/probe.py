@@ -1,0 +1,136 @@
+"""Probe sets made from a run: generate with a reference checkpoint, or import traces (``aclarena-diag probe``).
+
+:func:`make_probe` builds a probe set (the ``probe`` verb stores it; ``tokens`` makes one with
+defaults when the reference has none).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aclarena.errors import AclarenaError
+from aclarena.progress import progress
+
+DEFAULT_DOMAIN_N = 32
+
+
+def _domain_prompts(domain: str, n: int, seed: int, ref: str) -> list[dict[str, Any]]:
+    try:
+        from aclarena.envs import sample_prompts  # built by the mini-arena issue; optional until then
+    except ImportError:
+        raise AclarenaError(
+            f"prompts of domain {domain!r} need the mini-arena environments (aclarena.envs.sample_prompts), which "
+            f"this install does not have; make the probe set from a file: `aclarena-diag probe --ref {ref} "
+            "--prompts FILE.jsonl` (or --from-traces FILE.jsonl)"
+        ) from None
+    try:
+        prompts = sample_prompts(domain, n, seed, split="eval", suite="id")
+    except AclarenaError:
+        raise
+    except (KeyError, ValueError) as e:
+        raise AclarenaError(f"cannot sample prompts of domain {domain!r}: {e}") from None
+    return [dict(p) for p in prompts]
+
+
+def make_probe(
+    run_dir: str | Path,
+    manifest: Any,
+    ref: str,
+    name: str,
+    *,
+    prompts_file: str | None = None,
+    domain: str | None = None,
+    traces_file: str | None = None,
+    n: int | None = None,
+    settings: Any = None,
+    load: Any = None,
+    show_progress: bool = True,
+    world: Any = None,
+    engine: str = "hf",
+) -> Any:
+    """Build (not store) a probe set: generate with ``ref`` or import traces (``probe`` and ``tokens`` use it).
+
+    With a data-parallel ``world`` the generation is shared by the ranks; rank 0 gets the
+    probe set, the other ranks None.
+    """
+    from aclarena.models.checkpoint import inspect
+    from aclarena.models.loading import LoadOptions, load_model, load_tokenizer
+    from aclarena.probes.generation import GenerationSettings, generate_probe_set, model_max_length
+    from aclarena.probes.probe_set import probe_set_from_conversations, read_prompts, read_traces
+
+    spec = manifest.resolve(ref)
+    settings = settings or GenerationSettings()
+    if engine == "vllm" and not traces_file:
+        from aclarena.models.vllm_engine import require_vllm
+
+        require_vllm()
+    load = load or LoadOptions()
+    if n is not None and n < 1:
+        raise AclarenaError(f"-n must be at least 1, got {n}")
+    # read and validate the inputs before loading anything
+    conversations = prompts = None
+    if traces_file:
+        conversations = read_traces(traces_file)[: n or None]
+    elif prompts_file:
+        prompts = read_prompts(prompts_file)[: n or None]
+    elif domain:
+        prompts = _domain_prompts(domain, n or DEFAULT_DOMAIN_N, settings.seed, ref)
+    else:
+        raise AclarenaError("say where the probe comes from: --prompts FILE.jsonl, --domain D or --from-traces FILE.jsonl")
+    info = inspect(spec, manifest, run_dir, allow_pickle=load.allow_pickle)
+    info.require_loadable()
+    tok = load_tokenizer(spec, manifest, run_dir, padding_side="left")
+    if conversations is not None:
+        cfg = info.config or {}
+        limit = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+        if world is not None and not world.is_main:
+            return None  # importing traces is cheap: rank 0 does it alone
+        assert traces_file is not None
+        with progress(show_progress) as bar:
+            task = bar.add_task(f"tokenizing traces for {name}", total=len(conversations))
+            return probe_set_from_conversations(
+                conversations, tok, name=name, reference=ref, max_length=limit, vocab_size=cfg.get("vocab_size"),
+                settings={"source": "traces", "file": str(Path(traces_file).resolve()),
+                          "tokenizer": info.tokenizer_fingerprint},
+                progress=lambda k: bar.advance(task, k))
+    assert prompts is not None
+    device = world.device(load.device) if world is not None else load.device
+    if engine == "vllm":
+        from aclarena.models.vllm_engine import load_llm
+
+        if world is not None and world.distributed:
+            raise AclarenaError("--engine vllm runs one process (vLLM parallelizes itself); do not start it with "
+                                "torchrun")
+        model = load_llm(ref, manifest, run_dir, load, seed=settings.seed)
+    else:
+        model = load_model(spec, manifest, run_dir, LoadOptions(dtype=load.dtype, device=device,
+                                                                allow_pickle=load.allow_pickle, merge_adapter=True,
+                                                                device_map=load.device_map))
+    with progress(show_progress) as bar:
+        task = bar.add_task(f"generating with {ref}", total=len(prompts))
+        probe = generate_probe_set(model, tok, prompts, name=name, reference=ref, settings=settings,
+                                   max_length=model_max_length(model), source="domain" if domain else "prompts",
+                                   progress=lambda k: bar.advance(task, k), world=world)
+    if probe is None:
+        return None
+    probe.settings.update({"tokenizer": info.tokenizer_fingerprint, "domain": domain,
+                           "file": str(Path(prompts_file).resolve()) if prompts_file else None})
+    return probe
+
+
+def describe(probe: Any) -> dict[str, Any]:
+    responses = [int(m.sum()) for m in probe.scored]
+    return {
+        "probe": probe.name,
+        "reference": probe.reference,
+        "source": probe.settings.get("source"),
+        "sequences": probe.n_sequences,
+        "tokens": probe.n_tokens,
+        "scored": probe.n_scored,
+        "mean_scored_per_sequence": sum(responses) / len(responses),
+        "digest": probe.digest,
+        "warnings": list(probe.warnings),
+    }
+
+

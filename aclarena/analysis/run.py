@@ -1,0 +1,98 @@
+"""A run folder from Python: its manifest (aclarena.toml), its store (results.h5) and every analysis.
+
+    import aclarena as acl
+    run = acl.Run("runs/demo")
+    run.checkpoints()                      # DataFrame: lineage, sizes, loadable
+    drift = run.tokens(ref="seq-math")     # scored once, cached in the store -> TokenDrift
+    run.vectors().cosines()                # DataFrame
+    run.forgetting().metrics               # ACC, BWT, FWT, ...
+
+Each method calls the same analysis as the matching ``aclarena-diag`` verb, with the same
+defaults, and returns its typed result (``.to_pandas()``, ``.to_dict()``, ``.writes``). Torch is
+imported only by the analyses that run models or read weights (tokens, vectors, displacement).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from aclarena.analysis._common import RunPath
+from aclarena.analysis.checkpoints import CheckpointsResult, checkpoints
+from aclarena.analysis.compare import CompareResult, compare
+from aclarena.analysis.forgetting import ForgettingResult, forgetting
+from aclarena.store import Manifest, ResultsStore, load_manifest
+
+
+class Run:
+    """A run folder: ``aclarena.toml`` (read now: a missing or invalid manifest fails here) and ``results.h5``."""
+
+    def __init__(self, path: RunPath) -> None:
+        self.path = Path(os.fspath(path))
+        self.manifest: Manifest = load_manifest(self.path)
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r}: {len(self.manifest)} checkpoints, base {self.manifest.base!r})"
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def store(self) -> ResultsStore:
+        """The run's results store (results.h5; it may not exist yet)."""
+        return ResultsStore(self.path)
+
+    def checkpoints(self, *, allow_pickle: bool = False) -> Any:
+        """DataFrame, one row per checkpoint: kind, domain, phase, parent, size, dtype, tokenizer, loadable."""
+        return self.inspect(allow_pickle=allow_pickle).to_pandas()
+
+    def inspect(self, *, allow_pickle: bool = False) -> CheckpointsResult:
+        """The checkpoints as a typed result (what ``aclarena-diag checkpoints`` prints)."""
+        return checkpoints(self.path, allow_pickle=allow_pickle, manifest=self.manifest)
+
+    def tokens(self, ref: str, *, probe: str | None = None, against: str | Sequence[str] = "later",
+               high: str = "q=0.06", eps: float = 0.05, batch_size: int = 8, chunk_size: int | None = None,
+               topk: int = 5, force: bool = False, device: str = "cpu", dtype: str = "auto",
+               allow_pickle: bool = False, show_progress: bool = False) -> Any:
+        """Token drift of the checkpoints after ``ref`` on its probe set (scored once, then read from the
+        store): a :class:`~aclarena.analysis.tokens.TokenDrift`. Options as ``aclarena-diag tokens``."""
+        from aclarena.analysis.tokens import tokens
+        from aclarena.models.loading import LoadOptions
+
+        return tokens(self.path, ref, probe=probe, against=against, high=high, eps=eps, batch_size=batch_size,
+                      chunk_size=chunk_size, topk=topk, force=force,
+                      load=LoadOptions(dtype=dtype, device=device, allow_pickle=allow_pickle),
+                      show_progress=show_progress, manifest=self.manifest)
+
+    def vectors(self, *, checkpoints: str | Sequence[str] | None = None, pairs: Sequence[str] = (),
+                force: bool = False, show_progress: bool = False) -> Any:
+        """Task vectors of the run: a :class:`~aclarena.analysis.vectors.VectorsResult` (``.cosines()``)."""
+        from aclarena.analysis.vectors import vectors
+
+        return vectors(self.path, checkpoints=checkpoints, pairs=pairs, force=force, show_progress=show_progress,
+                       manifest=self.manifest)
+
+    def displacement(self, *, checkpoints: str | Sequence[str] | None = None,
+                     tolerances: str | Sequence[float] | None = None, force: bool = False,
+                     show_progress: bool = False) -> Any:
+        """SFT vs RL parameter displacement: a :class:`~aclarena.analysis.displacement.DisplacementResult`
+        (``tolerances`` default: 0, 1e-8, ..., 1e-3)."""
+        from aclarena.analysis.displacement import DEFAULT_TOLERANCES, displacement
+
+        if tolerances is None:
+            tolerances = DEFAULT_TOLERANCES
+        return displacement(self.path, checkpoints=checkpoints, tolerances=tolerances, force=force,
+                            show_progress=show_progress, manifest=self.manifest)
+
+    def forgetting(self, *, chain: str | None = None, suite_of: Mapping[str, str] | None = None,
+                   settings: str | None = None) -> ForgettingResult:
+        """Continual-learning metrics of the capability matrix (run ``eval`` first):
+        a :class:`~aclarena.analysis.forgetting.ForgettingResult` (``.metrics``)."""
+        return forgetting(self.path, chain=chain, suite_of=suite_of, settings=settings, manifest=self.manifest)
+
+    def compare(self, *, router: str = "rule", score: str = "greedy", settings: str | None = None) -> CompareResult:
+        """The study-shaped comparison of consolidation methods: a :class:`~aclarena.analysis.compare.CompareResult`."""
+        return compare(self.path, router=router, score=score, settings=settings, manifest=self.manifest)

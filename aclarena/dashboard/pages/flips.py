@@ -1,0 +1,147 @@
+"""Flips: the items a later checkpoint forgot, where its path left the earlier one's, and the swap test.
+
+Pick a stored ``aclarena-diag flips`` result and an item. The page shows E's and L's greedy
+trajectories of the item token by token, aligned, with the divergence point marked (the
+first position where L's top-1 differs from E's token); both next-token distributions
+there; the swap test's recovery curve against its random control; and where divergences
+fall in E's entropy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dash import Dash, Input, Output, dcc, html
+
+from aclarena.dashboard.data import current_run, reader
+
+PAGE = {"path": "/flips", "name": "Flips", "order": 11}
+
+EMPTY: dict[str, Any] = {"data": [], "layout": {}}
+
+
+def _results(run_dir: Path) -> list[dict[str, str]]:
+    from aclarena.store.flips import list_flips
+
+    with reader(run_dir) as r:
+        return list_flips(r)
+
+
+def layout(**query: Any) -> html.Div:
+    results = _results(current_run())
+    if not results:
+        return html.Div([
+            html.H2("Flips"),
+            html.P("No flips results in this run yet: run `aclarena-diag flips --from E --to L --suite S --run DIR`.",
+                   className="note", id="flips-empty"),
+        ])
+    options = [{"label": f"{e['early']} → {e['late']} on {e['suite']}", "value": e["key"]} for e in results]
+    return html.Div([
+        html.H2("Flips: where a forgotten item's path parted, and whether swapping tokens brings it back"),
+        html.Div([
+            html.Div([html.Label("result"),
+                      dcc.Dropdown(id="flips-result", options=options, value=options[0]["value"], clearable=False)],
+                     style={"minWidth": "24em"}),
+            html.Div([html.Label("item"), dcc.Dropdown(id="flips-item", clearable=False)], style={"minWidth": "34em"}),
+        ], className="controls"),
+        html.Div(id="flips-summary", className="note"),
+        html.H3("The item, token by token"),
+        html.Div(id="flips-aligned", className="token-text"),
+        dcc.Graph(id="flips-distributions"),
+        html.Div([
+            dcc.Graph(id="flips-recovery", style={"flex": "1 1 30em"}),
+            dcc.Graph(id="flips-divergence", style={"flex": "1 1 30em"}),
+        ], style={"display": "flex", "flexWrap": "wrap", "gap": "1em"}),
+    ])
+
+
+def _data(run_dir: Path, key: str) -> dict[str, Any] | None:
+    from aclarena.store.flips import read_flips_data
+
+    with reader(run_dir) as r:
+        if r is None or not r.has(key):
+            return None
+        return read_flips_data(r, key)
+
+
+# --- callback bodies (tests call these directly) ------------------------------------------------
+
+
+def on_result(run_dir: Path, key: str | None) -> tuple[list[dict[str, Any]], int | None, list[Any], Any, Any]:
+    """Item choices, the summary lines, the recovery curve and the divergence histogram of one result."""
+    from aclarena.figures.flips import divergence_figure, recovery_figure
+
+    data = _data(run_dir, key) if key else None
+    if data is None:
+        return [], None, [], EMPTY, EMPTY
+    options = []
+    for i, it in enumerate(data["items"]):
+        where = f"diverges at {it['diverge']}/{it['n_positions']}" if it["diverge"] >= 0 else "never diverges"
+        rep = "" if it["reproduced"] else " · not reproduced"
+        options.append({"label": f"{it['direction']} · {it['item_id']} · {where}{rep}", "value": i})
+    a = data["attrs"]
+    lines = [html.Div(f"{a['early']} → {a['late']} on {a['suite']}: {a['n_forgot']} forgotten, {a['n_gained']} "
+                      f"gained of {a['n_items']} items; {a['relation']}")]
+    for d, c in data["summary"]["chance"].items():
+        if c.get("n"):
+            lines.append(html.Div(f"{d}: {c['hits']}/{c['n']} divergences in E's top {a['settings']['top']:g} "
+                                  f"entropy positions = {c['share']:.2f} [{c['share_low']:.2f}, {c['share_high']:.2f}]; "
+                                  f"chance {c['chance']:.2f} [{c['chance_low']:.2f}, {c['chance_high']:.2f}], "
+                                  f"p = {c['p_value']:.3g}"))
+    return options, (0 if options else None), lines, recovery_figure(data), divergence_figure(data)
+
+
+def _span(props: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "Span", "namespace": "dash_html_components", "props": props}
+
+
+def _row(label: str, pieces: list[str], mark: int, row_id: str) -> dict[str, Any]:
+    spans = [_span({"children": f"{label}: ", "className": "tok unscored"})]
+    for j, text in enumerate(pieces):
+        if j == mark:
+            spans.append(_span({"children": text, "className": "tok flip-point",
+                                "title": f"divergence point (position {j})",
+                                "style": {"outline": "2px solid #d62728", "backgroundColor": "rgba(214,39,40,0.25)"}}))
+        else:
+            spans.append(_span({"children": text, "className": "tok",
+                                "style": {"color": "#999"} if mark >= 0 and j > mark else {}}))
+    return {"type": "Div", "namespace": "dash_html_components", "props": {"children": spans, "id": row_id}}
+
+
+def on_item(run_dir: Path, key: str | None, index: int | None) -> tuple[list[Any], Any]:
+    """E's and L's trajectories of one item, aligned at the start, the divergence point marked,
+    and both distributions there."""
+    from aclarena.figures.flips import distributions_figure
+
+    data = _data(run_dir, key) if key else None
+    if data is None or index is None or not 0 <= int(index) < len(data["items"]):
+        return [], EMPTY
+    it = data["items"][int(index)]
+    traj = data["trajectories"].get(it["item_id"], {})
+    mark = int(it["diverge"])
+    a = data["attrs"]
+    rows: list[Any] = [_row(f"E ({a['early']}, reward {it['e_reward']:g})", traj.get("e", []), mark, "flips-e-row"),
+            _row(f"L ({a['late']}, reward {it['l_reward']:g})", traj.get("l", []), mark, "flips-l-row")]
+    if mark >= 0:
+        rows.append(html.Div(f"at position {mark}: E's entropy {it['e_entropy']:.3f} nats (percentile "
+                             f"{it['entropy_pct']:.0f}{', in the top set' if it['in_top'] else ''}), KL(E‖L) "
+                             f"{it['kl']:.3g} nats; grey: after the divergence", className="note"))
+    return rows, (distributions_figure(it) if mark >= 0 else EMPTY)
+
+
+def register_callbacks(app: Dash, run_dir: Path) -> None:
+    @app.callback(
+        Output("flips-item", "options"), Output("flips-item", "value"), Output("flips-summary", "children"),
+        Output("flips-recovery", "figure"), Output("flips-divergence", "figure"),
+        Input("flips-result", "value"),
+    )
+    def _result(key: str | None) -> tuple[Any, ...]:
+        return on_result(run_dir, key)
+
+    @app.callback(
+        Output("flips-aligned", "children"), Output("flips-distributions", "figure"),
+        Input("flips-result", "value"), Input("flips-item", "value"),
+    )
+    def _item(key: str | None, index: int | None) -> tuple[Any, ...]:
+        return on_item(run_dir, key, index)

@@ -1,0 +1,276 @@
+"""Result tables of the README and docs, generated from committed result files (results as data).
+
+Every table of measured numbers in ``README.md`` and ``docs/*.md`` sits between two marker
+comments that name the table and the file it comes from::
+
+    <!-- results: demo-stages from docs/results/demo.json -->
+    | stage | ... |
+    <!-- /results -->
+
+``python -m aclarena.docs_results`` (``make docs-results``) re-renders every block from its
+file; ``--check`` only says which blocks differ (exit 1), which is what the unit test runs. The
+files under ``docs/results/`` are strict JSON (no NaN or infinities) written by the commands
+that measured them: ``summary.json`` of ``aclarena-diag demo`` (copy it to
+``docs/results/demo.json``) and ``findings.json`` of ``aclarena-diag study``
+(``docs/results/findings.json``). A block whose file is not committed says which file and
+command would fill it, instead of numbers nobody can trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = "docs/results"
+MARKDOWN = ("README.md", "docs/*.md")
+BLOCK_RE = re.compile(
+    r"(?P<open><!-- results: (?P<table>[a-z0-9-]+) from (?P<source>[^\s>]+) -->\n)(?P<body>.*?)(?P<close><!-- /results -->)",
+    re.DOTALL,
+)
+
+DEMO_CMD = ("aclarena-diag demo --out runs/demo && cp runs/demo/summary.json docs/results/demo.json "
+            "&& make docs-results")
+STUDY_CMD = ("aclarena-diag study --run runs/study --seeds 3 && cp runs/study/findings.json "
+             "docs/results/findings.json && make docs-results")
+
+# the lead-time predictors' names, as the README words them (aclarena.train.lead_time.PREDICTORS)
+PREDICTOR_LABELS = {
+    "kl_high": "token drift at high-entropy positions",
+    "flip_high": "flip rate at high-entropy positions",
+    "kl_all": "whole-sequence KL",
+    "fkl": "forward KL to the stage start",
+    "fkl_current": "forward KL on the current task",
+    "loss": "training loss",
+}
+
+
+def made_by(command: str) -> dict[str, Any]:
+    """Where a result file's numbers come from: the command, the UTC date, the machine and the versions
+    (stored as ``made_by`` in ``summary.json`` and ``findings.json``; the tables cite it)."""
+    import datetime
+    import os
+    import platform
+
+    machine = f"{os.cpu_count()} CPU cores, {platform.machine()}"
+    try:
+        import torch
+
+        machine += f", torch {torch.__version__} ({torch.get_num_threads()} threads"
+        machine += ", CUDA)" if torch.cuda.is_available() else ", CPU)"
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    from aclarena import __version__
+
+    return {"command": command, "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+            "machine": machine, "aclarena": __version__}
+
+
+class ResultsError(ValueError):
+    """A result file or a marker block that cannot be rendered (one line: what and where)."""
+
+
+def strict_json(path: Path) -> Any:
+    """Read ``path`` as strict JSON: NaN and infinities are refused (they are not JSON)."""
+
+    def refuse(name: str) -> Any:
+        raise ResultsError(f"{path}: {name} is not strict JSON; write null for a missing number")
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
+    except json.JSONDecodeError as e:
+        raise ResultsError(f"{path}: not JSON ({e.msg} at line {e.lineno}); regenerate it") from None
+
+
+def _num(x: Any, digits: int = 2) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{float(x):.{digits}f}"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _provenance(data: Mapping[str, Any], source: str, command: str) -> str:
+    made = data.get("made_by") or {}
+    bits = []
+    if made.get("command"):
+        bits.append(f"`{made['command']}`")
+    if made.get("date"):
+        bits.append(str(made["date"]))
+    if made.get("machine"):
+        bits.append(str(made["machine"]))
+    how = ", ".join(bits) if bits else f"`{command.split(' && ')[0]}`"
+    return f"\n*Generated from `{source}` (made by {how}) by `make docs-results`.*\n"
+
+
+# --- renderers: one per table name ------------------------------------------------------------
+
+
+def demo_stages(data: Mapping[str, Any]) -> str:
+    """Each stage's in-domain score over its parent's, after its SFT, after the stage, its oracle."""
+    rows = []
+    for r in data["stages"]:
+        parent = _num(r.get("parent_score")) + (" (base)" if r.get("parent") == "base" else "")
+        rows.append([r["stage"], r["suite"], parent, _num(r.get("after_sft")), _num(r.get("score")),
+                     _num(r.get("oracle"))])
+    return _table(["stage", "in-domain suite", "parent's score", "after its SFT", "after the stage", "its oracle"],
+                  rows)
+
+
+def demo_lead_time(data: Mapping[str, Any]) -> str:
+    """The drift monitor's lead time per domain and predictor (the demo's ecom stage)."""
+    rows = []
+    for r in data.get("lead_time") or []:
+        rows.append([r["domain"], PREDICTOR_LABELS.get(r["predictor"], r["predictor"]),
+                     "never" if r.get("warn_step") is None else str(r["warn_step"]),
+                     "none" if r.get("drop_step") is None else str(r["drop_step"]),
+                     "-" if r.get("lead") is None else str(r["lead"])])
+    return _table(["domain", "predictor", "first warning (step)", "significant drop (step)", "lead (steps)"], rows)
+
+
+def demo_comparison(data: Mapping[str, Any]) -> str:
+    """The consolidation comparison (``compare``) of the demo's run, greedy accuracy per suite."""
+    cmp = data.get("comparison")
+    if not cmp:
+        raise ResultsError("the demo summary has no `comparison` (the compare step did not run)")
+    suites = list(cmp["in_domain"]) + list(cmp["out_of_domain"])
+    rows = [[r["label"], *(_num((r["cells"].get(s) or {}).get("mean")) for s in suites)] for r in cmp["rows"]]
+    return _table(["model", *suites], rows)
+
+
+def findings_table(data: Mapping[str, Any]) -> str:
+    """The study's findings beside the mini arena's: mean ± spread over seeds per row."""
+    n = len(data.get("seeds") or [])
+    rows = []
+    for r in data["rows"]:
+        vals = [v for v in r.get("values", []) if v is not None]
+        if r.get("mean") is None:
+            mini = "-"
+        else:
+            spread = f" ± {_num(r.get('spread'), r.get('digits', 2))}" if r.get("spread") is not None else ""
+            mini = f"{_num(r['mean'], r.get('digits', 2))}{spread}"
+        rows.append([r["finding"], r["quantity"], r.get("study") or "-", mini,
+                     f"{len(vals)}/{n}" if n else str(len(vals))])
+    return _table(["finding", "quantity", "study", "mini arena (mean ± std over seeds)", "seeds"], rows)
+
+
+def monitor_validation(data: Mapping[str, Any]) -> str:
+    """The early warning fitted on one seed and reported on the others."""
+    v = data.get("validation")
+    if not v:
+        return ("*No held-out validation in this file: the study did not measure the monitor's series per seed "
+                "(aclarena.diagnostics.warning_validation does the maths).*\n")
+    rows = []
+    for r in v["predictors"]:
+        rows.append([PREDICTOR_LABELS.get(r["predictor"], r["predictor"]), _num(r.get("threshold"), 3),
+                     _num(r.get("lead_mean"), 1), str(r.get("detected", 0)), str(r.get("false_alarms", 0)),
+                     str(r.get("misses", 0)), _num(r.get("r2"), 2)])
+    return _table(["predictor", "threshold (fit on seed " + ",".join(str(s) for s in v.get("fit_seeds", [])) + ")",
+                   "mean lead (steps)", "drops warned", "false alarms", "misses", "R² vs drop"], rows)
+
+
+RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
+    "demo-stages": (demo_stages, DEMO_CMD),
+    "demo-lead-time": (demo_lead_time, DEMO_CMD),
+    "demo-comparison": (demo_comparison, DEMO_CMD),
+    "findings": (findings_table, STUDY_CMD),
+    "monitor-validation": (monitor_validation, STUDY_CMD),
+}
+
+
+@dataclass(frozen=True)
+class Block:
+    file: Path
+    table: str
+    source: str
+    body: str
+    rendered: str
+
+    @property
+    def stale(self) -> bool:
+        return self.body != self.rendered
+
+
+def render_block(table: str, source: str, repo: Path = REPO) -> str:
+    """The text that belongs between the markers of ``table`` from ``source`` (a repo-relative path)."""
+    if table not in RENDERERS:
+        raise ResultsError(f"unknown results table {table!r}; known: {', '.join(sorted(RENDERERS))}")
+    if not source.startswith(RESULTS + "/"):
+        raise ResultsError(f"results table {table!r} names {source}; result files live under {RESULTS}/")
+    fn, command = RENDERERS[table]
+    path = repo / source
+    if not path.is_file():
+        return f"*To be regenerated from `{source}` by `{command}`.*\n"
+    data = strict_json(path)
+    try:
+        text = fn(data)
+    except (KeyError, TypeError) as e:
+        raise ResultsError(f"{source}: cannot render {table!r}: missing or malformed field {e}") from None
+    return text + _provenance(data, source, command)
+
+
+def blocks(repo: Path = REPO, files: Sequence[Path] | None = None) -> list[Block]:
+    """Every marker block of the README and docs, with what it holds and what it should hold."""
+    if files is None:
+        files = sorted({p for pattern in MARKDOWN for p in repo.glob(pattern)})
+    out = []
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        for m in BLOCK_RE.finditer(text):
+            out.append(Block(file=f, table=m["table"], source=m["source"], body=m["body"],
+                             rendered=render_block(m["table"], m["source"], repo)))
+    return out
+
+
+def regenerate(repo: Path = REPO, files: Sequence[Path] | None = None) -> list[Path]:
+    """Rewrite every stale block in place; returns the files changed."""
+    if files is None:
+        files = sorted({p for pattern in MARKDOWN for p in repo.glob(pattern)})
+    changed = []
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+
+        def sub(m: re.Match[str]) -> str:
+            return m["open"] + render_block(m["table"], m["source"], repo) + m["close"]
+
+        new = BLOCK_RE.sub(sub, text)
+        if new != text:
+            f.write_text(new, encoding="utf-8")
+            changed.append(f)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m aclarena.docs_results", description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only report stale blocks (exit 1 if any)")
+    ap.add_argument("--repo", default=str(REPO), help="repository root (default: this checkout)")
+    args = ap.parse_args(argv)
+    repo = Path(args.repo)
+    try:
+        if args.check:
+            stale = [b for b in blocks(repo) if b.stale]
+            for b in stale:
+                print(f"{b.file.relative_to(repo)}: table {b.table!r} differs from {b.source}; run make docs-results",
+                      file=sys.stderr)
+            return 1 if stale else 0
+        for f in regenerate(repo):
+            print(f"rewrote {f.relative_to(repo)}")
+    except ResultsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

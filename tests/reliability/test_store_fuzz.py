@@ -1,0 +1,262 @@
+"""The store's readers on structurally wrong results.h5 files (issue 15): an element with a
+non-numeric or newer version (lazily read ragged arrays included), offsets past the data, datasets of
+another type or shape, attributes of the wrong type. Every reader answers or raises AclarenaError
+with one line; nothing else. Plus NUL characters in stored text (escaped, read back exactly)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aclarena.errors import AclarenaError
+from aclarena.probes.probe_set import ProbeSet, read_probe_set, write_probe_set
+from aclarena.store import Json, Ragged, ResultsStore, Table
+from aclarena.store.capability import load_matrix, read_cells, read_items
+
+FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                        HealthCheck.function_scoped_fixture])
+
+
+def _build(run: Path) -> None:
+    from capability_helpers import write_fixture_matrix
+
+    run.mkdir(parents=True, exist_ok=True)
+    probe = ProbeSet(name="p", reference="seq-math", ids=[np.array([1, 2, 3]), np.array([4, 5])],
+                     scored=[np.array([False, True, True]), np.array([False, True])], texts=["abc", "de"],
+                     token_text=[["a", "b", "c"], ["d", "e"]], sources=[{"prompt": "x"}, {"prompt": "y"}],
+                     settings={"source": "prompts"}, vocab=["<0>", "a", "b", "c", "d", "e"])
+    write_probe_set(ResultsStore(run), probe)
+    write_fixture_matrix(run)
+    ResultsStore(run).write("tokens/p/scores/seq-search", {
+        "kl": Ragged.from_rows([np.array([0.1, 0.2]), np.array([0.3])], dtype=np.float32),
+        "table": Table({"name": ["a", "b"], "x": np.array([1.0, 2.0])}),
+        "summary": Json({"kl_mean": 0.2}), "note": "text", "n": 3,
+    }, result_type="token-scores", attrs={"settings": {"probe": "p"}})
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("store-fuzz") / "run"
+    _build(run)
+    return run / "results.h5"
+
+
+def _objects(path: Path) -> list[str]:
+    names: list[str] = []
+    with h5py.File(path, "r") as f:
+        f.visit(names.append)
+    return sorted(names)
+
+
+BAD_VERSIONS = ["abc", "9.0.0", "", "1", "0.x.0", "0.2", 7, np.array([1, 2]), b"\xff\xfe", "0.2.0\n", "00000000000000.1.0"]
+BAD_TYPES = ["array", "ragged-array", "dict", "json", "table", "string", "string-array", "numeric-scalar", "nope", 5]
+BAD_DATA = [np.array([1.5, 2.5]), np.array([-1, 99999]), np.zeros((2, 2)), np.array(7), "x", np.array([], dtype=np.int64),
+            np.array([True]), np.array([3, 1, 2])]
+BAD_ATTRS = ["[", 7, "abc", "{}", "[1, 2]", -1.5, np.array([1, 2]), "nan", ""]
+ATTR_NAMES = ["reference", "settings", "n_items", "n_seeds", "samples", "mean", "std", "column-order", "status",
+              "checkpoint", "suite", "domain", "result-type", "digest", "computed_at", "avg_k_mean"]
+
+MUTATION = st.one_of(
+    st.tuples(st.just("version"), st.integers(0, 10**6), st.sampled_from(range(len(BAD_VERSIONS)))),
+    st.tuples(st.just("type"), st.integers(0, 10**6), st.sampled_from(range(len(BAD_TYPES)))),
+    st.tuples(st.just("drop-attr"), st.integers(0, 10**6), st.just(0)),
+    st.tuples(st.just("delete"), st.integers(0, 10**6), st.just(0)),
+    st.tuples(st.just("data"), st.integers(0, 10**6), st.sampled_from(range(len(BAD_DATA)))),
+    st.tuples(st.just("attr"), st.integers(0, 10**6), st.tuples(st.sampled_from(range(len(ATTR_NAMES))),
+                                                                st.sampled_from(range(len(BAD_ATTRS))))),
+)
+
+
+def _mutate(path: Path, ops: list) -> None:
+    with h5py.File(path, "r+") as f:
+        for op, i, arg in ops:
+            names = []
+            f.visit(names.append)
+            if not names:
+                return
+            name = sorted(names)[i % len(names)]
+            obj = f[name]
+            if op == "version":
+                obj.attrs["encoding-version"] = BAD_VERSIONS[arg]
+            elif op == "type":
+                obj.attrs["encoding-type"] = BAD_TYPES[arg]
+            elif op == "drop-attr":
+                if "encoding-type" in obj.attrs:
+                    del obj.attrs["encoding-type"]
+            elif op == "delete":
+                del f[name]
+            elif op == "data":
+                attrs = {k: obj.attrs[k] for k in ("encoding-type", "encoding-version") if k in obj.attrs}
+                del f[name]
+                value = BAD_DATA[arg]
+                ds = f.create_dataset(name, data=value, dtype=h5py.string_dtype() if isinstance(value, str) else None)
+                for k, v in attrs.items():
+                    # an earlier mutation's undecodable bytes
+                    with contextlib.suppress(UnicodeError, TypeError, ValueError):
+                        ds.attrs[k] = v
+            else:
+                key, val = arg
+                obj.attrs[ATTR_NAMES[key]] = BAD_ATTRS[val]
+
+
+def _read_everything(run: Path) -> None:
+    store = ResultsStore(run)
+    with store.reader() as r:
+        for key in r.results():
+            for child in r.keys(key):
+                full = f"{key}/{child}"
+                r.read(full)
+                enc = r.encoding(full)
+                if enc[0] == "ragged-array":
+                    view = r.ragged(full)
+                    for i in range(view.n_rows):
+                        view.row(i)
+            r.attrs(key)
+        cells = read_cells(r)
+        for c in cells:
+            read_items(r, c)
+        load_matrix(r, None)
+    read_probe_set(store, "p")
+    read_probe_set(store, "p", with_text=False)
+
+
+def test_the_undamaged_store_reads(template, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(template, run / "results.h5")
+    _read_everything(run)
+
+
+@FUZZ
+@given(st.lists(MUTATION, min_size=1, max_size=3))
+def test_every_reader_answers_or_says_one_line(template, tmp_path_factory, ops):
+    run = tmp_path_factory.mktemp("fuzz")
+    shutil.copyfile(template, run / "results.h5")
+    _mutate(run / "results.h5", ops)
+    try:
+        _read_everything(run)
+    except AclarenaError as e:
+        msg = str(e).strip()
+        assert msg and "\n" not in msg, msg
+
+
+def _set_attr(run: Path, key: str, name: str, value: object) -> None:
+    with h5py.File(run / "results.h5", "r+") as f:
+        f[key].attrs[name] = value
+
+
+@pytest.mark.parametrize("version, needle", [("abc", "not MAJOR.MINOR.PATCH"), ("x.1.0", "not MAJOR.MINOR.PATCH"),
+                                             ("7.0.0", "newer aclarena")])
+@pytest.mark.parametrize("lazy", [False, True], ids=["read", "lazy"])
+def test_ragged_array_of_a_bad_or_newer_version(template, tmp_path, version, needle, lazy):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(template, run / "results.h5")
+    key = "tokens/p/scores/seq-search/kl"
+    _set_attr(run, key, "encoding-version", version)
+    with ResultsStore(run).reader() as r, pytest.raises(AclarenaError, match=needle):
+        r.ragged(key) if lazy else r.read(key)
+
+
+@pytest.mark.parametrize("offsets", [[0, 2, 9], [0, 3, 1], [1, 2, 3], [0.0, 2.0, 3.0]],
+                         ids=["past the data", "decreasing", "not from 0", "floats"])
+@pytest.mark.parametrize("lazy", [False, True], ids=["read", "lazy"])
+def test_offsets_that_do_not_fit_the_data(template, tmp_path, offsets, lazy):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(template, run / "results.h5")
+    key = "tokens/p/scores/seq-search/kl"
+    with h5py.File(run / "results.h5", "r+") as f:
+        attrs = dict(f[f"{key}/offsets"].attrs)
+        del f[f"{key}/offsets"]
+        f[f"{key}/offsets"] = np.asarray(offsets)
+        f[f"{key}/offsets"].attrs.update(attrs)
+    with ResultsStore(run).reader() as r, pytest.raises(AclarenaError, match="offsets"):
+        r.ragged(key).row(1) if lazy else r.read(key)
+
+
+def test_text_with_nul_characters_is_stored_escaped_and_read_back_exactly(tmp_path):
+    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload
+
+    texts = ["a\x00b", "back\\slash \\0 and \x00\x00", "plain"]
+    data, attrs = cell_payload(checkpoint="m", suite="math/id", domain="math", role="id", source="arena",
+                               settings={"n": 3}, greedy=np.array([[1.0, 0.0, 1.0]]), item_ids=["1", "2", "3"],
+                               transcripts=texts)
+    store = ResultsStore(tmp_path)
+    store.write(cell_key("m", "math/id", {"n": 3}), data, result_type=RESULT_TYPE, result_version=RESULT_VERSION,
+                attrs=attrs | {"error": "x\x00y"})
+    store.write("misc", {"one": "nul\x00here", "table": Table({"t": ["\x00", "ok"]})}, result_type="misc")
+    with store.reader() as r:
+        key = r.results("capability")[0]
+        assert r.read(f"{key}/transcripts") == texts
+        assert r.read("misc/one") == "nul\x00here"
+        assert r.read("misc/table").columns["t"] == ["\x00", "ok"]
+        assert r.attrs(key)["error"] == "x\u2400y"  # attributes (one-line notes): shown as the NUL symbol
+
+
+def test_a_symlinked_store_is_written_through_and_stays_a_link(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    ResultsStore(elsewhere).write("a", {"x": np.arange(3)}, result_type="t")
+    (run / "results.h5").symlink_to(elsewhere / "results.h5")
+    store = ResultsStore(run)
+    store.write("b", {"y": np.arange(4)}, result_type="t")
+    assert (run / "results.h5").is_symlink()
+    assert list(ResultsStore(elsewhere).read("b/y")) == [0, 1, 2, 3]  # the target holds the new result
+    store.delete("a")
+    assert (run / "results.h5").is_symlink() and not ResultsStore(elsewhere).has("a")
+    assert not [p for p in elsewhere.iterdir() if p.suffix == ".tmp"]  # no temporary file left there
+    assert sorted(p.name for p in run.iterdir()) == ["results.h5", "results.h5.lock"]
+
+
+def test_a_dangling_symlinked_store_is_refused_and_left_alone(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.h5").symlink_to(tmp_path / "gone" / "results.h5")
+    store = ResultsStore(run)
+    with pytest.raises(AclarenaError, match="symbolic link to .* which does not exist"):
+        store.write("b", {"y": np.arange(4)}, result_type="t")
+    with pytest.raises(AclarenaError, match="does not exist"), store.reader():
+        pass
+    assert (run / "results.h5").is_symlink() and not (tmp_path / "gone").exists()
+
+
+@pytest.mark.parametrize("damage, needle", [("newer", "newer aclarena"), ("version", "not MAJOR.MINOR.PATCH"),
+                                            ("column", "damaged")])
+def test_monitor_series_of_a_newer_version_or_a_missing_column(tmp_path, damage, needle):
+    from aclarena.store.series import SERIES_NAME, SeriesWriter, read_series
+
+    with SeriesWriter(tmp_path, {"monitor/a/train": {"step": "i8", "kl": "f8"}}) as w:
+        w.append("monitor/a/train", [{"step": i, "kl": 1.0} for i in range(3)])
+    with h5py.File(tmp_path / SERIES_NAME, "r+") as f:
+        g = f["series/monitor/a/train"]
+        if damage == "newer":
+            g.attrs["encoding-version"] = "1.0.0"
+        elif damage == "version":
+            g.attrs["encoding-version"] = "one"
+        else:
+            g.attrs["column-order"] = "step,kl,gone"
+    with read_series(tmp_path) as r, pytest.raises(AclarenaError, match=needle):
+        r.read("monitor/a/train")
+
+
+def test_a_result_type_that_is_not_a_string(template, tmp_path):
+    """Found by the fuzzing: an array where `result-type` should be a string made every reader that
+    compares it (capability cells, flips, routing) fail with numpy's "truth value is ambiguous"."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(template, run / "results.h5")
+    with ResultsStore(run).reader() as r:
+        key = r.results("capability")[0]
+    _set_attr(run, key, "result-type", np.array([1, 2]))
+    with ResultsStore(run).reader() as r, pytest.raises(AclarenaError, match="result-type .* not a string"):
+        read_cells(r)

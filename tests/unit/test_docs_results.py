@@ -1,0 +1,95 @@
+"""Results as data: the README's and docs' result tables equal what docs_results renders from the
+committed files under docs/results/, and the renderer reads strict JSON only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from aclarena.docs_results import REPO, ResultsError, blocks, main, regenerate, render_block
+
+SUMMARY = {
+    "made_by": {"command": "aclarena-diag demo --seed 0", "date": "2026-12-01", "machine": "2 CPU cores"},
+    "stages": [
+        {"stage": "seq-math", "suite": "math/id", "parent": "base", "parent_score": 0.0, "after_sft": 0.16,
+         "score": 0.18, "oracle": 0.18},
+        {"stage": "seq-search", "suite": "search/id", "parent": "seq-math", "parent_score": 0.0, "after_sft": None,
+         "score": 0.02, "oracle": 0.125},
+    ],
+    "lead_time": [{"domain": "math", "predictor": "fkl", "metric": "fkl", "warn_step": 10, "drop_step": 30,
+                   "lead": 20},
+                  {"domain": "search", "predictor": "loss", "metric": "loss", "warn_step": None, "drop_step": None,
+                   "lead": None}],
+}
+
+
+def test_committed_tables_equal_what_the_files_generate():
+    found = blocks()
+    assert {b.table for b in found} >= {"demo-stages", "demo-lead-time", "demo-comparison", "findings"}
+    stale = [f"{b.file.name}:{b.table}" for b in found if b.stale]
+    assert not stale, f"run `make docs-results`: {stale}"
+    assert main(["--check"]) == 0
+
+
+def _repo(tmp_path: Path, summary: dict | None) -> Path:
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    (tmp_path / "README.md").write_text(
+        "intro\n\n<!-- results: demo-stages from docs/results/demo.json -->\nold table\n<!-- /results -->\n\n"
+        "<!-- results: demo-lead-time from docs/results/demo.json -->\n<!-- /results -->\nend\n", encoding="utf-8")
+    if summary is not None:
+        (tmp_path / "docs" / "results" / "demo.json").write_text(json.dumps(summary), encoding="utf-8")
+    return tmp_path
+
+
+def test_tables_render_from_the_file_and_a_rerun_changes_nothing(tmp_path):
+    repo = _repo(tmp_path, SUMMARY)
+    assert main(["--check", "--repo", str(repo)]) == 1  # "old table" is stale
+    assert regenerate(repo) == [repo / "README.md"]
+    text = (repo / "README.md").read_text(encoding="utf-8")
+    assert "| seq-math | math/id | 0.00 (base) | 0.16 | 0.18 | 0.18 |" in text
+    assert "| seq-search | search/id | 0.00 | - | 0.02 | 0.12 |" in text  # None is '-', 0.125 rounds half even
+    assert "| math | forward KL to the stage start | 10 | 30 | 20 |" in text
+    assert "| search | training loss | never | none | - |" in text
+    assert "`aclarena-diag demo --seed 0`, 2026-12-01, 2 CPU cores" in text
+    assert text.startswith("intro\n") and text.endswith("<!-- /results -->\nend\n")
+    assert regenerate(repo) == []
+    assert main(["--check", "--repo", str(repo)]) == 0
+    # a changed number in the file makes the committed table stale
+    changed = json.loads(json.dumps(SUMMARY))
+    changed["stages"][0]["score"] = 0.2
+    (repo / "docs" / "results" / "demo.json").write_text(json.dumps(changed), encoding="utf-8")
+    assert [b.table for b in blocks(repo) if b.stale] == ["demo-stages"]
+
+
+def test_a_missing_file_is_marked_to_be_regenerated(tmp_path):
+    repo = _repo(tmp_path, None)
+    regenerate(repo)
+    text = (repo / "README.md").read_text(encoding="utf-8")
+    assert "old table" not in text
+    assert text.count("*To be regenerated from `docs/results/demo.json` by `aclarena-diag demo") == 2
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity"])
+def test_non_strict_json_is_refused(tmp_path, bad, capsys):
+    repo = _repo(tmp_path, None)
+    text = json.dumps(SUMMARY).replace('"score": 0.18', f'"score": {bad}')
+    (repo / "docs" / "results" / "demo.json").write_text(text, encoding="utf-8")
+    with pytest.raises(ResultsError, match="not strict JSON"):
+        render_block("demo-stages", "docs/results/demo.json", repo)
+    before = (repo / "README.md").read_text(encoding="utf-8")
+    assert main(["--repo", str(repo)]) == 1
+    assert "not strict JSON" in capsys.readouterr().err
+    assert (repo / "README.md").read_text(encoding="utf-8") == before
+
+
+def test_unknown_table_and_source_outside_results(tmp_path):
+    with pytest.raises(ResultsError, match="unknown results table 'demo-stagez'; known: "):
+        render_block("demo-stagez", "docs/results/demo.json", tmp_path)
+    with pytest.raises(ResultsError, match="result files live under docs/results/"):
+        render_block("demo-stages", "runs/demo/summary.json", tmp_path)
+
+
+def test_repo_root_is_this_checkout():
+    assert (REPO / "aclarena" / "docs_results.py").is_file()

@@ -1,0 +1,80 @@
+"""Held-out validation of the early warning on synthetic series with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from aclarena.diagnostics.warning_validation import (
+    WarningSeries,
+    fit_threshold,
+    outcomes,
+    r_squared,
+    validate,
+)
+
+STEPS = [0, 10, 20, 30, 40]
+
+
+def series(seed, domain, good, noise, drop_step):
+    drop = [0.0, 0.0, 0.0, 0.0, 0.0] if drop_step is None else [0.0 if s < drop_step else 0.3 for s in STEPS]
+    return WarningSeries(seed=seed, domain=domain, steps=STEPS, predictors={"good": good, "noise": noise},
+                         drop=drop, drop_step=drop_step)
+
+
+SERIES = [
+    # seed 0 (fit): the good predictor rises to 1.0 ten steps before each drop; stays at 0.1 without one
+    series(0, "math", [0.0, 0.2, 1.0, 1.2, 1.3], [0.5, 0.1, 0.9, 0.2, 0.3], 30),
+    series(0, "search", [0.0, 0.1, 0.9, 0.1, 0.1], [0.9, 0.1, 0.1, 0.8, 0.2], None),
+    # seeds 1, 2 (held out)
+    series(1, "math", [0.0, 1.1, 1.2, 1.3, 1.4], [0.2, 0.3, 0.1, 0.9, 0.1], 20),   # warns at 10: lead 10
+    series(1, "search", [0.0, 0.1, 0.2, 0.1, 0.1], [0.1, 0.95, 0.1, 0.1, 0.1], None),
+    series(2, "math", [0.0, 0.1, 0.2, 0.3, 1.5], [0.1, 0.1, 0.1, 0.1, 0.1], 20),   # warns at 40, after: a miss
+    series(2, "search", [0.0, 0.2, 1.0, 0.1, 0.1], [0.1, 0.1, 0.1, 0.1, 0.1], None),  # a false alarm
+]
+
+
+def test_threshold_is_fitted_on_the_fit_seed_only():
+    fit = [s for s in SERIES if s.seed == 0]
+    # 0.9 would alarm on search; 1.2 warns only at the drop (lead 0); 1.0 warns ten steps ahead
+    assert fit_threshold(fit, "good") == 1.0
+    assert outcomes(fit, "good", 1.0) == ([10], 1, 0, 0)
+    assert outcomes(fit, "good", 1.2) == ([0], 1, 0, 0)
+    # the held-out seeds would pull it elsewhere (seed 2's search alarms at 1.0): they are not looked at
+    assert fit_threshold(SERIES, "good") != 1.0
+
+
+def test_held_out_report_counts_leads_false_alarms_and_misses():
+    reports = {r.predictor: r for r in validate(SERIES, ["good", "noise"], fit_seeds=[0])}
+    good = reports["good"]
+    assert good.threshold == 1.0
+    assert good.leads == [10] and good.detected == 1 and good.misses == 1 and good.false_alarms == 1
+    assert good.lead_mean == 10.0
+    xs = [x for s in SERIES for x in s.predictors["good"]]
+    ys = [y for s in SERIES for y in s.drop]
+    assert good.r2 == pytest.approx(np.corrcoef(xs, ys)[0, 1] ** 2)
+    assert good.r2 > reports["noise"].r2
+    d = good.to_dict()
+    assert d["threshold"] == 1.0 and d["lead_mean"] == 10.0
+
+
+def test_no_drop_to_fit_on_means_no_threshold_and_every_drop_missed():
+    quiet = [series(0, "math", [0, 1, 2, 3, 4], [0] * 5, None), series(1, "math", [0, 1, 2, 3, 4], [0] * 5, 20)]
+    (r,) = validate(quiet, ["good"], fit_seeds=[0])
+    assert r.threshold is None and r.misses == 1 and r.detected == 0 and r.false_alarms == 0
+
+
+def test_r_squared_edge_cases():
+    assert r_squared([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
+    assert r_squared([1, 2], [1, 2]) is None
+    assert r_squared([1, 1, 1], [1, 2, 3]) is None
+    assert r_squared([1, 2, 3, math.nan], [1, 2, 4, 5]) == pytest.approx(np.corrcoef([1, 2, 3], [1, 2, 4])[0, 1] ** 2)
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="predictor 'good' has 2 values for 5 steps"):
+        WarningSeries(seed=0, domain="math", steps=STEPS, predictors={"good": [0, 1]}, drop=[0] * 5, drop_step=None)
+    with pytest.raises(ValueError, match="no held-out series"):
+        validate([s for s in SERIES if s.seed == 0], ["good"], fit_seeds=[0])
