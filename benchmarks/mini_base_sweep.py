@@ -93,7 +93,12 @@ def main() -> int:
         t0 = time.monotonic()
         base = Path(args.base) if args.base else pretrain(size, out)
         row["pretrain_wall_s"] = round(time.monotonic() - t0, 1) if not args.base else None
-        marker = json.loads((base / ".aclarena-phase.json").read_text())
+        if (base / ".aclarena-phase.json").is_file():
+            marker = json.loads((base / ".aclarena-phase.json").read_text())
+        else:  # a trainer checkpoint of a pretraining still running (an early look)
+            state = json.loads((base / "trainer_state.json").read_text())
+            marker = {"meta": {}, "steps": state["global_step"], "time_s": None}
+        row["base"] = str(base)
         row["parameters"] = marker["meta"].get("parameters")
         row["pretrain_steps"] = marker["steps"]
         row["pretrain_tokens"] = marker["steps"] * 4 * 512  # packed rows of 512 tokens, 4 a step
