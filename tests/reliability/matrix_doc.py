@@ -15,7 +15,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reliability_helpers import BAD_ARGS, DAMAGES, VERB_ARGV  # noqa: E402
 
-
 # the classes issue 15 added, each a group of tests (file::name prefix) in tests/reliability
 ISSUE15 = (
     ("NaN/inf weights in a later checkpoint of `tokens` (store unchanged)",

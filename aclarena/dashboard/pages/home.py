@@ -19,6 +19,8 @@ PAGE = {"path": "/", "name": "Run", "order": 0}
 ANALYSES: dict[str, tuple[str, str | None, str]] = {
     "/overview": ("capability matrix and CL metrics", "capability", "aclarena-diag eval --run DIR"),
     "/tokens": ("token-level drift on frozen generations", "tokens", "aclarena-diag tokens --ref NAME --run DIR"),
+    "/flips": ("where forgotten items parted, and the swap test", "flips",
+               "aclarena-diag flips --from A --to B --suite S --run DIR"),
     "/vectors": ("task-vector cosines and distances", "vectors", "aclarena-diag vectors --run DIR"),
     "/displacement": ("SFT vs RL parameter displacement", "displacement", "aclarena-diag displacement --run DIR"),
     "/monitor": ("drift-monitor series of training", None, "train with a [monitor] section (series.h5)"),
@@ -74,8 +76,14 @@ def status_table(status: dict[str, dict[str, Any]], names: dict[str, str]) -> ht
     return html.Table([head, *rows], className="simple", id="home-status")
 
 
+def page_names() -> dict[str, str]:
+    """Page path -> its name in the navigation."""
+    import dash
+
+    return {p["path"]: p["name"] for p in dash.page_registry.values()}
+
+
 def layout(**_query: Any) -> html.Div:
-    from aclarena.dashboard.app import page_names
     from aclarena.figures.run import lineage_figure
     from aclarena.figures.tokens import token_checkpoints, token_probes
 
