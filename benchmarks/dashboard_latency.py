@@ -129,10 +129,10 @@ def measure(page: Any, act: Callable[[int], str], changes: int) -> list[float]:
     page.evaluate(STAMP)
     out = []
     for i in range(changes + 1):  # the first change warms caches and is not counted
-        page.wait_for_function(f"() => {IDLE}", timeout=60_000)
+        page.wait_for_function(f"() => {IDLE}", timeout=240_000)
         cond = act(i)
         done = page.wait_for_function(f"() => ({cond}) && {IDLE} ? performance.now() : false", polling="raf",
-                                      timeout=60_000)
+                                      timeout=240_000)
         if i:
             out.append(float(done.json_value()) - float(page.evaluate("window.__t0")))
     return out
