@@ -97,15 +97,20 @@ def construct(tokenizer: Any, *, critical: int = 5, harmless: tuple[int, ...] = 
     l_model = copy.deepcopy(e)
     targets, crit_tok = [], []
     edits = torch.zeros_like(W)
+    kept: list[int] = []
+
     def clean(tid: int) -> bool:
         text = tokenizer.decode([tid])
         return bool(text) and text.isascii() and text.isprintable()
 
-    for i, (_ctx, gen) in enumerate(runs):
+    for i, (_, gen) in enumerate(runs):
         full = tokenizer.decode(gen)
         # the critical position: the first from `critical` on whose token is clean text and ends a clean prefix
-        p = next(t for t in range(critical, min(harmless)) if clean(gen[t])
-                 and full.startswith(tokenizer.decode(gen[:t + 1])))
+        p = next((t for t in [*range(critical, min(harmless)), *range(1, critical)] if clean(gen[t])
+                  and full.startswith(tokenizer.decode(gen[:t + 1]))), None)
+        if p is None:  # E's reply has no clean token before the harmless positions: leave the item out
+            continue
+        kept.append(i)
         targets.append(tokenizer.decode(gen[:p + 1]))
         for t, boost in [(p, 30.0)] + [(q, 8.0) for q in harmless]:
             row = where.index((i, t))
@@ -123,8 +128,8 @@ def construct(tokenizer: Any, *, critical: int = 5, harmless: tuple[int, ...] = 
             edits[alt] += (margin + boost) * u
     with torch.no_grad():
         l_model.lm_head.weight.add_(edits.to(l_model.lm_head.weight.dtype))
-    ts = tasks(targets, prompts)
-    return {"e": e, "l": l_model.eval(), "tasks": ts, "critical": crit_tok, "runs": runs,
+    ts = tasks(targets, [prompts[i] for i in kept])
+    return {"e": e, "l": l_model.eval(), "tasks": ts, "critical": crit_tok, "runs": [runs[i] for i in kept],
             "harmless": [h for h in harmless], "env": PrefixEnv()}
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -146,7 +146,7 @@ class SwapCurve:
     swaps_kl: np.ndarray  # swaps made
     swaps_random: np.ndarray
 
-    def curves(self) -> dict[str, dict[str, list[float] | list[int]]]:
+    def curves(self) -> dict[str, dict[str, list[float]]]:
         return {"kl": recovery_curve(self.kl), "random": recovery_curve(self.random)}
 
     def to_dict(self) -> dict[str, Any]:
@@ -321,11 +321,11 @@ def lockstep_generate(
         for _ in range(max(limit)):
             if all(done):
                 break
-            e_t, l_t, kl_t = step_divergence(ze, zl)
-            e_top: list[int] = e_t.tolist()
-            l_top: list[int] = l_t.tolist()
-            kl: list[float] = kl_t.float().tolist()
-            nxt = []
+            te, tl, tkl = step_divergence(ze, zl)
+            e_top: list[int] = te.tolist()
+            l_top: list[int] = tl.tolist()
+            kl: list[float] = tkl.float().tolist()
+            nxt: list[int] = []
             for r in range(n):
                 if done[r]:
                     nxt.append(pad_id)
@@ -436,7 +436,7 @@ def replay_probe(tokenizer: Any, replays: Sequence[Swapper], *, name: str = "fli
     sources: list[Any] = []
     groups: list[list[int]] = []
     for r, rep in enumerate(replays):
-        mine = []
+        mine: list[int] = []
         for turn, (ctx, gen) in enumerate(zip(rep.contexts, rep.turns, strict=True)):
             if not gen:
                 continue
@@ -594,8 +594,10 @@ def _relation(manifest: Any, early: str, late: str) -> str:
     return f"{early} and {late} are not ancestor and descendant (compared all the same)"
 
 
-def flip_items(reader: Any, manifest: Any, early: str, late: str, suite: str) -> tuple[list[tuple[str, str]], dict[str, Any], int]:
-    """``[(item id, forgot|gained)]`` from the matrix's greedy outcomes, the cell settings, items compared."""
+def flip_items(reader: Any, manifest: Any, early: str, late: str, suite: str
+               ) -> tuple[list[tuple[str, str]], dict[str, Any], int, list[str]]:
+    """``[(item id, forgot|gained)]`` from the matrix's greedy outcomes, the cell settings, the number
+    of items compared, and the two cells' keys and write times (what the result was made from)."""
     from aclarena.store.capability import load_matrix, read_items
 
     matrix = load_matrix(reader, manifest)
@@ -626,7 +628,18 @@ def flip_items(reader: Any, manifest: Any, early: str, late: str, suite: str) ->
     e, l_ = items[early], items[late]
     common = [i for i in e if i in l_]
     out = [(i, FORGOT) for i in common if e[i] >= 0.5 > l_[i]] + [(i, GAINED) for i in common if l_[i] >= 0.5 > e[i]]
-    return out, cells[early].settings, len(common)
+    made_from = [f"{c.key}@{c.computed_at!r}" for c in cells.values()]
+    return out, cells[early].settings, len(common), made_from
+
+
+def _fingerprint(info: Any, manifest: Any, run_dir: str | Path) -> str:
+    from aclarena.models.checkpoint import inspect
+    from aclarena.models.tensors import checkpoint_fingerprint
+
+    on = None
+    if info.source == "adapter" and info.spec.on:
+        on = inspect(manifest.resolve(info.spec.on), manifest, run_dir, allow_pickle=True)
+    return checkpoint_fingerprint(info, on=on)
 
 
 def _tasks_of(suite: str, settings: dict[str, Any]) -> dict[str, Task]:
@@ -750,21 +763,23 @@ def flips(
     if early == late:
         raise AclarenaError(f"--from and --to are both {early!r}; give two checkpoints (e.g. --from seq-math --to seq-ecom)")
     relation = _relation(manifest, early, late)
-    ident = settings.identity()
+    with open_matrix(run_dir, manifest) as (reader, _):
+        pairs, cell_settings, n_common, made_from = flip_items(reader, manifest, early, late, suite)
+    if not pairs:
+        raise AclarenaError(f"{early!r} and {late!r} solve the same items of {suite!r} ({n_common} compared): nothing "
+                            "flipped; pick another pair or suite, or evaluate more items (eval -n)")
+    opts = load or LoadOptions()
+    infos = [inspect(manifest.resolve(n), manifest, run_dir, allow_pickle=opts.allow_pickle) for n in (early, late)]
+    for info in infos:
+        info.require_loadable()
+    require_same_tokenizer(infos)
+    # what the result depends on besides the settings: the matrix cells and both checkpoints' weight files
+    ident = settings.identity() | {"inputs": {"cells": made_from, "dtype": opts.dtype,
+                                              "weights": [_fingerprint(i, manifest, run_dir) for i in infos]}}
     if not force and write:
         old = read_flips(run_dir, early, late, suite)
         if old is not None and old.settings == ident:
             return old
-    with open_matrix(run_dir, manifest) as (reader, _):
-        pairs, cell_settings, n_common = flip_items(reader, manifest, early, late, suite)
-    if not pairs:
-        raise AclarenaError(f"{early!r} and {late!r} solve the same items of {suite!r} ({n_common} compared): nothing "
-                            "flipped; pick another pair or suite, or evaluate more items (eval -n)")
-    infos = [inspect(manifest.resolve(n), manifest, run_dir, allow_pickle=bool(load and load.allow_pickle))
-             for n in (early, late)]
-    for info in infos:
-        info.require_loadable()
-    require_same_tokenizer(infos)
     tasks_by_id = _tasks_of(suite, cell_settings)
     missing = [i for i, _ in pairs if i not in tasks_by_id]
     if missing:
@@ -778,13 +793,13 @@ def flips(
                 kept.append((i, d))
                 by_dir[d] = by_dir.get(d, 0) + 1
         pairs = kept
-    opts = load or LoadOptions()
     tok = load_tokenizer(early, manifest, run_dir, require_chat_template=True)
     e_model = load_model(early, manifest, run_dir, opts)
     l_model = load_model(late, manifest, run_dir, opts)
     result = analyse(e_model, l_model, tok, [tasks_by_id[i] for i, _ in pairs], [d for _, d in pairs],
                      settings=settings, early=early, late=late, suite=suite, relation=relation, n_items=n_common,
                      progress=progress)
+    result = replace(result, settings=ident)
     if write:
         data, attrs = _to_store(result)
         ResultsStore(run_dir).write(flips_key(early, late, suite), data, result_type=RESULT_TYPE,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from aclarena.cli._common import add_verb, fmt, print_json, print_table, progress
-from aclarena.cli.probe import add_load_options, quiet_libraries
+from aclarena.cli._common import add_verb, fmt, print_json, print_table, progress, quiet_libraries
+from aclarena.cli.probe import add_load_options
 from aclarena.errors import AclarenaError
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -233,7 +234,7 @@ def step_divergence(p_logits: torch.Tensor, q_logits: torch.Tensor
     return p_logits.argmax(-1), q_logits.argmax(-1), kl
 
 
-def recovery_curve(outcomes: np.ndarray, level: float = 0.95) -> dict[str, list[float] | list[int]]:
+def recovery_curve(outcomes: np.ndarray, level: float = 0.95) -> dict[str, list[Any]]:
     """Share of items (rows) with outcome 1 per budget (columns), with Wilson intervals.
 
     Entries < 0 (not run) are left out of their column.
@@ -241,10 +242,7 @@ def recovery_curve(outcomes: np.ndarray, level: float = 0.95) -> dict[str, list[
     o = np.asarray(outcomes)
     if o.ndim != 2:
         raise ValueError(f"`outcomes` must be items x budgets, got shape {o.shape}")
-    share: list[float] = []
-    low: list[float] = []
-    high: list[float] = []
-    n: list[int] = []
+    share, low, high, n = [], [], [], []
     for j in range(o.shape[1]):
         col = o[:, j]
         col = col[col >= 0]

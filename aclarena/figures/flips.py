@@ -46,8 +46,10 @@ def recovery_figure(data: dict[str, Any]) -> go.Figure:
                          "arrayminus": [m - lo for m, lo in zip(s["share"], s["low"], strict=True)]},
                 customdata=s["n"], hovertemplate="%{x}% of tokens: %{y:.2f} (n = %{customdata})<extra></extra>"))
     n = len(data["forward"]["items"]) if data.get("forward") else 0
+    ticks = data["forward"]["budgets"] if data.get("forward") else []
     fig.update_layout(title=f"Swap test: {_label(data)} ({n} forgotten items reproduced)",
-                      xaxis={"title": "budget (% of E's trajectory tokens)", "type": "log"},
+                      xaxis={"title": "budget (% of E's trajectory tokens)", "type": "log", "tickvals": ticks,
+                             "ticktext": [f"{b:g}%" for b in ticks]},
                       yaxis={"title": "share of items", "range": [-0.05, 1.05]}, template="plotly_white",
                       legend={"orientation": "h", "y": -0.2})
     if not n:
@@ -63,7 +65,8 @@ def divergence_figure(data: dict[str, Any]) -> go.Figure:
     fig = go.Figure()
     for direction, color in (("forgot", "#d62728"), ("gained", "#1f77b4")):
         rows = [r for r in data["items"] if r["direction"] == direction and r["reproduced"] and r["diverge"] >= 0]
-        fig.add_trace(go.Histogram(x=[r["entropy_pct"] for r in rows], name=f"{direction} ({len(rows)})",
+        # percentile 100 (the trajectory's highest entropy) goes in the last bin, not past it
+        fig.add_trace(go.Histogram(x=[min(r["entropy_pct"], 99.99) for r in rows], name=f"{direction} ({len(rows)})",
                                    xbins={"start": 0, "end": 100, "size": 5}, marker_color=color, opacity=0.7))
     fig.add_vline(x=100 * (1 - top), line_dash="dot", annotation_text=f"top {top:g}")
     c = data["summary"]["chance"].get("forgot", {})
@@ -95,9 +98,13 @@ def _suffix(entry: dict[str, str]) -> str:
 
 @register_figure("flips/recovery", "Swap test: forgotten items recovered per budget, against a random control")
 def _recovery(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
+    if reader is None:
+        return []
     return [(_suffix(e), recovery_figure(read_flips_data(reader, e["key"]))) for e in list_flips(reader)]
 
 
 @register_figure("flips/divergence", "Entropy percentile of the divergence points")
 def _divergence(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
+    if reader is None:
+        return []
     return [(_suffix(e), divergence_figure(read_flips_data(reader, e["key"]))) for e in list_flips(reader)]

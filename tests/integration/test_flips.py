@@ -134,3 +134,37 @@ def test_store_round_trip(case, tmp_path):
     assert back.chance[FORGOT] == res.chance[FORGOT]
     df = res.to_pandas()
     assert len(df) == 4 and df["recovered_kl@0.5%"].tolist() == [1, 1, 1, 1]
+
+
+class TwoTurnEnv(fh.PrefixEnv):
+    """The user answers the first reply once, so every episode has two assistant turns."""
+
+    max_turns = 2
+
+    def new_state(self, task):
+        return {"replies": 0}
+
+    def user_reply(self, task, state, text):
+        state["replies"] += 1
+        return "go on" if state["replies"] == 1 else None
+
+
+def test_multi_turn_positions_span_every_turn(case, tokenizer):
+    """Positions count every assistant turn in order, and each turn is scored on the exact ids it saw."""
+    from aclarena.analysis.flips import localize
+
+    c, _ = case
+    env = TwoTurnEnv()
+    ts = c["tasks"][:2]
+    sw = [Swapper() for _ in ts]
+    trajs = play(ts, sw, c["e"], c["l"], tokenizer, driver="e", env_for=lambda t: env)
+    for s, tr, (ctx, gen) in zip(sw, trajs, c["runs"][:2], strict=True):
+        assert tr.turns == 2 and len(s.turns) == 2 and len(s.contexts) == 2
+        assert s.turns[0] == gen and s.contexts[0] == ctx  # the first turn is the one-turn replay
+        assert len(s.contexts[1]) > len(ctx) + len(gen)  # the second sees the first reply and the user's answer
+        assert len(s.tokens) == len(s.kl) == sum(len(t) for t in s.turns)
+    loc = localize(c["e"], c["l"], tokenizer, sw)
+    for d, s, (p, _) in zip(loc, sw, c["critical"][:2], strict=True):
+        assert d["n_positions"] == len(s.tokens) and d["diverge"] == p
+        # the teacher-forced KL of every position equals the one computed online during the replay
+        np.testing.assert_allclose(d["tf_kl"], np.asarray(s.kl), rtol=1e-3, atol=1e-5)

@@ -55,6 +55,10 @@ def test_flips_verb_runs_stores_and_reads_back(fixture_run, cli):
     assert code == 0, err
     assert "(stored result)" in out and "nothing to swap" in out
     assert file_state(fixture_run / "results.h5") == before
+    write_cells(fixture_run)  # the matrix was evaluated again: the stored result no longer applies
+    code, out, err = cli(*argv)
+    assert code == 0, err
+    assert "(stored result)" not in out and "seq-math -> seq-search on math/id: 1 forgotten" in out
 
 
 def test_pairs_that_are_not_ancestor_and_descendant_are_compared_and_said_so(fixture_run, cli):

@@ -121,7 +121,7 @@ def on_item(run_dir: Path, key: str | None, index: int | None) -> tuple[list[Any
     traj = data["trajectories"].get(it["item_id"], {})
     mark = int(it["diverge"])
     a = data["attrs"]
-    rows = [_row(f"E ({a['early']}, reward {it['e_reward']:g})", traj.get("e", []), mark, "flips-e-row"),
+    rows: list[Any] = [_row(f"E ({a['early']}, reward {it['e_reward']:g})", traj.get("e", []), mark, "flips-e-row"),
             _row(f"L ({a['late']}, reward {it['l_reward']:g})", traj.get("l", []), mark, "flips-l-row")]
     if mark >= 0:
         rows.append(html.Div(f"at position {mark}: E's entropy {it['e_entropy']:.3f} nats (percentile "

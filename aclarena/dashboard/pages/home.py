@@ -19,8 +19,8 @@ PAGE = {"path": "/", "name": "Run", "order": 0}
 ANALYSES: dict[str, tuple[str, str | None, str]] = {
     "/overview": ("capability matrix and CL metrics", "capability", "aclarena-diag eval --run DIR"),
     "/tokens": ("token-level drift on frozen generations", "tokens", "aclarena-diag tokens --ref NAME --run DIR"),
-    "/flips": ("where forgotten items parted, and the swap test", "flips",
-               "aclarena-diag flips --from A --to B --suite S --run DIR"),
+    "/flips": ("where forgotten items diverged, and the swap test", "flips",
+               "aclarena-diag flips --from E --to L --suite S --run DIR"),
     "/vectors": ("task-vector cosines and distances", "vectors", "aclarena-diag vectors --run DIR"),
     "/displacement": ("SFT vs RL parameter displacement", "displacement", "aclarena-diag displacement --run DIR"),
     "/monitor": ("drift-monitor series of training", None, "train with a [monitor] section (series.h5)"),
