@@ -76,13 +76,6 @@ def status_table(status: dict[str, dict[str, Any]], names: dict[str, str]) -> ht
     return html.Table([head, *rows], className="simple", id="home-status")
 
 
-def page_names() -> dict[str, str]:
-    """Page path -> its name in the navigation."""
-    import dash
-
-    return {p["path"]: p["name"] for p in dash.page_registry.values()}
-
-
 def layout(**_query: Any) -> html.Div:
     from aclarena.figures.run import lineage_figure
     from aclarena.figures.tokens import token_checkpoints, token_probes
