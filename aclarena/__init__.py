@@ -34,6 +34,8 @@ _LAZY = {
     "DisplacementResult": "aclarena.analysis.displacement",
     "ForgettingResult": "aclarena.analysis.forgetting",
     "CompareResult": "aclarena.analysis.compare",
+    "FlipsResult": "aclarena.analysis.flips",
+    "FlipSettings": "aclarena.analysis.flips",
     "CheckpointsResult": "aclarena.analysis.checkpoints",
     "ProbeSet": "aclarena.probes.probe_set",
     "Manifest": "aclarena.store.manifest",
@@ -48,6 +50,8 @@ __all__ = [
     "CheckpointsResult",
     "CompareResult",
     "DisplacementResult",
+    "FlipSettings",
+    "FlipsResult",
     "ForgettingResult",
     "Manifest",
     "ModelDrift",
@@ -65,6 +69,7 @@ if TYPE_CHECKING:
     from aclarena.analysis.checkpoints import CheckpointsResult
     from aclarena.analysis.compare import CompareResult
     from aclarena.analysis.displacement import DisplacementResult
+    from aclarena.analysis.flips import FlipSettings, FlipsResult
     from aclarena.analysis.forgetting import ForgettingResult
     from aclarena.analysis.in_memory import ModelDrift, token_drift
     from aclarena.analysis.run import Run

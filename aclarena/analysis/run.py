@@ -6,6 +6,7 @@
     drift = run.tokens(ref="seq-math")     # scored once, cached in the store -> TokenDrift
     run.vectors().cosines()                # DataFrame
     run.forgetting().metrics               # ACC, BWT, FWT, ...
+    run.flips("seq-math", "seq-ecom", "math/id").to_pandas()   # why items were forgotten
 
 Each method calls the same analysis as the matching ``aclarena-diag`` verb, with the same
 defaults, and returns its typed result (``.to_pandas()``, ``.to_dict()``, ``.writes``). Torch is
@@ -96,3 +97,14 @@ class Run:
     def compare(self, *, router: str = "rule", score: str = "greedy", settings: str | None = None) -> CompareResult:
         """The study-shaped comparison of consolidation methods: a :class:`~aclarena.analysis.compare.CompareResult`."""
         return compare(self.path, router=router, score=score, settings=settings, manifest=self.manifest)
+
+    def flips(self, early: str, late: str, suite: str, *, settings: Any = None, force: bool = False,
+              device: str = "cpu", dtype: str = "auto", allow_pickle: bool = False) -> Any:
+        """The items ``early`` solved and ``late`` fails on ``suite``, where their paths part, and the swap
+        test: a :class:`~aclarena.analysis.flips.FlipsResult` (``settings``: a
+        :class:`~aclarena.analysis.flips.FlipSettings`). Options as ``aclarena-diag flips``."""
+        from aclarena.analysis.flips import flips
+        from aclarena.models.loading import LoadOptions
+
+        return flips(self.path, early, late, suite, settings,
+                     load=LoadOptions(dtype=dtype, device=device, allow_pickle=allow_pickle), force=force)

@@ -190,3 +190,20 @@ def test_example_percent_script_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "in-memory KL mean" in proc.stdout
     assert (tmp_path / "run" / "results.h5").is_file()
+
+
+def test_run_flips_calls_the_flips_analysis_with_the_verbs_defaults(fixture_run, monkeypatch):
+    import aclarena as acl
+    import aclarena.analysis.flips as flips_mod
+
+    seen = {}
+
+    def fake(run_dir, early, late, suite, settings=None, **kw):
+        seen.update(run_dir=run_dir, early=early, late=late, suite=suite, settings=settings, **kw)
+        return "result"
+
+    monkeypatch.setattr(flips_mod, "flips", fake)
+    run = acl.Run(fixture_run)
+    assert run.flips("a", "b", "math/id", settings=acl.FlipSettings(seed=3)) == "result"
+    assert (seen["early"], seen["late"], seen["suite"], seen["settings"].seed) == ("a", "b", "math/id", 3)
+    assert seen["load"].device == "cpu" and seen["force"] is False
