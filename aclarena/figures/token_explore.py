@@ -113,16 +113,16 @@ def token_label(voc: tuple[str, ...], token_id: int) -> str:
     return visible(text)
 
 
+# how whitespace is drawn, in plain text (visible) and in HTML (_shown, which keeps the line break/tab)
+WHITESPACE_MARKS = {" ": ("·", ""), "\n": ("↵", "\n"), "\t": ("→", "\t")}
+
+
 def visible(text: str) -> str:
     """Whitespace made visible: space ·, newline ↵, tab →; other control characters as ⟨U+XXXX⟩."""
     out = []
     for ch in text:
-        if ch == " ":
-            out.append("·")
-        elif ch == "\n":
-            out.append("↵")
-        elif ch == "\t":
-            out.append("→")
+        if ch in WHITESPACE_MARKS:
+            out.append(WHITESPACE_MARKS[ch][0])
         elif ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0:
             out.append(f"⟨U+{ord(ch):04X}⟩")
         else:
@@ -330,12 +330,9 @@ def _shown(text: str) -> str:
         return '<span class="ws">⟨b⟩</span>'
     out = []
     for ch in text:
-        if ch == " ":
-            out.append('<span class="ws">·</span>')
-        elif ch == "\n":
-            out.append('<span class="ws">↵</span>\n')
-        elif ch == "\t":
-            out.append('<span class="ws">→</span>\t')
+        if ch in WHITESPACE_MARKS:
+            mark, keep = WHITESPACE_MARKS[ch]
+            out.append(f'<span class="ws">{mark}</span>{keep}')
         elif ch == BYTE_PIECE:  # bytes that do not decode (an unfinished character at the end)
             out.append('<span class="ws">⟨bytes⟩</span>')
         else:
