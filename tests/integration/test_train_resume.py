@@ -36,9 +36,10 @@ def test_sigkill_in_the_middle_of_rl_then_rerun_finishes(tmp_path):
     rl_work = out / "work" / "seq-math"
     deadline = time.monotonic() + 480
     try:
-        # kill once the RL phase has saved a trainer checkpoint past its first steps
+        # kill once the RL phase has saved a *complete* trainer checkpoint past its first steps (a
+        # checkpoint-N folder appears before its files are written: CI saw the kill land then)
         while time.monotonic() < deadline and proc.poll() is None:
-            if any(int(p.name.split("-")[1]) >= 2 for p in rl_work.glob("checkpoint-*")):
+            if any(int(p.name.split("-")[1]) >= 2 and _complete(p) for p in rl_work.glob("checkpoint-*")):
                 break
             time.sleep(0.2)
         assert proc.poll() is None, f"train ended before it could be killed: {proc.communicate()[1][-2000:]}"
