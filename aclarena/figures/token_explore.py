@@ -118,7 +118,7 @@ WHITESPACE_MARKS = {" ": ("·", ""), "\n": ("↵", "\n"), "\t": ("→", "\t")}
 
 
 def visible(text: str) -> str:
-    """Whitespace made visible: space ·, newline ↵, tab →; other control characters as ⟨U+XXXX⟩."""
+    """Whitespace made visible: space ·, newline ↵, tab →; other control characters as their code point, e.g. ⟨U+001B⟩."""
     out = []
     for ch in text:
         if ch in WHITESPACE_MARKS:
