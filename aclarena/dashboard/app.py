@@ -58,11 +58,6 @@ def create_app(run_dir: str | os.PathLike[str]) -> Dash:
     return app
 
 
-def page_names() -> dict[str, str]:
-    """Page path -> its name in the navigation."""
-    return {p["path"]: p["name"] for p in dash.page_registry.values()}
-
-
 def _nav_id(page: dict[str, object]) -> str:
     return f"nav-{str(page['name']).lower()}"
 

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import dash
 from flask import current_app
 
 from aclarena.store.manifest import Manifest, load_manifest
@@ -36,3 +37,8 @@ def reader(run_dir: Path) -> Iterator[StoreReader | None]:
         return
     with store.reader() as r:
         yield r
+
+
+def page_names() -> dict[str, str]:
+    """Page path -> its name in the navigation (the registered pages; the Home page lists them)."""
+    return {p["path"]: p["name"] for p in dash.page_registry.values()}

@@ -313,6 +313,8 @@ def sft_rl_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None =
         note += f"; … ({len(ratios)} stages)"
     if s.get("overall_ratio") is not None and np.isfinite(s["overall_ratio"]):
         note = (note + "; " if note else "") + f"mean SFT / mean RL {s['overall_ratio']:.2f}× (study: 3–7×)"
+    elif "sft" in s["phases"] and "rl" in s["phases"]:
+        note = (note + "; " if note else "") + "SFT/RL ratio: no stage has both an SFT and a non-zero RL update"
     zero = [s["children"][i] for i in keep if not norm[i] > 0]
     if zero:
         note += f"<br>zero updates (no bar): {', '.join(zero[:6])}" + (" …" if len(zero) > 6 else "")

@@ -128,9 +128,13 @@ def test_monitor_page_shows_points_as_a_writer_appends(fixture_run, serve, page,
         marks = plotted(page)["traces"]
         assert marks["warning@y4"] == [6]  # the warning is marked on the forward-KL panel
         assert page.evaluate("() => window.__sameDocument === true")
+        assert "Refreshing every" in page.inner_text("#monitor-polling")
     finally:
         writer.close()
     assert writer.proc.returncode == 0
+    # the writer is gone (its lock released): the page stops polling
+    page.wait_for_function(
+        "() => document.querySelector('#monitor-polling').textContent.includes('not refreshing')", timeout=60_000)
     assert console_errors == []
 
 

@@ -29,6 +29,7 @@ ISSUE15 = (
      "test_store_fuzz.py::test_ragged_array_of_a_bad"),
     ("ragged offsets past or not fitting the data", "test_store_fuzz.py::test_offsets_that"),
     ("NUL characters in stored text", "test_store_fuzz.py::test_text_with_nul"),
+    ("`eval` with a model that generates NUL (was exit 3)", "test_eval_nul.py::"),
     ("results.h5 a symbolic link (written through) / dangling (refused)", "test_store_fuzz.py::test_a_"),
     ("monitor series of a newer version or a missing column", "test_store_fuzz.py::test_monitor_series"),
     ("JSONL with U+2028/U+2029/U+0085 inside strings (accepted)", "test_jsonl.py::test_unicode_line"),

@@ -249,7 +249,7 @@ def test_monitor_series_of_a_newer_version_or_a_missing_column(tmp_path, damage,
         r.read("monitor/a/train")
 
 
-def test_a_result_type_that_is_not_a_string(template, tmp_path):
+def test_result_type_that_is_not_a_string(template, tmp_path):
     """Found by the fuzzing: an array where `result-type` should be a string made every reader that
     compares it (capability cells, flips, routing) fail with numpy's "truth value is ambiguous"."""
     run = tmp_path / "run"

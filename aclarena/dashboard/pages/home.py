@@ -11,7 +11,7 @@ from typing import Any
 
 from dash import Dash, dcc, html
 
-from aclarena.dashboard.data import current_run, manifest, reader
+from aclarena.dashboard.data import current_run, manifest, page_names, reader
 
 PAGE = {"path": "/", "name": "Run", "order": 0}
 
@@ -77,7 +77,6 @@ def status_table(status: dict[str, dict[str, Any]], names: dict[str, str]) -> ht
 
 
 def layout(**_query: Any) -> html.Div:
-    from aclarena.dashboard.app import page_names
     from aclarena.figures.run import lineage_figure
     from aclarena.figures.tokens import token_checkpoints, token_probes
 

@@ -1,9 +1,12 @@
 """Monitor: the drift monitor's series of a training run, live (refreshed from series.h5 on an interval).
 
-A training run with a drift monitor appends to ``series.h5`` under SWMR; this page reopens
-the file on every tick (a few ms; a writer that adds series replaces the file, and a fresh
-handle sees it), draws one panel per metric with the thresholds dashed and the warnings
-marked, and lists the warnings. The plot keeps its zoom between ticks (``uirevision``).
+A training run with a drift monitor appends to ``series.h5`` under SWMR; on each tick this
+page looks at the file's modification time and size and rereads it only when they changed
+(a fresh handle: a writer that adds series replaces the file); it draws one panel per metric
+with the thresholds dashed and the warnings marked, and lists the warnings. The plot keeps
+its zoom between ticks (``uirevision``). It opens on the phase with the most checks. When no
+writer holds ``series.h5.lock`` (the training run finished; read from /proc/locks, never by
+taking the lock) the page stops polling.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dash import Dash, Input, Output, dcc, html
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from aclarena.dashboard.data import current_run
 
@@ -37,6 +40,50 @@ def labels(run_dir: Path) -> list[str]:
         return []
 
 
+def series_version(run_dir: Path) -> str | None:
+    """The modification time and size of series.h5 (None when there is none): a tick whose version
+    did not change has nothing new to read."""
+    from aclarena.store import SERIES_NAME
+
+    try:
+        st = (run_dir / SERIES_NAME).stat()
+    except OSError:
+        return None
+    return f"{st.st_mtime_ns}:{st.st_size}"
+
+
+def writer_active(run_dir: Path, locks: str = "/proc/locks") -> bool | None:
+    """Whether a process holds series.h5.lock (a training run is writing); None when unknown
+    (no /proc/locks). Reads the kernel's lock table: taking the lock, even shared, could make a
+    starting writer fail."""
+    from aclarena.store import SERIES_NAME
+
+    try:
+        st = (run_dir / (SERIES_NAME + ".lock")).stat()
+    except OSError:
+        return False
+    try:
+        table = Path(locks).read_text()
+    except OSError:
+        return None
+    # match the inode only: on overlay filesystems stat's device differs from the lock table's, and a
+    # chance match on another device only keeps the page polling
+    want = f":{st.st_ino}"
+    return any(len(f) > 5 and f[1] == "FLOCK" and f[5].endswith(want) and f[5].count(":") == 2
+               for f in (line.split() for line in table.splitlines()))
+
+
+def busiest(run_dir: Path, names: list[str]) -> str | None:
+    """The phase with the most checks (the latest among equals)."""
+    best, most = (names[-1] if names else None), -1
+    for n in names:
+        v = view(run_dir, n)
+        checks = sum(len(c.get("step", [])) for c in v.probes.values()) if v is not None else -1
+        if checks >= most:
+            best, most = n, checks
+    return best
+
+
 def view(run_dir: Path, label: str) -> Any:
     from aclarena.errors import AclarenaError
     from aclarena.store.monitor_series import load_monitor
@@ -58,7 +105,7 @@ def refresh(run_dir: Path, label: str | None) -> tuple[Any, list[dict[str, Any]]
     if not names:
         return {}, [], "no drift-monitor series yet: train with a [monitor] section or a DriftMonitorCallback", [], None
     if label not in names:
-        label = names[-1]
+        label = busiest(run_dir, names)
     v = view(run_dir, label)
     if v is None:
         return {}, [], f"{label}: cannot be read right now (being rewritten); retrying", options, label
@@ -83,24 +130,46 @@ def layout(**_query: Any) -> html.Div:
         html.H2("Drift monitor"),
         html.P("Probe sets of earlier capabilities scored teacher-forced during training: KL and flip rate at the "
                "reference's high-entropy positions, whole-sequence KL (against the checkpoint that generated the "
-               "probe), and the forward KL to the stage-start policy. Dashed lines: thresholds; crosses: warnings. "
-               f"Refreshes every {REFRESH_MS // 1000} s.", className="note"),
+               "probe), and the forward KL to the stage-start policy. Dashed lines: thresholds; crosses: warnings.",
+               className="note"),
         html.Div([html.Label("phase"), dcc.Dropdown(id="monitor-label", options=options, value=label, clearable=False,
                                                     style={"minWidth": "260px"})], className="controls"),
         html.P(status, id="monitor-status", className="note"),
         dcc.Graph(id="monitor-graph", figure=fig),
         html.H3("Warnings"),
         html.Div(_table(rows), id="monitor-events"),
-        dcc.Interval(id="monitor-interval", interval=REFRESH_MS, n_intervals=0),
+        dcc.Interval(id="monitor-interval", interval=REFRESH_MS, n_intervals=0,
+                     disabled=writer_active(run_dir) is False),
+        dcc.Store(id="monitor-version", data=series_version(run_dir)),
+        html.P(_polling_note(writer_active(run_dir)), id="monitor-polling", className="note"),
     ])
+
+
+def _polling_note(active: bool | None) -> str:
+    if active is False:
+        return "No training run is writing series.h5: not refreshing (reload when one starts)."
+    return f"Refreshing every {REFRESH_MS // 1000} s while series.h5 changes."
 
 
 def register_callbacks(app: Dash, run_dir: Path) -> None:
     @app.callback(
         Output("monitor-graph", "figure"), Output("monitor-events", "children"), Output("monitor-status", "children"),
-        Output("monitor-label", "options"), Output("monitor-label", "value"),
-        Input("monitor-interval", "n_intervals"), Input("monitor-label", "value"), prevent_initial_call=True,
+        Output("monitor-label", "options"), Output("monitor-label", "value"), Output("monitor-version", "data"),
+        Output("monitor-interval", "disabled"), Output("monitor-polling", "children"),
+        Input("monitor-interval", "n_intervals"), Input("monitor-label", "value"), State("monitor-version", "data"),
+        prevent_initial_call=True,
     )
-    def _tick(_n: int, label: str | None) -> tuple[Any, Any, str, list[dict[str, str]], str | None]:
-        fig, rows, status, options, chosen = refresh(run_dir, label)
-        return fig, _table(rows), status, options, chosen
+    def _tick(_n: int, label: str | None, seen: str | None) -> tuple[Any, ...]:
+        return tick(run_dir, label, seen, from_timer=ctx.triggered_id == "monitor-interval")
+
+
+def tick(run_dir: Path, label: str | None, seen: str | None, *, from_timer: bool) -> tuple[Any, ...]:
+    """One refresh: nothing is read when the timer fired and series.h5 is unchanged; polling stops
+    when no writer holds the lock."""
+    version = series_version(run_dir)
+    active = writer_active(run_dir)
+    stop = active is False
+    if from_timer and version == seen:
+        return (no_update,) * 5 + (no_update, stop, _polling_note(active))
+    fig, rows, status, options, chosen = refresh(run_dir, label)
+    return fig, _table(rows), status, options, chosen, version, stop, _polling_note(active)
