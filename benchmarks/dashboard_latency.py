@@ -80,7 +80,7 @@ def overview_store(run: Path, n_stages: int = 18, n_items: int = 50) -> None:
     write_manifest(m, run)
     settings = {"n": n_items, "seeds": [0], "samples": 4}
     items = []
-    for i, ck in enumerate(names):
+    for ck in names:
         for suite in [f"{d}/id" for d in domains] + ["general"]:
             p = rng.uniform(0.05, 0.9)
             greedy = (rng.random((1, n_items)) < p).astype(float)
@@ -147,22 +147,20 @@ def tokens_changes(page: Any, url: str, changes: int) -> dict[str, list[float]]:
     page.goto(url + "/tokens")
     page.wait_for_selector("#tokens-text span.tok[title]", timeout=120_000)
     page.wait_for_selector("#tokens-scatter .main-svg")
-    names = page.eval_on_selector("#tokens-checkpoint", "e => e.innerText")  # the selected one
     page.click("#tokens-checkpoint")
     options = [o.inner_text() for o in page.get_by_role("option").all()]
     page.keyboard.press("Escape")
-    del names
 
     def ckpt(i: int) -> str:
         name = options[i % len(options)]
         choose(page, "tokens-checkpoint", name)
-        return (f"document.querySelector('#tokens-scatter .gtitle').textContent.includes(': {name} against') && "
-                f"document.querySelector('#tokens-title-a').textContent.startsWith('{name}')")
+        return (f"document.querySelector('#tokens-scatter .gtitle')?.textContent?.includes(': {name} against') && "
+                f"document.querySelector('#tokens-title-a')?.textContent?.startsWith('{name}')")
 
     def seq(i: int) -> str:
         page.click("#tokens-sequence")
         page.get_by_role("option").nth((i * 7) % 10 + 1).click()
-        return f"document.querySelector('#tokens-text').dataset.seq === '{(i * 7) % 10 + 1}'"
+        return f"document.querySelector('#tokens-text')?.dataset?.seq === '{(i * 7) % 10 + 1}'"
 
     return {"checkpoint": measure(page, ckpt, changes), "sequence": measure(page, seq, changes)}
 
@@ -174,7 +172,7 @@ def overview_changes(page: Any, url: str, changes: int) -> dict[str, list[float]
     def score(i: int) -> str:
         label, title = ("avg@k", "avg@k (sampled)") if i % 2 == 0 else ("greedy", "greedy accuracy")
         page.get_by_label(label).check()
-        return f"document.querySelector('#overview-matrix .gtitle').textContent.includes('{title}')"
+        return f"document.querySelector('#overview-matrix .gtitle')?.textContent?.includes('{title}')"
 
     return {"score": measure(page, score, changes)}
 
@@ -187,14 +185,14 @@ def vectors_changes(page: Any, url: str, changes: int) -> dict[str, list[float]]
         label, title = ("without embeddings and head", "without embeddings") if i % 2 == 0 else \
             ("all weights", "all floating weights")
         page.get_by_label(label).check()
-        return (f"document.querySelector('#vectors-heatmap .gtitle').textContent.includes('{title}') && "
-                f"document.querySelector('#vectors-layer-heatmap .gtitle').textContent.includes('{title}')")
+        return (f"document.querySelector('#vectors-heatmap .gtitle')?.textContent?.includes('{title}') && "
+                f"document.querySelector('#vectors-layer-heatmap .gtitle')?.textContent?.includes('{title}')")
 
     def cumulative(i: int) -> str:
         box = page.get_by_label("cumulative")
         box.uncheck() if box.is_checked() else box.check()
         n = 48 if i % 2 else 48 + 39
-        return f"document.querySelector('#vectors-heatmap .gtitle').textContent.includes('{n} vectors')"
+        return f"document.querySelector('#vectors-heatmap .gtitle')?.textContent?.includes('{n} vectors')"
 
     return {"view": measure(page, view, changes), "cumulative": measure(page, cumulative, changes)}
 
@@ -207,7 +205,7 @@ def displacement_changes(page: Any, url: str, changes: int) -> dict[str, list[fl
         label, title = ("without embeddings and head", "without embeddings") if i % 2 == 0 else \
             ("all weights", "all floating weights")
         page.get_by_label(label).check()
-        return f"document.querySelector('#displacement-layers .gtitle').textContent.includes('{title}')"
+        return f"document.querySelector('#displacement-layers .gtitle')?.textContent?.includes('{title}')"
 
     def rl(i: int) -> str:
         box = page.get_by_label("RL", exact=True)

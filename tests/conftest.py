@@ -20,6 +20,11 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+# the kernels aclarena-diag pins (aclarena.reproducibility), so in-process runs match CLI subprocesses
+from aclarena.reproducibility import pin_cpu_kernels  # noqa: E402
+
+pin_cpu_kernels()
+
 from fixtures import make_run, make_tokenizer  # noqa: E402
 
 

@@ -52,6 +52,12 @@ class StudyResult:
     def to_json(self) -> dict[str, Any]:
         return {"seeds": self.seeds, "rows": self.rows, "part_times": self.part_times, "errors": self.errors}
 
+    def to_pandas(self) -> Any:
+        """DataFrame, one row per finding: finding, quantity, study, values (per seed), mean, spread."""
+        from aclarena.analysis._common import frame
+
+        return frame(self.rows)
+
 
 def mean_spread(values: Sequence[float | None]) -> tuple[float | None, float | None]:
     """Mean and sample standard deviation (n - 1) of the finite values; spread None below two values."""
@@ -193,12 +199,16 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: Ve
     drift: dict[int, dict[str, Any]] = {}
 
     def tokens() -> None:
+        from aclarena.probes.probe_set import list_probe_sets
+        from aclarena.store import ResultsStore
+
+        frozen = set(list_probe_sets(ResultsStore(out))) if (out / "results.h5").exists() else set()
         for r in reps:
             ref = f"seq-math{suffix(r)}"
             if ref not in names or "ecom" not in stages:
                 continue
-            if verb(f"probe{suffix(r)}", ["probe", "--run", run, "--ref", ref, "--domain", "math", "-n", str(min(n, 32)),
-                                          "--max-new-tokens", "64"]) is None:
+            if ref not in frozen and verb(f"probe{suffix(r)}", ["probe", "--run", run, "--ref", ref, "--domain", "math",
+                                                                "-n", str(min(n, 32)), "--max-new-tokens", "64"]) is None:
                 continue
             data = verb(f"tokens{suffix(r)}", ["tokens", "--run", run, "--ref", ref])
             for row in (data or {}).get("checkpoints", []):

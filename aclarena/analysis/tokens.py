@@ -52,7 +52,7 @@ RESULT_VERSION = "0.1.0"
 REF_FIELDS = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "status")
 SCORE_FIELDS = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "kl", "js", "status")
 # the per-position columns of TokenDrift.positions: (column, from the reference?, stored field)
-POSITION_FIELDS = (("entropy_ref", True, "entropy"), ("logprob_ref", True, "logprob"), ("top1_ref", True, "top1"),
+POSITION_FIELDS = (("position", True, "position"), ("token", True, "token"), ("entropy_ref", True, "entropy"), ("logprob_ref", True, "logprob"), ("top1_ref", True, "top1"),
                    ("entropy", False, "entropy"), ("logprob", False, "logprob"), ("top1", False, "top1"),
                    ("kl", False, "kl"), ("js", False, "js"), ("status", False, "status"))
 
@@ -99,9 +99,10 @@ class TokenDrift:
 
     def positions(self, checkpoint: str) -> Any:
         """DataFrame, one row per scored position of the probe set, read from the store: ``sequence``,
-        ``position`` (within the scored tokens of its sequence), the reference's ``entropy_ref``,
-        ``logprob_ref``, ``top1_ref``, the checkpoint's ``entropy``, ``logprob``, ``top1``, ``kl``, ``js``,
-        ``status`` (0 = valid) and ``high`` (in the high-entropy set of this result)."""
+        ``position`` (token index in its sequence), ``token`` (the reference's token), the reference's
+        ``entropy_ref``, ``logprob_ref``, ``top1_ref``, the checkpoint's ``entropy``, ``logprob``,
+        ``top1``, ``kl``, ``js``, ``status`` (0 = valid) and ``high`` (in the high-entropy set of this
+        result). The same columns as :meth:`ModelDrift.positions <aclarena.analysis.in_memory.ModelDrift.positions>`."""
         if checkpoint not in self.summaries:
             raise unknown_name("scored checkpoint", checkpoint, list(self.summaries))
         import pandas as pd
@@ -112,8 +113,7 @@ class TokenDrift:
             cols = {name: r.ragged(f"{ref if from_ref else sc}/{f}").all() for name, from_ref, f in POSITION_FIELDS}
             offsets = r.ragged(f"{ref}/entropy").offsets
         lengths = np.diff(offsets)
-        out = pd.DataFrame({"sequence": np.repeat(np.arange(len(lengths)), lengths),
-                            "position": np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], lengths), **cols})
+        out = pd.DataFrame({"sequence": np.repeat(np.arange(len(lengths)), lengths), **cols})
         # the high-entropy set as the summaries choose it: among positions where the reference is finite
         h, lp = cols["entropy_ref"].astype(np.float64), cols["logprob_ref"].astype(np.float64)
         ok = np.isfinite(h) & np.isfinite(lp)

@@ -205,14 +205,25 @@ def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarra
     return h[pick], kl[pick], len(ok), pick
 
 
+def _round(a: np.ndarray, digits: int = 4) -> list[float]:
+    """Values rounded to ``digits`` significant digits, as a list (finite inputs)."""
+    a = np.asarray(a, dtype=np.float64)
+    if not len(a):
+        return []
+    mag = np.floor(np.log10(np.where(a != 0, np.abs(a), 1.0)))
+    scale = 10.0 ** (digits - 1 - mag)
+    return (np.round(a * scale) / scale).tolist()
+
+
 # --- figures ----------------------------------------------------------------------------------
 # The *_spec functions return plain figure dicts: the dashboard sends them as they are (no
 # plotly validation on every callback); the *_figure functions wrap them for export.
 
 
-def scatter_spec(reader: StoreReader, probe: str, checkpoint: str) -> dict[str, Any]:
+def scatter_spec(reader: StoreReader, probe: str, checkpoint: str, *, gl: bool = False) -> dict[str, Any]:
     """Reference entropy (x) against KL(p_ref ‖ p_ckpt) (y, log) at every scored position; each
-    point's ``customdata`` is [sequence, token index] (a click on the page jumps there)."""
+    point's ``customdata`` is [sequence, token index] (a click on the page jumps there). ``gl``: drawn
+    with WebGL (the dashboard: thousands of SVG markers took most of a checkpoint change to draw)."""
     x, y, n, pick = _points(reader, probe, checkpoint)
     ref_offsets = reader.ragged(f"{reference_key(probe)}/entropy").offsets
     where = np.stack([np.searchsorted(ref_offsets, pick, side="right") - 1,
@@ -223,7 +234,8 @@ def scatter_spec(reader: StoreReader, probe: str, checkpoint: str) -> dict[str, 
     data = []
     for mask, name, color in ((~high, "low entropy", "#7f7f7f"), (high, "high entropy", "#d62728")):
         data.append(dict(
-            type="scatter", x=x[mask].tolist(), y=np.maximum(y[mask], KL_FLOOR).tolist(), mode="markers", name=name,
+            # 4 significant digits: a third of the JSON of full floats, and nothing a screen can show is lost
+            type="scattergl" if gl else "scatter", x=_round(x[mask]), y=_round(np.maximum(y[mask], KL_FLOOR)), mode="markers", name=name,
             marker=dict(size=5, color=color, opacity=0.6), customdata=where[mask].tolist(),
             hovertemplate="entropy %{x:.3f} nats<br>KL %{y:.3g} nats<br>sequence #%{customdata[0]}, "
                           "token %{customdata[1]} (click to open)<extra></extra>",

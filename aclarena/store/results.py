@@ -506,6 +506,10 @@ class StoreReader:
 
         def visit(name: str, obj: h5py.HLObject) -> None:
             if isinstance(obj, h5py.Group) and "result-type" in obj.attrs:
+                rtype = obj.attrs["result-type"]
+                if not isinstance(rtype, str | bytes):  # readers compare it with a string
+                    raise StoreError(f"{self.path}:{name}: result-type is {rtype!r}, not a string; the store is "
+                                     "damaged: move results.h5 aside and rerun the analysis that wrote it")
                 out.append(obj.name.lstrip("/"))
 
         base.visititems(visit)

@@ -390,8 +390,11 @@ def _train_and_save(trainer: Any, tokenizer: Any, out_dir: Path, work_dir: Path,
             tokenizer.padding_side = "left"  # generation pads left; trl saves 'right'
             tokenizer.save_pretrained(str(out_dir))
             _write_json_atomic(out_dir / LOG_FILE, history)
+            from aclarena.reproducibility import environment
+
             marker = {"fingerprint": fingerprint, "steps": steps, "time_s": round(elapsed, 3),
-                      "resumed_from_step": resumed_from, "finished_at": time.time(), "meta": dict(meta)}
+                      "resumed_from_step": resumed_from, "finished_at": time.time(), "meta": dict(meta),
+                      "environment": environment()}
             _write_json_atomic(out_dir / MARKER, marker)  # last: the phase is finished from here on
             if not keep_work:
                 shutil.rmtree(work_dir, ignore_errors=True)

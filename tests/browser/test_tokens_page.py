@@ -27,10 +27,21 @@ def scored_colours(page):
     return page.eval_on_selector_all("#tokens-text span.tok[title]", "els => els.map(e => e.style.backgroundColor)")
 
 
+SCATTER = "document.querySelector('#tokens-scatter .js-plotly-plot')"
+
+
 def scatter_y(page):
-    """Where the scatter's points are drawn (their y follows KL)."""
-    return page.eval_on_selector_all("#tokens-scatter .scatterlayer path.point",
-                                     "els => els.map(e => e.getAttribute('transform'))")
+    """The KL values the scatter draws (WebGL: no SVG points to read), as the page holds them."""
+    return page.evaluate(f"() => {SCATTER}._fullData.flatMap(t => Array.from(t.y || []))")
+
+
+def point_on_screen(page, trace, index):
+    """Viewport coordinates of a point of the WebGL scatter (from its axes)."""
+    return page.evaluate(f"""([trace, i]) => {{
+        const gd = {SCATTER}; const t = gd._fullData[trace]; const L = gd._fullLayout;
+        const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
+        return {{x: box.left + L.xaxis.d2p(t.x[i]), y: box.top + L.yaxis.d2p(t.y[i])}};
+    }}""", [trace, index])
 
 
 def choose(page, dropdown_id, option):
@@ -65,6 +76,9 @@ def test_tokens_page_switches_checkpoint(token_run, serve, page, console_errors)
     assert len(after_colours) == len(before_colours) and after_colours != before_colours
     assert after_y != before_y
     assert page.inner_text("#tokens-title-a") == "seq-search"
+    widths = page.evaluate("() => Object.fromEntries(document.querySelector('#tokens-concentration .js-plotly-plot')"
+                           ".data.slice(1).map(t => [t.name.split(' ')[0], t.line.width]))")
+    assert widths == {"seq-search": 4, "seq-ecom": 2}  # the highlight follows the checkpoint
 
     # coloured by reference entropy, the checkpoint no longer changes the text
     page.get_by_label("reference entropy").check()
@@ -130,10 +144,10 @@ def test_tokens_page_drill_down(token_run, serve, page, console_errors):
     assert f"token {other_pos}" in page.inner_text("#tokens-detail-title")
 
     # a click on a scatter point opens the token it stands for
-    page.wait_for_selector("#tokens-scatter .scatterlayer path.point")
-    point = page.locator("#tokens-scatter .scatterlayer .trace:last-child path.point").first
+    page.wait_for_selector("#tokens-scatter .gl-container", state="attached")
     page.locator("#tokens-scatter").scroll_into_view_if_needed()
-    box = point.bounding_box()
+    xy = point_on_screen(page, 1, 0)  # the first high-entropy point
+    box = {"x": xy["x"], "y": xy["y"], "width": 0, "height": 0}
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.wait_for_selector("#tokens-scatter .hoverlayer .hovertext")
     hover = page.text_content("#tokens-scatter .hoverlayer")

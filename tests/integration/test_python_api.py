@@ -134,6 +134,11 @@ def test_token_drift_in_memory_equals_the_runs(probed_run):
     assert mem.summary.n_valid == want.n_valid and mem.summary.n_high == want.n_high
     assert mem.summary.kl_mean == pytest.approx(want.kl_mean, rel=1e-4)
     assert mem.summary.flip_rate == pytest.approx(want.flip_rate)
+    a, b = stored.positions("seq-ecom"), mem.positions()
+    assert list(a.columns) == list(b.columns)
+    for col in ("sequence", "position", "token", "top1_ref", "top1", "status", "high"):
+        np.testing.assert_array_equal(a[col].to_numpy(), b[col].to_numpy(), err_msg=col)
+    np.testing.assert_allclose(a["kl"].to_numpy(float), b["kl"].to_numpy(float), rtol=1e-3, atol=1e-6)
     with pytest.raises(acl.AclarenaError, match="tokenizer"):
         acl.token_drift(models["seq-math"], models["seq-ecom"], ["what is 3 + 4?"])
 

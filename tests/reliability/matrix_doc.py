@@ -15,7 +15,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reliability_helpers import BAD_ARGS, DAMAGES, VERB_ARGV  # noqa: E402
 
-
 # the classes issue 15 added, each a group of tests (file::name prefix) in tests/reliability
 ISSUE15 = (
     ("NaN/inf weights in a later checkpoint of `tokens` (store unchanged)",
@@ -33,7 +32,7 @@ ISSUE15 = (
     ("results.h5 a symbolic link (written through) / dangling (refused)", "test_store_fuzz.py::test_a_"),
     ("monitor series of a newer version or a missing column", "test_store_fuzz.py::test_monitor_series"),
     ("JSONL with U+2028/U+2029/U+0085 inside strings (accepted)", "test_jsonl.py::test_unicode_line"),
-    ("lone surrogates, deep nesting in JSONL / lm-eval JSON", "test_jsonl.py::test_lone"),
+    ("lone surrogates, deep nesting in JSONL / lm-eval JSON", "test_jsonl.py::test_l"),
     ("`probe --force` atomic; `tokens` re-checks the probe digest under the lock", "test_probe_force.py::"),
     ("`export`: `--format ,`, a folder where a file goes, full disk", "test_export_failures.py::"),
     ("`dashboard`: port out of range, port in use, bad host", "test_dashboard_address.py::"),
@@ -98,7 +97,7 @@ def main(xml: str) -> None:
     print("| class of bad input or defect (issue 15) | tests | result |")
     print("|---|---|---|")
     for label, prefix in ISSUE15:
-        got = [v for k, v in res.items() if k.startswith(prefix)]
+        got = [v for k, v in res.items() if k.startswith(prefix.replace(".py::", "::"))]
         n_ok = sum(v == "passed" for v in got)
         tally.update(got)
         mark_all = "✓" if got and n_ok == len(got) else ("?" if not got else "✗")

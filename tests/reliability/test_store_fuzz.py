@@ -247,3 +247,16 @@ def test_monitor_series_of_a_newer_version_or_a_missing_column(tmp_path, damage,
             g.attrs["column-order"] = "step,kl,gone"
     with read_series(tmp_path) as r, pytest.raises(AclarenaError, match=needle):
         r.read("monitor/a/train")
+
+
+def test_a_result_type_that_is_not_a_string(template, tmp_path):
+    """Found by the fuzzing: an array where `result-type` should be a string made every reader that
+    compares it (capability cells, flips, routing) fail with numpy's "truth value is ambiguous"."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(template, run / "results.h5")
+    with ResultsStore(run).reader() as r:
+        key = r.results("capability")[0]
+    _set_attr(run, key, "result-type", np.array([1, 2]))
+    with ResultsStore(run).reader() as r, pytest.raises(AclarenaError, match="result-type .* not a string"):
+        read_cells(r)

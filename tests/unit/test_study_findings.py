@@ -56,5 +56,7 @@ def test_findings_json_is_strict(tmp_path):
     text = path.read_text()
     assert "NaN" not in text
     data = json.loads(text)
+    df = StudyResult(out=tmp_path, seeds=[0, 1], rows=rows, part_times={}).to_pandas()
+    assert list(df["quantity"]) == [r["quantity"] for r in rows]
     assert data["made_by"]["command"] == "aclarena-diag study --seeds 2"
     assert data["rows"][0]["values"] == [None, None]

@@ -125,6 +125,7 @@ def layout(**query: Any) -> html.Div:
         html.Div(html.P("Click a token to pin its details here.", className="note"), id="tokens-detail",
                  className="token-detail"),
         dcc.Store(id="tokens-render"), dcc.Store(id="tokens-pin", data=query_pin(query)), dcc.Store(id="tokens-drawn"),
+        dcc.Store(id="tokens-curves-of"),
         html.Div([
             html.Div([
                 html.H3("Most drifted"),
@@ -331,6 +332,25 @@ def on_detail(run_dir: Path, probe: str | None, pin: dict[str, Any] | None, chec
     return html.Div([head, html.Div([values, *tables], className="detail-row")])
 
 
+def highlight(run_dir: Path, probe: str | None, checkpoint: str | None) -> Any:
+    """A patch of the concentration figure that widens ``checkpoint``'s curve (the curves themselves
+    change only with the probe set, so a checkpoint change sends a few bytes, not the figure)."""
+    from dash import Patch
+
+    from aclarena.figures.tokens import token_checkpoints
+
+    if probe is None:
+        return no_update
+    with reader(run_dir) as r:
+        if r is None:
+            return no_update
+        names = token_checkpoints(r, probe, manifest(run_dir))
+    patch = Patch()
+    for i, name in enumerate(names):
+        patch["data"][i + 1]["line"]["width"] = 4 if name == checkpoint else 2  # trace 0: the diagonal
+    return patch
+
+
 def on_checkpoint(run_dir: Path, probe: str | None, checkpoint: str | None) -> tuple[Any, Any]:
     """The entropy-vs-KL scatter of ``checkpoint`` and the concentration curves, it highlighted
     (plain figure dicts: plotly's validation would cost more than reading the data)."""
@@ -343,7 +363,7 @@ def on_checkpoint(run_dir: Path, probe: str | None, checkpoint: str | None) -> t
         if r is None:
             return empty, empty
         m = manifest(run_dir)
-        return scatter_spec(r, probe, checkpoint), concentration_spec(r, probe, m, highlight=checkpoint)
+        return scatter_spec(r, probe, checkpoint, gl=True), concentration_spec(r, probe, m, highlight=checkpoint)
 
 
 # Writes the text HTML into the page, marks the pinned token and scrolls it into view.
@@ -441,7 +461,15 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
 
     @app.callback(
         Output("tokens-scatter", "figure"), Output("tokens-concentration", "figure"),
-        Input("tokens-probe", "value"), Input("tokens-checkpoint", "value"),
+        Output("tokens-curves-of", "data"),
+        Input("tokens-probe", "value"), Input("tokens-checkpoint", "value"), State("tokens-curves-of", "data"),
     )
-    def _checkpoint(probe: str | None, checkpoint: str | None) -> tuple[Any, ...]:
-        return on_checkpoint(run_dir, probe, checkpoint)
+    def _checkpoint(probe: str | None, checkpoint: str | None, drawn: str | None) -> tuple[Any, ...]:
+        if drawn is not None and drawn == probe and checkpoint is not None:
+            from aclarena.figures.tokens import scatter_spec
+
+            with reader(run_dir) as r:  # the curves of this probe set are drawn: only the highlight moves
+                scatter = scatter_spec(r, probe, checkpoint, gl=True) if r is not None else no_update
+            return scatter, highlight(run_dir, probe, checkpoint), no_update
+        scatter, curves = on_checkpoint(run_dir, probe, checkpoint)
+        return scatter, curves, probe if curves.get("data") else None
