@@ -94,7 +94,8 @@ def _print(res: Any) -> None:
                      "at": f"{it.diverge}/{it.n_positions}" if it.diverge >= 0 else "-",
                      "below": it.below if it.below >= 0 else "-",
                      "tokens": f"{it.e_token!r} -> {it.l_token!r}" if it.diverge >= 0 else "-",
-                     "entropy": it.e_entropy, "pct": it.entropy_pct, "kl": it.kl, "top": it.in_top})
+                     "entropy": it.e_entropy, "pct": f"{it.entropy_pct:.0f}" if it.diverge >= 0 else "-",
+                     "kl": it.kl, "top": it.in_top})
     print_table(rows, ["item", "dir", "reproduced", "at", "below", "tokens", "entropy", "pct", "kl", "top"],
                 headers=["item", "flip", "reproduced", "diverges at", "log-prob below", "E token -> L top-1",
                          "E entropy", "percentile", "KL(E||L)", f"in top {res.settings['top']:g}"],

@@ -40,6 +40,7 @@ def test_flips_page_shows_the_divergence_and_the_swap_test(flips_run, serve, pag
     choose(page, "flips-item", "forgot · math/id/bbb · diverges at 1/5")
     page.wait_for_function("() => document.querySelector('#flips-e-row span.flip-point')?.innerText === 'Answer'")
     assert page.inner_text("#flips-l-row span.flip-point") == "So"
+    assert "no-data" not in (page.get_attribute("#nav-flips", "class") or "")
     assert console_errors == []
 
 
@@ -47,6 +48,7 @@ def test_flips_page_without_results(fixture_run, serve, page):
     page.goto(serve(fixture_run) + "/flips")
     wait_for_dash(page)
     assert "aclarena-diag flips" in page.inner_text("#flips-empty")
+    page.wait_for_function("() => document.querySelector('#nav-flips').classList.contains('no-data')")
 
 
 def test_callbacks_directly(flips_run):
