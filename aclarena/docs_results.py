@@ -48,6 +48,7 @@ PREDICTOR_LABELS = {
     "kl_all": "whole-sequence KL",
     "fkl": "forward KL to the stage start",
     "fkl_current": "forward KL on the current task",
+    "razor_fkl": "forward KL on the current task (RL's Razor)",
     "loss": "training loss",
 }
 

@@ -36,7 +36,25 @@ STUDY = {
     "sft_rl": "SFT moves parameters 3-7x more than RL",
     "kl_share_high": "forgetting concentrates at ~6% high-entropy positions",
     "barely_moved_low": "~94% of low-entropy positions barely move",
+    "mix_cos": "0.77 (oracle-mix SFT from the base vs from the sequential end)",
+    "unrelated_cos": "0.05 (unrelated SFT tasks)",
 }
+# The study's in-domain table (design.md; Qwen3-8B-Base, mean of three runs): one suite per domain.
+STUDY_SUITE = {"math": "AIME26", "search": "NQ", "ecom": "τ³-Retail", "if": "IF-Eval"}
+STUDY_TABLE = {
+    "seq-end": {"math": 10.21, "search": 33.5, "ecom": 29.6, "if": 84.8},
+    "oracle": {"math": 25.83, "search": 49.9, "ecom": 33.2, "if": 86.2},
+    "mmopd": {"math": 21.25, "search": 45.2, "ecom": 27.7, "if": 84.6},
+    "sdft": {"math": 22.29, "search": 48.3, "ecom": 22.3, "if": 53.6},
+    "merge-uniform": {"math": 14.79, "search": 39.0, "ecom": 11.8, "if": 74.6},
+    "mle": {"math": 21.04, "search": 49.7, "ecom": 32.9, "if": 85.0},
+}
+#: ``--consolidations`` by default: the merges (seconds); ``--full`` adds the methods that train
+CHEAP_CONSOLIDATIONS = ("merge-uniform", "merge-ties")
+FULL_CONSOLIDATIONS = ("sdft", "mle", "mmopd")
+#: the monitor's predictors validated on held-out seeds (aclarena.train.lead_time.PREDICTORS' metrics)
+PREDICTORS = ("kl_high", "flip_high", "kl_all", "fkl", "razor_fkl", "loss")
+PARTS = ("train", "eval", "tokens", "displacement", "consolidate", "vectors", "validation")
 
 
 @dataclass
@@ -48,9 +66,12 @@ class StudyResult:
     rows: list[dict[str, Any]]
     part_times: dict[str, float]
     errors: dict[str, str] = field(default_factory=dict)
+    validation: dict[str, Any] | None = None
+    consolidations: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"seeds": self.seeds, "rows": self.rows, "part_times": self.part_times, "errors": self.errors}
+        return {"seeds": self.seeds, "rows": self.rows, "part_times": self.part_times, "errors": self.errors,
+                "consolidations": self.consolidations, "validation": self.validation}
 
     def to_pandas(self) -> Any:
         """DataFrame, one row per finding: finding, quantity, study, values (per seed), mean, spread."""
@@ -145,12 +166,237 @@ def findings(seeds: Sequence[int], stages: Sequence[str], cells: dict[tuple[str,
     return rows
 
 
+def _study_cell(key: str, domain: str) -> str | None:
+    v = STUDY_TABLE.get(key, {}).get(domain)
+    return None if v is None else f"{STUDY_SUITE[domain]} {v:g}"
+
+
+def _stem(name: str, r: int) -> str:
+    sfx = suffix(r)
+    return name[: -len(sfx)] if sfx and name.endswith(sfx) else name
+
+
+def consolidation_rows(seeds: Sequence[int], stages: Sequence[str], cells: dict[tuple[str, str], float],
+                       made: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each consolidation against the sequential end and the oracles, per domain (pure).
+
+    ``made``: ``consolidate --json`` outputs (checkpoint, method, replicate, domain). A shared-weight
+    output (``merge-uniform-s1``) is scored on every domain's in-domain suite; MLE on domain ``d``
+    is its expert ``mle-d`` on ``d/id``. Per (consolidation, domain): its score, and its score minus
+    the sequential end's and minus the domain oracle's, paired per seed (a seed missing either is null).
+    """
+    reps = list(range(len(seeds)))
+    end = f"seq-{stages[-1]}"
+    # label -> replicate -> domain -> checkpoint
+    by: dict[str, dict[int, dict[str, str]]] = {}
+    for o in made:
+        r = int(o.get("replicate", 0))
+        if o.get("method") == "mle":
+            if o.get("domain"):
+                by.setdefault("mle", {}).setdefault(r, {})[o["domain"]] = o["checkpoint"]
+        else:
+            label = _stem(o["checkpoint"], r)
+            by.setdefault(label, {}).setdefault(r, {}).update({d: o["checkpoint"] for d in stages})
+    rows: list[dict[str, Any]] = []
+    if not by:
+        return rows
+    finding = "consolidation vs the sequential end and the oracles"
+    for d in stages:
+        rows.append(finding_row(finding, f"{d}/id of the sequential end ({end})", _study_cell("seq-end", d),
+                                [cells.get((end + suffix(r), f"{d}/id")) for r in reps]))
+    for label, per in by.items():
+        for d in stages:
+            score = [cells.get((per.get(r, {}).get(d, ""), f"{d}/id")) for r in reps]
+            seq = [cells.get((end + suffix(r), f"{d}/id")) for r in reps]
+            orc = [cells.get((f"oracle-{d}{suffix(r)}", f"{d}/id")) for r in reps]
+            what = f"{label} (expert mle-{d})" if label == "mle" else label
+            rows.append(finding_row(finding, f"{d}/id of {what}", _study_cell(label, d), score))
+            rows.append(finding_row(finding, f"{d}/id of {label} minus the sequential end", None,
+                                    [None if a is None or b is None else a - b for a, b in zip(score, seq, strict=True)]))
+            rows.append(finding_row(finding, f"{d}/id of {label} minus oracle-{d}", None,
+                                    [None if a is None or b is None else a - b for a, b in zip(score, orc, strict=True)]))
+    return rows
+
+
+def vector_pairs(stages: Sequence[str], replicates: int, names: set[str], base: str = "base"
+                 ) -> tuple[dict[int, str], dict[int, list[str]]]:
+    """The ``vectors --pair`` texts of the cosine rows, per replicate (docs/study.md defines them).
+
+    * mix: ``θ_sdft − θ_base`` against ``θ_sdft-from-end − θ_end``: the same domain-balanced SFT on the
+      oracles' rollouts (SDFT, the study's oracle-mix SFT) run from the base and from the sequential end;
+    * unrelated: ``θ_oracle-a-sft − θ_base`` against ``θ_oracle-b-sft − θ_base`` for every pair of
+      domains a != b: SFT on two different domains' data from the same start.
+    """
+    mix: dict[int, str] = {}
+    unrelated: dict[int, list[str]] = {}
+    end = f"seq-{stages[-1]}"
+    for r in range(replicates):
+        x = suffix(r)
+        if {f"sdft{x}", f"sdft-from-end{x}", f"{end}{x}"} <= names:
+            mix[r] = f"sdft{x} - {base}:sdft-from-end{x} - {end}{x}"
+        sft = [f"oracle-{d}-sft{x}" for d in stages if f"oracle-{d}-sft{x}" in names]
+        pairs = [f"{a} - {base}:{b} - {base}" for i, a in enumerate(sft) for b in sft[i + 1:]]
+        if pairs:
+            unrelated[r] = pairs
+    return mix, unrelated
+
+
+def cosine_rows(seeds: Sequence[int], mix: dict[int, float | None], unrelated: dict[int, list[float]]
+                ) -> list[dict[str, Any]]:
+    """The task-vector rows (pure): the oracle-mix SFT cosine per seed, and per seed the mean cosine
+    over every pair of unrelated SFT directions (``vector_pairs``)."""
+    reps = list(range(len(seeds)))
+    rows = []
+    finding = "task-vector cosines"
+    if mix:
+        rows.append(finding_row(finding, "cos(sdft - base, sdft-from-end - seq end): oracle-mix SFT from the base "
+                                "and from the sequential end", STUDY["mix_cos"], [mix.get(r) for r in reps]))
+    if unrelated:
+        vals = []
+        for r in reps:
+            xs = [v for v in unrelated.get(r, []) if v is not None and math.isfinite(v)]
+            vals.append(statistics.fmean(xs) if xs else None)
+        pairs = max(len(v) for v in unrelated.values())
+        rows.append(finding_row(finding, f"cos(oracle-a-sft - base, oracle-b-sft - base), mean over the {pairs} "
+                                "pairs of domains a != b: unrelated SFT tasks", STUDY["unrelated_cos"], vals))
+    return rows
+
+
+def warning_series(seed: int, lead: dict[str, Any]) -> tuple[list[Any], list[str]]:
+    """The :class:`~aclarena.diagnostics.warning_validation.WarningSeries` of one seed's lead-time
+    measurement (``monitor --lead-time``'s result), and the domains whose drop could never be
+    significant (too few items solved at the stage start: they are left out of the held-out counts).
+
+    Steps are the ground-truth evaluations; each predictor is taken as of each step
+    (:func:`~aclarena.diagnostics.warning_validation.as_of`); the drop is the accuracy at the stage
+    start minus the accuracy at the step; the drop step is the first Holm-significant drop.
+    """
+    from aclarena.diagnostics.warning_validation import WarningSeries, as_of
+
+    out: list[WarningSeries] = []
+    unreachable: list[str] = []
+    ser = lead.get("series") or {}
+    reach = ((lead.get("drop_test") or {}).get("domains") or {})
+    for domain, points in (lead.get("ground_truth") or {}).items():
+        if not points:
+            continue
+        steps = [int(p["step"]) for p in points]
+        start = float(points[0]["accuracy"])
+        drop = [start - float(p["accuracy"]) for p in points]
+        first = next((int(p["step"]) for p in points[1:] if p.get("significant")), None)
+        probe = ser.get(domain) or {}
+        preds: dict[str, list[float]] = {}
+        for m in ("kl_high", "flip_high", "kl_all", "fkl"):
+            if m in probe:
+                preds[m] = as_of(probe.get("step", []), probe[m], steps)
+        if "razor" in ser:
+            preds["razor_fkl"] = as_of(ser["razor"].get("step", []), ser["razor"].get("fkl", []), steps)
+        if "train" in ser:
+            preds["loss"] = as_of(ser["train"].get("step", []), ser["train"].get("loss", []), steps)
+        out.append(WarningSeries(seed=seed, domain=domain, steps=steps, predictors=preds, drop=drop, drop_step=first))
+        if not (reach.get(domain) or {}).get("reachable", True):
+            unreachable.append(domain)
+    return out, unreachable
+
+
+def validation_report(leads: dict[int, dict[str, Any]], fit_seed: int, *, seeds: Sequence[int],
+                      errors: dict[int, str] | None = None) -> dict[str, Any]:
+    """Thresholds fitted on ``fit_seed`` only, reported on the other seeds (pure; docs/study.md).
+
+    ``leads``: seed -> its lead-time result. Series whose drop could never be significant are left
+    out of lead times, false alarms and misses (a domain that could not drop cannot be a false alarm)
+    but kept in R², which is over every evaluation of every seed. ``status`` is ``ok``, or
+    ``not run`` with a one-line ``reason`` (fewer than 2 seeds measured, or no series left to judge).
+    """
+    from aclarena.diagnostics.warning_validation import r_squared, validate
+
+    errors = errors or {}
+    out: dict[str, Any] = {"status": "not run", "reason": None, "fit_seeds": [fit_seed],
+                           "held_out_seeds": [s for s in seeds if s != fit_seed and s in leads],
+                           "predictors": [], "excluded": [], "notes": [f"seed {s}: {e}" for s, e in errors.items()]}
+    if len(seeds) < 2:
+        out["reason"] = (f"the held-out validation needs at least 2 seeds (fit on seed {fit_seed}, report on the "
+                         f"others); this study has {len(seeds)}: rerun with --seeds 3")
+        return out
+    if fit_seed not in leads or len(leads) < 2:
+        missing = [s for s in seeds if s not in leads]
+        out["reason"] = (f"the lead time was not measured on seed(s) {', '.join(map(str, missing))}"
+                         + (f" ({errors[missing[0]]})" if missing and missing[0] in errors else ""))
+        return out
+    every: list[Any] = []
+    kept: list[Any] = []
+    for seed in sorted(leads):
+        series, unreachable = warning_series(seed, leads[seed])
+        every += series
+        kept += [x for x in series if x.domain not in unreachable]
+        out["excluded"] += [{"seed": seed, "domain": d, "why": "too few items solved at the stage start for any "
+                             "drop to be significant"} for d in unreachable]
+    fit = [x for x in kept if x.seed == fit_seed]
+    held = [x for x in kept if x.seed != fit_seed]
+    if not fit or not held:
+        which = "the fit seed" if not fit else "the held-out seeds"
+        out["reason"] = (f"no drop could reach significance on {which} (too few items solved at the stage start); "
+                         "raise --lead-n")
+        return out
+    reports = validate(kept, PREDICTORS, fit_seeds=[fit_seed])
+    rows = []
+    for rep in reports:
+        d = rep.to_dict()
+        d["r2"] = r_squared([v for x in every for v in x.predictors.get(rep.predictor, [math.nan] * len(x.steps))],
+                            [v for x in every for v in x.drop])
+        d["points"] = sum(len(x.steps) for x in every)
+        rows.append(d)
+    out.update(status="ok", predictors=rows, series={"fit": len(fit), "held_out": len(held),
+                                                     "held_out_drops": sum(x.drop_step is not None for x in held)})
+    if not any(x.drop_step is not None for x in fit):
+        out["notes"].append(f"seed {fit_seed} had no significant drop: no threshold could be fitted, so no predictor "
+                            "warns on the held-out seeds")
+    return out
+
+
+def lead_defaults(cfg: Any) -> tuple[int, int]:
+    """Ground-truth items and evaluation interval of the lead-time runs (the demo's: 20 items every 10
+    steps; 6 every 2 on the tiny preset, the fewest whose total loss can pass Holm there)."""
+    return (6, 2) if getattr(getattr(cfg, "base", None), "preset", None) == "tiny" else (20, 10)
+
+
+def parse_consolidations(text: str | None, full: bool) -> list[str]:
+    """``--consolidations`` (comma-separated methods; default the merges) plus, with ``--full``, SDFT, MLE, MMOPD."""
+    from aclarena.consolidate.methods import get_method
+
+    if text is None:
+        names = list(CHEAP_CONSOLIDATIONS)
+    elif text.strip() == "none":
+        names = []
+    else:
+        names = [x.strip() for x in text.split(",") if x.strip()]
+        if not names:
+            raise AclarenaError(f"--consolidations {text!r} names no method; give e.g. merge-uniform,sdft, or none")
+    for m in names:
+        get_method(m)  # unknown names: one line with a did-you-mean
+    if full:
+        names += [m for m in FULL_CONSOLIDATIONS if m not in names]
+    # MLE trains its experts on the SDFT backbone: make SDFT first
+    if "mle" in names and "sdft" in names and names.index("sdft") > names.index("mle"):
+        names.remove("sdft")
+        names.insert(names.index("mle"), "sdft")
+    return names
+
+
 def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: VerbRunner, n: int = 100,
               show_progress: bool = False, config_text: str | None = None,
-              on_part: Callable[[str, float], None] | None = None) -> StudyResult:
+              on_part: Callable[[str, float], None] | None = None,
+              on_start: Callable[[str], None] | None = None,
+              consolidations: Sequence[str] = CHEAP_CONSOLIDATIONS, vectors: bool = True,
+              validation: bool = True, lead_n: int | None = None, lead_every: int | None = None,
+              command: str | None = None) -> StudyResult:
     """Train ``seeds`` curricula of ``cfg`` into ``out``, evaluate, analyse; write findings.json.
 
-    ``n`` tasks per suite (greedy); ``on_part(name, seconds)`` is called after each part.
+    ``n`` tasks per suite (greedy); ``on_start(text)`` / ``on_part(name, seconds)`` are called before /
+    after each part. ``consolidations``: the ``consolidate`` methods to run and compare; ``vectors``:
+    the task-vector cosines (trains SDFT from the base and from the end per seed); ``validation``: the
+    monitor's held-out validation (retrains the ecom stage with the monitor per seed; ``lead_n`` items
+    every ``lead_every`` steps, default :func:`lead_defaults`).
     """
     from aclarena.train.curriculum import run_curriculum
 
@@ -158,11 +404,18 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: Ve
         raise AclarenaError(f"--seeds must be >= 1, got {seeds}")
     if n < 1:
         raise AclarenaError(f"-n must be >= 1, got {n}")
+    d_n, d_every = lead_defaults(cfg)
+    lead_n = d_n if lead_n is None else lead_n
+    lead_every = d_every if lead_every is None else lead_every
+    if lead_n < 1 or lead_every < 1:
+        raise AclarenaError(f"--lead-n and --lead-every must be >= 1, got {lead_n} and {lead_every}")
     out = Path(out)
     times: dict[str, float] = {}
     errors: dict[str, str] = {}
 
     def part(name: str, fn: Callable[[], Any]) -> Any:
+        if on_start is not None:
+            on_start(name)
         t0 = time.monotonic()
         try:
             return fn()
@@ -217,10 +470,86 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: Ve
 
     part("tokens", tokens)
     disp = part("displacement", lambda: verb("displacement", ["displacement", "--run", run]))
-    rows = findings([cfg.seed + r for r in reps], stages, cells_of(*evals), (disp or {}).get("updates", []), drift)
-    result = StudyResult(out=out, seeds=[cfg.seed + r for r in reps], rows=rows, part_times=times, errors=errors)
-    write_findings(result, command=f"aclarena-diag study --run {out} --seeds {seeds} -n {n}")
+    seed_list = [cfg.seed + r for r in reps]
+    made: list[dict[str, Any]] = []
+
+    def consolidate() -> list[Any]:
+        for method in consolidations:
+            res = verb(f"consolidate {method}", ["consolidate", "--run", run, "--method", method, "--seeds", str(seeds)])
+            made.extend((res or {}).get("outputs", []))
+        shared = [o["checkpoint"] for o in made if o["method"] != "mle"]
+        res = []
+        if shared:
+            res.append(verb("eval consolidated", [*ev, "--checkpoints", ",".join(shared), "--suites", "id"]))
+        for d in stages:  # an MLE expert answers the contexts routed to it: its own domain's suite
+            experts = [o["checkpoint"] for o in made if o["method"] == "mle" and o.get("domain") == d]
+            if experts:
+                res.append(verb(f"eval mle-{d}", [*ev, "--checkpoints", ",".join(experts), "--suites", f"{d}/id"]))
+        return res
+
+    evals += part("consolidate", consolidate) if consolidations else []
+    cells = cells_of(*evals)
+    rows = findings(seed_list, stages, cells, (disp or {}).get("updates", []), drift)
+    rows += consolidation_rows(seed_list, stages, cells, made)
+
+    def cosines() -> list[dict[str, Any]]:
+        for start in ("base", "end"):  # SDFT, the study's oracle-mix SFT, from the base and from the end
+            verb(f"sdft --start {start}", ["consolidate", "--run", run, "--method", "sdft", "--start", start,
+                                           "--seeds", str(seeds)])
+        from aclarena.store import load_manifest
+
+        known = {c.name for c in load_manifest(out)}
+        mix, unrelated = vector_pairs(stages, seeds, known)
+        asked = [p for r in reps for p in ([mix[r]] if r in mix else []) + unrelated.get(r, [])]
+        if not asked:
+            errors["vectors"] = "no oracle-mix SFT pair nor oracle SFT phases to compare"
+            return []
+        data = verb("vectors", ["vectors", "--run", run, *[a for p in asked for a in ("--pair", p)]])
+        got = {}
+        for row in (data or {}).get("pairs", []):
+            if row.get("group") == "all":
+                got[row["pair"].replace(" : ", ":")] = _finite(row.get("cos"))
+        return cosine_rows(seed_list, {r: got.get(p) for r, p in mix.items()},
+                           {r: [got.get(p) for p in ps] for r, ps in unrelated.items()})
+
+    if vectors:
+        rows += part("vectors", cosines)
+
+    report = None
+    if validation:
+        report = part("validation", lambda: _validation(cfg, out, seeds, stages, lead_n, lead_every, show_progress))
+    result = StudyResult(out=out, seeds=seed_list, rows=rows, part_times=times, errors=errors, validation=report,
+                         consolidations=list(consolidations))
+    write_findings(result, command=command or f"aclarena-diag study --run {out} --seeds {seeds} -n {n}")
     return result
+
+
+def _validation(cfg: Any, out: Path, seeds: int, stages: Sequence[str], lead_n: int, lead_every: int,
+                show_progress: bool) -> dict[str, Any]:
+    """The lead time of every seed (``monitor --lead-time`` on replicate r), then :func:`validation_report`."""
+    from aclarena.train.lead_time import LeadTimeSettings, measure_lead_time
+
+    seed_list = [cfg.seed + r for r in range(seeds)]
+    stage = "ecom" if "ecom" in stages[1:] else (stages[-1] if len(stages) > 1 else None)
+    if stage is None:
+        return validation_report({}, cfg.seed, seeds=seed_list) | {
+            "reason": "the curriculum has one stage: there is no earlier skill to lose"}
+    leads: dict[int, dict[str, Any]] = {}
+    errs: dict[int, str] = {}
+    if seeds >= 2:
+        for r in range(seeds):
+            try:
+                leads[cfg.seed + r] = measure_lead_time(out, LeadTimeSettings(stage=stage, n=lead_n, eval_every=lead_every,
+                                                                              replicate=r),
+                                                        show_progress=show_progress)
+            except AclarenaError as e:
+                errs[cfg.seed + r] = str(e).splitlines()[0]
+                if r == 0:  # e.g. too few items for any significant drop: the same on every seed
+                    break
+    rep = validation_report(leads, cfg.seed, seeds=seed_list, errors=errs)
+    rep["stage"] = stage
+    rep["settings"] = {"n": lead_n, "eval_every": lead_every, "alpha": LeadTimeSettings().alpha}
+    return rep
 
 
 def write_findings(result: StudyResult, *, command: str) -> Path:

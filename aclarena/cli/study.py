@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         examples=(
             "aclarena-diag study --run runs/study --seeds 3",
             "aclarena-diag study --run runs/study-tiny --seeds 2 --config examples/tiny.toml -n 4",
-            "aclarena-diag study --run runs/study --seeds 3 --json   # findings.json on stdout too",
+            "aclarena-diag study --run runs/study --seeds 3 --full --validate   # every consolidation; validation required",
         ),
         run_option=False,
     )
@@ -36,11 +36,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", default=None, metavar="TOML",
                    help="curriculum config (default: the mini preset, as `demo`)")
     p.add_argument("-n", type=int, default=100, metavar="N", help="eval tasks per suite, greedy (default 100)")
-    p.set_defaults(func=run)
+    p.add_argument("--consolidations", metavar="M,...",
+                   help="consolidation methods compared with the sequential end and the oracles (default: the merges, "
+                        "merge-uniform,merge-ties; 'none' for none)")
+    p.add_argument("--full", action="store_true", help="also the consolidations that train: SDFT, MLE, MMOPD")
+    p.add_argument("--no-vectors", dest="vectors", action="store_false",
+                   help="skip the task-vector cosines (they train SDFT from the base and from the end per seed)")
+    v = p.add_mutually_exclusive_group()
+    v.add_argument("--validate", dest="validation", action="store_const", const="require",
+                   help="require the monitor's held-out validation: exit 1 (after writing findings.json) when it "
+                        "cannot be done, e.g. with one seed")
+    v.add_argument("--no-validate", dest="validation", action="store_const", const="skip",
+                   help="skip the held-out validation (it retrains the ecom stage with the monitor per seed)")
+    p.add_argument("--lead-n", type=int, metavar="N",
+                   help="validation: ground-truth items per earlier domain (default 20; 6 on the tiny preset)")
+    p.add_argument("--lead-every", type=int, metavar="STEPS",
+                   help="validation: ground-truth evaluation every STEPS steps (default 10; 2 on the tiny preset)")
+    p.set_defaults(func=run, validation="auto")
 
 
 def run(args: argparse.Namespace) -> int:
-    from aclarena.analysis.study import run_study
+    from aclarena.analysis.study import parse_consolidations, run_study
     from aclarena.cli.demo import verb
     from aclarena.train.config import load_config
     from aclarena.train.presets import preset_path
@@ -50,26 +66,74 @@ def run(args: argparse.Namespace) -> int:
         raise AclarenaError(f"--config {path}: no such file; name a curriculum TOML such as examples/mini.toml")
     cfg = load_config(path)
     show = not args.json and sys.stderr.isatty()
+    methods = parse_consolidations(args.consolidations, args.full)
+
+    def on_start(name: str) -> None:
+        if not args.json:
+            print(f"  study: {name} ...", file=sys.stderr, flush=True)
 
     def on_part(name: str, seconds: float) -> None:
         if not args.json:
             print(f"  study: {name} {seconds:.1f} s", file=sys.stderr, flush=True)
 
+    command = f"aclarena-diag study --run {args.run} --seeds {args.seeds} -n {args.n}"
+    if args.consolidations is not None:
+        command += f" --consolidations {args.consolidations}"
+    command += " --full" * args.full + " --no-vectors" * (not args.vectors)
+    command += {"require": " --validate", "skip": " --no-validate"}.get(args.validation, "")
+    command += "".join(f" --{k.replace('_', '-')} {getattr(args, k)}" for k in ("lead_n", "lead_every")
+                       if getattr(args, k) is not None)
     t0 = time.monotonic()
     result = run_study(cfg, args.run, seeds=args.seeds, run_verb=verb, n=args.n, show_progress=show,
-                       config_text=path.read_text(encoding="utf-8"), on_part=on_part)
+                       config_text=path.read_text(encoding="utf-8"), on_part=on_part, on_start=on_start,
+                       consolidations=methods, vectors=args.vectors, validation=args.validation != "skip",
+                       lead_n=args.lead_n, lead_every=args.lead_every, command=command)
+    v = result.validation
+    failed = args.validation == "require" and (v or {}).get("status") != "ok"
     if args.json:
         print_json({"out": str(result.out), **result.to_json()})
-        return 0
+        if failed:
+            print(f"error: held-out validation not done: {(v or {}).get('reason')}", file=sys.stderr)
+        return 1 if failed else 0
     print_table([_row(r) for r in result.rows], ["finding", "quantity", "study", "mini", "seeds"],
                 headers=["finding", "quantity", "study", "mini arena (mean ± std)", "per seed"],
                 title=f"findings over {len(result.seeds)} seeds ({', '.join(map(str, result.seeds))})")
     print(f"total {time.monotonic() - t0:.1f} s (" + ", ".join(f"{k} {v:.1f} s" for k, v in result.part_times.items())
           + ")")
-    for k, v in result.errors.items():
-        print(f"note: the {k} step did not finish: {v}", file=sys.stderr)
+    if v is not None:
+        print_validation(v)
+    for k, e in result.errors.items():
+        print(f"note: the {k} step did not finish: {e}", file=sys.stderr)
     print(f"Findings as JSON: {result.out / 'findings.json'}")
+    if failed:
+        print(f"error: held-out validation not done: {v.get('reason') if v else 'skipped'}", file=sys.stderr)
+        return 1
     return 0
+
+
+def print_validation(v: dict[str, Any]) -> None:
+    """The held-out validation table, or the one line saying why there is none."""
+    from aclarena.docs_results import PREDICTOR_LABELS
+
+    if v.get("status") != "ok":
+        print(f"held-out validation of the early warning: not run: {v.get('reason')}")
+        return
+
+    def f(x: Any, d: int) -> str:
+        return "-" if x is None else f"{x:.{d}f}"
+
+    fit = ",".join(map(str, v["fit_seeds"]))
+    print_table([{"predictor": PREDICTOR_LABELS.get(r["predictor"], r["predictor"]), "threshold": f(r["threshold"], 4),
+                  "lead": f(r["lead_mean"], 1), "leads": ",".join(map(str, r["leads"])) or "-",
+                  "detected": r["detected"], "fa": r["false_alarms"], "miss": r["misses"], "r2": f(r["r2"], 2)}
+                 for r in v["predictors"]],
+                ["predictor", "threshold", "lead", "leads", "detected", "fa", "miss", "r2"],
+                headers=["predictor", f"threshold (fit on seed {fit})", "mean lead (steps)", "leads", "drops warned",
+                         "false alarms", "misses", "R² vs drop (all seeds)"],
+                title=f"early warning held out: {v.get('stage')} stage, fit on seed {fit}, reported on seeds "
+                      f"{', '.join(map(str, v['held_out_seeds']))}")
+    for note in v.get("notes", []):
+        print(f"note: {note}")
 
 
 def _row(r: dict[str, Any]) -> dict[str, str]:

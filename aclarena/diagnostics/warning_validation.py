@@ -17,6 +17,11 @@ detections, false alarms and misses, and, over every series of every seed, the R
 squares line from the predictor's value to the measured drop (how much of the drop's variance
 the predictor explains, whether or not it warns in time).
 
+The predictors and the benchmark are measured on their own schedules (the monitor every N
+steps, the ground truth every M). :func:`as_of` puts a predictor on the benchmark's steps
+causally: at each benchmark step, the predictor's latest value at or before it (what a
+monitor watching the run would have known then), NaN before its first value.
+
 Pure functions over numbers: no torch, h5py or transformers.
 """
 
@@ -96,6 +101,27 @@ def outcomes(series: Sequence[WarningSeries], predictor: str, threshold: float |
         else:
             misses += 1
     return leads, len(leads), false_alarms, misses
+
+
+def as_of(steps: Sequence[float], values: Sequence[float], at: Sequence[float]) -> list[float]:
+    """At each step of ``at``, the latest finite value of ``values`` (measured at ``steps``) at or before it.
+
+    NaN where no finite value was measured yet. ``steps`` need not be sorted; a step measured twice keeps
+    its last finite value.
+    """
+    if len(steps) != len(values):
+        raise ValueError(f"`steps` has {len(steps)} entries for {len(values)} values")
+    known: dict[float, float] = {}
+    for s, v in zip(steps, values, strict=True):
+        if v is not None and math.isfinite(float(v)):
+            known[float(s)] = float(v)
+    order = sorted(known)
+    keys = np.asarray(order, dtype=np.float64)
+    out: list[float] = []
+    for t in at:
+        i = int(np.searchsorted(keys, float(t), side="right")) - 1
+        out.append(known[order[i]] if i >= 0 else math.nan)
+    return out
 
 
 def fit_threshold(series: Sequence[WarningSeries], predictor: str) -> float | None:

@@ -168,8 +168,11 @@ class LeadTimeSettings:
     n: int = 50
     alpha: float = 0.05
     seed: int = 0
+    replicate: int = 0
 
     def __post_init__(self) -> None:
+        if isinstance(self.replicate, bool) or not isinstance(self.replicate, int) or self.replicate < 0:
+            raise AclarenaError(f"replicate must be an integer >= 0, got {self.replicate!r}")
         for name in ("eval_every", "n"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -235,7 +238,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
         plan,
     )
     from aclarena.train.monitor import PROBE_PREFIX, RAZOR_PREFIX, domain_probe
-    from aclarena.train.naming import phase_names
+    from aclarena.train.naming import phase_names, replicate_suffix
     from aclarena.train.phases import finished, quiet
 
     t_start = time.monotonic()
@@ -255,10 +258,12 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     rules = dict(mon.rules) if mon is not None else default_rules()
     probe_n = mon.probe_n if mon is not None else 16
     probe_tokens = mon.probe_max_new_tokens if mon is not None else 64
-    jobs = {j.name: j for j in plan(cfg, 1)}
+    r = settings.replicate
+    suffix = replicate_suffix(r)
+    jobs = {j.name: j for j in plan(cfg, r + 1)}
     stage = cfg.stages[i]
-    names = phase_names("seq", stage)
-    earlier = [(s.domain, phase_names("seq", s)[-1]) for s in cfg.stages[:i]]
+    names = phase_names("seq", stage, r)
+    earlier = [(s.domain, phase_names("seq", s, r)[-1]) for s in cfg.stages[:i]]
     first = jobs[names[0]]
     needed = [first.parent, *[c for _, c in earlier]]
     for name in needed:
@@ -267,29 +272,32 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
                                 f"(aclarena-diag train --config {cfg_path} --out {run})")
     tests = planned_tests([_phase_steps(jobs[n]) for n in names], settings.eval_every)
     check_items(settings.n, settings.alpha, tests)
-    identity = {"settings": dataclasses.asdict(settings), "every_n_steps": every, "drop_test": "mcnemar-holm",
+    plain = dataclasses.asdict(settings)
+    if not r:  # replicate 0 keeps the identity (and the stored result) it had before replicates existed
+        del plain["replicate"]
+    identity = {"settings": plain, "every_n_steps": every, "drop_test": "mcnemar-holm",
                 "razor": True,
                 "rules": {k: v.to_dict() for k, v in rules.items()}, "probe_n": probe_n, "probe_tokens": probe_tokens,
                 "phases": [jobs[n].fingerprint for n in names], "version": LEAD_VERSION}
     fp = _fingerprint(identity)
     store = ResultsStore(run)
-    key = f"{LEAD_KEY}/{settings.stage}"
+    key = f"{LEAD_KEY}/{settings.stage}{suffix}"
     if not force and store.exists() and store.has(key) and store.attrs(key).get("fingerprint") == fp:
         return store.read(f"{key}/result")
 
     quiet()
     probes = {}
     for d, ckpt in earlier:
-        probes[d] = domain_probe(run, ckpt, run / CHECKPOINTS / ckpt, d, name=f"{PROBE_PREFIX}{d}", n=probe_n,
+        probes[d] = domain_probe(run, ckpt, run / CHECKPOINTS / ckpt, d, name=f"{PROBE_PREFIX}{d}{suffix}", n=probe_n,
                                  max_new_tokens=probe_tokens)
     suites = {f"{d}/id": d for d, _ in earlier}
-    scratch = run / WORK / "lead-time"
+    scratch = run / WORK / f"lead-time{suffix}"
     shutil.rmtree(scratch, ignore_errors=True)
     folders = {n: str(run / CHECKPOINTS / n) for n in needed}
     start = _location(run, f"{CHECKPOINTS}/{first.parent}")
     # RL's Razor as the paper defines it: the stage start's generations on the trained stage's own prompts
     assert first.parent is not None  # a stage after the first starts from a checkpoint of the plan
-    razor = domain_probe(run, first.parent, start, settings.stage, name=f"{RAZOR_PREFIX}{settings.stage}", n=probe_n,
+    razor = domain_probe(run, first.parent, start, settings.stage, name=f"{RAZOR_PREFIX}{settings.stage}{suffix}", n=probe_n,
                          max_new_tokens=probe_tokens, split="train")
     chat_template = _read_template(cfg)
     offsets: dict[str, int] = {}
@@ -324,8 +332,9 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     result = lead_time_table(run, [f"lead-time/{n}" for n in names], offsets=[offsets[n] for n in names],
-                             suites=suites, rules=rules, alpha=settings.alpha, razor_probe=razor.name)
-    result.update({"stage": settings.stage, "phases": names, "steps": steps_total, "settings": dataclasses.asdict(settings)
+                             suites=suites, rules=rules, alpha=settings.alpha, razor_probe=razor.name,
+                             probe_suffix=suffix)
+    result.update({"stage": settings.stage, "replicate": r, "phases": names, "steps": steps_total, "settings": dataclasses.asdict(settings)
                    | {"every_n_steps": every}, "time_s": time.monotonic() - t_start,
                    "cost": {"monitor_setup_s": sum(m.setup_seconds for m in monitors),
                             "monitor_checks_s": sum(sum(m.check_seconds) for m in monitors),
@@ -355,10 +364,10 @@ def _rule_text(rule: MetricRule) -> str:
 
 def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, offsets: Sequence[int],
                     suites: Mapping[str, str], rules: Mapping[str, MetricRule], alpha: float = 0.05,
-                    razor_probe: str | None = None) -> dict[str, Any]:
+                    razor_probe: str | None = None, probe_suffix: str = "") -> dict[str, Any]:
     """The lead-time table from the monitor and ground-truth series of ``labels`` (phases laid end
     to end with ``offsets``); ``suites`` maps each ground-truth suite to its domain (probe
-    ``monitor-<domain>``); ``razor_probe`` is the stage's own probe set, whose ``fkl`` is the
+    ``monitor-<domain><probe_suffix>``, the suffix ``-s<r>`` of replicate r >= 1); ``razor_probe`` is the stage's own probe set, whose ``fkl`` is the
     RL's Razor row of every domain (no row without it). Returns ``{"table", "ground_truth",
     "series", "drop_test"}`` (plain data)."""
     from aclarena.store.monitor_series import load_monitor
@@ -407,7 +416,7 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
         test["domains"][domain] = {"tests": m, "solved_at_start": solved, "reachable": 0.5**solved < alpha / m}
         drop = first_drop(pts)
         drop_step = drop.step if drop is not None else None
-        probe = f"{PROBE_PREFIX}{domain}"
+        probe = f"{PROBE_PREFIX}{domain}{probe_suffix}"
         rows = probe_rows.get(probe, {})
         psteps = sorted(rows)
         series[domain] = {"step": [float(s) for s in psteps],

@@ -112,9 +112,11 @@ def _metrics_table(rows: list[dict[str, Any]]) -> html.Table:
 
 
 def layout(**query: Any) -> html.Div:
+    from aclarena.dashboard.findings import findings_panel
     from aclarena.dashboard.urlstate import query_value
 
     run_dir = current_run()
+    findings = findings_panel(run_dir)  # aclarena-diag study's findings.json, when the run has one
     options = _chain_options(run_dir)
     score = query_value(query, "score", ["mean", "avg_k_mean"], "mean")
     chain = query_value(query, "chain", [o["value"] for o in options], options[0]["value"] if options else None)
@@ -124,6 +126,7 @@ def layout(**query: Any) -> html.Div:
             html.H2("Overview"),
             html.P("No capability matrix yet: run `aclarena-diag eval` (or import lm-eval results with "
                    "`aclarena-diag eval --import-lm-eval NAME=FILE`).", className="note", id="overview-empty"),
+            findings,
         ])
     return html.Div([
         html.H2("Overview"),
@@ -142,6 +145,7 @@ def layout(**query: Any) -> html.Div:
         html.Div(_metrics_table(first["rows"]), id="overview-metrics"),
         html.Ul([html.Li(n) for n in first["notes"]], id="overview-notes", className="note"),
         html.P("Formulas and sources: docs/cl-metrics.md.", className="note"),
+        findings,
     ])
 
 
