@@ -60,3 +60,104 @@ def test_findings_json_is_strict(tmp_path):
     assert list(df["quantity"]) == [r["quantity"] for r in rows]
     assert data["made_by"]["command"] == "aclarena-diag study --seeds 2"
     assert data["rows"][0]["values"] == [None, None]
+
+
+STAGES = ["math", "search", "ecom", "if"]
+
+
+def test_consolidation_rows_pair_each_seed_with_its_own_end_and_oracle():
+    from aclarena.analysis.study import consolidation_rows
+
+    made = [{"checkpoint": "merge-uniform", "method": "merge-uniform", "replicate": 0},
+            {"checkpoint": "merge-uniform-s1", "method": "merge-uniform", "replicate": 1},
+            {"checkpoint": "mle-math", "method": "mle", "replicate": 0, "domain": "math"},
+            {"checkpoint": "mle-math-s1", "method": "mle", "replicate": 1, "domain": "math"}]
+    cells = {("merge-uniform", "math/id"): 0.30, ("merge-uniform-s1", "math/id"): 0.50,
+             ("seq-if", "math/id"): 0.10, ("seq-if-s1", "math/id"): 0.20,
+             ("oracle-math", "math/id"): 0.60, ("oracle-math-s1", "math/id"): 0.40,
+             ("mle-math", "math/id"): 0.55, ("mle-math-s1", "math/id"): 0.45,
+             ("merge-uniform", "if/id"): 0.9}
+    rows = consolidation_rows([0, 1], STAGES, cells, made)
+    by = {r["quantity"]: r for r in rows}
+    assert by["math/id of the sequential end (seq-if)"]["values"] == [0.10, 0.20]
+    assert by["math/id of the sequential end (seq-if)"]["study"] == "AIME26 10.21"
+    uni = by["math/id of merge-uniform"]
+    assert uni["values"] == [0.30, 0.50] and uni["study"] == "AIME26 14.79"
+    assert by["math/id of merge-uniform minus the sequential end"]["values"] == pytest.approx([0.20, 0.30])
+    gap = by["math/id of merge-uniform minus oracle-math"]
+    assert gap["values"] == pytest.approx([-0.30, 0.10]) and gap["mean"] == pytest.approx(-0.10)
+    assert gap["spread"] == pytest.approx(math.sqrt(0.08))  # paired per seed, not mean(a) - mean(b)
+    assert by["if/id of merge-uniform minus oracle-if"]["values"] == [None, None]  # no oracle score: null
+    assert by["math/id of mle (expert mle-math)"]["values"] == [0.55, 0.45]
+    assert by["search/id of mle (expert mle-search)"]["values"] == [None, None]
+    assert consolidation_rows([0], STAGES, cells, []) == []
+
+
+def test_vector_pairs_and_cosine_rows():
+    from aclarena.analysis.study import cosine_rows, vector_pairs
+
+    names = {"base", "seq-if", "seq-if-s1", "sdft", "sdft-from-end", "sdft-s1",  # seed 1 lacks sdft-from-end-s1
+             "oracle-math-sft", "oracle-search-sft", "oracle-if-sft", "oracle-math-sft-s1", "oracle-if-sft-s1"}
+    mix, unrelated = vector_pairs(STAGES, 2, names)
+    assert mix == {0: "sdft - base:sdft-from-end - seq-if"}
+    assert unrelated[0] == ["oracle-math-sft - base:oracle-search-sft - base", "oracle-math-sft - base:oracle-if-sft - base",
+                            "oracle-search-sft - base:oracle-if-sft - base"]
+    assert unrelated[1] == ["oracle-math-sft-s1 - base:oracle-if-sft-s1 - base"]
+    rows = cosine_rows([0, 1], {0: 0.8}, {0: [0.1, 0.2, 0.3], 1: [0.5]})
+    mix_row, unrel = rows
+    assert mix_row["values"] == [0.8, None] and mix_row["study"].startswith("0.77")
+    assert unrel["values"] == pytest.approx([0.2, 0.5]) and unrel["study"].startswith("0.05")
+    assert "3 pairs" in unrel["quantity"]
+
+
+def _lead(accs, sig, kl, razor, loss, reachable=True, quiet_kl=None):
+    gt = [{"step": s, "accuracy": a, "significant": g} for s, a, g in zip((0, 2, 4), accs, sig, strict=True)]
+    out = {"ground_truth": {"math": gt},
+           "series": {"math": {"step": [0.0, 3.0], "kl_high": kl, "flip_high": [0, 0], "kl_all": [0, 0], "fkl": [0, 0]},
+                      "razor": {"step": [0.0, 3.0], "fkl": razor}, "train": {"step": [1.0, 2.0, 3.0, 4.0], "loss": loss}},
+           "drop_test": {"domains": {"math": {"reachable": reachable}}}}
+    if quiet_kl is not None:  # a second domain that does not drop
+        out["ground_truth"]["search"] = [{"step": s, "accuracy": 0.5, "significant": False} for s in (0, 2, 4)]
+        out["series"]["search"] = {"step": [0.0, 3.0], "kl_high": quiet_kl, "flip_high": [0, 0], "kl_all": [0, 0],
+                                   "fkl": [0, 0]}
+        out["drop_test"]["domains"]["search"] = {"reachable": True}
+    return out
+
+
+def test_warning_series_from_a_lead_time_result():
+    from aclarena.analysis.study import warning_series
+
+    (s,), unreachable = warning_series(7, _lead([0.8, 0.5, 0.2], [False, False, True], [0.0, 2.0], [0.1, 0.3],
+                                                [1.0, 0.9, 0.8, 0.7]))
+    assert unreachable == [] and s.seed == 7 and s.steps == [0, 2, 4]
+    assert s.drop == pytest.approx([0.0, 0.3, 0.6]) and s.drop_step == 4
+    assert s.predictors["kl_high"] == [0.0, 0.0, 2.0]  # as of each evaluation: step 3's value first seen at 4
+    assert s.predictors["razor_fkl"] == [0.1, 0.1, 0.3]
+    assert math.isnan(s.predictors["loss"][0]) and s.predictors["loss"][1:] == [0.9, 0.7]
+    _, unreachable = warning_series(7, _lead([0.2, 0.2, 0.2], [False] * 3, [0, 0], [0, 0], [1, 1, 1, 1], False))
+    assert unreachable == ["math"]
+
+
+def test_validation_report_fits_on_seed_0_and_says_why_when_it_cannot():
+    from aclarena.analysis.study import validation_report
+
+    one = validation_report({}, 0, seeds=[0])
+    assert one["status"] == "not run" and "at least 2 seeds" in one["reason"] and one["predictors"] == []
+    leads = {0: _lead([0.8, 0.5, 0.2], [False, False, True], [0.0, 2.0], [0.1, 0.3], [1.0, 0.9, 0.8, 0.7],
+                      quiet_kl=[0.0, 0.5]),
+             1: _lead([0.8, 0.4, 0.1], [False, True, True], [0.0, 2.5], [0.1, 0.1], [1.0, 0.9, 0.8, 0.7],
+                      quiet_kl=[0.0, 0.5])}
+    rep = validation_report(leads, 0, seeds=[0, 1])
+    assert rep["status"] == "ok" and rep["held_out_seeds"] == [1]
+    assert rep["series"] == {"fit": 2, "held_out": 2, "held_out_drops": 1}
+    kl = next(r for r in rep["predictors"] if r["predictor"] == "kl_high")
+    # fit on seed 0: 0 and 0.5 alarm on search, which did not drop; 2.0 (first seen at step 4, the drop step)
+    # warns in time. On seed 1 it warns at 4, after the drop at 2: a miss; search stays below: no false alarm
+    assert kl["threshold"] == 2.0 and kl["misses"] == 1 and kl["detected"] == 0 and kl["false_alarms"] == 0
+    assert kl["points"] == 12 and kl["r2"] is not None
+    bad = validation_report({0: leads[0], 1: _lead([0.2] * 3, [False] * 3, [0, 0], [0, 0], [1] * 4, False)}, 0,
+                            seeds=[0, 1])
+    assert bad["status"] == "not run" and "no drop could reach significance on the held-out seeds" in bad["reason"]
+    assert bad["excluded"] == [{"seed": 1, "domain": "math", "why": bad["excluded"][0]["why"]}]
+    failed = validation_report({}, 0, seeds=[0, 1], errors={0: "-n 2 items can never show a significant drop"})
+    assert failed["status"] == "not run" and "-n 2 items" in failed["reason"]

@@ -78,3 +78,15 @@ def test_bad_input_is_refused():
         WarningSeries(seed=0, domain="math", steps=STEPS, predictors={"good": [0, 1]}, drop=[0] * 5, drop_step=None)
     with pytest.raises(ValueError, match="no held-out series"):
         validate([s for s in SERIES if s.seed == 0], ["good"], fit_seeds=[0])
+
+
+def test_as_of_takes_the_latest_value_at_or_before_each_step():
+    from aclarena.diagnostics.warning_validation import as_of
+
+    # monitor at 0, 5, 10 (10 not finite), 15; benchmark at 0, 4, 10, 12, 20
+    got = as_of([5, 0, 10, 15], [0.5, 0.1, math.nan, 1.5], [0, 4, 10, 12, 20])
+    assert got == [0.1, 0.1, 0.5, 0.5, 1.5]
+    assert all(math.isnan(x) for x in as_of([3], [1.0], [0, 2]))  # nothing known yet: NaN, never a guess
+    assert math.isnan(as_of([], [], [1])[0])
+    with pytest.raises(ValueError, match="2 entries for 1 values"):
+        as_of([1, 2], [1.0], [1])
