@@ -172,13 +172,24 @@ def monitor_validation(data: Mapping[str, Any]) -> str:
     if not v:
         return ("*No held-out validation in this file: the study did not measure the monitor's series per seed "
                 "(aclarena.diagnostics.warning_validation does the maths).*\n")
+    if v.get("status", "ok") != "ok":
+        return f"*No held-out validation in this file: {v.get('reason') or 'not run'}.*\n"
     rows = []
     for r in v["predictors"]:
         rows.append([PREDICTOR_LABELS.get(r["predictor"], r["predictor"]), _num(r.get("threshold"), 3),
                      _num(r.get("lead_mean"), 1), str(r.get("detected", 0)), str(r.get("false_alarms", 0)),
                      str(r.get("misses", 0)), _num(r.get("r2"), 2)])
-    return _table(["predictor", "threshold (fit on seed " + ",".join(str(s) for s in v.get("fit_seeds", [])) + ")",
-                   "mean lead (steps)", "drops warned", "false alarms", "misses", "R² vs drop"], rows)
+    table = _table(["predictor", "threshold (fit on seed " + ",".join(str(s) for s in v.get("fit_seeds", [])) + ")",
+                    "mean lead (steps)", "drops warned", "false alarms", "misses", "R² vs drop"], rows)
+    held = v.get("series") or {}
+    if v.get("held_out_seeds"):
+        table += (f"\nReported on seeds {', '.join(str(s) for s in v['held_out_seeds'])} only"
+                  + (f" ({held.get('held_out')} domain series, {held.get('held_out_drops')} with a significant drop)"
+                     if held else "")
+                  + "; R² over every evaluation of every seed.\n")
+    for note in v.get("notes") or []:
+        table += f"\n*Note: {note}.*\n"
+    return table
 
 
 RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {

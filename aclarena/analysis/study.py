@@ -4,10 +4,16 @@
 (``train --seeds N``: replicate ``r`` appends ``-s<r>`` to its names), evaluates every stage end,
 SFT end and oracle in domain (and the chain on ``general``), freezes each replicate's seq-math
 generations and scores its later checkpoints on them (``tokens``), measures parameter
-displacement, then writes ``findings.json`` (strict JSON) in the run folder: one row per
-finding, the value of every seed, their mean and sample standard deviation, and the study's
-number beside it. Every part is resumable (finished phases, eval cells and token scores are
-skipped on a rerun) and timed (``part_times``).
+displacement, consolidates each replicate (``consolidate``: the merges by default, SDFT, MLE and
+MMOPD with ``--full``) and scores the outputs, measures the task-vector cosines of oracle-mix SFT
+(SDFT from the base and from the sequential end) and of unrelated SFT tasks (oracle SFT phases of
+two domains), validates the drift monitor on held-out seeds (the lead time of every replicate's
+ecom stage; thresholds fitted on the first seed only: :func:`validation_report`), then writes
+``findings.json`` (strict JSON) in the run folder: one row per finding, the value of every seed,
+their mean and sample standard deviation, and the study's number beside it; the validation; each
+part's wall time. Every part is resumable (finished phases, eval cells, token scores,
+consolidations, Grams and lead times are reused on a rerun) and timed (``part_times``).
+docs/study.md defines every row.
 
 The analyses run as ``aclarena-diag`` verbs through a ``run_verb(argv) -> (code, json, error)``
 that the caller supplies (the CLI passes its own; the analysis layer never imports the CLI).
@@ -318,10 +324,12 @@ def validation_report(leads: dict[int, dict[str, Any]], fit_seed: int, *, seeds:
         out["reason"] = (f"the held-out validation needs at least 2 seeds (fit on seed {fit_seed}, report on the "
                          f"others); this study has {len(seeds)}: rerun with --seeds 3")
         return out
-    if fit_seed not in leads or len(leads) < 2:
-        missing = [s for s in seeds if s not in leads]
-        out["reason"] = (f"the lead time was not measured on seed(s) {', '.join(map(str, missing))}"
-                         + (f" ({errors[missing[0]]})" if missing and missing[0] in errors else ""))
+    def not_measured(which: list[int]) -> str:
+        return (f"the lead time was not measured on seed(s) {', '.join(map(str, which))}"
+                + (f" ({errors[which[0]]})" if which and which[0] in errors else ""))
+
+    if fit_seed not in leads:
+        out["reason"] = not_measured([fit_seed])
         return out
     every: list[Any] = []
     kept: list[Any] = []
@@ -333,10 +341,16 @@ def validation_report(leads: dict[int, dict[str, Any]], fit_seed: int, *, seeds:
                              "drop to be significant"} for d in unreachable]
     fit = [x for x in kept if x.seed == fit_seed]
     held = [x for x in kept if x.seed != fit_seed]
-    if not fit or not held:
-        which = "the fit seed" if not fit else "the held-out seeds"
-        out["reason"] = (f"no drop could reach significance on {which} (too few items solved at the stage start); "
-                         "raise --lead-n")
+    if not fit:
+        out["reason"] = (f"no drop could reach significance on the fit seed {fit_seed} (too few items solved at the "
+                         "stage start), so no threshold can be fitted; raise --lead-n")
+        return out
+    if len(leads) < 2:
+        out["reason"] = not_measured([s for s in seeds if s not in leads])
+        return out
+    if not held:
+        out["reason"] = ("no drop could reach significance on the held-out seeds (too few items solved at the stage "
+                         "start); raise --lead-n")
         return out
     reports = validate(kept, PREDICTORS, fit_seeds=[fit_seed])
     rows = []
@@ -536,19 +550,24 @@ def _validation(cfg: Any, out: Path, seeds: int, stages: Sequence[str], lead_n: 
             "reason": "the curriculum has one stage: there is no earlier skill to lose"}
     leads: dict[int, dict[str, Any]] = {}
     errs: dict[int, str] = {}
+    # the monitor scores at least as often as the ground truth is evaluated: every evaluation sees a fresh value
+    mon = getattr(cfg, "monitor", None)
+    every = min(mon.every_n_steps if mon is not None else 5, lead_every)
     if seeds >= 2:
         for r in range(seeds):
             try:
                 leads[cfg.seed + r] = measure_lead_time(out, LeadTimeSettings(stage=stage, n=lead_n, eval_every=lead_every,
-                                                                              replicate=r),
+                                                                              every_n_steps=every, replicate=r),
                                                         show_progress=show_progress)
             except AclarenaError as e:
                 errs[cfg.seed + r] = str(e).splitlines()[0]
                 if r == 0:  # e.g. too few items for any significant drop: the same on every seed
                     break
+            if r == 0 and not any(d.get("reachable") for d in leads[cfg.seed]["drop_test"]["domains"].values()):
+                break  # no drop can be significant on the fit seed: nothing to fit, so the others are not retrained
     rep = validation_report(leads, cfg.seed, seeds=seed_list, errors=errs)
     rep["stage"] = stage
-    rep["settings"] = {"n": lead_n, "eval_every": lead_every, "alpha": LeadTimeSettings().alpha}
+    rep["settings"] = {"n": lead_n, "eval_every": lead_every, "monitor_every": every, "alpha": LeadTimeSettings().alpha}
     return rep
 
 

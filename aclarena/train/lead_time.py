@@ -22,7 +22,8 @@ the plain training loss) the **first warning** is the first alert of that metric
 applied to its series (the monitor's rules; for the loss an EWMA rule in both directions),
 and the **lead** is ``drop step - warning step``. The table goes to results.h5 under
 ``monitor/lead-time/<stage>`` with the settings (a rerun with the same settings reads it
-back) and the ground-truth curves.
+back) and the ground-truth curves. ``LeadTimeSettings(replicate=r)`` measures replicate r of a
+``train --seeds N`` run instead (names, probe sets and the stored key end in ``-s<r>``).
 """
 
 from __future__ import annotations

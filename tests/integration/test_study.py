@@ -1,9 +1,12 @@
 """`aclarena-diag study` end to end on the tiny curriculum with 2 seeds: findings.json (strict JSON)
-with a value per seed, mean and spread; a rerun resumes (trains nothing) and gives the same findings."""
+with a value per seed, mean and spread, the consolidations, the task-vector cosines and the held-out
+validation (numbers, or the one-line reason there are none); a rerun resumes (trains nothing) and
+gives the same findings; `--validate` exits 1 when the validation could not be done."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from train_helpers import TINY, marker_mtimes
@@ -19,7 +22,7 @@ def test_study_two_seeds_end_to_end(tmp_path, cli):
     data = json.loads(stdout)
     on_disk = json.loads((out / "findings.json").read_text(), parse_constant=lambda c: pytest.fail(c))
     assert on_disk["rows"] == data["rows"] and on_disk["seeds"] == [0, 1]
-    assert set(data["part_times"]) == {"train", "eval", "tokens", "displacement"}
+    assert set(data["part_times"]) == {"train", "eval", "tokens", "displacement", "consolidate", "vectors", "validation"}
     assert all(t > 0 for t in data["part_times"].values())
     assert data["errors"] == {}
     names = {p.name for p in (out / "checkpoints").iterdir()}
@@ -34,9 +37,40 @@ def test_study_two_seeds_end_to_end(tmp_path, cli):
     share = next(r for r in data["rows"] if r["quantity"].startswith("share of KL"))
     assert all(v is not None and 0 <= v <= 1 for v in share["values"])
     assert on_disk["made_by"]["command"] == f"aclarena-diag study --run {out} --seeds 2 -n 3"
-    # a rerun trains nothing and finds the same
+    # each consolidation (the merges by default) against the sequential end and the oracles, per domain
+    assert data["consolidations"] == ["merge-uniform", "merge-ties"]
+    assert {"merge-uniform-s1", "merge-ties-s1", "sdft-s1", "sdft-from-end-s1"} <= {p.name for p in (out / "checkpoints").iterdir()}
+    for method in ("merge-uniform", "merge-ties"):
+        for d in ("math", "search", "ecom", "if"):
+            score = by[f"{d}/id of {method}"]["values"]
+            gap = by[f"{d}/id of {method} minus oracle-{d}"]["values"]
+            assert all(v is not None and 0 <= v <= 1 for v in score), (method, d, score)
+            assert all(v is not None and -1 <= v <= 1 for v in gap)
+            assert by[f"{d}/id of {method} minus the sequential end"]["values"] == pytest.approx(
+                [a - b for a, b in zip(score, by[f"{d}/id of the sequential end (seq-if)"]["values"], strict=True)])
+    # task-vector cosines: oracle-mix SFT (SDFT from the base and from the end) and unrelated SFT tasks
+    cos = [r for r in data["rows"] if r["finding"] == "task-vector cosines"]
+    assert [r["study"][:4] for r in cos] == ["0.77", "0.05"]
+    for r in cos:
+        assert len(r["values"]) == 2 and all(v is not None and -1 <= v <= 1 for v in r["values"]), r
+        assert math.isfinite(r["mean"]) and math.isfinite(r["spread"])
+    # the held-out validation: numbers per predictor, or one line saying why there are none (a toy model solves
+    # too few items for any drop to be significant), never a silent null
+    v = data["validation"]
+    assert v["fit_seeds"] == [0] and v["stage"] == "ecom"
+    if v["status"] == "ok":
+        assert [r["predictor"] for r in v["predictors"]] == ["kl_high", "flip_high", "kl_all", "fkl", "razor_fkl", "loss"]
+        assert all(r["r2"] is None or 0 <= r["r2"] <= 1 for r in v["predictors"])
+    else:
+        assert v["status"] == "not run" and v["reason"] and "\n" not in v["reason"] and v["predictors"] == []
+    assert on_disk["validation"] == v
+    # a rerun trains nothing and finds the same; --validate makes a validation that could not be done exit 1
     before = marker_mtimes(out)
-    code, stdout, err = cli("study", "--run", str(out), "--seeds", "2", "--config", str(TINY), "-n", "3", "--json")
-    assert code == 0, err
+    code, stdout, err = cli("study", "--run", str(out), "--seeds", "2", "--config", str(TINY), "-n", "3", "--json",
+                            "--validate")
+    assert code == (0 if v["status"] == "ok" else 1), err
+    if code:
+        assert f"error: held-out validation not done: {v['reason']}" in err
     assert marker_mtimes(out) == before
     assert json.loads(stdout)["rows"] == data["rows"]
+    assert json.loads((out / "findings.json").read_text())["validation"] == v

@@ -93,3 +93,38 @@ def test_unknown_table_and_source_outside_results(tmp_path):
 
 def test_repo_root_is_this_checkout():
     assert (REPO / "aclarena" / "docs_results.py").is_file()
+
+
+FINDINGS = {
+    "seeds": [0, 1, 2],
+    "made_by": {"command": "aclarena-diag study --run runs/study --seeds 3", "date": "2026-12-01"},
+    "rows": [{"finding": "task-vector cosines", "quantity": "cos(sdft - base, sdft-from-end - seq end)",
+              "study": "0.77", "values": [0.5, None, 0.7], "mean": 0.6, "spread": 0.1414, "digits": 2},
+             {"finding": "consolidation vs the sequential end and the oracles", "quantity": "math/id of merge-ties",
+              "study": None, "values": [None, None, None], "mean": None, "spread": None, "digits": 2}],
+    "validation": {"status": "ok", "fit_seeds": [0], "held_out_seeds": [1, 2],
+                   "series": {"fit": 3, "held_out": 6, "held_out_drops": 2},
+                   "notes": ["seed 0 had no significant drop"],
+                   "predictors": [{"predictor": "razor_fkl", "threshold": 0.0125, "leads": [4], "lead_mean": 4.0,
+                                   "detected": 1, "false_alarms": 2, "misses": 1, "r2": 0.41}]},
+}
+
+
+def test_findings_and_validation_tables(tmp_path):
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    (tmp_path / "README.md").write_text(
+        "<!-- results: findings from docs/results/findings.json -->\n<!-- /results -->\n"
+        "<!-- results: monitor-validation from docs/results/findings.json -->\n<!-- /results -->\n", encoding="utf-8")
+    path = tmp_path / "docs" / "results" / "findings.json"
+    path.write_text(json.dumps(FINDINGS), encoding="utf-8")
+    regenerate(tmp_path)
+    text = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert "| task-vector cosines | cos(sdft - base, sdft-from-end - seq end) | 0.77 | 0.60 ± 0.14 | 2/3 |" in text
+    assert "| math/id of merge-ties | - | - | 0/3 |" in text
+    assert "| forward KL on the current task (RL's Razor) | 0.013 | 4.0 | 1 | 2 | 1 | 0.41 |" in text
+    assert "Reported on seeds 1, 2 only (6 domain series, 2 with a significant drop)" in text
+    assert "*Note: seed 0 had no significant drop.*" in text
+    # a validation that could not run says why, in one line
+    path.write_text(json.dumps(FINDINGS | {"validation": {"status": "not run", "reason": "needs 2 seeds"}}))
+    regenerate(tmp_path)
+    assert "*No held-out validation in this file: needs 2 seeds.*" in (tmp_path / "README.md").read_text()

@@ -161,3 +161,7 @@ def test_validation_report_fits_on_seed_0_and_says_why_when_it_cannot():
     assert bad["excluded"] == [{"seed": 1, "domain": "math", "why": bad["excluded"][0]["why"]}]
     failed = validation_report({}, 0, seeds=[0, 1], errors={0: "-n 2 items can never show a significant drop"})
     assert failed["status"] == "not run" and "-n 2 items" in failed["reason"]
+    flat = validation_report({0: _lead([0.2] * 3, [False] * 3, [0, 0], [0, 0], [1] * 4, False)}, 0, seeds=[0, 1])
+    assert "no drop could reach significance on the fit seed 0" in flat["reason"]
+    lost = validation_report({0: leads[0]}, 0, seeds=[0, 1], errors={1: "checkpoint 'seq-ecom-s1' is not trained"})
+    assert lost["reason"] == "the lead time was not measured on seed(s) 1 (checkpoint 'seq-ecom-s1' is not trained)"
