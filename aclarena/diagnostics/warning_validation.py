@@ -7,7 +7,8 @@ and the benchmark were measured, the measured drop at each (accuracy at the stag
 accuracy at the step), and the step of the first significant drop (the ground truth; the caller
 decides it, e.g. with :func:`aclarena.diagnostics.early_warning.first_drop`), or None.
 
-A predictor with threshold ``c`` warns at the first step where its value is ``>= c``.
+A predictor with threshold ``c`` warns at the first step after the stage start (the first step,
+the baseline, never warns, as in the monitor) where its value is ``>= c``.
 :func:`fit_threshold` picks ``c`` among the values seen on the fit seeds, maximising timely
 detections (a warning at or before the drop) minus false alarms (a warning on a series with no
 drop) minus misses (a drop with no warning at or before it); ties go to the larger total lead, then to
@@ -57,10 +58,15 @@ class WarningSeries:
                                  f"{self.domain})")
 
     def warn_step(self, predictor: str, threshold: float | None) -> int | None:
-        """The first step where ``predictor >= threshold`` (None: never, or no threshold)."""
+        """The first step after the stage start where ``predictor >= threshold`` (None: never, or no threshold).
+
+        The first step is the baseline and never warns, as in the monitor (docs/monitor.md): a
+        threshold at or below the starting value would otherwise "warn" before any training.
+        """
         if threshold is None or predictor not in self.predictors:
             return None
-        for s, x in zip(self.steps, self.predictors[predictor], strict=True):
+        pairs = list(zip(self.steps, self.predictors[predictor], strict=True))[1:]
+        for s, x in pairs:
             if x is not None and math.isfinite(x) and x >= threshold:
                 return int(s)
         return None

@@ -90,3 +90,12 @@ def test_as_of_takes_the_latest_value_at_or_before_each_step():
     assert math.isnan(as_of([], [], [1])[0])
     with pytest.raises(ValueError, match="2 entries for 1 values"):
         as_of([1, 2], [1.0], [1])
+
+
+def test_the_stage_start_is_the_baseline_and_never_warns():
+    # forward KL is 0 at the stage start: a threshold at 0 must not "warn" before any training
+    s = WarningSeries(seed=0, domain="math", steps=[0, 10, 20], predictors={"fkl": [5.0, 0.0, 6.0], "flat": [0, 0, 0]},
+                      drop=[0, 0, 0.4], drop_step=20)
+    assert s.warn_step("fkl", 5.0) == 20
+    assert s.warn_step("flat", 0.0) == 10
+    assert outcomes([s], "fkl", 5.0) == ([0], 1, 0, 0)
