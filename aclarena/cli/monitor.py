@@ -48,6 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="monitor every N steps (default: the run's [monitor] every_n_steps, else 5)")
     g.add_argument("-n", type=int, default=50, metavar="N", help="fixed evaluation items per earlier domain (default 50)")
     g.add_argument("--alpha", type=float, default=0.05, help="significance of a benchmark drop (default 0.05)")
+    g.add_argument("--replicate", type=int, default=0, metavar="R",
+                   help="the replicate of a `train --seeds N` run (names ending in -s<R>; default 0)")
     g.add_argument("--force", action="store_true", help="measure again even if the stored table has the same settings")
     p.set_defaults(func=run)
 
@@ -207,7 +209,7 @@ def run_lead_time(args: argparse.Namespace) -> int:
 
     quiet_libraries()
     settings = LeadTimeSettings(stage=args.stage, eval_every=args.eval_every, every_n_steps=args.every, n=args.n,
-                                alpha=args.alpha)
+                                alpha=args.alpha, replicate=args.replicate)
     result = measure_lead_time(args.run, settings, force=args.force, show_progress=not args.json and sys.stderr.isatty())
     if args.json:
         print_json(result)

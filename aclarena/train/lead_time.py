@@ -270,7 +270,8 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     for name in needed:
         if finished(run / CHECKPOINTS / name) is None:
             raise AclarenaError(f"checkpoint {name!r} is not trained in {run}; finish the curriculum first "
-                                f"(aclarena-diag train --config {cfg_path} --out {run})")
+                                f"(aclarena-diag train --config {cfg_path} --out {run}"
+                                + (f" --seeds {r + 1}" if r else "") + ")")
     tests = planned_tests([_phase_steps(jobs[n]) for n in names], settings.eval_every)
     check_items(settings.n, settings.alpha, tests)
     plain = dataclasses.asdict(settings)

@@ -99,3 +99,18 @@ def test_planned_tests_and_unreachable_item_counts():
     assert "\n" not in str(e.value)
     with pytest.raises(AclarenaError, match="use -n 5 or more"):
         check_items(4, 0.05, None)  # unknown length: at least one test's worth
+
+
+def test_a_replicate_reads_its_own_probe_sets(tmp_path):
+    from aclarena.train.lead_time import LeadTimeSettings
+
+    write_series(tmp_path)  # probe sets of replicate 0 only: `monitor-math`
+    own = lead_time_table(tmp_path, LABELS, offsets=[0, 6], suites={"math/id": "math"}, rules=default_rules())
+    other = lead_time_table(tmp_path, LABELS, offsets=[0, 6], suites={"math/id": "math"}, rules=default_rules(),
+                            probe_suffix="-s1")
+    assert {r["metric"]: r for r in own["table"]}["fkl"]["warn_step"] == 5
+    # replicate 1 reads `monitor-math-s1`, which this store lacks: no warning, never replicate 0's series
+    assert {r["metric"]: r for r in other["table"]}["fkl"]["warn_step"] is None
+    assert other["series"]["math"]["step"] == []
+    with pytest.raises(AclarenaError, match="replicate must be an integer >= 0, got -1"):
+        LeadTimeSettings(replicate=-1)
