@@ -252,20 +252,17 @@ def cosine_rows(seeds: Sequence[int], mix: dict[int, float | None], unrelated: d
     """The task-vector rows (pure): the oracle-mix SFT cosine per seed, and per seed the mean cosine
     over every pair of unrelated SFT directions (``vector_pairs``)."""
     reps = list(range(len(seeds)))
-    rows = []
     finding = "task-vector cosines"
-    if mix:
-        rows.append(finding_row(finding, "cos(sdft - base, sdft-from-end - seq end): oracle-mix SFT from the base "
-                                "and from the sequential end", STUDY["mix_cos"], [mix.get(r) for r in reps]))
-    if unrelated:
-        vals = []
-        for r in reps:
-            xs = [v for v in unrelated.get(r, []) if v is not None and math.isfinite(v)]
-            vals.append(statistics.fmean(xs) if xs else None)
-        pairs = max(len(v) for v in unrelated.values())
-        rows.append(finding_row(finding, f"cos(oracle-a-sft - base, oracle-b-sft - base), mean over the {pairs} "
-                                "pairs of domains a != b: unrelated SFT tasks", STUDY["unrelated_cos"], vals))
-    return rows
+    rows = [finding_row(finding, "cos(sdft - base, sdft-from-end - seq end): oracle-mix SFT from the base "
+                        "and from the sequential end", STUDY["mix_cos"], [mix.get(r) for r in reps])]
+    vals = []
+    for r in reps:
+        xs = [v for v in unrelated.get(r, []) if v is not None and math.isfinite(v)]
+        vals.append(statistics.fmean(xs) if xs else None)
+    pairs = max((len(v) for v in unrelated.values()), default=0)
+    rows.append(finding_row(finding, f"cos(oracle-a-sft - base, oracle-b-sft - base), mean over the {pairs} "
+                            "pairs of domains a != b: unrelated SFT tasks", STUDY["unrelated_cos"], vals))
+    return rows  # both rows always: a value that could not be measured is null, and `errors` says why
 
 
 def warning_series(seed: int, lead: dict[str, Any]) -> tuple[list[Any], list[str]]:
@@ -516,8 +513,9 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: Ve
         mix, unrelated = vector_pairs(stages, seeds, known)
         asked = [p for r in reps for p in ([mix[r]] if r in mix else []) + unrelated.get(r, [])]
         if not asked:
-            errors["vectors"] = "no oracle-mix SFT pair nor oracle SFT phases to compare"
-            return []
+            errors["vectors"] = ("no pair to compare: SDFT from the base and from the end, and the oracles' SFT "
+                                 "phases, are missing (see the sdft steps' errors)")
+            return cosine_rows(seed_list, {}, {})
         data = verb("vectors", ["vectors", "--run", run, *[a for p in asked for a in ("--pair", p)]])
         got = {}
         for row in (data or {}).get("pairs", []):

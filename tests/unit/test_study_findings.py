@@ -165,3 +165,11 @@ def test_validation_report_fits_on_seed_0_and_says_why_when_it_cannot():
     assert "no drop could reach significance on the fit seed 0" in flat["reason"]
     lost = validation_report({0: leads[0]}, 0, seeds=[0, 1], errors={1: "checkpoint 'seq-ecom-s1' is not trained"})
     assert lost["reason"] == "the lead time was not measured on seed(s) 1 (checkpoint 'seq-ecom-s1' is not trained)"
+
+
+def test_cosine_rows_exist_when_nothing_could_be_measured():
+    from aclarena.analysis.study import cosine_rows
+
+    rows = cosine_rows([0, 1], {}, {})
+    assert [r["values"] for r in rows] == [[None, None], [None, None]]
+    assert [r["mean"] for r in rows] == [None, None]
