@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -558,7 +559,9 @@ def _validation(cfg: Any, out: Path, seeds: int, stages: Sequence[str], lead_n: 
                                                                               every_n_steps=every, replicate=r),
                                                         show_progress=show_progress)
             except AclarenaError as e:
-                errs[cfg.seed + r] = str(e).splitlines()[0]
+                # monitor --lead-time's options are --lead-n and --lead-every here
+                errs[cfg.seed + r] = re.sub(r"(^|\s|\()-n ", r"\1--lead-n ", str(e).splitlines()[0]).replace(
+                    "--eval-every", "--lead-every")
                 if r == 0:  # e.g. too few items for any significant drop: the same on every seed
                     break
             if r == 0 and not any(d.get("reachable") for d in leads[cfg.seed]["drop_test"]["domains"].values()):
