@@ -248,7 +248,7 @@ def vector_pairs(stages: Sequence[str], replicates: int, names: set[str], base: 
     return mix, unrelated
 
 
-def cosine_rows(seeds: Sequence[int], mix: dict[int, float | None], unrelated: dict[int, list[float]]
+def cosine_rows(seeds: Sequence[int], mix: dict[int, float | None], unrelated: dict[int, list[float | None]]
                 ) -> list[dict[str, Any]]:
     """The task-vector rows (pure): the oracle-mix SFT cosine per seed, and per seed the mean cosine
     over every pair of unrelated SFT directions (``vector_pairs``)."""
@@ -463,70 +463,19 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: Ve
     evals = part("eval", evaluate)
     drift: dict[int, dict[str, Any]] = {}
 
-    def tokens() -> None:
-        from aclarena.probes.probe_set import list_probe_sets
-        from aclarena.store import ResultsStore
-
-        frozen = set(list_probe_sets(ResultsStore(out))) if (out / "results.h5").exists() else set()
-        for r in reps:
-            ref = f"seq-math{suffix(r)}"
-            if ref not in names or "ecom" not in stages:
-                continue
-            if ref not in frozen and verb(f"probe{suffix(r)}", ["probe", "--run", run, "--ref", ref, "--domain", "math",
-                                                                "-n", str(min(n, 32)), "--max-new-tokens", "64"]) is None:
-                continue
-            data = verb(f"tokens{suffix(r)}", ["tokens", "--run", run, "--ref", ref])
-            for row in (data or {}).get("checkpoints", []):
-                if row.get("checkpoint") == f"seq-ecom{suffix(r)}":
-                    drift[r] = row
-
-    part("tokens", tokens)
+    part("tokens", lambda: _tokens(out, seeds, stages, names, n, verb, drift))
     disp = part("displacement", lambda: verb("displacement", ["displacement", "--run", run]))
     seed_list = [cfg.seed + r for r in reps]
     made: list[dict[str, Any]] = []
 
-    def consolidate() -> list[Any]:
-        for method in consolidations:
-            res = verb(f"consolidate {method}", ["consolidate", "--run", run, "--method", method, "--seeds", str(seeds)])
-            made.extend((res or {}).get("outputs", []))
-        shared = [o["checkpoint"] for o in made if o["method"] != "mle"]
-        res = []
-        if shared:
-            res.append(verb("eval consolidated", [*ev, "--checkpoints", ",".join(shared), "--suites", "id"]))
-        for d in stages:  # an MLE expert answers the contexts routed to it: its own domain's suite
-            experts = [o["checkpoint"] for o in made if o["method"] == "mle" and o.get("domain") == d]
-            if experts:
-                res.append(verb(f"eval mle-{d}", [*ev, "--checkpoints", ",".join(experts), "--suites", f"{d}/id"]))
-        return res
-
-    evals += part("consolidate", consolidate) if consolidations else []
+    if consolidations:
+        evals += part("consolidate", lambda: _consolidate(run, ev, seeds, stages, consolidations, verb, made))
     cells = cells_of(*evals)
     rows = findings(seed_list, stages, cells, (disp or {}).get("updates", []), drift)
     rows += consolidation_rows(seed_list, stages, cells, made)
 
-    def cosines() -> list[dict[str, Any]]:
-        for start in ("base", "end"):  # SDFT, the study's oracle-mix SFT, from the base and from the end
-            verb(f"sdft --start {start}", ["consolidate", "--run", run, "--method", "sdft", "--start", start,
-                                           "--seeds", str(seeds)])
-        from aclarena.store import load_manifest
-
-        known = {c.name for c in load_manifest(out)}
-        mix, unrelated = vector_pairs(stages, seeds, known)
-        asked = [p for r in reps for p in ([mix[r]] if r in mix else []) + unrelated.get(r, [])]
-        if not asked:
-            errors["vectors"] = ("no pair to compare: SDFT from the base and from the end, and the oracles' SFT "
-                                 "phases, are missing (see the sdft steps' errors)")
-            return cosine_rows(seed_list, {}, {})
-        data = verb("vectors", ["vectors", "--run", run, *[a for p in asked for a in ("--pair", p)]])
-        got = {}
-        for row in (data or {}).get("pairs", []):
-            if row.get("group") == "all":
-                got[row["pair"].replace(" : ", ":")] = _finite(row.get("cos"))
-        return cosine_rows(seed_list, {r: got.get(p) for r, p in mix.items()},
-                           {r: [got.get(p) for p in ps] for r, ps in unrelated.items()})
-
     if vectors:
-        rows += part("vectors", cosines)
+        rows += part("vectors", lambda: _cosines(out, seeds, stages, seed_list, verb, errors))
 
     report = None
     if validation:
@@ -535,6 +484,69 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: Ve
                          consolidations=list(consolidations))
     write_findings(result, command=command or f"aclarena-diag study --run {out} --seeds {seeds} -n {n}")
     return result
+
+
+def _tokens(out: Path, seeds: int, stages: Sequence[str], names: set[str], n: int,
+            verb: Callable[[str, list[str]], Any], drift: dict[int, dict[str, Any]]) -> None:
+    """Per replicate: freeze seq-math's generations, score the later checkpoints; seq-ecom's row into ``drift``."""
+    from aclarena.probes.probe_set import list_probe_sets
+    from aclarena.store import ResultsStore
+
+    run = str(out)
+    frozen = set(list_probe_sets(ResultsStore(out))) if (out / "results.h5").exists() else set()
+    for r in range(seeds):
+        ref = f"seq-math{suffix(r)}"
+        if ref not in names or "ecom" not in stages:
+            continue
+        if ref not in frozen and verb(f"probe{suffix(r)}", ["probe", "--run", run, "--ref", ref, "--domain", "math",
+                                                            "-n", str(min(n, 32)), "--max-new-tokens", "64"]) is None:
+            continue
+        data = verb(f"tokens{suffix(r)}", ["tokens", "--run", run, "--ref", ref])
+        for row in (data or {}).get("checkpoints", []):
+            if row.get("checkpoint") == f"seq-ecom{suffix(r)}":
+                drift[r] = row
+
+
+def _consolidate(run: str, ev: list[str], seeds: int, stages: Sequence[str], methods: Sequence[str],
+                 verb: Callable[[str, list[str]], Any], made: list[dict[str, Any]]) -> list[Any]:
+    """``consolidate --seeds N`` for each method (outputs appended to ``made``), then their in-domain scores."""
+    for method in methods:
+        res = verb(f"consolidate {method}", ["consolidate", "--run", run, "--method", method, "--seeds", str(seeds)])
+        made.extend((res or {}).get("outputs", []))
+    shared = [o["checkpoint"] for o in made if o["method"] != "mle"]
+    evals = []
+    if shared:
+        evals.append(verb("eval consolidated", [*ev, "--checkpoints", ",".join(shared), "--suites", "id"]))
+    for d in stages:  # an MLE expert answers the contexts routed to it: its own domain's suite
+        experts = [o["checkpoint"] for o in made if o["method"] == "mle" and o.get("domain") == d]
+        if experts:
+            evals.append(verb(f"eval mle-{d}", [*ev, "--checkpoints", ",".join(experts), "--suites", f"{d}/id"]))
+    return evals
+
+
+def _cosines(out: Path, seeds: int, stages: Sequence[str], seed_list: Sequence[int],
+             verb: Callable[[str, list[str]], Any], errors: dict[str, str]) -> list[dict[str, Any]]:
+    """SDFT (the oracle-mix SFT) from the base and from the end per replicate, one ``vectors`` pass, the rows."""
+    from aclarena.store import load_manifest
+
+    run = str(out)
+    for start in ("base", "end"):
+        verb(f"sdft --start {start}", ["consolidate", "--run", run, "--method", "sdft", "--start", start,
+                                       "--seeds", str(seeds)])
+    known = {c.name for c in load_manifest(out)}
+    mix, unrelated = vector_pairs(stages, seeds, known)
+    asked = [p for r in range(seeds) for p in ([mix[r]] if r in mix else []) + unrelated.get(r, [])]
+    if not asked:
+        errors["vectors"] = ("no pair to compare: SDFT from the base and from the end, and the oracles' SFT "
+                             "phases, are missing (see the sdft steps' errors)")
+        return cosine_rows(seed_list, {}, {})
+    data = verb("vectors", ["vectors", "--run", run, *[a for p in asked for a in ("--pair", p)]])
+    got = {}
+    for row in (data or {}).get("pairs", []):
+        if row.get("group") == "all":
+            got[row["pair"].replace(" : ", ":")] = _finite(row.get("cos"))
+    return cosine_rows(seed_list, {r: got.get(p) for r, p in mix.items()},
+                       {r: [got.get(p) for p in ps] for r, ps in unrelated.items()})
 
 
 def _validation(cfg: Any, out: Path, seeds: int, stages: Sequence[str], lead_n: int, lead_every: int,
