@@ -120,13 +120,13 @@ def _provenance(data: Mapping[str, Any], source: str, command: str) -> str:
 
 def demo_stages(data: Mapping[str, Any]) -> str:
     """Each stage's in-domain score over its parent's, after its SFT, after the stage, its oracle."""
-    rows = []
+    rows = [["base", "", "", "", "", "", _num(data.get("base_general"))]] if "base_general" in data else []
     for r in data["stages"]:
         parent = _num(r.get("parent_score")) + (" (base)" if r.get("parent") == "base" else "")
         rows.append([r["stage"], r["suite"], parent, _num(r.get("after_sft")), _num(r.get("score")),
-                     _num(r.get("oracle"))])
-    return _table(["stage", "in-domain suite", "parent's score", "after its SFT", "after the stage", "its oracle"],
-                  rows)
+                     _num(r.get("oracle")), _num(r.get("general"))])
+    return _table(["stage", "in-domain suite", "parent's score", "after its SFT", "after the stage", "its oracle",
+                   "general after the stage"], rows)
 
 
 def demo_lead_time(data: Mapping[str, Any]) -> str:
@@ -180,8 +180,9 @@ def demo_tokens(data: Mapping[str, Any]) -> str:
     td = data.get("token_drift") or {}
     rows = [[r["checkpoint"], _num(r.get("kl_share_high")), _num(r.get("barely_moved_low")), _num(r.get("kl_mean"), 3)]
             for r in td.get("checkpoints") or []]
-    high = td.get("high")
-    return _table(["checkpoint", f"share of KL at the top {_num(high) if high is not None else '?'} entropy positions",
+    high = td.get("high")  # the tokens verb's rule for "high entropy", e.g. "q=0.06" (the top 6%)
+    rule = f"{float(high[2:]):.0%}" if isinstance(high, str) and high.startswith("q=") else str(high)
+    return _table(["checkpoint", f"share of KL at the top {rule} entropy positions",
                    "low-entropy positions barely moved", "mean KL (nats)"], rows)
 
 
@@ -189,10 +190,11 @@ def demo_times(data: Mapping[str, Any]) -> str:
     """Wall time of the demo's parts (this invocation) and of each training phase (when it was trained)."""
     rows = [[k, f"{_num(v, 0)} s"] for k, v in (data.get("step_times") or {}).items()]
     rows.append(["total (this invocation)", f"{_num(data.get('total_s'), 0)} s"])
-    phases = [[p["name"], str(p.get("steps")), f"{_num(p.get('time_s'), 0)} s", p.get("status", "")]
+    phases = [[p["name"], "-" if p.get("steps") is None else str(p["steps"]),
+               "-" if p.get("time_s") is None else f"{_num(p['time_s'], 0)} s", p.get("status", "")]
               for p in data.get("phase_times") or []]
     return (_table(["part", "wall time"], rows) + "\n"
-            + _table(["phase", "steps", "training time", "status in this invocation"], phases))
+            + _table(["phase", "steps", "training time", "status"], phases))
 
 
 def findings_table(data: Mapping[str, Any]) -> str:

@@ -140,10 +140,11 @@ def test_demo_renderers_show_every_part_of_the_summary():
         "sft_rl": [{"stage": "seq-math", "sft": 30.0, "rl": 1.5, "ratio": 20.0},
                    {"stage": "seq-search", "sft": 10.0, "rl": 0.0, "ratio": None}],
         "sft_rl_overall": 20.0,
-        "token_drift": {"high": 0.06, "checkpoints": [{"checkpoint": "seq-if", "kl_share_high": 0.09,
+        "token_drift": {"high": "q=0.06", "checkpoints": [{"checkpoint": "seq-if", "kl_share_high": 0.09,
                                                         "barely_moved_low": 0.23, "kl_mean": 0.5}]},
         "step_times": {"train": 12.5, "eval": 100.0}, "total_s": 130.0,
-        "phase_times": [{"name": "seq-math-sft", "steps": 300, "time_s": 103.0, "status": "reused"}],
+        "phase_times": [{"name": "seq-math-sft", "steps": 300, "time_s": 103.0, "status": "finished"},
+                        {"name": "oracle-math", "steps": None, "time_s": None, "status": "reused"}],
     }
     forgetting = demo_forgetting(summary)
     assert "| math/id (seq-search → seq-ecom) | 0.20 | 0.10 |" in forgetting
@@ -152,6 +153,6 @@ def test_demo_renderers_show_every_part_of_the_summary():
     disp = demo_displacement(summary)
     assert "| seq-math | 30.00 | 1.500 | 20.0× |" in disp and "undefined (RL moved 0)" in disp
     assert "pooled over stages with both phases" in disp
-    assert "| seq-if | 0.09 | 0.23 | 0.500 |" in demo_tokens(summary) and "top 0.06 entropy" in demo_tokens(summary)
+    assert "| seq-if | 0.09 | 0.23 | 0.500 |" in demo_tokens(summary) and "top 6% entropy" in demo_tokens(summary)
     times = demo_times(summary)
-    assert "| eval | 100 s |" in times and "| seq-math-sft | 300 | 103 s | reused |" in times
+    assert "| eval | 100 s |" in times and "| seq-math-sft | 300 | 103 s | finished |" in times and "| oracle-math | - | - | reused |" in times
