@@ -165,3 +165,125 @@ def test_prompt_and_trace_files(tmp_path_factory, rows):
             reader(f)
         except AclarenaError as e:
             _one_line(e)
+
+
+# --- LoRA adapters (issue 15 follow-up): adapter_config.json, its weights, the base it names -------
+
+LORA_TENSORS = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": ([4, 16], 0),
+                "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": ([16, 4], 256)}
+VALID_ADAPTER_CONFIG = {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"],
+                        "base_model_name_or_path": None, "use_rslora": False, "rank_pattern": {},
+                        "alpha_pattern": {}, "modules_to_save": None, "task_type": "CAUSAL_LM"}
+
+
+def _adapter_folder(tmp: Path, cfg, header=None, values: bytes | None = None) -> Path:
+    folder = tmp / "adapter"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps(cfg))
+    if header is None:
+        header = {n: {"dtype": "F32", "shape": s, "data_offsets": [o, o + 256]} for n, (s, o) in LORA_TENSORS.items()}
+    raw = json.dumps(header).encode()
+    (folder / "adapter_model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw
+                                                       + (values if values is not None else b"\0" * 512))
+    return folder
+
+
+ADAPTER_KEYS = st.sampled_from(list(VALID_ADAPTER_CONFIG) + ["use_dora", "fan_in_fan_out", "inference_mode"])
+ADAPTER_VALUES = st.one_of(JSON, st.sampled_from([0, -1, 4, 8, "4", "q_proj", "q_proj(", ".*", "all-linear",
+                                                  ["k_proj"], {"q_proj": 2}, {"q_proj": "2"}, "false", True,
+                                                  "/nonexistent/base", "org/other-model"]))
+
+
+@FUZZ
+@given(st.one_of(JSON, mutated(VALID_ADAPTER_CONFIG),
+                 st.dictionaries(ADAPTER_KEYS, ADAPTER_VALUES, max_size=5).map(lambda d: VALID_ADAPTER_CONFIG | d)),
+       st.one_of(st.none(), st.just("org/base-model"), st.just("/nonexistent/base")))
+def test_adapter_readers(tmp_path_factory, cfg, base):
+    """Every reader of an adapter folder: the shape check, the check against the weights and the
+    named base, serving's settings and merging's check. Each answers or says one line."""
+    from aclarena.consolidate.lora_merge import check_cat_mergeable
+    from aclarena.consolidate.serving import adapter_settings, expert_parameters
+    from aclarena.models.checkpoint import check_adapter_folder, read_adapter_config
+
+    folder = _adapter_folder(tmp_path_factory.mktemp("a"), cfg)
+    for reader in (read_adapter_config, adapter_settings, lambda f: check_adapter_folder(f, base=base),
+                   lambda f: check_cat_mergeable([f], base=base), expert_parameters):
+        try:
+            reader(folder)
+        except AclarenaError as e:
+            _one_line(e)
+    try:
+        ok = check_adapter_folder(folder, base=base)
+    except AclarenaError:
+        return
+    # what passes is what peft and aclarena read: a dict with a positive rank equal to the weights'
+    assert isinstance(ok, dict)
+    assert ok.get("r") in (None, 4) or (ok.get("rank_pattern") or {}).get("q_proj") == 4
+    assert ok.get("target_modules") is None or isinstance(ok["target_modules"], str | list)
+
+
+@FUZZ
+@given(st.one_of(JSON, mutated({n: {"dtype": "F32", "shape": s, "data_offsets": [o, o + 256]}
+                                for n, (s, o) in LORA_TENSORS.items()})))
+def test_adapter_weights_header(tmp_path_factory, header):
+    from aclarena.consolidate.serving import PeftExpertServer, expert_parameters
+    from aclarena.models.checkpoint import check_adapter_folder
+
+    folder = _adapter_folder(tmp_path_factory.mktemp("w"), VALID_ADAPTER_CONFIG, header=header)
+    for reader in (check_adapter_folder, expert_parameters):
+        try:
+            reader(folder)
+        except AclarenaError as e:
+            _one_line(e)
+    try:  # the server checks its experts before peft reads a byte (no model is needed to get there)
+        PeftExpertServer(_Backbone(), None, {"x": folder}, _NoRouter())
+    except AclarenaError as e:
+        _one_line(e)
+    except _Reached:
+        check_adapter_folder(folder)  # only a folder that passes every check reaches peft
+
+
+class _Reached(Exception):
+    pass
+
+
+class _NoRouter:
+    experts = ()
+
+
+class _Backbone:
+    """Stands in for a model: peft's first use of it says the checks let the adapter through."""
+
+    def __getattr__(self, name):
+        if name == "name_or_path":
+            raise AttributeError(name)
+        raise _Reached
+
+
+FLOATS = st.sampled_from(["F32", "F16", "BF16", "F64"])
+
+
+@FUZZ
+@given(FLOATS, st.lists(st.one_of(st.floats(width=16), st.sampled_from([0.0, 1.0, -2.5, 65504.0])), min_size=1,
+                        max_size=40), st.integers(1, 7))
+def test_check_finite_safetensors_finds_every_nonfinite_entry(tmp_path_factory, dtype, values, chunk):
+    """Refuses exactly the files holding a NaN or an infinity, in any float dtype and chunking."""
+    import math
+
+    import torch
+    from safetensors.torch import save_file
+
+    from aclarena.models.checkpoint import NonFiniteWeightsError
+    from aclarena.models.tensors import TORCH_DTYPES, check_finite_safetensors
+
+    f = tmp_path_factory.mktemp("f") / "model.safetensors"
+    t = torch.tensor(values, dtype=torch.float64).to(TORCH_DTYPES[dtype])
+    save_file({"w": t, "ids": torch.arange(3)}, f)
+    bad = not all(math.isfinite(v) for v in t.double().tolist())
+    try:
+        check_finite_safetensors([f], "c", chunk=chunk)
+    except NonFiniteWeightsError as e:
+        _one_line(e)
+        assert bad, e
+    else:
+        assert not bad

@@ -19,6 +19,7 @@ from aclarena.errors import AclarenaError
 from aclarena.probes.probe_set import ProbeSet, read_probe_set, write_probe_set
 from aclarena.store import Json, Ragged, ResultsStore, Table
 from aclarena.store.capability import load_matrix, read_cells, read_items
+from aclarena.store.flips import list_flips, read_flips_data
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])
@@ -39,6 +40,9 @@ def _build(run: Path) -> None:
         "table": Table({"name": ["a", "b"], "x": np.array([1.0, 2.0])}),
         "summary": Json({"kl_mean": 0.2}), "note": "text", "n": 3,
     }, result_type="token-scores", attrs={"settings": {"probe": "p"}})
+    from flips_helpers import hand_made_result, write_result
+
+    write_result(run, hand_made_result())
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +65,8 @@ BAD_DATA = [np.array([1.5, 2.5]), np.array([-1, 99999]), np.zeros((2, 2)), np.ar
             np.array([True]), np.array([3, 1, 2])]
 BAD_ATTRS = ["[", 7, "abc", "{}", "[1, 2]", -1.5, np.array([1, 2]), "nan", ""]
 ATTR_NAMES = ["reference", "settings", "n_items", "n_seeds", "samples", "mean", "std", "column-order", "status",
-              "checkpoint", "suite", "domain", "result-type", "digest", "computed_at", "avg_k_mean"]
+              "checkpoint", "suite", "domain", "result-type", "digest", "computed_at", "avg_k_mean", "early", "late",
+              "relation", "n_items"]
 
 MUTATION = st.one_of(
     st.tuples(st.just("version"), st.integers(0, 10**6), st.sampled_from(range(len(BAD_VERSIONS)))),
@@ -74,11 +79,12 @@ MUTATION = st.one_of(
 )
 
 
-def _mutate(path: Path, ops: list) -> None:
+def _mutate(path: Path, ops: list, prefix: str = "") -> None:
     with h5py.File(path, "r+") as f:
         for op, i, arg in ops:
             names = []
             f.visit(names.append)
+            names = [n for n in names if n.startswith(prefix)]
             if not names:
                 return
             name = sorted(names)[i % len(names)]
@@ -123,6 +129,8 @@ def _read_everything(run: Path) -> None:
         for c in cells:
             read_items(r, c)
         load_matrix(r, None)
+        for found in list_flips(r):
+            read_flips_data(r, found["key"])
     read_probe_set(store, "p")
     read_probe_set(store, "p", with_text=False)
 
@@ -145,6 +153,78 @@ def test_every_reader_answers_or_says_one_line(template, tmp_path_factory, ops):
     except AclarenaError as e:
         msg = str(e).strip()
         assert msg and "\n" not in msg, msg
+
+
+@FUZZ
+@given(st.lists(MUTATION, min_size=1, max_size=3))
+def test_the_flips_reader_answers_or_says_one_line(template, tmp_path_factory, ops):
+    """The flips result (issue 17) damaged where it lies: every reader of it, one line or the data."""
+    run = tmp_path_factory.mktemp("flips")
+    shutil.copyfile(template, run / "results.h5")
+    _mutate(run / "results.h5", ops, prefix="flips")
+    try:
+        with ResultsStore(run).reader() as r:
+            for found in list_flips(r):
+                d = read_flips_data(r, found["key"])
+                assert isinstance(d["attrs"]["settings"], dict) and isinstance(d["summary"], dict)
+                for name in ("forward", "reverse"):
+                    c = d[name]
+                    assert c is None or all(c[k].shape == (len(c["items"]), len(c["budgets"]))
+                                            for k in ("kl", "random", "swaps_kl", "swaps_random"))
+    except AclarenaError as e:
+        msg = str(e).strip()
+        assert msg and "\n" not in msg, msg
+
+
+def _flips_damage(f: h5py.File, key: str, what: str) -> None:
+    def replace(name: str, value: object) -> None:
+        attrs = dict(f[f"{key}/{name}"].attrs)
+        del f[f"{key}/{name}"]
+        f.create_dataset(f"{key}/{name}", data=value).attrs.update(attrs)
+
+    if what == "settings not JSON":
+        f[key].attrs["settings"] = "["
+    elif what == "settings a list":
+        f[key].attrs["settings"] = "[1]"
+    elif what == "settings a number":
+        f[key].attrs["settings"] = 5
+    elif what == "top-k not JSON":
+        replace("items/e_topk", np.array([b"[", b"x", b"y"]))
+    elif what == "top-k a number":
+        replace("items/e_topk", np.array([b"5", b"5", b"5"]))
+    elif what == "offsets past the pieces":
+        replace("e_offsets", np.array([0, 2, 99, 100], dtype=np.int64))
+    elif what == "offsets too few":
+        replace("e_offsets", np.array([0], dtype=np.int64))
+    elif what == "more trajectory items than offsets":
+        replace("trajectory_items", np.array([b"a", b"b", b"c", b"d", b"e"]))
+    elif what == "budgets of text":
+        replace("forward/budgets", np.array([b"a", b"b", b"c"]))
+    elif what == "curve of the wrong shape":
+        replace("forward/kl", np.zeros((5,), np.int8))
+    elif what == "summary a list":
+        replace("summary", "[1, 2]")
+        f[f"{key}/summary"].attrs.update({"encoding-type": "json", "encoding-version": "0.1.0"})
+
+
+FLIPS_DAMAGES = ["settings not JSON", "settings a list", "settings a number", "top-k not JSON", "top-k a number",
+                 "offsets past the pieces", "offsets too few", "more trajectory items than offsets", "budgets of text",
+                 "curve of the wrong shape", "summary a list"]
+
+
+@pytest.mark.parametrize("what", FLIPS_DAMAGES)
+def test_flips_result_of_the_wrong_shape(template, tmp_path, what):
+    """Each was a traceback (JSONDecodeError, IndexError, TypeError) or a silently wrong read."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(template, run / "results.h5")
+    with ResultsStore(run).reader() as r:
+        key = list_flips(r)[0]["key"]
+    with h5py.File(run / "results.h5", "r+") as f:
+        _flips_damage(f, key, what)
+    with ResultsStore(run).reader() as r, pytest.raises(AclarenaError, match="is damaged") as e:
+        read_flips_data(r, key)
+    assert "\n" not in str(e.value) and key in str(e.value)
 
 
 def _set_attr(run: Path, key: str, name: str, value: object) -> None:
