@@ -287,3 +287,82 @@ def test_check_finite_safetensors_finds_every_nonfinite_entry(tmp_path_factory, 
         assert bad, e
     else:
         assert not bad
+
+
+# --- the training and merging bookkeeping files (phase markers, logs, trainer state, merge markers) ---
+
+VALID_MARKER = {"fingerprint": "abc", "steps": 10, "time_s": 1.5, "resumed_from_step": None, "finished_at": 1.0,
+                "meta": {"name": "seq-math"}, "environment": {"torch": "2.13.0"}}
+VALID_LOG = [{"loss": 1.0, "step": 1.0}, {"loss": 0.5, "step": 2.0}]
+
+
+def _text_or_json(doc) -> str:
+    return doc if isinstance(doc, str) else json.dumps(doc)
+
+
+RAW = st.one_of(st.just("{"), st.just(""), st.just("[" * 2000), st.text(max_size=8))
+
+
+@FUZZ
+@given(st.one_of(JSON, mutated(VALID_MARKER), RAW), st.one_of(JSON, mutated(VALID_LOG), RAW))
+def test_phase_marker_and_log_through_finished(tmp_path_factory, marker, log):
+    """A finished phase's marker and log: the phase reads as finished with values of their types, or one
+    line naming the file (never "not finished", which would retrain over the folder's checkpoint)."""
+    from aclarena.train.phases import LOG_FILE, MARKER, finished
+
+    folder = tmp_path_factory.mktemp("p")
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / MARKER).write_text(_text_or_json(marker))
+    (folder / LOG_FILE).write_text(_text_or_json(log))
+    try:
+        res = finished(folder)
+    except AclarenaError as e:
+        _one_line(e)
+        return
+    assert res is not None
+    assert isinstance(res.steps, int) and isinstance(res.time_s, float) and isinstance(res.meta, dict)
+    assert isinstance(res.log_history, list) and all(isinstance(r, dict) for r in res.log_history)
+
+
+@FUZZ
+@given(st.one_of(JSON, RAW), st.one_of(JSON, RAW))
+def test_trainer_work_state_and_trainer_checkpoints(tmp_path_factory, state, trainer_state):
+    """The work folder's state and a trainer checkpoint's trainer_state.json: kept when they are this
+    phase's and well formed, discarded otherwise; never an exception."""
+    from aclarena.train.phases import WORK_STATE, _prepare_work, last_checkpoint
+
+    work = tmp_path_factory.mktemp("w") / "work"
+    (work / "checkpoint-5").mkdir(parents=True)
+    (work / WORK_STATE).write_text(_text_or_json(state))
+    (work / "checkpoint-5" / "trainer_state.json").write_text(_text_or_json(trainer_state))
+    found = last_checkpoint(work)
+    assert found is None or isinstance(json.loads((work / "checkpoint-5" / "trainer_state.json").read_text()), dict)
+    _prepare_work(work, "fp")
+    kept = (work / "checkpoint-5").exists()
+    assert kept == (isinstance(state, dict) and state.get("fingerprint") == "fp" and found is not None)
+
+
+@FUZZ
+@given(st.one_of(JSON, RAW, mutated({"fingerprint": "f", "n_tensors": 3, "bytes": 12, "updates_from": ["a"]})))
+def test_merge_marker(tmp_path_factory, marker):
+    """A merge's marker: reused only when of its shape (its counts are ints), else the merge is redone."""
+    from aclarena.consolidate.checkpoint_merge import MARKER, read_marker
+
+    folder = tmp_path_factory.mktemp("m")
+    (folder / MARKER).write_text(_text_or_json(marker))
+    got = read_marker(folder)
+    if got is not None:
+        assert isinstance(got["fingerprint"], str)
+        int(got.get("n_tensors", 0)), int(got.get("bytes", 0))  # what the reuse path reads
+
+
+@FUZZ
+@given(st.one_of(JSON, mutated(VALID_CONFIG), RAW))
+def test_context_length_of_a_training_start(tmp_path_factory, config):
+    """The context length a curriculum reads from a start's config.json: a positive int, or None."""
+    from aclarena.train.curriculum import _positions
+
+    folder = tmp_path_factory.mktemp("c")
+    (folder / "config.json").write_text(_text_or_json(config))
+    got = _positions(str(folder))
+    assert got is None or (type(got) is int and got > 0)
