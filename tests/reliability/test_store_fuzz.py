@@ -340,3 +340,18 @@ def test_result_type_that_is_not_a_string(template, tmp_path):
     _set_attr(run, key, "result-type", np.array([1, 2]))
     with ResultsStore(run).reader() as r, pytest.raises(AclarenaError, match="result-type .* not a string"):
         read_cells(r)
+
+
+@pytest.mark.parametrize("raw", [b"[1, 2]", b"5", b"\"every\"", b"{", b"[" * 3000])
+def test_monitor_session_settings_that_are_not_an_object(tmp_path, raw):
+    """A session's settings of another JSON shape read as none (was: a list or a number handed to readers
+    that call `settings.get`, e.g. `aclarena-diag monitor`)."""
+    from aclarena.store.monitor_series import SESSION_COLUMNS, load_monitor
+    from aclarena.store.series import SeriesWriter, read_series
+
+    with SeriesWriter(tmp_path, {"monitor/a/sessions": SESSION_COLUMNS}) as w:
+        w.append("monitor/a/sessions", [{"session": 0, "step": 0, "time": 1.0, "settings": raw}])
+    with read_series(tmp_path) as r:
+        view = load_monitor(r, "a")
+    assert view.sessions == 1 and view.settings == {}
+    assert view.settings.get("every_n_steps", "?") == "?"
