@@ -12,6 +12,7 @@ from tokens_helpers import file_state
 from aclarena.envs import sample_tasks
 from aclarena.store import ResultsStore
 
+
 def test_flips_verb_runs_stores_and_reads_back(fixture_run, cli):
     write_cells(fixture_run)
     argv = ["flips", "--run", str(fixture_run), "--from", "seq-math", "--to", "seq-search", "--suite", "math/id",
