@@ -542,39 +542,38 @@ def check_adapter_tensors(path: Path, cfg: dict[str, Any], tensors: dict[str, Te
                                   "adapter's weights adapt; re-save the adapter")
 
 
-def _weights_of(folder: Path) -> list[Path]:
-    try:
-        return safetensors_files(folder)
-    except CheckpointError:
-        return []
-
-
 def _same_weights(a: Path, b: Path, *, blocks: int = 16, block: int = 1 << 16) -> bool | None:
     """Whether two checkpoint folders hold the same weights: True / False, or None when it cannot be told.
 
-    Tensor names and shapes first (headers only); with equal headers, the files' sizes and 16
-    blocks of 64 KiB spread over each file, so the check reads at most 1 MiB per file. A copy of
-    a checkpoint is the same; a re-save in another dtype cannot be told (None).
+    Tensor shapes first (headers only): a tensor both hold with other shapes is another model.
+    With the same tensors, dtypes and file sizes, 16 blocks of 64 KiB spread over each file are
+    compared, so the check reads at most 1 MiB per file. A copy of a checkpoint is the same; a
+    re-save in another dtype or layout, or with an output head tied one way and not the other,
+    cannot be told (None); so can nothing when either folder cannot be read.
     """
-    fa, fb = _weights_of(a), _weights_of(b)
-    if not fa or not fb:
+    try:
+        fa, fb = safetensors_files(a), safetensors_files(b)
+        if not fa or not fb:
+            return None
+        ma, mb = tensor_metas(fa), tensor_metas(fb)
+        if any(ma[k].shape != mb[k].shape for k in ma.keys() & mb.keys()):
+            return False
+        if ma.keys() != mb.keys() or any(ma[k].dtype != mb[k].dtype for k in ma) \
+                or [p.name for p in fa] != [p.name for p in fb]:
+            return None
+        for pa, pb in zip(fa, fb, strict=True):
+            size = pa.stat().st_size
+            if size != pb.stat().st_size:
+                return None  # the same tensors laid out differently
+            with open(pa, "rb") as x, open(pb, "rb") as y:
+                for i in range(blocks):
+                    at = (size - block) * i // max(blocks - 1, 1) if size > block else 0
+                    x.seek(at)
+                    y.seek(at)
+                    if x.read(block) != y.read(block):
+                        return False
+    except (CheckpointError, OSError):
         return None
-    ma, mb = tensor_metas(fa), tensor_metas(fb)
-    if {k: v.shape for k, v in ma.items()} != {k: v.shape for k, v in mb.items()}:
-        return False
-    if any(ma[k].dtype != mb[k].dtype for k in ma) or [p.name for p in fa] != [p.name for p in fb]:
-        return None
-    for pa, pb in zip(fa, fb, strict=True):
-        size = pa.stat().st_size
-        if size != pb.stat().st_size:
-            return None  # same tensors laid out differently
-        with open(pa, "rb") as x, open(pb, "rb") as y:
-            for i in range(blocks):
-                at = (size - block) * i // max(blocks - 1, 1) if size > block else 0
-                x.seek(at)
-                y.seek(at)
-                if x.read(block) != y.read(block):
-                    return False
     return True
 
 
