@@ -306,6 +306,89 @@ def _tokenizer_parts(tj: Path, data: Any) -> tuple[Any, list[str], list[tuple[in
     return vocab, merges, added
 
 
+def _is_token_ids(x: Any) -> bool:
+    return _is_int(x) and x >= 0 or (isinstance(x, list) and bool(x) and all(_is_int(i) and i >= 0 for i in x))
+
+
+def _is_token(x: Any) -> bool:
+    """A special token as tokenizer files spell it: its text, or an AddedToken object with a string content."""
+    return isinstance(x, str) or (isinstance(x, dict) and isinstance(x.get("content"), str))
+
+
+def _is_template(x: Any) -> bool:
+    """A chat template: a string, or a list of ``{"name", "template"}`` for named templates."""
+    return isinstance(x, str) or (isinstance(x, list) and all(
+        isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str) for t in x))
+
+
+def check_side_files(folder: Path) -> None:
+    """The small JSON files transformers reads beside the weights and the tokenizer, each of its shape.
+
+    ``tokenizer_config.json``, ``special_tokens_map.json``, ``generation_config.json`` and
+    ``chat_template.json``, when present: an object whose fields aclarena or transformers read have
+    their types (a list where the object goes ended ``probe`` in transformers' AttributeError; an
+    ``eos_token_id`` that is a string was silently no stop token). One line naming the file.
+    """
+    for name, check in (("tokenizer_config.json", _tokenizer_config_problem),
+                        ("special_tokens_map.json", _special_tokens_problem),
+                        ("generation_config.json", _generation_config_problem),
+                        ("chat_template.json", _chat_template_problem)):
+        f = folder / name
+        if f.is_file():
+            problem = check(_read_json(f))
+            if problem is not None:
+                raise CheckpointError(f"{f}: {problem}; fix or re-save it (save_pretrained)")
+
+
+def _tokenizer_config_problem(cfg: dict[str, Any]) -> str | None:
+    for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        if cfg.get(key) is not None and not _is_token(cfg[key]):
+            return f"`{key}` must be a token (a string), got {_short(cfg[key])}"
+    if cfg.get("chat_template") is not None and not _is_template(cfg["chat_template"]):
+        return "`chat_template` must be a string or a list of {name, template}"
+    side = cfg.get("padding_side")
+    if side is not None and side not in ("left", "right"):
+        return f"`padding_side` must be left or right, got {_short(side)}"
+    length = cfg.get("model_max_length")
+    if length is not None and not (_is_number(length) and length > 0):
+        return f"`model_max_length` must be a positive number, got {_short(length)}"
+    decoder = cfg.get("added_tokens_decoder")
+    if decoder is not None and not (isinstance(decoder, dict) and all(
+            k.isdigit() and _is_token(v) for k, v in decoder.items())):
+        return "`added_tokens_decoder` must map token ids to tokens"
+    return None
+
+
+def _special_tokens_problem(cfg: dict[str, Any]) -> str | None:
+    for key, v in cfg.items():
+        if not (_is_token(v) or (isinstance(v, list) and all(_is_token(t) for t in v))):
+            return f"`{key}` must be a token or a list of tokens, got {_short(v)}"
+    return None
+
+
+def _generation_config_problem(cfg: dict[str, Any]) -> str | None:
+    for key in ("eos_token_id", "bos_token_id", "pad_token_id", "decoder_start_token_id"):
+        if cfg.get(key) is not None and not _is_token_ids(cfg[key]):
+            return f"`{key}` must be a token id or a list of them, got {_short(cfg[key])}"
+    for key in ("max_length", "max_new_tokens", "top_k", "num_beams"):
+        if cfg.get(key) is not None and not (_is_int(cfg[key]) and cfg[key] >= 0):
+            return f"`{key}` must be a non-negative integer, got {_short(cfg[key])}"
+    for key in ("temperature", "top_p", "repetition_penalty"):
+        if cfg.get(key) is not None and not (_is_number(cfg[key]) and cfg[key] >= 0):
+            return f"`{key}` must be a non-negative number, got {_short(cfg[key])}"
+    if cfg.get("do_sample") is not None and not isinstance(cfg["do_sample"], bool):
+        return f"`do_sample` must be true or false, got {_short(cfg['do_sample'])}"
+    return None
+
+
+def _chat_template_problem(cfg: dict[str, Any]) -> str | None:
+    return None if _is_template(cfg.get("chat_template")) else "`chat_template` must be a string or a list of {name, template}"
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and x == x  # not NaN
+
+
 def has_chat_template(folder: Path) -> bool:
     if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
         return True
@@ -396,6 +479,7 @@ def _inspect_folder(info: CheckpointInfo, folder: Path, allow_pickle: bool) -> N
         info.config = _read_json(cfg)
         _check_config(cfg, info.config)
     info.tokenizer_fingerprint = tokenizer_fingerprint(folder)
+    check_side_files(folder)
     files = safetensors_files(folder)
     if files:
         info.weight_format = "safetensors"
@@ -653,6 +737,7 @@ def _inspect_adapter(
     base = inspect(manifest.resolve(spec.on), manifest, run_dir, allow_pickle=allow_pickle, _seen=seen)
     info.config = base.config
     info.tokenizer_fingerprint = tokenizer_fingerprint(folder) or base.tokenizer_fingerprint
+    check_side_files(folder)
     files = [folder / "adapter_model.safetensors"] if (folder / "adapter_model.safetensors").is_file() else []
     if files:
         info.weight_format = "safetensors"

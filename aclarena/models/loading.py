@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aclarena.errors import CheckpointError, ConfigError, did_you_mean
-from aclarena.models.checkpoint import CheckpointInfo, NonFiniteWeightsError, has_chat_template, inspect
+from aclarena.models.checkpoint import (
+    CheckpointInfo,
+    NonFiniteWeightsError,
+    check_side_files,
+    has_chat_template,
+    inspect,
+)
 from aclarena.store.manifest import CheckpointSpec, Manifest
 
 if TYPE_CHECKING:
@@ -192,6 +198,11 @@ def load_tokenizer(
         location = info.location
     if info.source != "hub" and not _has_tokenizer(Path(location)):
         raise CheckpointError(f"checkpoint {spec.name!r} has no tokenizer files in {location}; save the tokenizer beside the weights")
+    if info.source != "hub":
+        try:  # transformers reads them past their shape (a list where the object goes is its AttributeError)
+            check_side_files(Path(location))
+        except CheckpointError as e:
+            raise CheckpointError(f"tokenizer of {spec.name!r}: {e}") from None
     if require_chat_template and info.source != "hub" and not has_chat_template(Path(location)):
         raise CheckpointError(
             f"the tokenizer of {spec.name!r} has no chat template; add one (chat_template.jinja) or use an instruct tokenizer"

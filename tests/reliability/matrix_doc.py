@@ -19,9 +19,11 @@ from reliability_helpers import BAD_ARGS, DAMAGES, FLIPS_CASES, VERB_ARGV  # noq
 ISSUE15 = (
     ("NaN/inf weights in a later checkpoint of `tokens` (store unchanged)",
      "test_nonfinite_models.py::test_tokens_with_a_nan_later"),
-    ("safetensors header, index, tokenizer.json, config.json of the wrong shape: `checkpoints` lists them",
+    ("safetensors header, index, tokenizer.json, config.json, tokenizer_config.json, special_tokens_map.json, "
+     "generation_config.json, chat_template.json of the wrong shape: `checkpoints` lists them",
      "test_bad_files.py::test_checkpoints_lists_it"),
-    ("the same, through `probe`, `tokens`, `vectors` (one line, store unchanged)", "test_bad_files.py::test_verbs_refuse"),
+    ("the same, through `probe`, `tokens`, `vectors` (one line, store unchanged), and `load_tokenizer`",
+     ("test_bad_files.py::test_verbs_refuse", "test_bad_files.py::test_load_tokenizer")),
     ("adapter_config.json of the wrong shape", "test_bad_files.py::test_adapter_config"),
     ("fuzz: every checkpoint and input file reader (hypothesis)", "test_file_fuzz.py::"),
     ("fuzz: every store reader on damaged results.h5 (hypothesis)", "test_store_fuzz.py::test_every_reader"),

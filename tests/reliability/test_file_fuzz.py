@@ -366,3 +366,32 @@ def test_context_length_of_a_training_start(tmp_path_factory, config):
     (folder / "config.json").write_text(_text_or_json(config))
     got = _positions(str(folder))
     assert got is None or (type(got) is int and got > 0)
+
+
+VALID_SIDE = {
+    "tokenizer_config.json": {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                              "chat_template": "{{ messages }}", "model_max_length": 1024, "padding_side": "left",
+                              "added_tokens_decoder": {"0": {"content": "<s>", "special": True}}},
+    "special_tokens_map.json": {"eos_token": "<|im_end|>", "additional_special_tokens": ["<a>", {"content": "<b>"}]},
+    "generation_config.json": {"eos_token_id": [2, 3], "pad_token_id": 0, "do_sample": True, "temperature": 0.7,
+                               "top_k": 20, "max_new_tokens": 64},
+    "chat_template.json": {"chat_template": "{{ messages }}"},
+}
+
+
+@FUZZ
+@given(st.sampled_from(sorted(VALID_SIDE)).flatmap(lambda n: st.tuples(st.just(n), st.one_of(JSON, mutated(VALID_SIDE[n])))))
+def test_side_files_through_inspect(tmp_path_factory, named):
+    """tokenizer_config.json, special_tokens_map.json, generation_config.json, chat_template.json: the
+    checkpoint is listed as loadable with fields of their types, or not loadable with one line."""
+    from aclarena.models.checkpoint import check_side_files
+
+    name, doc = named
+    folder = _folder(tmp_path_factory.mktemp("s"), VALID_CONFIG, VALID_TOKENIZER)
+    (folder / name).write_text(json.dumps(doc))
+    info = _inspect(folder)
+    assert info.problem is None or (info.problem.strip() and "\n" not in info.problem)
+    if info.problem is None:
+        check_side_files(folder)
+        if name == "generation_config.json" and isinstance(doc.get("eos_token_id"), list):
+            assert all(type(i) is int for i in doc["eos_token_id"])  # what stop_token_ids turns into ints
