@@ -45,8 +45,10 @@ ISSUE15 = (
     ("`--engine vllm`: NaN/inf weights refused before vLLM builds an engine (stand-in vllm; the check itself)",
      ("test_nonfinite_adapters_vllm.py::test_vllm_engine_is_never_built",
       "test_nonfinite_adapters_vllm.py::test_load_llm_checks", "test_nonfinite_adapters_vllm.py::test_check_finite")),
-    ("LoRA adapter with NaN/inf weights: `tokens`, peft serving, merging, vLLM serving (backbone too)",
+    ("LoRA adapter with NaN/inf weights: `tokens`, `vectors`, `displacement`, `eval`, peft serving, merging, vLLM "
+     "serving (backbone too)",
      ("test_nonfinite_adapters_vllm.py::test_tokens_refuses_an_adapter",
+      "test_nonfinite_adapters_vllm.py::test_other_verbs_refuse_an_adapter",
       "test_nonfinite_adapters_vllm.py::test_serving_and_merging", "test_nonfinite_adapters_vllm.py::test_vllm_expert")),
     ("adapter_config.json not an object, of wrong types, contradicting its weights or naming another base: "
      "`checkpoints`, `tokens`, serving, merging", ("test_nonfinite_adapters_vllm.py::test_adapter_config_checks",

@@ -138,6 +138,25 @@ def test_tokens_refuses_an_adapter_with_nan_weights(fixture_run, tmp_path, cli):
     assert file_hash(fixture_run / "results.h5") == before
 
 
+@pytest.mark.parametrize("argv, needle", [
+    (["vectors"], "'lora-ecom' has NaN or inf weights"),
+    (["displacement"], "'lora-ecom' has NaN or inf weights"),
+    (["eval", "--checkpoints", "lora-ecom", "--suites", "math/id", "-n", "1", "--samples", "0"],
+     "'lora-ecom' has NaN weights"),
+], ids=["vectors", "displacement", "eval"])
+def test_other_verbs_refuse_an_adapter_with_nan_weights(fixture_run, tmp_path, cli, argv, needle):
+    """The other readers of a manifest adapter (parameter diagnostics read its factors; eval loads it):
+    one line, store unchanged (eval stores no cell: an error cell would look like a measurement)."""
+    seed_store(fixture_run)
+    _poison_adapter(fixture_run, float("nan"))
+    before = file_hash(fixture_run / "results.h5")
+    code, _, err = cli(*fill(argv, fixture_run, tmp_path))
+    lines = [ln for ln in err.splitlines() if ln.startswith("aclarena-diag")]
+    assert code == 1 and len(lines) == 1 and "Traceback" not in err, err
+    assert needle in lines[0], lines[0]
+    assert file_hash(fixture_run / "results.h5") == before
+
+
 @pytest.fixture()
 def seq_search(fixture_run):
     from aclarena.models.loading import load_model
