@@ -19,6 +19,9 @@ ROOT = "flips"
 RESULT_TYPE = "flips"
 RESULT_VERSION = "0.1.0"
 CURVES = ("forward", "reverse")
+# the items table's columns (docs/store-format.md), every one read by the Flips page, figures and export
+ITEM_COLUMNS = ("item_id", "direction", "reproduced", "e_reward", "l_reward", "n_positions", "diverge", "below",
+                "e_token", "l_token", "e_entropy", "entropy_pct", "kl", "in_top", "chance", "e_topk", "l_topk")
 
 
 def flips_key(early: str, late: str, suite: str) -> str:
@@ -53,10 +56,16 @@ def read_flips_data(reader: StoreReader, key: str) -> dict[str, Any]:
         settings = a.get("settings", "{}")
         settings = json.loads(settings) if isinstance(settings, str) else settings
         _expect(isinstance(settings, dict), "the settings attribute is not a JSON object")
+        _expect(settings.get("top") is None or (_is_number(settings["top"]) and 0 < settings["top"] < 1),
+                "settings.top is not a share in (0, 1)")
         attrs = dict(a) | {"settings": settings}
         items = []
-        for row in reader.read(f"{key}/items").rows():
+        table = reader.read(f"{key}/items")
+        missing = [c for c in ITEM_COLUMNS if c not in table.columns]
+        _expect(not missing, f"items has no column {', '.join(missing)}")
+        for row in table.rows():
             row = dict(row)
+            _expect(row["direction"] in ("forgot", "gained"), f"items/direction holds {str(row['direction'])[:20]!r}")
             for k in ("e_topk", "l_topk"):
                 row[k] = json.loads(row[k]) if row[k] else []
                 _expect(isinstance(row[k], list) and all(
@@ -66,8 +75,13 @@ def read_flips_data(reader: StoreReader, key: str) -> dict[str, Any]:
                 row[k] = bool(row[k])
             items.append(row)
         summary = reader.read(f"{key}/summary")
-        _expect(isinstance(summary, dict), "summary is not a JSON object")
+        _check_summary(summary)
         curves: dict[str, Any] = {name: _read_curve(reader, f"{key}/{name}") for name in CURVES}
+        for name, arms in summary.get("curves", {}).items():  # each summarised curve is stored, budget for budget
+            _expect(name in CURVES and curves[name] is not None, f"summary.curves has {str(name)[:20]!r}, which is not "
+                                                                 "stored")
+            _expect(all(len(arm["share"]) == len(curves[name]["budgets"]) for arm in arms.values()),
+                    f"summary.curves.{name} does not have one value per budget")
         trajectories: dict[str, dict[str, list[str]]] = {}
         if reader.has(f"{key}/trajectory_items"):
             ids = [str(x) for x in reader.read(f"{key}/trajectory_items")]
@@ -87,6 +101,29 @@ def _expect(ok: bool, what: str) -> None:
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _check_summary(summary: Any) -> None:
+    """``summary``: objects where the figures and the page read objects, numbers where they read numbers."""
+    _expect(isinstance(summary, dict), "summary is not a JSON object")
+    chance, curves = summary.get("chance", {}), summary.get("curves", {})
+    _expect(isinstance(chance, dict) and all(isinstance(c, dict) for c in chance.values()),
+            "summary.chance is not an object of objects")
+    for c in chance.values():
+        _expect(c.get("n") is None or _is_number(c["n"]), "summary.chance holds an n that is not a number")
+        if c.get("n"):  # the shares are drawn with their intervals
+            _expect(all(_is_number(c.get(k)) for k in ("share", "share_low", "share_high", "chance", "chance_low",
+                                                       "chance_high")),
+                    "summary.chance holds a share that is not a number")
+    _expect(isinstance(curves, dict), "summary.curves is not a JSON object")
+    for arms in curves.values():
+        _expect(isinstance(arms, dict), "summary.curves is not an object of arms")
+        for arm in arms.values():
+            _expect(isinstance(arm, dict) and all(
+                isinstance(arm.get(k), list) and all(_is_number(x) for x in arm[k])
+                for k in ("share", "low", "high", "n")) and len({len(arm[k]) for k in ("share", "low", "high", "n")}) == 1,
+                "summary.curves holds an arm without equal lists of share, low, high, n")
+    _expect(isinstance(summary.get("cost", {}), dict), "summary.cost is not a JSON object")
 
 
 def _read_curve(reader: StoreReader, g: str) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ with one line; nothing else. Plus NUL characters in stored text (escaped, read b
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from aclarena.errors import AclarenaError
 from aclarena.probes.probe_set import ProbeSet, read_probe_set, write_probe_set
 from aclarena.store import Json, Ragged, ResultsStore, Table
 from aclarena.store.capability import load_matrix, read_cells, read_items
+from aclarena.figures.flips import distributions_figure, divergence_figure, recovery_figure
 from aclarena.store.flips import list_flips, read_flips_data
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -167,6 +169,10 @@ def test_the_flips_reader_answers_or_says_one_line(template, tmp_path_factory, o
             for found in list_flips(r):
                 d = read_flips_data(r, found["key"])
                 assert isinstance(d["attrs"]["settings"], dict) and isinstance(d["summary"], dict)
+                # what passes the reader, the page's and export's figure builders draw
+                recovery_figure(d), divergence_figure(d)
+                for item in d["items"]:
+                    distributions_figure(item)
                 for name in ("forward", "reverse"):
                     c = d[name]
                     assert c is None or all(c[k].shape == (len(c["items"]), len(c["budgets"]))
@@ -174,6 +180,37 @@ def test_the_flips_reader_answers_or_says_one_line(template, tmp_path_factory, o
     except AclarenaError as e:
         msg = str(e).strip()
         assert msg and "\n" not in msg, msg
+
+
+@FUZZ
+@given(st.sampled_from(["chance", "curves", "cost", "curves/forward", "curves/forward/kl",
+                        "curves/forward/kl/share", "chance/forgot", "chance/forgot/share"]),
+       st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.text(max_size=3), st.lists(st.integers(), max_size=3),
+                 st.dictionaries(st.sampled_from(["share", "low", "high", "n", "kl"]), st.integers(), max_size=3)))
+def test_the_flips_summary_json_answers_or_says_one_line(template, tmp_path_factory, path, value):
+    """The summary JSON damaged inside (a value replaced at a path): the reader refuses it in one line, or
+    the figures of the Flips page and `export` draw what it read."""
+    run = tmp_path_factory.mktemp("summary")
+    shutil.copyfile(template, run / "results.h5")
+    with ResultsStore(run).reader() as r:
+        key = list_flips(r)[0]["key"]
+    with h5py.File(run / "results.h5", "r+") as f:
+        summary = json.loads(f[f"{key}/summary"][()])
+        *parents, last = path.split("/")
+        node = summary
+        for part in parents:
+            node = node[part]
+        node[last] = value
+        attrs = dict(f[f"{key}/summary"].attrs)
+        del f[f"{key}/summary"]
+        f.create_dataset(f"{key}/summary", data=json.dumps(summary), dtype=h5py.string_dtype()).attrs.update(attrs)
+    try:
+        with ResultsStore(run).reader() as r:
+            d = read_flips_data(r, key)
+    except AclarenaError as e:
+        assert "\n" not in str(e) and "is damaged" in str(e), e
+        return
+    recovery_figure(d), divergence_figure(d)
 
 
 def _flips_damage(f: h5py.File, key: str, what: str) -> None:
@@ -205,11 +242,31 @@ def _flips_damage(f: h5py.File, key: str, what: str) -> None:
     elif what == "summary a list":
         replace("summary", "[1, 2]")
         f[f"{key}/summary"].attrs.update({"encoding-type": "json", "encoding-version": "0.1.0"})
+    elif what.startswith("summary "):
+        summary = json.loads(f[f"{key}/summary"][()])
+        if what == "summary curves a list":
+            summary["curves"] = [1]
+        elif what == "summary curve of unequal lists":
+            summary["curves"]["forward"]["kl"]["share"].append(0.5)
+        elif what == "summary chance share a string":
+            summary["chance"]["forgot"]["share"] = "0.5"
+        replace("summary", json.dumps(summary))
+        f[f"{key}/summary"].attrs.update({"encoding-type": "json", "encoding-version": "0.1.0"})
+    elif what == "settings top a string":
+        f[key].attrs["settings"] = json.dumps({"top": "0.06"})
+    elif what == "items without a column":  # a table that decodes, without the column the page reads
+        g = f[f"{key}/items"]
+        g.attrs["column-order"] = json.dumps([c for c in json.loads(g.attrs["column-order"]) if c != "kl"])
+        del g["kl"]
+    elif what == "items of an unknown direction":
+        replace("items/direction", np.array([b"forgot", b"sideways", b"gained"]))
 
 
 FLIPS_DAMAGES = ["settings not JSON", "settings a list", "settings a number", "top-k not JSON", "top-k a number",
                  "offsets past the pieces", "offsets too few", "more trajectory items than offsets", "budgets of text",
-                 "curve of the wrong shape", "summary a list"]
+                 "curve of the wrong shape", "summary a list", "summary curves a list", "summary curve of unequal lists",
+                 "summary chance share a string", "settings top a string", "items without a column",
+                 "items of an unknown direction"]
 
 
 @pytest.mark.parametrize("what", FLIPS_DAMAGES)
