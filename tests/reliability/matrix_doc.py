@@ -54,7 +54,8 @@ ISSUE15 = (
      "`checkpoints`, `tokens`, serving, merging", ("test_nonfinite_adapters_vllm.py::test_adapter_config_checks",
                                                   "test_nonfinite_adapters_vllm.py::test_a_copy_of_the_base")),
     ("a flips result of the wrong shape (read back by `flips`, the dashboard, `export`)",
-     ("test_store_fuzz.py::test_flips_result", "test_store_fuzz.py::test_the_flips_reader")),
+     ("test_store_fuzz.py::test_flips_result", "test_store_fuzz.py::test_the_flips_reader",
+      "test_store_fuzz.py::test_the_flips_summary")),
     ("monitor session settings that are not a JSON object", "test_store_fuzz.py::test_monitor_session_settings"),
 )
 
