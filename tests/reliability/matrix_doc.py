@@ -56,6 +56,8 @@ ISSUE15 = (
     ("a flips result of the wrong shape (read back by `flips`, the dashboard, `export`)",
      ("test_store_fuzz.py::test_flips_result", "test_store_fuzz.py::test_the_flips_reader",
       "test_store_fuzz.py::test_the_flips_summary")),
+    ("routing reports and MLE routes of the wrong shape (the Router page, `export`, `compare`)",
+     ("test_store_fuzz.py::test_routing_results", "test_store_fuzz.py::test_the_routing_readers")),
     ("monitor session settings that are not a JSON object", "test_store_fuzz.py::test_monitor_session_settings"),
 )
 

@@ -45,6 +45,19 @@ def _build(run: Path) -> None:
     from flips_helpers import hand_made_result, write_result
 
     write_result(run, hand_made_result())
+    # a routing report of a real router and an MLE record (what `consolidate --method mle` writes)
+    from aclarena.consolidate.contexts import evaluation_contexts
+    from aclarena.consolidate.router_eval import evaluate_router, write_report
+    from aclarena.consolidate.routers import RuleRouter
+
+    experts = ("math", "search", "ecom", "if")
+    write_report(ResultsStore(run), evaluate_router(RuleRouter(experts), evaluation_contexts(experts, n=3, seed=1)),
+                 fingerprint="f")
+    routes = {"rule": {"math/id": {"expert": "math", "checkpoint": "mle-math", "reason": "tools"},
+                       "if/id": {"expert": None, "checkpoint": "sdft", "reason": "no expert"}}}
+    ResultsStore(run).write("consolidate/mle", {"routes": Json(routes), "experts": Json({"math": "mle-math"}),
+                                                "backbone": Json("sdft")}, result_type="consolidation",
+                            attrs={"method": "mle", "replicate": 0, "seed": 0, "fallback": "backbone"})
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +146,26 @@ def _read_everything(run: Path) -> None:
         load_matrix(r, None)
         for found in list_flips(r):
             read_flips_data(r, found["key"])
+        _read_routing(r, figures=False)
     read_probe_set(store, "p")
     read_probe_set(store, "p", with_text=False)
+
+
+def _read_routing(r, figures: bool = True) -> None:
+    """The Router page's and `export`'s readers (and figures), and `compare`'s MLE routes."""
+    from aclarena.figures.consolidation import confusion_heatmap, router_accuracy
+    from aclarena.store.comparison import read_mle_routes
+    from aclarena.store.routing import read_reports
+
+    reports = read_reports(r)
+    if reports and figures:
+        router_accuracy(reports)
+        for name, rep in reports.items():
+            confusion_heatmap(name, rep)
+    for rec in read_mle_routes(r).values():
+        for suites in rec["routes"].values():
+            for route in suites.values():
+                route.get("expert"), route["checkpoint"]  # what the comparison reads
 
 
 def test_the_undamaged_store_reads(template, tmp_path):
@@ -211,6 +242,57 @@ def test_the_flips_summary_json_answers_or_says_one_line(template, tmp_path_fact
         assert "\n" not in str(e) and "is damaged" in str(e), e
         return
     recovery_figure(d), divergence_figure(d)
+
+
+@FUZZ
+@given(st.sampled_from(["routing", "consolidate"]), st.lists(MUTATION, min_size=1, max_size=3))
+def test_the_routing_readers_answer_or_say_one_line(template, tmp_path_factory, prefix, ops):
+    """Routing reports and MLE routes damaged where they lie: the readers say one line, or the
+    Router page's figures and `compare` read what they returned."""
+    run = tmp_path_factory.mktemp("routing")
+    shutil.copyfile(template, run / "results.h5")
+    _mutate(run / "results.h5", ops, prefix=prefix)
+    try:
+        with ResultsStore(run).reader() as r:
+            _read_routing(r)
+    except AclarenaError as e:
+        msg = str(e).strip()
+        assert msg and "\n" not in msg, msg
+
+
+ROUTING_DAMAGES = {
+    "labels a number": ("routing/rule/labels", "5"),
+    "labels fewer than the confusion's rows": ("routing/rule/labels", '["math"]'),
+    "confusion 1-d": ("routing/rule/confusion", np.arange(5)),
+    "confusion of text": ("routing/rule/confusion", np.array([b"a", b"b"])),
+    "mixed a list": ("routing/rule/mixed", "[1]"),
+    "routes a list": ("consolidate/mle/routes", "[1]"),
+    "routes of a router a list": ("consolidate/mle/routes", '{"rule": [1]}'),
+    "route of a suite a string": ("consolidate/mle/routes", '{"rule": {"math/id": "x"}}'),
+    "replicate text": ("consolidate/mle", "abc"),
+    "replicate a fraction": ("consolidate/mle", 1.5),
+}
+
+
+@pytest.mark.parametrize("what", list(ROUTING_DAMAGES))
+def test_routing_results_of_the_wrong_shape(template, tmp_path, what):
+    """Each was a traceback in the Router page, `export` or `compare` (TypeError, AttributeError,
+    ValueError), or a figure drawn from a confusion matrix that does not fit its labels."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(template, run / "results.h5")
+    name, value = ROUTING_DAMAGES[what]
+    with h5py.File(run / "results.h5", "r+") as f:
+        if name == "consolidate/mle":
+            f[name].attrs["replicate"] = value
+        else:
+            attrs = dict(f[name].attrs)
+            del f[name]
+            kw = {"dtype": h5py.string_dtype()} if isinstance(value, str) else {}
+            f.create_dataset(name, data=value, **kw).attrs.update(attrs)
+    with ResultsStore(run).reader() as r, pytest.raises(AclarenaError, match="is damaged") as e:
+        _read_routing(r)
+    assert "\n" not in str(e.value) and name.rsplit("/", 1)[0] in str(e.value)
 
 
 def _flips_damage(f: h5py.File, key: str, what: str) -> None:
