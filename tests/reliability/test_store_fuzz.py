@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aclarena.errors import AclarenaError
+from aclarena.figures.flips import distributions_figure, divergence_figure, recovery_figure
 from aclarena.probes.probe_set import ProbeSet, read_probe_set, write_probe_set
 from aclarena.store import Json, Ragged, ResultsStore, Table
 from aclarena.store.capability import load_matrix, read_cells, read_items
-from aclarena.figures.flips import distributions_figure, divergence_figure, recovery_figure
 from aclarena.store.flips import list_flips, read_flips_data
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -286,69 +286,63 @@ def test_routing_results_of_the_wrong_shape(template, tmp_path, what):
         if name == "consolidate/mle":
             f[name].attrs["replicate"] = value
         else:
-            attrs = dict(f[name].attrs)
-            del f[name]
-            kw = {"dtype": h5py.string_dtype()} if isinstance(value, str) else {}
-            f.create_dataset(name, data=value, **kw).attrs.update(attrs)
+            _replace(f, name, value)
     with ResultsStore(run).reader() as r, pytest.raises(AclarenaError, match="is damaged") as e:
         _read_routing(r)
     assert "\n" not in str(e.value) and name.rsplit("/", 1)[0] in str(e.value)
 
 
-def _flips_damage(f: h5py.File, key: str, what: str) -> None:
-    def replace(name: str, value: object) -> None:
-        attrs = dict(f[f"{key}/{name}"].attrs)
-        del f[f"{key}/{name}"]
-        f.create_dataset(f"{key}/{name}", data=value).attrs.update(attrs)
+def _replace(f: h5py.File, name: str, value: object) -> None:
+    """Put ``value`` where the element ``name`` was, keeping its encoding attributes."""
+    attrs = dict(f[name].attrs)
+    del f[name]
+    kw = {"dtype": h5py.string_dtype()} if isinstance(value, str) else {}
+    f.create_dataset(name, data=value, **kw).attrs.update(attrs)
 
-    if what == "settings not JSON":
-        f[key].attrs["settings"] = "["
-    elif what == "settings a list":
-        f[key].attrs["settings"] = "[1]"
-    elif what == "settings a number":
-        f[key].attrs["settings"] = 5
-    elif what == "top-k not JSON":
-        replace("items/e_topk", np.array([b"[", b"x", b"y"]))
-    elif what == "top-k a number":
-        replace("items/e_topk", np.array([b"5", b"5", b"5"]))
-    elif what == "offsets past the pieces":
-        replace("e_offsets", np.array([0, 2, 99, 100], dtype=np.int64))
-    elif what == "offsets too few":
-        replace("e_offsets", np.array([0], dtype=np.int64))
-    elif what == "more trajectory items than offsets":
-        replace("trajectory_items", np.array([b"a", b"b", b"c", b"d", b"e"]))
-    elif what == "budgets of text":
-        replace("forward/budgets", np.array([b"a", b"b", b"c"]))
-    elif what == "curve of the wrong shape":
-        replace("forward/kl", np.zeros((5,), np.int8))
-    elif what == "summary a list":
-        replace("summary", "[1, 2]")
-        f[f"{key}/summary"].attrs.update({"encoding-type": "json", "encoding-version": "0.1.0"})
-    elif what.startswith("summary "):
+
+def _edit_summary(fn):
+    def apply(f: h5py.File, key: str) -> None:
         summary = json.loads(f[f"{key}/summary"][()])
-        if what == "summary curves a list":
-            summary["curves"] = [1]
-        elif what == "summary curve of unequal lists":
-            summary["curves"]["forward"]["kl"]["share"].append(0.5)
-        elif what == "summary chance share a string":
-            summary["chance"]["forgot"]["share"] = "0.5"
-        replace("summary", json.dumps(summary))
-        f[f"{key}/summary"].attrs.update({"encoding-type": "json", "encoding-version": "0.1.0"})
-    elif what == "settings top a string":
-        f[key].attrs["settings"] = json.dumps({"top": "0.06"})
-    elif what == "items without a column":  # a table that decodes, without the column the page reads
-        g = f[f"{key}/items"]
-        g.attrs["column-order"] = json.dumps([c for c in json.loads(g.attrs["column-order"]) if c != "kl"])
-        del g["kl"]
-    elif what == "items of an unknown direction":
-        replace("items/direction", np.array([b"forgot", b"sideways", b"gained"]))
+        fn(summary)
+        _replace(f, f"{key}/summary", json.dumps(summary))
+
+    return apply
 
 
-FLIPS_DAMAGES = ["settings not JSON", "settings a list", "settings a number", "top-k not JSON", "top-k a number",
-                 "offsets past the pieces", "offsets too few", "more trajectory items than offsets", "budgets of text",
-                 "curve of the wrong shape", "summary a list", "summary curves a list", "summary curve of unequal lists",
-                 "summary chance share a string", "settings top a string", "items without a column",
-                 "items of an unknown direction"]
+def _drop_kl_column(f: h5py.File, key: str) -> None:  # a table that decodes, without a column the page reads
+    g = f[f"{key}/items"]
+    g.attrs["column-order"] = json.dumps([c for c in json.loads(g.attrs["column-order"]) if c != "kl"])
+    del g["kl"]
+
+
+FLIPS_DAMAGE = {
+    "settings not JSON": lambda f, k: f[k].attrs.__setitem__("settings", "["),
+    "settings a list": lambda f, k: f[k].attrs.__setitem__("settings", "[1]"),
+    "settings a number": lambda f, k: f[k].attrs.__setitem__("settings", 5),
+    "settings top a string": lambda f, k: f[k].attrs.__setitem__("settings", json.dumps({"top": "0.06"})),
+    "top-k not JSON": lambda f, k: _replace(f, f"{k}/items/e_topk", np.array([b"[", b"x", b"y"])),
+    "top-k a number": lambda f, k: _replace(f, f"{k}/items/e_topk", np.array([b"5", b"5", b"5"])),
+    "offsets past the pieces": lambda f, k: _replace(f, f"{k}/e_offsets", np.array([0, 2, 99, 100], dtype=np.int64)),
+    "offsets too few": lambda f, k: _replace(f, f"{k}/e_offsets", np.array([0], dtype=np.int64)),
+    "more trajectory items than offsets": lambda f, k: _replace(f, f"{k}/trajectory_items",
+                                                                np.array([b"a", b"b", b"c", b"d", b"e"])),
+    "budgets of text": lambda f, k: _replace(f, f"{k}/forward/budgets", np.array([b"a", b"b", b"c"])),
+    "curve of the wrong shape": lambda f, k: _replace(f, f"{k}/forward/kl", np.zeros((5,), np.int8)),
+    "summary a list": lambda f, k: _replace(f, f"{k}/summary", "[1, 2]"),
+    "summary curves a list": _edit_summary(lambda d: d.__setitem__("curves", [1])),
+    "summary curve of unequal lists": _edit_summary(lambda d: d["curves"]["forward"]["kl"]["share"].append(0.5)),
+    "summary chance share a string": _edit_summary(lambda d: d["chance"]["forgot"].__setitem__("share", "0.5")),
+    "items without a column": _drop_kl_column,
+    "items of an unknown direction": lambda f, k: _replace(f, f"{k}/items/direction",
+                                                           np.array([b"forgot", b"sideways", b"gained"])),
+}
+
+
+def _flips_damage(f: h5py.File, key: str, what: str) -> None:
+    FLIPS_DAMAGE[what](f, key)
+
+
+FLIPS_DAMAGES = list(FLIPS_DAMAGE)
 
 
 @pytest.mark.parametrize("what", FLIPS_DAMAGES)
