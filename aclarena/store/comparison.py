@@ -133,8 +133,9 @@ def read_mle_routes(reader: StoreReader | None) -> dict[str, dict[str, Any]]:
                 # {router: {suite: {"expert": domain or null, "checkpoint": name, ...}}} (docs/store-format.md)
                 ok = isinstance(routes, dict) and all(
                     isinstance(suites, dict) and all(
-                        isinstance(r, dict) and isinstance(r.get("checkpoint"), str)
-                        and (r.get("expert") is None or isinstance(r["expert"], str)) for r in suites.values())
+                        isinstance(r, dict) and "checkpoint" in r  # null: refused (fallback refuse)
+                        and all(r.get(k) is None or isinstance(r[k], str) for k in ("checkpoint", "expert"))
+                        for r in suites.values())
                     for suites in routes.values())
                 if not ok:
                     raise ValueError("routes is not {router: {suite: {expert, checkpoint}}}")

@@ -54,7 +54,8 @@ def _build(run: Path) -> None:
     write_report(ResultsStore(run), evaluate_router(RuleRouter(experts), evaluation_contexts(experts, n=3, seed=1)),
                  fingerprint="f")
     routes = {"rule": {"math/id": {"expert": "math", "checkpoint": "mle-math", "reason": "tools"},
-                       "if/id": {"expert": None, "checkpoint": "sdft", "reason": "no expert"}}}
+                       "if/id": {"expert": None, "checkpoint": "sdft", "reason": "no expert"},
+                       "search/id": {"expert": None, "checkpoint": None, "reason": "refused"}}}
     ResultsStore(run).write("consolidate/mle", {"routes": Json(routes), "experts": Json({"math": "mle-math"}),
                                                 "backbone": Json("sdft")}, result_type="consolidation",
                             attrs={"method": "mle", "replicate": 0, "seed": 0, "fallback": "backbone"})
@@ -165,7 +166,7 @@ def _read_routing(r, figures: bool = True) -> None:
     for rec in read_mle_routes(r).values():
         for suites in rec["routes"].values():
             for route in suites.values():
-                route.get("expert"), route["checkpoint"]  # what the comparison reads
+                assert route["checkpoint"] is None or isinstance(route["checkpoint"], str)  # what compare reads
 
 
 def test_the_undamaged_store_reads(template, tmp_path):
