@@ -192,3 +192,30 @@ def write_result(run: Any, res: Any) -> str:
     ResultsStore(run).write(key, data, result_type=RESULT_TYPE, result_version=RESULT_VERSION, attrs=attrs,
                             overwrite=True)
     return key
+
+
+# per-item outcomes of math/id for the fixture run: seq-math solves items 0-1, seq-search 1-2 (one forgotten,
+# one gained); oracle-math equals seq-math (nothing flipped)
+CELL_SETTINGS = {"n": 4, "seeds": [0], "samples": 0, "split": "eval", "arena_version": "1"}
+OUTCOMES = {"seq-math": [1, 1, 0, 0], "seq-search": [0, 1, 1, 0], "oracle-math": [1, 1, 0, 0], "base": [0, 0, 0, 0]}
+
+
+def write_cells(run: Any, outcomes: dict[str, list[int]] = OUTCOMES, suite: str = "math/id", source: str = "arena",
+                per_item: bool = True) -> None:
+    """Capability cells of ``suite`` for the fixture run, with per-item outcomes unless ``per_item=False``."""
+    from aclarena.envs import sample_tasks
+    from aclarena.store import ResultsStore
+    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload
+
+    ids = [t.id for t in sample_tasks(suite, 4, seed=0)]
+    items = []
+    for ck, o in outcomes.items():
+        greedy = np.array([o], dtype=float)
+        if per_item:
+            data, attrs = cell_payload(checkpoint=ck, suite=suite, domain="math", role="id", source=source,
+                                       settings=CELL_SETTINGS, greedy=greedy, item_ids=ids)
+        else:
+            data, attrs = cell_payload(checkpoint=ck, suite=suite, domain="math", role="id", source=source,
+                                       settings=CELL_SETTINGS, mean=float(np.mean(o)), std=0.0)
+        items.append((cell_key(ck, suite, CELL_SETTINGS), data, RESULT_TYPE, RESULT_VERSION, attrs))
+    ResultsStore(run).write_many(items, overwrite=True)

@@ -191,3 +191,114 @@ def fill(argv: list[str], run: Path, tmp: Path) -> list[str]:
     out = [a.format(prompts=files["prompts"], empty=files["empty"], malformed=files["malformed"], tmp=tmp)
            for a in argv]
     return [*out, "--run", str(run)]
+
+
+# --- `flips` (issue 17): every bad input, each one line, exit 1, results.h5 unchanged -------------
+# The run gets the per-item cells of tests/flips_helpers.py first (flips reads them before any model).
+
+FLIPS_ARGV = ["flips", "--from", "seq-math", "--to", "seq-search", "--suite", "math/id", "--no-swap"]
+
+
+def _flips_other_args(*extra: str) -> list[str]:
+    out = list(FLIPS_ARGV)
+    for flag, value in zip(extra[::2], extra[1::2], strict=True):
+        if flag in out:
+            out[out.index(flag) + 1] = value
+        else:
+            out += [flag, value]
+    return out
+
+
+def _no_per_item(run: Path) -> None:
+    from flips_helpers import write_cells
+
+    write_cells(run, per_item=False)
+
+
+def _lm_eval_cells(run: Path) -> None:
+    from flips_helpers import write_cells
+
+    write_cells(run, source="lm-eval")
+
+
+def _other_tokenizer(run: Path) -> None:
+    from fixtures import make_tokenizer
+    from flips_helpers import OUTCOMES, write_cells
+    from tokens_helpers import add_checkpoint
+
+    from aclarena.models.tiny import build_model, tiny_config
+
+    other = make_tokenizer(vocab_size=400)
+    add_checkpoint(run, "other-tok", build_model(tiny_config(other), seed=9), other, parent="seq-math")
+    write_cells(run, {**OUTCOMES, "other-tok": [0, 1, 0, 0]})
+
+
+def _nan_later(run: Path) -> None:
+    _poison(run, float("nan"), "seq-search")
+
+
+def _damaged_flips_result(run: Path) -> None:
+    """A stored flips result of the same settings whose settings attribute is not JSON."""
+    import h5py
+    from flips_helpers import hand_made_result, write_result
+
+    res = hand_made_result()
+    key = write_result(run, res)
+    with h5py.File(run / "results.h5", "r+") as f:
+        f[key].attrs["settings"] = "{"
+
+
+@dataclass(frozen=True)
+class FlipsCase:
+    label: str
+    issue: int | str
+    setup: Callable[[Path], None] | None  # after the cells are written
+    argv: list[str]
+    needle: str
+
+
+FLIPS_CASES = (
+    # damaged runs (the matrix's inputs)
+    FlipsCase("garbled manifest (TOML error)", 2, garbled_manifest, FLIPS_ARGV, "line"),
+    FlipsCase("missing manifest", 2, missing_manifest, FLIPS_ARGV, "aclarena.toml"),
+    FlipsCase("parent cycle", 2, parent_cycle, FLIPS_ARGV, "cycle"),
+    FlipsCase("duplicate checkpoint name", 2, duplicate_name, FLIPS_ARGV, "seq-math"),
+    FlipsCase("missing checkpoint folder", 2, missing_folder, FLIPS_ARGV, "seq-math"),
+    FlipsCase("folder without weights", 2, no_weights, FLIPS_ARGV, "seq-math"),
+    FlipsCase("pickle-only checkpoint without --allow-pickle", 2, pickle_only, FLIPS_ARGV, "pickle"),
+    FlipsCase("NaN weights in --from", 15, nan_weights, FLIPS_ARGV, "'seq-math' has NaN weights"),
+    FlipsCase("infinite weights in --from", 15, inf_weights, FLIPS_ARGV, "'seq-math' has infinite weights"),
+    FlipsCase("NaN weights in --to", 15, _nan_later, FLIPS_ARGV, "'seq-search' has NaN weights"),
+    FlipsCase("garbage results.h5", 2, corrupted_store, FLIPS_ARGV, "results.h5"),
+    FlipsCase("truncated results.h5", 2, truncated_store, FLIPS_ARGV, "results.h5"),
+    FlipsCase("results.h5 of a newer major version", 2, newer_store, FLIPS_ARGV, "newer aclarena"),
+    FlipsCase("a stored flips result of these settings that is damaged", 15, _damaged_flips_result, FLIPS_ARGV,
+              "is damaged"),
+    # what issue 17 lists
+    FlipsCase("suite without per-item outcomes", 17, _no_per_item, FLIPS_ARGV, "no per-item outcomes"),
+    FlipsCase("a pair with no flips", 17, None, _flips_other_args("--to", "oracle-math"), "nothing flipped"),
+    FlipsCase("different tokenizers", 17, _other_tokenizer, _flips_other_args("--to", "other-tok"),
+              "tokenizers differ"),
+    FlipsCase("non-arena suite (lm-eval cells)", 17, _lm_eval_cells, FLIPS_ARGV, "not played in the arena"),
+    # names and values
+    FlipsCase("unknown --from (did-you-mean)", 17, None, _flips_other_args("--from", "seq-maht"),
+              "did you mean 'seq-math'"),
+    FlipsCase("unknown --to (did-you-mean)", 17, None, _flips_other_args("--to", "seq-serch"),
+              "did you mean 'seq-search'"),
+    FlipsCase("--from and --to the same", 17, None, _flips_other_args("--to", "seq-math"), "both 'seq-math'"),
+    FlipsCase("unknown suite (the evaluated ones listed)", 17, None, _flips_other_args("--suite", "math/idd"),
+              "it has: math/id"),
+    FlipsCase("suite not evaluated", 17, None, _flips_other_args("--suite", "search/id"), "no capability cell"),
+    FlipsCase("--budgets 0", 17, None, _flips_other_args("--budgets", "0,5"), "--budgets"),
+    FlipsCase("--budgets over 100", 17, None, _flips_other_args("--budgets", "1,150"), "--budgets"),
+    FlipsCase("--budgets not numbers", 17, None, _flips_other_args("--budgets", "1,x"), "--budgets"),
+    FlipsCase("--budgets empty", 17, None, _flips_other_args("--budgets", ""), "--budgets"),
+    FlipsCase("--budgets nan", 17, None, _flips_other_args("--budgets", "nan"), "--budgets"),
+    FlipsCase("--top outside (0, 1)", 17, None, _flips_other_args("--top", "1.5"), "--top"),
+    FlipsCase("--top nan", 17, None, _flips_other_args("--top", "nan"), "--top"),
+    FlipsCase("--topk 0", 17, None, _flips_other_args("--topk", "0"), "--topk"),
+    FlipsCase("--logprob-below above 0", 17, None, _flips_other_args("--logprob-below", "0.5"), "--logprob-below"),
+    FlipsCase("--max-items 0", 17, None, _flips_other_args("--max-items", "0"), "--max-items"),
+    FlipsCase("--batch-size 0", 17, None, _flips_other_args("--batch-size", "0"), "--batch-size"),
+    FlipsCase("--device gpu (a typo)", 15, None, _flips_other_args("--device", "gpu"), "device 'gpu'"),
+)

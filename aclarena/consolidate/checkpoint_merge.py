@@ -141,10 +141,21 @@ def fingerprint(spec: MergeSpec, infos: Sequence[CheckpointInfo], base: Checkpoi
 
 
 def read_marker(folder: Path) -> dict[str, Any] | None:
+    """A finished merge's marker, or None when there is none or it is not of the marker's shape
+    (then the merge is redone into the folder, as for a marker of other settings)."""
     try:
-        return json.loads((folder / MARKER).read_text())
-    except (OSError, json.JSONDecodeError):
+        data = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
+    if not isinstance(data, dict) or not isinstance(data.get("fingerprint"), str):
+        return None
+    counts = [data.get(k, 0) for k in ("n_tensors", "bytes")]
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+        return None
+    updates = data.get("updates_from")
+    if updates is not None and not (isinstance(updates, list) and all(isinstance(u, str) for u in updates)):
+        return None
+    return data
 
 
 def merge_checkpoints(

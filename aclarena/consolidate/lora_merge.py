@@ -13,7 +13,6 @@ so adapters are merged with them only after folding them into full checkpoints.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Sequence
@@ -25,17 +24,18 @@ from aclarena.errors import CheckpointError
 MERGED = "merged"
 
 
-def _adapter_config(folder: Path) -> dict[str, Any]:
-    try:
-        return json.loads((folder / "adapter_config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        raise CheckpointError(f"{folder} is not a LoRA adapter folder (no readable adapter_config.json)") from None
+def check_cat_mergeable(folders: Sequence[Path], *, base: str | os.PathLike[str] | None = None) -> None:
+    """One line for adapters that cannot be merged: a config of the wrong shape or contradicting the
+    weights, a base other than ``base`` (the model's folder or hub id), NaN or infinite weights, or a
+    ``cat`` merge that would not be an exact sum of deltas."""
+    from aclarena.models.checkpoint import check_adapter_folder
+    from aclarena.models.tensors import check_finite_safetensors
 
-
-def check_cat_mergeable(folders: Sequence[Path]) -> None:
-    """One line for adapters whose ``cat`` merge would not be an exact sum of deltas."""
     for folder in folders:
-        cfg = _adapter_config(folder)
+        cfg = check_adapter_folder(folder, base=base)
+        weights = Path(folder) / "adapter_model.safetensors"
+        if weights.is_file():
+            check_finite_safetensors([weights], str(folder))
         if str(cfg.get("peft_type", "LORA")).upper() != "LORA":
             raise CheckpointError(f"{folder} is a {cfg.get('peft_type')} adapter; only LoRA adapters can be merged")
         if cfg.get("use_dora"):
@@ -68,7 +68,7 @@ def merge_lora_adapters(
     if combination_type != "cat":
         raise ValueError("only combination_type='cat' merges adapters exactly (a weighted sum of deltas)")
     folders = [Path(f) for _, f in adapters]
-    check_cat_mergeable(folders)
+    check_cat_mergeable(folders, base=getattr(base_model, "name_or_path", None) or None)
     names = [n for n, _ in adapters]
     if MERGED in names or len(set(names)) != len(names):
         raise ValueError(f"adapter names must be distinct and not {MERGED!r}: {names}")

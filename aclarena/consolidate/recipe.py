@@ -136,5 +136,7 @@ def parse_trl(items: list[str] | None) -> dict[str, Any]:
             value = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
             value = raw
+        except RecursionError:  # tomllib recurses per nesting level
+            raise AclarenaError(f"--trl {key.strip()}: the value nests too deeply to be a trl setting") from None
         out[key.strip()] = value
     return out

@@ -13,7 +13,6 @@ measures the latency each adds per generated token against the bare backbone.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,11 +43,34 @@ def expert_parameters(folder: str | os.PathLike[str]) -> int:
 
 
 def adapter_settings(folder: str | os.PathLike[str]) -> dict[str, Any]:
-    """Rank, alpha and target modules of a LoRA adapter folder."""
-    cfg = json.loads((Path(folder) / "adapter_config.json").read_text())
+    """Rank, alpha and target modules of a LoRA adapter folder (its config checked for its shape)."""
+    from aclarena.models.checkpoint import read_adapter_config
+
+    cfg = read_adapter_config(folder)
     targets = cfg.get("target_modules")
     return {"r": cfg.get("r"), "lora_alpha": cfg.get("lora_alpha"),
             "target_modules": sorted(targets) if isinstance(targets, list) else targets}
+
+
+def check_experts(experts: Mapping[str, str | os.PathLike[str]], base: str | os.PathLike[str] | None) -> None:
+    """Check every expert adapter before peft or vLLM reads it (one line naming the expert).
+
+    Its adapter_config.json's shape and fields against its weights and against ``base`` (the
+    backbone's folder or hub id, when known), and its weights' values: an expert with NaN or
+    infinite entries would serve text that looks real.
+    """
+    from aclarena.models.checkpoint import check_adapter_folder
+    from aclarena.models.tensors import check_finite_safetensors
+
+    for name, folder in experts.items():
+        try:
+            check_adapter_folder(folder, base=base)
+            weights = Path(folder) / "adapter_model.safetensors"
+            if weights.is_file():
+                check_finite_safetensors([weights], name)
+        except AclarenaError as e:
+            msg = str(e)
+            raise type(e)(msg if repr(name) in msg else f"expert {name!r}: {msg}") from None
 
 
 @dataclass(frozen=True)
@@ -75,6 +97,7 @@ class PeftExpertServer:
         if unknown:
             raise AclarenaError(f"the router can choose {', '.join(sorted(unknown))}, which has no adapter; "
                                 "load an adapter for every expert the router knows")
+        check_experts(experts, getattr(backbone, "name_or_path", None) or None)
         names = list(experts)
         self.model = PeftModel.from_pretrained(backbone, str(experts[names[0]]), adapter_name=names[0])
         for name in names[1:]:
@@ -135,6 +158,13 @@ class VllmExpertServer:
                                 "-e .[gpu]) on a machine with a GPU, or serve with PeftExpertServer") from None
         if fallback not in FALLBACKS:
             raise unknown_name("fallback policy", fallback, FALLBACKS)
+        # vLLM reads the weights itself: check the experts and a local backbone on disk first
+        check_experts(experts, backbone_path)
+        if Path(backbone_path).is_dir():
+            from aclarena.models.checkpoint import safetensors_files
+            from aclarena.models.tensors import check_finite_safetensors
+
+            check_finite_safetensors(safetensors_files(Path(backbone_path)), str(backbone_path))
         ranks = [adapter_settings(f)["r"] or 8 for f in experts.values()]
         kwargs = {"enable_lora": True, "max_loras": len(experts), "max_lora_rank": max(ranks)} | llm_kwargs
         self.llm = LLM(model=str(backbone_path), **kwargs)

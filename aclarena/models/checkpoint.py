@@ -111,6 +111,10 @@ class CheckpointInfo:
             raise CheckpointError(f"checkpoint {self.name!r}: {self.problem}")
 
 
+class NonFiniteWeightsError(CheckpointError):
+    """A checkpoint's weights hold NaN or infinite values: no result computed from it can be real."""
+
+
 # --- safetensors headers ---------------------------------------------------------------------
 
 
@@ -302,6 +306,89 @@ def _tokenizer_parts(tj: Path, data: Any) -> tuple[Any, list[str], list[tuple[in
     return vocab, merges, added
 
 
+def _is_token_ids(x: Any) -> bool:
+    return _is_int(x) and x >= 0 or (isinstance(x, list) and bool(x) and all(_is_int(i) and i >= 0 for i in x))
+
+
+def _is_token(x: Any) -> bool:
+    """A special token as tokenizer files spell it: its text, or an AddedToken object with a string content."""
+    return isinstance(x, str) or (isinstance(x, dict) and isinstance(x.get("content"), str))
+
+
+def _is_template(x: Any) -> bool:
+    """A chat template: a string, or a list of ``{"name", "template"}`` for named templates."""
+    return isinstance(x, str) or (isinstance(x, list) and all(
+        isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str) for t in x))
+
+
+def check_side_files(folder: Path) -> None:
+    """The small JSON files transformers reads beside the weights and the tokenizer, each of its shape.
+
+    ``tokenizer_config.json``, ``special_tokens_map.json``, ``generation_config.json`` and
+    ``chat_template.json``, when present: an object whose fields aclarena or transformers read have
+    their types (a list where the object goes ended ``probe`` in transformers' AttributeError; an
+    ``eos_token_id`` that is a string was silently no stop token). One line naming the file.
+    """
+    for name, check in (("tokenizer_config.json", _tokenizer_config_problem),
+                        ("special_tokens_map.json", _special_tokens_problem),
+                        ("generation_config.json", _generation_config_problem),
+                        ("chat_template.json", _chat_template_problem)):
+        f = folder / name
+        if f.is_file():
+            problem = check(_read_json(f))
+            if problem is not None:
+                raise CheckpointError(f"{f}: {problem}; fix or re-save it (save_pretrained)")
+
+
+def _tokenizer_config_problem(cfg: dict[str, Any]) -> str | None:
+    for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        if cfg.get(key) is not None and not _is_token(cfg[key]):
+            return f"`{key}` must be a token (a string), got {_short(cfg[key])}"
+    if cfg.get("chat_template") is not None and not _is_template(cfg["chat_template"]):
+        return "`chat_template` must be a string or a list of {name, template}"
+    side = cfg.get("padding_side")
+    if side is not None and side not in ("left", "right"):
+        return f"`padding_side` must be left or right, got {_short(side)}"
+    length = cfg.get("model_max_length")
+    if length is not None and not (_is_number(length) and length > 0):
+        return f"`model_max_length` must be a positive number, got {_short(length)}"
+    decoder = cfg.get("added_tokens_decoder")
+    if decoder is not None and not (isinstance(decoder, dict) and all(
+            k.isdigit() and _is_token(v) for k, v in decoder.items())):
+        return "`added_tokens_decoder` must map token ids to tokens"
+    return None
+
+
+def _special_tokens_problem(cfg: dict[str, Any]) -> str | None:
+    for key, v in cfg.items():
+        if not (_is_token(v) or (isinstance(v, list) and all(_is_token(t) for t in v))):
+            return f"`{key}` must be a token or a list of tokens, got {_short(v)}"
+    return None
+
+
+def _generation_config_problem(cfg: dict[str, Any]) -> str | None:
+    for key in ("eos_token_id", "bos_token_id", "pad_token_id", "decoder_start_token_id"):
+        if cfg.get(key) is not None and not _is_token_ids(cfg[key]):
+            return f"`{key}` must be a token id or a list of them, got {_short(cfg[key])}"
+    for key in ("max_length", "max_new_tokens", "top_k", "num_beams"):
+        if cfg.get(key) is not None and not (_is_int(cfg[key]) and cfg[key] >= 0):
+            return f"`{key}` must be a non-negative integer, got {_short(cfg[key])}"
+    for key in ("temperature", "top_p", "repetition_penalty"):
+        if cfg.get(key) is not None and not (_is_number(cfg[key]) and cfg[key] >= 0):
+            return f"`{key}` must be a non-negative number, got {_short(cfg[key])}"
+    if cfg.get("do_sample") is not None and not isinstance(cfg["do_sample"], bool):
+        return f"`do_sample` must be true or false, got {_short(cfg['do_sample'])}"
+    return None
+
+
+def _chat_template_problem(cfg: dict[str, Any]) -> str | None:
+    return None if _is_template(cfg.get("chat_template")) else "`chat_template` must be a string or a list of {name, template}"
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and x == x  # not NaN
+
+
 def has_chat_template(folder: Path) -> bool:
     if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
         return True
@@ -392,6 +479,7 @@ def _inspect_folder(info: CheckpointInfo, folder: Path, allow_pickle: bool) -> N
         info.config = _read_json(cfg)
         _check_config(cfg, info.config)
     info.tokenizer_fingerprint = tokenizer_fingerprint(folder)
+    check_side_files(folder)
     files = safetensors_files(folder)
     if files:
         info.weight_format = "safetensors"
@@ -431,7 +519,10 @@ def _check_config(path: Path, cfg: dict[str, Any]) -> None:
             raise CheckpointError(f"{path}: `{key}` must be true or false, got {cfg[key]!r}; fix config.json")
 
 
-def _check_adapter_config(path: Path, cfg: dict[str, Any]) -> None:
+def _check_adapter_config(path: Path, cfg: Any) -> None:
+    """The fields of an adapter_config.json that aclarena, peft or vLLM read, each of its type."""
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{path} is a JSON {type(cfg).__name__}, not an object; re-save the adapter")
     r = cfg.get("r")
     if r is not None and not (_is_int(r) and r > 0):
         raise CheckpointError(f"{path}: `r` must be a positive integer, got {r!r}; re-save the adapter")
@@ -443,8 +534,184 @@ def _check_adapter_config(path: Path, cfg: dict[str, Any]) -> None:
         if v is not None and not (isinstance(v, dict) and all(
                 isinstance(x, int | float) and not isinstance(x, bool) for x in v.values())):
             raise CheckpointError(f"{path}: `{key}` must map module names to numbers; re-save the adapter")
+    ranks = cfg.get("rank_pattern") or {}
+    if not all(_is_int(x) and x > 0 for x in ranks.values()):
+        raise CheckpointError(f"{path}: `rank_pattern` must map module names to positive integers; re-save the adapter")
     if cfg.get("peft_type") is not None and not isinstance(cfg["peft_type"], str):
         raise CheckpointError(f"{path}: `peft_type` must be a string, got {cfg['peft_type']!r}; re-save the adapter")
+    targets = cfg.get("target_modules")
+    if targets is not None and not (isinstance(targets, str) or (
+            isinstance(targets, list) and all(isinstance(t, str) for t in targets))):
+        raise CheckpointError(f"{path}: `target_modules` must be a list of module names or a string, got "
+                              f"{_short(targets)}; re-save the adapter")
+    if isinstance(targets, str) and targets != "all-linear":
+        try:
+            re.compile(targets)
+        except (re.error, RecursionError):
+            raise CheckpointError(f"{path}: `target_modules` {targets!r} is not a regular expression; re-save the "
+                                  "adapter") from None
+    mts = cfg.get("modules_to_save")
+    if mts is not None and not (isinstance(mts, list) and all(isinstance(t, str) for t in mts)):
+        raise CheckpointError(f"{path}: `modules_to_save` must be a list of module names, got {_short(mts)}; "
+                              "re-save the adapter")
+    # read as flags by peft and by aclarena (a string "false" would be taken as true)
+    for key in ("use_rslora", "use_dora", "fan_in_fan_out", "inference_mode"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], bool):
+            raise CheckpointError(f"{path}: `{key}` must be true or false, got {_short(cfg[key])}; re-save the adapter")
+    base = cfg.get("base_model_name_or_path")
+    if base is not None and not (isinstance(base, str) and "\x00" not in base):
+        raise CheckpointError(f"{path}: `base_model_name_or_path` must be a string, got {_short(base)}; re-save the "
+                              "adapter")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def read_adapter_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """The adapter_config.json of a LoRA adapter folder, checked for its shape (one line if not).
+
+    Every reader of adapters goes through it (:func:`inspect`, serving, merging), so that a
+    config of the wrong shape is refused in one line before peft or vLLM reads it.
+    """
+    path = Path(folder) / "adapter_config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{folder} is not a LoRA adapter folder (no adapter_config.json); point at a folder "
+                              "saved by peft's save_pretrained")
+    cfg = _read_json(path)
+    _check_adapter_config(path, cfg)
+    return cfg
+
+
+def pattern_value(pattern: dict[str, Any], module: str, default: Any) -> Any:
+    """The value of a peft ``rank_pattern`` / ``alpha_pattern`` for ``module``, else ``default``."""
+    # PEFT's get_pattern_key: the first key that matches the end of the module path
+    for key, value in pattern.items():
+        try:
+            if re.match(rf"(.*\.)?({key})$", module):
+                return value
+        except re.error:
+            if module == key or module.endswith("." + key):
+                return value
+    return default
+
+
+def _targets_module(targets: str | list[str], module: str) -> bool:
+    """Whether peft's ``target_modules`` selects ``module`` (list: the name or its last parts; string: a regex)."""
+    if isinstance(targets, str):
+        return targets == "all-linear" or re.fullmatch(targets, module) is not None
+    return any(module == t or module.endswith("." + t) for t in targets)
+
+
+def check_adapter_tensors(path: Path, cfg: dict[str, Any], tensors: dict[str, TensorMeta]) -> None:
+    """Refuse an adapter_config.json that contradicts the adapter's tensors: a rank (``r`` or
+    ``rank_pattern``) other than the LoRA matrices', or ``target_modules`` that do not name a module
+    the tensors adapt."""
+    r = cfg.get("r") if cfg.get("r") is not None else 8  # peft's default
+    ranks = cfg.get("rank_pattern") or {}
+    targets = cfg.get("target_modules")
+    for name, t in tensors.items():
+        parsed = lora_module_of(name)
+        if parsed is None or len(t.shape) < 2:
+            continue
+        module, ab = parsed
+        want = pattern_value(ranks, module, r)
+        got = t.shape[0] if ab == "A" else t.shape[1]
+        if got != want:
+            raise CheckpointError(f"{path}: rank {want} for {module} contradicts {name} of shape {list(t.shape)} "
+                                  f"(rank {got}); re-save the adapter")
+        if targets is not None and not _targets_module(targets, module):
+            raise CheckpointError(f"{path}: `target_modules` {_short(targets)} does not select {module}, which the "
+                                  "adapter's weights adapt; re-save the adapter")
+
+
+def _same_weights(a: Path, b: Path, *, blocks: int = 16, block: int = 1 << 16) -> bool | None:
+    """Whether two checkpoint folders hold the same weights: True / False, or None when it cannot be told.
+
+    Tensor shapes first (headers only): a tensor both hold with other shapes is another model.
+    With the same tensors, dtypes and file sizes, 16 blocks of 64 KiB spread over each file are
+    compared, so the check reads at most 1 MiB per file. A copy of a checkpoint is the same; a
+    re-save in another dtype or layout, or with an output head tied one way and not the other,
+    cannot be told (None); so can nothing when either folder cannot be read.
+    """
+    try:
+        fa, fb = safetensors_files(a), safetensors_files(b)
+        if not fa or not fb:
+            return None
+        ma, mb = tensor_metas(fa), tensor_metas(fb)
+        if any(ma[k].shape != mb[k].shape for k in ma.keys() & mb.keys()):
+            return False
+        if ma.keys() != mb.keys() or any(ma[k].dtype != mb[k].dtype for k in ma) \
+                or [p.name for p in fa] != [p.name for p in fb]:
+            return None
+        for pa, pb in zip(fa, fb, strict=True):
+            size = pa.stat().st_size
+            if size != pb.stat().st_size:
+                return None  # the same tensors laid out differently
+            with open(pa, "rb") as x, open(pb, "rb") as y:
+                for i in range(blocks):
+                    at = (size - block) * i // max(blocks - 1, 1) if size > block else 0
+                    x.seek(at)
+                    y.seek(at)
+                    if x.read(block) != y.read(block):
+                        return False
+    except (CheckpointError, OSError):
+        return None
+    return True
+
+
+def adapter_base_mismatch(cfg: dict[str, Any], base: str | os.PathLike[str] | None) -> str | None:
+    """Why ``base_model_name_or_path`` contradicts the model the adapter is applied on, or None.
+
+    ``base`` is that model's folder or hub id. Judged only where it can be told: the adapter names
+    an absolute folder that exists and holds other weights than ``base`` (another architecture, or
+    bytes that differ; a copy of ``base`` elsewhere is the same), or a hub id other than ``base``'s
+    when both are hub ids. A relative path, a folder that has moved or an empty field: no verdict.
+    """
+    named = cfg.get("base_model_name_or_path")
+    if not isinstance(named, str) or not named or base is None or not str(base):
+        return None
+    base_s = str(base)
+    if named == base_s:
+        return None
+    named_path, base_path = Path(os.path.expanduser(named)), Path(os.path.expanduser(base_s))
+    if named_path.is_absolute():
+        if not named_path.is_dir() or not base_path.is_dir():
+            return None
+        try:
+            if named_path.samefile(base_path):
+                return None
+        except OSError:
+            return None
+        if _same_weights(named_path, base_path) is False:
+            return f"it was trained on {named}, whose weights differ from {base_s}"
+        return None
+    if HUB_ID_RE.match(named) and HUB_ID_RE.match(base_s) and not base_path.exists() and not named_path.exists():
+        return f"it was trained on {named}, not {base_s}"
+    return None
+
+
+def check_adapter_folder(folder: str | os.PathLike[str], *, base: str | os.PathLike[str] | None = None
+                         ) -> dict[str, Any]:
+    """Check a LoRA adapter folder before peft or vLLM reads it; returns its adapter_config.json.
+
+    Its config's shape, its safetensors header, the config against the tensors, and (with
+    ``base``, the folder or hub id of the model it is about to be applied on) the base it names.
+    Its weights' values are checked by :func:`aclarena.models.tensors.check_finite_safetensors`.
+    """
+    folder = Path(folder)
+    cfg = read_adapter_config(folder)
+    weights = folder / "adapter_model.safetensors"
+    if weights.is_file():
+        check_adapter_tensors(folder / "adapter_config.json", cfg, tensor_metas([weights]))
+    elif not (folder / "adapter_model.bin").is_file():
+        raise CheckpointError(f"{folder} holds no adapter weights (adapter_model.safetensors)")
+    why = adapter_base_mismatch(cfg, base)
+    if why is not None:
+        raise CheckpointError(f"adapter {folder} does not belong on this model: {why}; apply it to the model it was "
+                              "trained on, or fix base_model_name_or_path in its adapter_config.json")
+    return cfg
 
 
 def _check_finite_shapes(info: CheckpointInfo) -> None:
@@ -461,8 +728,7 @@ def _inspect_adapter(
     allow_pickle: bool,
     seen: dict[str, CheckpointInfo],
 ) -> None:
-    info.adapter_config = _read_json(folder / "adapter_config.json")
-    _check_adapter_config(folder / "adapter_config.json", info.adapter_config)
+    info.adapter_config = read_adapter_config(folder)
     spec = info.spec
     if spec.on is None:
         raise CheckpointError(
@@ -471,6 +737,7 @@ def _inspect_adapter(
     base = inspect(manifest.resolve(spec.on), manifest, run_dir, allow_pickle=allow_pickle, _seen=seen)
     info.config = base.config
     info.tokenizer_fingerprint = tokenizer_fingerprint(folder) or base.tokenizer_fingerprint
+    check_side_files(folder)
     files = [folder / "adapter_model.safetensors"] if (folder / "adapter_model.safetensors").is_file() else []
     if files:
         info.weight_format = "safetensors"
@@ -485,6 +752,12 @@ def _inspect_adapter(
         raise CheckpointError(f"{folder} holds no adapter weights (adapter_model.safetensors)")
     if base.problem is not None:
         raise CheckpointError(f"its base {spec.on!r} cannot be loaded: {base.problem}")
+    if info.tensors:
+        check_adapter_tensors(folder / "adapter_config.json", info.adapter_config, info.tensors)
+    why = adapter_base_mismatch(info.adapter_config, base.location)
+    if why is not None:
+        raise CheckpointError(f"adapter {folder} does not belong on {spec.on!r}: {why}; set `on` to the model it was "
+                              "trained on, or fix base_model_name_or_path in its adapter_config.json")
     if base.source != "hub" and info.tensors:
         check_adapter_fits(info, base)
 

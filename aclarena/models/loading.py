@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aclarena.errors import CheckpointError, ConfigError, did_you_mean
-from aclarena.models.checkpoint import CheckpointInfo, has_chat_template, inspect
+from aclarena.models.checkpoint import (
+    CheckpointInfo,
+    NonFiniteWeightsError,
+    check_side_files,
+    has_chat_template,
+    inspect,
+)
 from aclarena.store.manifest import CheckpointSpec, Manifest
 
 if TYPE_CHECKING:
@@ -47,10 +53,6 @@ class LoadOptions:
 
 
 DEVICE_RE = re.compile(r"(cpu|cuda|mps|auto|cuda:\d+)\Z")
-
-
-class NonFiniteWeightsError(CheckpointError):
-    """A checkpoint's weights hold NaN or infinite values: no result computed from it can be real."""
 
 
 def check_device(device: str) -> None:
@@ -123,10 +125,13 @@ def check_finite_weights(model: torch.nn.Module, name: str, *, chunk: int = 1 <<
                     if not bool(torch.isfinite(part).all()):
                         n_nan = int(torch.isnan(part).sum())
                         what = "NaN" if n_nan else "infinite"
-                        raise NonFiniteWeightsError(
-                            f"checkpoint {name!r} has {what} weights ({kind} {tname}); no result computed from it "
-                            "would be real: re-save it from a healthy run or drop it from the manifest"
-                        )
+                        raise NonFiniteWeightsError(nonfinite_message(name, what, f"{kind} {tname}"))
+
+
+def nonfinite_message(name: str, what: str, where: str) -> str:
+    """The one line for a checkpoint with NaN or infinite weights (``what``) in ``where``."""
+    return (f"checkpoint {name!r} has {what} weights ({where}); no result computed from it would be real: re-save it "
+            "from a healthy run or drop it from the manifest")
 
 
 def _load_full(info: CheckpointInfo, opts: LoadOptions, device: str) -> PreTrainedModel:
@@ -193,6 +198,11 @@ def load_tokenizer(
         location = info.location
     if info.source != "hub" and not _has_tokenizer(Path(location)):
         raise CheckpointError(f"checkpoint {spec.name!r} has no tokenizer files in {location}; save the tokenizer beside the weights")
+    if info.source != "hub":
+        try:  # transformers reads them past their shape (a list where the object goes is its AttributeError)
+            check_side_files(Path(location))
+        except CheckpointError as e:
+            raise CheckpointError(f"tokenizer of {spec.name!r}: {e}") from None
     if require_chat_template and info.source != "hub" and not has_chat_template(Path(location)):
         raise CheckpointError(
             f"the tokenizer of {spec.name!r} has no chat template; add one (chat_template.jinja) or use an instruct tokenizer"

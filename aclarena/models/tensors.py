@@ -37,7 +37,6 @@ import json
 import math
 import os
 import queue
-import re
 import struct
 import threading
 from collections.abc import Iterator, Sequence
@@ -49,7 +48,13 @@ import torch
 
 from aclarena.diagnostics.task_vectors import LoraFactors
 from aclarena.errors import CheckpointError
-from aclarena.models.checkpoint import CheckpointInfo, lora_module_of, read_safetensors_header
+from aclarena.models.checkpoint import (
+    CheckpointInfo,
+    NonFiniteWeightsError,
+    lora_module_of,
+    pattern_value,
+    read_safetensors_header,
+)
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,
@@ -66,6 +71,8 @@ __all__ = [
     "LoraFactors",
     "RowChunk",
     "TensorReader",
+    "check_finite_checkpoint",
+    "check_finite_safetensors",
     "checkpoint_fingerprint",
     "read_lora",
 ]
@@ -436,14 +443,6 @@ class TensorReader:
 # --- LoRA adapters ---------------------------------------------------------------------------------
 
 
-def _pattern_value(pattern: dict[str, Any], module: str, default: Any) -> Any:
-    # PEFT's get_pattern_key: the first key that matches the end of the module path
-    for key, value in pattern.items():
-        if re.match(rf"(.*\.)?({key})$", module):
-            return value
-    return default
-
-
 def read_lora(info: CheckpointInfo) -> dict[str, LoraFactors]:
     """The LoRA deltas of an adapter, keyed by the base tensor each modifies (``….q_proj.weight``).
 
@@ -501,7 +500,7 @@ def read_lora(info: CheckpointInfo) -> dict[str, LoraFactors]:
                 "multiply; only LoRA on linear layers is supported"
             )
         r = a.shape[0]
-        a_m = float(_pattern_value(alpha_pattern, module, alpha))
+        a_m = float(pattern_value(alpha_pattern, module, alpha))
         scale = a_m / math.sqrt(r) if rslora else a_m / r
         out[f"{module}.weight"] = LoraFactors(A=a, B=b, scale=scale, fan_in_fan_out=fan)
     return out
@@ -542,3 +541,50 @@ def checkpoint_fingerprint(info: CheckpointInfo, on: CheckpointInfo | None = Non
     if on is not None:
         h.update(checkpoint_fingerprint(on).encode())
     return h.hexdigest()[:16]
+
+
+def check_finite_safetensors(files: Sequence[Path], name: str, *, chunk: int = 1 << 22) -> None:
+    """Refuse safetensors files holding a NaN or infinite floating entry, reading them from disk.
+
+    For weights that are handed to a loader aclarena does not run itself (vLLM, peft's
+    ``load_adapter``): the same one line as :func:`aclarena.models.loading.check_finite_weights`,
+    naming ``name`` and the tensor. Each floating tensor is read in chunks of ``chunk`` entries
+    through one reused buffer, so the check holds little memory whatever the model's size.
+    """
+    from aclarena.models.loading import nonfinite_message
+
+    buf = bytearray()
+    for path in files:
+        layout = _layout(path)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for tname, (dtype, _shape, begin, end) in sorted(layout.items(), key=lambda kv: kv[1][2]):
+                if dtype not in TORCH_DTYPES or end == begin:
+                    continue
+                step = chunk * ITEMSIZE[dtype]
+                for at in range(begin, end, step):
+                    n = min(step, end - at)
+                    if len(buf) < n:
+                        buf = bytearray(n)
+                    view = memoryview(buf)[:n]
+                    _pread_into(fd, view, at, path)
+                    t = torch.frombuffer(view, dtype=TORCH_DTYPES[dtype])
+                    if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+                        t = t.float()
+                    if not bool(torch.isfinite(t).all()):
+                        what = "NaN" if bool(torch.isnan(t).any()) else "infinite"
+                        raise NonFiniteWeightsError(nonfinite_message(name, what, f"tensor {tname} in {path.name}"))
+        finally:
+            os.close(fd)
+
+
+def check_finite_checkpoint(info: CheckpointInfo) -> None:
+    """:func:`check_finite_safetensors` over an inspected checkpoint's safetensors files.
+
+    Hub ids (the files are not here yet) and pickle weights (reading them means unpickling) are
+    not checked; an adapter's base is checked where the base itself is loaded.
+    """
+    info.require_loadable()
+    if info.source == "hub" or info.weight_format != "safetensors":
+        return
+    check_finite_safetensors(sorted({t.file for t in info.tensors.values()}), info.name)

@@ -45,7 +45,11 @@ def is_vllm(model: Any) -> bool:
 
 def load_llm(name: str, manifest: Manifest, run_dir: str | os.PathLike[str], options: LoadOptions,
              *, seed: int = 0) -> Any:
-    """A vLLM engine for a manifest checkpoint (full checkpoints; merge LoRA adapters first)."""
+    """A vLLM engine for a manifest checkpoint (full checkpoints; merge LoRA adapters first).
+
+    Weights with NaN or infinite entries are refused before vLLM sees them
+    (:func:`aclarena.models.tensors.check_finite_checkpoint`), as :func:`load_model` refuses them.
+    """
     from aclarena.models.checkpoint import inspect
 
     vllm = require_vllm()
@@ -55,6 +59,10 @@ def load_llm(name: str, manifest: Manifest, run_dir: str | os.PathLike[str], opt
     if info.source == "adapter":
         raise AclarenaError(f"checkpoint {name!r} is a LoRA adapter; --engine vllm takes full checkpoints: merge it "
                             "(peft merge_and_unload) into a folder and add that, or use --engine hf")
+    # vLLM reads the weights itself, past load_model's check: check them on disk before it does
+    from aclarena.models.tensors import check_finite_checkpoint
+
+    check_finite_checkpoint(info)
     dtype = {"auto": "auto", "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}[options.dtype]
     try:
         return vllm.LLM(model=str(info.location), dtype=dtype, seed=seed,

@@ -128,7 +128,21 @@ def read_mle_routes(reader: StoreReader | None) -> dict[str, dict[str, Any]]:
         key = f"{MLE_ROOT}/{name}"
         if reader.has(f"{key}/routes"):
             attrs = reader.attrs(key)
-            out[name] = {"routes": reader.read(f"{key}/routes"), "replicate": int(attrs.get("replicate", 0))}
+            with reader.damaged(key):
+                routes = reader.read(f"{key}/routes")
+                # {router: {suite: {"expert": domain or null, "checkpoint": name, ...}}} (docs/store-format.md)
+                ok = isinstance(routes, dict) and all(
+                    isinstance(suites, dict) and all(
+                        isinstance(r, dict) and "checkpoint" in r  # null: refused (fallback refuse)
+                        and all(r.get(k) is None or isinstance(r[k], str) for k in ("checkpoint", "expert"))
+                        for r in suites.values())
+                    for suites in routes.values())
+                if not ok:
+                    raise ValueError("routes is not {router: {suite: {expert, checkpoint}}}")
+                replicate = attrs.get("replicate", 0)
+                if not (isinstance(replicate, int | np.integer) and not isinstance(replicate, bool) and replicate >= 0):
+                    raise ValueError(f"replicate is {str(replicate)[:20]!r}, not a non-negative integer")
+            out[name] = {"routes": routes, "replicate": int(replicate)}
     return out
 
 

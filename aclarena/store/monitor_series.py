@@ -99,9 +99,11 @@ def load_monitor(reader: SeriesReader, label: str) -> MonitorView:
     if sessions is not None and len(sessions["session"]):
         view.sessions = int(len(sessions["session"]))
         try:
-            view.settings = json.loads(_text(sessions["settings"][-1]))
-        except ValueError:
-            view.settings = {}
+            settings = json.loads(_text(sessions["settings"][-1]))
+        except (ValueError, RecursionError):
+            settings = {}
+        # readers take it for an object (`settings.get`): another JSON value says nothing about the session
+        view.settings = settings if isinstance(settings, dict) else {}
     for n in names:
         rest = n[len(base):]
         if rest.startswith("probes/"):

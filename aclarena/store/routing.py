@@ -18,7 +18,11 @@ ORDER = ("rule", "learned", "bandit")
 
 
 def read_reports(reader: Any) -> dict[str, dict[str, Any]]:
-    """``{router: {"accuracy": {...columns}, "labels", "confusion", "mixed", "attrs"}}`` from an open store."""
+    """``{router: {"accuracy": {...columns}, "labels", "confusion", "mixed", "attrs"}}`` from an open store.
+
+    Each element is checked for the shape docs/store-format.md gives it (what the Router page and
+    ``export`` draw from); anything else is one line naming the key ("is damaged").
+    """
     out: dict[str, dict[str, Any]] = {}
     if reader is None or not reader.has(ROOT):
         return out
@@ -28,14 +32,39 @@ def read_reports(reader: Any) -> dict[str, dict[str, Any]]:
         attrs = reader.attrs(key)
         if attrs.get("result-type") != RESULT_TYPE:
             continue
-        acc = reader.read(f"{key}/accuracy")
-        out[name] = {
-            "accuracy": {c: np.asarray(acc.columns[c]).tolist() for c in acc.columns},
-            "labels": reader.read(f"{key}/labels"),
-            "confusion": np.asarray(reader.read(f"{key}/confusion")),
-            "mixed": reader.read(f"{key}/mixed"),
-            "attrs": attrs,
-        }
-        if reader.has(f"{key}/regret"):
-            out[name]["regret"] = np.asarray(reader.read(f"{key}/regret"))
+        with reader.damaged(key):
+            out[name] = _read_report(reader, key, attrs)
     return out
+
+
+def _expect(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(what)  # one line naming the key, by ``reader.damaged``
+
+
+def _read_report(reader: Any, key: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    acc = reader.read(f"{key}/accuracy")
+    missing = [c for c in ACCURACY_COLUMNS if c not in getattr(acc, "columns", {})]
+    _expect(not missing, f"accuracy has no column {', '.join(missing)}")
+    accuracy = {c: np.asarray(acc.columns[c]).tolist() for c in acc.columns}
+    _expect(all(isinstance(x, str) for x in accuracy["type"]), "accuracy/type is not text")
+    for c in ACCURACY_COLUMNS[1:]:
+        _expect(all(isinstance(x, int | float) and not isinstance(x, bool) for x in accuracy[c]),
+                f"accuracy/{c} is not numbers")
+    labels = reader.read(f"{key}/labels")
+    _expect(isinstance(labels, list) and all(isinstance(x, str) for x in labels), "labels is not a list of names")
+    confusion = np.asarray(reader.read(f"{key}/confusion"))
+    _expect(confusion.shape == (len(labels), len(labels)) and confusion.dtype.kind in "iu",
+            f"confusion is not an integer matrix of {len(labels)} x {len(labels)} (the labels)")
+    mixed = reader.read(f"{key}/mixed")
+    _expect(isinstance(mixed, dict), "mixed is not a JSON object")
+    report = {"accuracy": accuracy, "labels": labels, "confusion": confusion, "mixed": mixed, "attrs": attrs}
+    if reader.has(f"{key}/regret"):
+        regret = np.asarray(reader.read(f"{key}/regret"))
+        _expect(regret.ndim == 1 and regret.dtype.kind in "iuf", "regret is not a series of numbers")
+        report["regret"] = regret
+    return report
+
+
+# the accuracy table's columns (docs/store-format.md)
+ACCURACY_COLUMNS = ("type", "n", "accuracy", "abstain_rate", "chance", "p_chance")

@@ -82,12 +82,11 @@ def copy_shipped_base(out_dir: str | os.PathLike[str], *, fingerprint: str | Non
     so the run records the base's pretraining as if it had built it. A missing or modified shipped
     file is a one-line error naming it and the rebuild command; nothing is pretrained instead.
     """
-    import json
     import shutil
     import time
 
     from aclarena.models.shipped import SHIP_FILES, recorded, shipped_base
-    from aclarena.train.phases import LOG_FILE, MARKER, _write_json_atomic, check_writable
+    from aclarena.train.phases import LOG_FILE, MARKER, _write_json_atomic, check_writable, read_log
 
     t0 = time.monotonic()
     done = finished(out_dir, fingerprint)
@@ -106,7 +105,7 @@ def copy_shipped_base(out_dir: str | os.PathLike[str], *, fingerprint: str | Non
         if (src / name).is_file():
             shutil.copyfile(src / name, tmp / name)
     os.replace(tmp, out)
-    logs = json.loads((out / LOG_FILE).read_text(encoding="utf-8")) if (out / LOG_FILE).is_file() else []
+    logs = read_log(out / LOG_FILE)
     # time_s is this run's (the copy); the pretraining's own time stays in the meta
     meta = {**rec.get("meta", {}), "name": "base", "shipped": rec["fingerprint"],
             "pretraining_time_s": rec.get("time_s")}

@@ -567,6 +567,8 @@ def parse_overrides(items: Sequence[str]) -> dict[str, dict[str, Any]]:
             value = tomllib.loads(f"v = {raw.strip()}")["v"]
         except tomllib.TOMLDecodeError:
             value = raw.strip()
+        except RecursionError:  # tomllib recurses per nesting level
+            raise ConfigError(f"--trl {key}: the value nests too deeply to be a trl setting") from None
         scope, dot, name = key.partition(".")
         if dot and scope in (*PHASE_KINDS, "base"):
             out.setdefault(scope, {})[name] = value

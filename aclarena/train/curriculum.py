@@ -287,9 +287,11 @@ def _parent_location(out: Path, job: Job, folders: dict[str, str]) -> str:
 
 def _positions(folder: str) -> int | None:
     try:
-        return int(json.loads((Path(folder) / "config.json").read_text())["max_position_embeddings"])
-    except (OSError, ValueError, KeyError, TypeError):
+        value = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))["max_position_embeddings"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
+    # a length of another type (a string, a float, true) is no length: the model's own limit applies
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _run_job(cfg: CurriculumConfig, job: Job, out: Path, folders: dict[str, str], callbacks: list[Any],

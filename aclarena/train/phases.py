@@ -93,12 +93,76 @@ class RLData:
 
 
 def read_marker(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The completion marker of a phase folder, or None when the phase is not finished."""
+    """The completion marker of a phase folder, or None when the phase is not finished.
+
+    Raises:
+        CheckpointError: a marker that is not JSON or not of the marker's shape (it is written
+            atomically by aclarena, so someone changed it): one line naming the file. Treating it
+            as "not finished" would retrain the phase over the folder's checkpoint.
+    """
     path = Path(folder) / MARKER
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except OSError:
         return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        data = _NOT_JSON
+    problem = "not JSON" if data is _NOT_JSON else _marker_problem(data)
+    if problem is not None:
+        raise CheckpointError(f"{path} is damaged ({problem}); restore it, or delete {Path(folder)} to retrain that "
+                              "phase")
+    return data
+
+
+_NOT_JSON = object()
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _marker_problem(data: Any) -> str | None:
+    """What is wrong with a phase marker's shape, or None."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    checks = (("fingerprint", lambda v: isinstance(v, str), "a string"),
+              ("steps", _is_count, "a non-negative integer"),
+              ("time_s", _is_number, "a number"),
+              ("finished_at", _is_number, "a number"),
+              ("resumed_from_step", _is_count, "a non-negative integer"),
+              ("meta", lambda v: isinstance(v, dict), "an object"))
+    for key, ok, what in checks:
+        if data.get(key) is not None and not ok(data[key]):
+            return f"`{key}` is not {what}"
+    return None
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    """A phase's training log (``train_log.json``): a list of objects; [] when there is none.
+
+    Raises:
+        CheckpointError: a log that is not JSON or not a list of objects (one line naming the file).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise CheckpointError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        data = _NOT_JSON
+    if not (isinstance(data, list) and all(isinstance(row, dict) for row in data)):
+        what = "not JSON" if data is _NOT_JSON else "not a list of objects"
+        raise CheckpointError(f"{path} is damaged ({what}); restore it, or delete {path.parent} to retrain that phase")
+    return data
 
 
 def finished(folder: str | os.PathLike[str], fingerprint: str | None = None) -> PhaseResult | None:
@@ -121,9 +185,7 @@ def finished(folder: str | os.PathLike[str], fingerprint: str | None = None) -> 
         raise CheckpointError(
             f"{folder} is marked finished but its weights are missing; delete the folder to retrain that phase"
         )
-    logs = []
-    with contextlib.suppress(OSError, ValueError):
-        logs = json.loads((folder / LOG_FILE).read_text(encoding="utf-8"))
+    logs = read_log(folder / LOG_FILE)
     return PhaseResult(folder=folder, steps=int(marker.get("steps", 0)), time_s=float(marker.get("time_s", 0.0)),
                        log_history=logs, resumed_from_step=marker.get("resumed_from_step"), skipped=True,
                        meta=marker.get("meta", {}))
@@ -330,9 +392,10 @@ def last_checkpoint(work_dir: Path) -> str | None:
             found.append((int(p.name.rsplit("-", 1)[1]), p))
     for _, p in sorted(found, reverse=True):
         try:
-            json.loads((p / "trainer_state.json").read_text(encoding="utf-8"))
+            if not isinstance(json.loads((p / "trainer_state.json").read_text(encoding="utf-8")), dict):
+                raise ValueError("trainer_state.json is not an object")
             return str(p)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             if is_main_process():
                 shutil.rmtree(p, ignore_errors=True)
     return None
@@ -343,8 +406,9 @@ def _prepare_work(work_dir: Path, fingerprint: str | None) -> None:
     state = work_dir / WORK_STATE
     if work_dir.is_dir() and is_main_process():
         old = None
-        with contextlib.suppress(OSError, ValueError):
-            old = json.loads(state.read_text(encoding="utf-8")).get("fingerprint")
+        with contextlib.suppress(OSError, ValueError, RecursionError):
+            data = json.loads(state.read_text(encoding="utf-8"))
+            old = data.get("fingerprint") if isinstance(data, dict) else None  # another shape: not this phase's
         if old != fingerprint:
             shutil.rmtree(work_dir, ignore_errors=True)
     if is_main_process():

@@ -5,31 +5,12 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
+from flips_helpers import write_cells
 from tokens_helpers import file_state
 
 from aclarena.envs import sample_tasks
 from aclarena.store import ResultsStore
-from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload
-
-SETTINGS = {"n": 4, "seeds": [0], "samples": 0, "split": "eval", "arena_version": "1"}
-OUTCOMES = {"seq-math": [1, 1, 0, 0], "seq-search": [0, 1, 1, 0], "oracle-math": [1, 1, 0, 0], "base": [0, 0, 0, 0]}
-
-
-def write_cells(run, outcomes=OUTCOMES, suite="math/id", source="arena", per_item=True):
-    ids = [t.id for t in sample_tasks(suite, 4, seed=0)]
-    items = []
-    for ck, o in outcomes.items():
-        greedy = np.array([o], dtype=float)
-        if per_item:
-            data, attrs = cell_payload(checkpoint=ck, suite=suite, domain="math", role="id", source=source,
-                                       settings=SETTINGS, greedy=greedy, item_ids=ids)
-        else:
-            data, attrs = cell_payload(checkpoint=ck, suite=suite, domain="math", role="id", source=source,
-                                       settings=SETTINGS, mean=float(np.mean(o)), std=0.0)
-        items.append((cell_key(ck, suite, SETTINGS), data, RESULT_TYPE, RESULT_VERSION, attrs))
-    ResultsStore(run).write_many(items, overwrite=True)
 
 
 def test_flips_verb_runs_stores_and_reads_back(fixture_run, cli):

@@ -13,15 +13,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reliability_helpers import BAD_ARGS, DAMAGES, VERB_ARGV  # noqa: E402
+from reliability_helpers import BAD_ARGS, DAMAGES, FLIPS_CASES, VERB_ARGV  # noqa: E402
 
 # the classes issue 15 added, each a group of tests (file::name prefix) in tests/reliability
 ISSUE15 = (
     ("NaN/inf weights in a later checkpoint of `tokens` (store unchanged)",
      "test_nonfinite_models.py::test_tokens_with_a_nan_later"),
-    ("safetensors header, index, tokenizer.json, config.json of the wrong shape: `checkpoints` lists them",
+    ("safetensors header, index, tokenizer.json, config.json, tokenizer_config.json, special_tokens_map.json, "
+     "generation_config.json, chat_template.json of the wrong shape: `checkpoints` lists them",
      "test_bad_files.py::test_checkpoints_lists_it"),
-    ("the same, through `probe`, `tokens`, `vectors` (one line, store unchanged)", "test_bad_files.py::test_verbs_refuse"),
+    ("the same, through `probe`, `tokens`, `vectors` (one line, store unchanged), and `load_tokenizer`",
+     ("test_bad_files.py::test_verbs_refuse", "test_bad_files.py::test_load_tokenizer")),
     ("adapter_config.json of the wrong shape", "test_bad_files.py::test_adapter_config"),
     ("fuzz: every checkpoint and input file reader (hypothesis)", "test_file_fuzz.py::"),
     ("fuzz: every store reader on damaged results.h5 (hypothesis)", "test_store_fuzz.py::test_every_reader"),
@@ -40,7 +42,34 @@ ISSUE15 = (
     ("names ending in a newline", "test_manifest_edges.py::test_names_ending"),
     ("`init`: control characters, undecodable bytes in paths", "test_manifest_edges.py::test_init"),
     ("manifest validation linear in chain depth", "test_manifest_edges.py::test_validation_is_linear"),
+    ("`--engine vllm`: NaN/inf weights refused before vLLM builds an engine (stand-in vllm; the check itself)",
+     ("test_nonfinite_adapters_vllm.py::test_vllm_engine_is_never_built",
+      "test_nonfinite_adapters_vllm.py::test_load_llm_checks", "test_nonfinite_adapters_vllm.py::test_check_finite")),
+    ("LoRA adapter with NaN/inf weights: `tokens`, `vectors`, `displacement`, `eval`, peft serving, merging, vLLM "
+     "serving (backbone too)",
+     ("test_nonfinite_adapters_vllm.py::test_tokens_refuses_an_adapter",
+      "test_nonfinite_adapters_vllm.py::test_other_verbs_refuse_an_adapter",
+      "test_nonfinite_adapters_vllm.py::test_serving_and_merging", "test_nonfinite_adapters_vllm.py::test_vllm_expert")),
+    ("adapter_config.json not an object, of wrong types, contradicting its weights or naming another base: "
+     "`checkpoints`, `tokens`, serving, merging", ("test_nonfinite_adapters_vllm.py::test_adapter_config_checks",
+                                                  "test_nonfinite_adapters_vllm.py::test_a_copy_of_the_base")),
+    ("a flips result of the wrong shape (read back by `flips`, the dashboard, `export`)",
+     ("test_store_fuzz.py::test_flips_result", "test_store_fuzz.py::test_the_flips_reader",
+      "test_store_fuzz.py::test_the_flips_summary")),
+    ("routing reports and MLE routes of the wrong shape (the Router page, `export`, `compare`)",
+     ("test_store_fuzz.py::test_routing_results", "test_store_fuzz.py::test_the_routing_readers")),
+    ("monitor session settings that are not a JSON object", "test_store_fuzz.py::test_monitor_session_settings"),
 )
+
+
+def error_lines(xml: str) -> dict[str, str]:
+    """The one-line error each case printed (recorded with ``record_property("error", ...)``)."""
+    out = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        for prop in case.iter("property"):
+            if prop.get("name") == "error":
+                out[f"{Path(case.get('classname', '').replace('.', '/')).name}::{case.get('name')}"] = prop.get("value")
+    return out
 
 
 def outcomes(xml: str) -> dict[str, str]:
@@ -97,12 +126,24 @@ def main(xml: str) -> None:
     print()
     print("| class of bad input or defect (issue 15) | tests | result |")
     print("|---|---|---|")
-    for label, prefix in ISSUE15:
-        got = [v for k, v in res.items() if k.startswith(prefix.replace(".py::", "::"))]
+    for label, prefixes in ISSUE15:
+        prefixes = (prefixes,) if isinstance(prefixes, str) else prefixes
+        got = [v for k, v in res.items() if k.startswith(tuple(p.replace(".py::", "::") for p in prefixes))]
         n_ok = sum(v == "passed" for v in got)
         tally.update(got)
         mark_all = "✓" if got and n_ok == len(got) else ("?" if not got else "✗")
-        print(f"| {label} | `{prefix}` | {mark_all} {n_ok}/{len(got)} |")
+        print(f"| {label} | {', '.join(f'`{p}`' for p in prefixes)} | {mark_all} {n_ok}/{len(got)} |")
+    print()
+    lines = error_lines(xml)
+    print("| `flips`: bad input (issue) | the one line it printed | result |")
+    print("|---|---|---|")
+    for c in FLIPS_CASES:
+        name = f"test_flips_bad_input[{c.label}]"
+        st = get("test_flips_bad_input", c.label)
+        tally[st or "missing"] += 1
+        line = next((v for k, v in lines.items() if k.endswith(name)), "")
+        line = line.removeprefix("aclarena-diag flips: error: ").replace("|", "\\|")
+        print(f"| {c.label} ({c.issue}) | {line} | {mark.get(st, '?')} |")
     print()
     total = sum(tally.values())
     print(f"Bad-input cases tried: {total}; passed: {tally['passed']}; failed: {tally['failed']}; "

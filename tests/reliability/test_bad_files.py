@@ -177,7 +177,32 @@ def _index_list(run: Path) -> None:
     f.write_text(json.dumps([json.loads(f.read_text())]))
 
 
+def _side(name: str, fn: Callable[[object], object]) -> Callable[[Path], None]:
+    """Damage (or create) one of the small JSON files transformers reads beside the weights."""
+    def apply(run: Path) -> None:
+        f = _folder(run) / name
+        f.write_text(json.dumps(fn(json.loads(f.read_text()) if f.is_file() else {})))
+
+    return apply
+
+
 BAD_FILES[14] = ("index is a list", _index_list, "weight_map")
+# the side files transformers reads (each was an AttributeError / TypeError in transformers, exit 3, or silently
+# no stop token)
+BAD_FILES += [
+    ("tokenizer_config.json is a list", _side("tokenizer_config.json", lambda d: [d]), "not a JSON object"),
+    ("tokenizer_config.json chat_template a number", _side("tokenizer_config.json", lambda d: d | {"chat_template": 5}),
+     "chat_template"),
+    ("tokenizer_config.json eos_token a number", _side("tokenizer_config.json", lambda d: d | {"eos_token": 3}),
+     "eos_token"),
+    ("special_tokens_map.json is a list", _side("special_tokens_map.json", lambda d: [1]), "not a JSON object"),
+    ("generation_config.json is a list", _side("generation_config.json", lambda d: [d]), "not a JSON object"),
+    ("generation_config.json eos_token_id a string", _side("generation_config.json", lambda d: d | {"eos_token_id": "x"}),
+     "eos_token_id"),
+    ("generation_config.json eos_token_id of strings",
+     _side("generation_config.json", lambda d: d | {"eos_token_id": ["a"]}), "eos_token_id"),
+    ("chat_template.json is a list", _side("chat_template.json", lambda d: [1]), "not a JSON object"),
+]
 IDS = [b[0] for b in BAD_FILES]
 
 
@@ -194,7 +219,7 @@ def test_checkpoints_lists_it_as_not_loadable_with_the_reason(fixture_run, cli, 
 
 # the verbs that load seq-math, on a few of the classes (each class is one check in models/checkpoint.py)
 VERB_CASES = ["header is a list", "header shape contradicts bytes", "index maps to a number",
-              "tokenizer.json is a list"]
+              "tokenizer.json is a list", "tokenizer_config.json is a list", "generation_config.json eos_token_id a string"]
 
 
 @pytest.mark.parametrize("verb", ["probe", "tokens", "vectors"])
@@ -222,3 +247,21 @@ def test_adapter_config_of_the_wrong_shape(fixture_run, cli, fields, needle):
     assert code == 0, err
     row = {r["name"]: r for r in json.loads(out)["checkpoints"]}["lora-ecom"]
     assert row["loadable"] is False and needle in row["problem"], row
+
+
+@pytest.mark.parametrize("label", ["tokenizer_config.json is a list", "special_tokens_map.json is a list",
+                                   "tokenizer_config.json eos_token a number"])
+def test_load_tokenizer_checks_the_side_files(fixture_run, label):
+    """load_tokenizer reads files past `inspect`'s verdict (adapters borrow their base's tokenizer):
+    it checks them too, instead of transformers' AttributeError."""
+    from aclarena.errors import CheckpointError
+    from aclarena.models.loading import load_tokenizer
+    from aclarena.store.manifest import load_manifest
+
+    damage = next(d for lab, d, _ in BAD_FILES if lab == label)
+    m = load_manifest(fixture_run)
+    load_tokenizer("seq-math", m, fixture_run)
+    damage(fixture_run)
+    with pytest.raises(CheckpointError, match="tokenizer of 'seq-math': .*json") as e:
+        load_tokenizer("seq-math", m, fixture_run)
+    assert "\n" not in str(e.value)

@@ -111,3 +111,23 @@ def test_tool_call_parser(text):
     assert parsed.error is None or parsed.error.startswith("malformed tool call")
     if "<tool_call>" not in text and "</tool_call>" not in text:
         assert parsed.calls == [] and parsed.error is None
+
+
+TRL_VALUES = st.one_of(st.text(max_size=20), st.sampled_from(["1e-4", "true", '"x"', "[1, 2]", "{a = 1}", "1\nv = 2",
+                                                                "[" * 3000, "{a = " * 3000, "inf", "nan"]))
+
+
+@FUZZ
+@given(st.sampled_from(["learning_rate", "rl.max_steps", "sft.report_to", "max_steps", "x.y"]), TRL_VALUES)
+def test_trl_overrides(field, raw):
+    """`--trl FIELD=VALUE` of `train` and `consolidate`: values read as TOML answer or say one line
+    (a value nested a few thousand levels deep was tomllib's RecursionError, exit 3)."""
+    from aclarena.consolidate.recipe import parse_trl
+    from aclarena.train.config import parse_overrides
+
+    for parse in (parse_trl, parse_overrides):
+        try:
+            parse([f"{field}={raw}"])
+        except AclarenaError as e:
+            msg = str(e).strip()
+            assert msg and "\n" not in msg, msg

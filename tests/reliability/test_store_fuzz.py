@@ -6,6 +6,7 @@ with one line; nothing else. Plus NUL characters in stored text (escaped, read b
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from pathlib import Path
 
@@ -16,9 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aclarena.errors import AclarenaError
+from aclarena.figures.flips import distributions_figure, divergence_figure, recovery_figure
 from aclarena.probes.probe_set import ProbeSet, read_probe_set, write_probe_set
 from aclarena.store import Json, Ragged, ResultsStore, Table
 from aclarena.store.capability import load_matrix, read_cells, read_items
+from aclarena.store.flips import list_flips, read_flips_data
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])
@@ -39,6 +42,23 @@ def _build(run: Path) -> None:
         "table": Table({"name": ["a", "b"], "x": np.array([1.0, 2.0])}),
         "summary": Json({"kl_mean": 0.2}), "note": "text", "n": 3,
     }, result_type="token-scores", attrs={"settings": {"probe": "p"}})
+    from flips_helpers import hand_made_result, write_result
+
+    write_result(run, hand_made_result())
+    # a routing report of a real router and an MLE record (what `consolidate --method mle` writes)
+    from aclarena.consolidate.contexts import evaluation_contexts
+    from aclarena.consolidate.router_eval import evaluate_router, write_report
+    from aclarena.consolidate.routers import RuleRouter
+
+    experts = ("math", "search", "ecom", "if")
+    write_report(ResultsStore(run), evaluate_router(RuleRouter(experts), evaluation_contexts(experts, n=3, seed=1)),
+                 fingerprint="f")
+    routes = {"rule": {"math/id": {"expert": "math", "checkpoint": "mle-math", "reason": "tools"},
+                       "if/id": {"expert": None, "checkpoint": "sdft", "reason": "no expert"},
+                       "search/id": {"expert": None, "checkpoint": None, "reason": "refused"}}}
+    ResultsStore(run).write("consolidate/mle", {"routes": Json(routes), "experts": Json({"math": "mle-math"}),
+                                                "backbone": Json("sdft")}, result_type="consolidation",
+                            attrs={"method": "mle", "replicate": 0, "seed": 0, "fallback": "backbone"})
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +81,8 @@ BAD_DATA = [np.array([1.5, 2.5]), np.array([-1, 99999]), np.zeros((2, 2)), np.ar
             np.array([True]), np.array([3, 1, 2])]
 BAD_ATTRS = ["[", 7, "abc", "{}", "[1, 2]", -1.5, np.array([1, 2]), "nan", ""]
 ATTR_NAMES = ["reference", "settings", "n_items", "n_seeds", "samples", "mean", "std", "column-order", "status",
-              "checkpoint", "suite", "domain", "result-type", "digest", "computed_at", "avg_k_mean"]
+              "checkpoint", "suite", "domain", "result-type", "digest", "computed_at", "avg_k_mean", "early", "late",
+              "relation", "n_items"]
 
 MUTATION = st.one_of(
     st.tuples(st.just("version"), st.integers(0, 10**6), st.sampled_from(range(len(BAD_VERSIONS)))),
@@ -74,11 +95,12 @@ MUTATION = st.one_of(
 )
 
 
-def _mutate(path: Path, ops: list) -> None:
+def _mutate(path: Path, ops: list, prefix: str = "") -> None:
     with h5py.File(path, "r+") as f:
         for op, i, arg in ops:
             names = []
             f.visit(names.append)
+            names = [n for n in names if n.startswith(prefix)]
             if not names:
                 return
             name = sorted(names)[i % len(names)]
@@ -123,8 +145,28 @@ def _read_everything(run: Path) -> None:
         for c in cells:
             read_items(r, c)
         load_matrix(r, None)
+        for found in list_flips(r):
+            read_flips_data(r, found["key"])
+        _read_routing(r, figures=False)
     read_probe_set(store, "p")
     read_probe_set(store, "p", with_text=False)
+
+
+def _read_routing(r, figures: bool = True) -> None:
+    """The Router page's and `export`'s readers (and figures), and `compare`'s MLE routes."""
+    from aclarena.figures.consolidation import confusion_heatmap, router_accuracy
+    from aclarena.store.comparison import read_mle_routes
+    from aclarena.store.routing import read_reports
+
+    reports = read_reports(r)
+    if reports and figures:
+        router_accuracy(reports)
+        for name, rep in reports.items():
+            confusion_heatmap(name, rep)
+    for rec in read_mle_routes(r).values():
+        for suites in rec["routes"].values():
+            for route in suites.values():
+                assert route["checkpoint"] is None or isinstance(route["checkpoint"], str)  # what compare reads
 
 
 def test_the_undamaged_store_reads(template, tmp_path):
@@ -145,6 +187,178 @@ def test_every_reader_answers_or_says_one_line(template, tmp_path_factory, ops):
     except AclarenaError as e:
         msg = str(e).strip()
         assert msg and "\n" not in msg, msg
+
+
+@FUZZ
+@given(st.lists(MUTATION, min_size=1, max_size=3))
+def test_the_flips_reader_answers_or_says_one_line(template, tmp_path_factory, ops):
+    """The flips result (issue 17) damaged where it lies: every reader of it, one line or the data."""
+    run = tmp_path_factory.mktemp("flips")
+    shutil.copyfile(template, run / "results.h5")
+    _mutate(run / "results.h5", ops, prefix="flips")
+    try:
+        with ResultsStore(run).reader() as r:
+            for found in list_flips(r):
+                d = read_flips_data(r, found["key"])
+                assert isinstance(d["attrs"]["settings"], dict) and isinstance(d["summary"], dict)
+                # what passes the reader, the page's and export's figure builders draw
+                recovery_figure(d), divergence_figure(d)
+                for item in d["items"]:
+                    distributions_figure(item)
+                for name in ("forward", "reverse"):
+                    c = d[name]
+                    assert c is None or all(c[k].shape == (len(c["items"]), len(c["budgets"]))
+                                            for k in ("kl", "random", "swaps_kl", "swaps_random"))
+    except AclarenaError as e:
+        msg = str(e).strip()
+        assert msg and "\n" not in msg, msg
+
+
+@FUZZ
+@given(st.sampled_from(["chance", "curves", "cost", "curves/forward", "curves/forward/kl",
+                        "curves/forward/kl/share", "chance/forgot", "chance/forgot/share"]),
+       st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.text(max_size=3), st.lists(st.integers(), max_size=3),
+                 st.dictionaries(st.sampled_from(["share", "low", "high", "n", "kl"]), st.integers(), max_size=3)))
+def test_the_flips_summary_json_answers_or_says_one_line(template, tmp_path_factory, path, value):
+    """The summary JSON damaged inside (a value replaced at a path): the reader refuses it in one line, or
+    the figures of the Flips page and `export` draw what it read."""
+    run = tmp_path_factory.mktemp("summary")
+    shutil.copyfile(template, run / "results.h5")
+    with ResultsStore(run).reader() as r:
+        key = list_flips(r)[0]["key"]
+    with h5py.File(run / "results.h5", "r+") as f:
+        summary = json.loads(f[f"{key}/summary"][()])
+        *parents, last = path.split("/")
+        node = summary
+        for part in parents:
+            node = node[part]
+        node[last] = value
+        attrs = dict(f[f"{key}/summary"].attrs)
+        del f[f"{key}/summary"]
+        f.create_dataset(f"{key}/summary", data=json.dumps(summary), dtype=h5py.string_dtype()).attrs.update(attrs)
+    try:
+        with ResultsStore(run).reader() as r:
+            d = read_flips_data(r, key)
+    except AclarenaError as e:
+        assert "\n" not in str(e) and "is damaged" in str(e), e
+        return
+    recovery_figure(d), divergence_figure(d)
+
+
+@FUZZ
+@given(st.sampled_from(["routing", "consolidate"]), st.lists(MUTATION, min_size=1, max_size=3))
+def test_the_routing_readers_answer_or_say_one_line(template, tmp_path_factory, prefix, ops):
+    """Routing reports and MLE routes damaged where they lie: the readers say one line, or the
+    Router page's figures and `compare` read what they returned."""
+    run = tmp_path_factory.mktemp("routing")
+    shutil.copyfile(template, run / "results.h5")
+    _mutate(run / "results.h5", ops, prefix=prefix)
+    try:
+        with ResultsStore(run).reader() as r:
+            _read_routing(r)
+    except AclarenaError as e:
+        msg = str(e).strip()
+        assert msg and "\n" not in msg, msg
+
+
+ROUTING_DAMAGES = {
+    "labels a number": ("routing/rule/labels", "5"),
+    "labels fewer than the confusion's rows": ("routing/rule/labels", '["math"]'),
+    "confusion 1-d": ("routing/rule/confusion", np.arange(5)),
+    "confusion of text": ("routing/rule/confusion", np.array([b"a", b"b"])),
+    "mixed a list": ("routing/rule/mixed", "[1]"),
+    "routes a list": ("consolidate/mle/routes", "[1]"),
+    "routes of a router a list": ("consolidate/mle/routes", '{"rule": [1]}'),
+    "route of a suite a string": ("consolidate/mle/routes", '{"rule": {"math/id": "x"}}'),
+    "replicate text": ("consolidate/mle", "abc"),
+    "replicate a fraction": ("consolidate/mle", 1.5),
+}
+
+
+@pytest.mark.parametrize("what", list(ROUTING_DAMAGES))
+def test_routing_results_of_the_wrong_shape(template, tmp_path, what):
+    """Each was a traceback in the Router page, `export` or `compare` (TypeError, AttributeError,
+    ValueError), or a figure drawn from a confusion matrix that does not fit its labels."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(template, run / "results.h5")
+    name, value = ROUTING_DAMAGES[what]
+    with h5py.File(run / "results.h5", "r+") as f:
+        if name == "consolidate/mle":
+            f[name].attrs["replicate"] = value
+        else:
+            _replace(f, name, value)
+    with ResultsStore(run).reader() as r, pytest.raises(AclarenaError, match="is damaged") as e:
+        _read_routing(r)
+    assert "\n" not in str(e.value) and name.rsplit("/", 1)[0] in str(e.value)
+
+
+def _replace(f: h5py.File, name: str, value: object) -> None:
+    """Put ``value`` where the element ``name`` was, keeping its encoding attributes."""
+    attrs = dict(f[name].attrs)
+    del f[name]
+    kw = {"dtype": h5py.string_dtype()} if isinstance(value, str) else {}
+    f.create_dataset(name, data=value, **kw).attrs.update(attrs)
+
+
+def _edit_summary(fn):
+    def apply(f: h5py.File, key: str) -> None:
+        summary = json.loads(f[f"{key}/summary"][()])
+        fn(summary)
+        _replace(f, f"{key}/summary", json.dumps(summary))
+
+    return apply
+
+
+def _drop_kl_column(f: h5py.File, key: str) -> None:  # a table that decodes, without a column the page reads
+    g = f[f"{key}/items"]
+    g.attrs["column-order"] = json.dumps([c for c in json.loads(g.attrs["column-order"]) if c != "kl"])
+    del g["kl"]
+
+
+FLIPS_DAMAGE = {
+    "settings not JSON": lambda f, k: f[k].attrs.__setitem__("settings", "["),
+    "settings a list": lambda f, k: f[k].attrs.__setitem__("settings", "[1]"),
+    "settings a number": lambda f, k: f[k].attrs.__setitem__("settings", 5),
+    "settings top a string": lambda f, k: f[k].attrs.__setitem__("settings", json.dumps({"top": "0.06"})),
+    "top-k not JSON": lambda f, k: _replace(f, f"{k}/items/e_topk", np.array([b"[", b"x", b"y"])),
+    "top-k a number": lambda f, k: _replace(f, f"{k}/items/e_topk", np.array([b"5", b"5", b"5"])),
+    "offsets past the pieces": lambda f, k: _replace(f, f"{k}/e_offsets", np.array([0, 2, 99, 100], dtype=np.int64)),
+    "offsets too few": lambda f, k: _replace(f, f"{k}/e_offsets", np.array([0], dtype=np.int64)),
+    "more trajectory items than offsets": lambda f, k: _replace(f, f"{k}/trajectory_items",
+                                                                np.array([b"a", b"b", b"c", b"d", b"e"])),
+    "budgets of text": lambda f, k: _replace(f, f"{k}/forward/budgets", np.array([b"a", b"b", b"c"])),
+    "curve of the wrong shape": lambda f, k: _replace(f, f"{k}/forward/kl", np.zeros((5,), np.int8)),
+    "summary a list": lambda f, k: _replace(f, f"{k}/summary", "[1, 2]"),
+    "summary curves a list": _edit_summary(lambda d: d.__setitem__("curves", [1])),
+    "summary curve of unequal lists": _edit_summary(lambda d: d["curves"]["forward"]["kl"]["share"].append(0.5)),
+    "summary chance share a string": _edit_summary(lambda d: d["chance"]["forgot"].__setitem__("share", "0.5")),
+    "items without a column": _drop_kl_column,
+    "items of an unknown direction": lambda f, k: _replace(f, f"{k}/items/direction",
+                                                           np.array([b"forgot", b"sideways", b"gained"])),
+}
+
+
+def _flips_damage(f: h5py.File, key: str, what: str) -> None:
+    FLIPS_DAMAGE[what](f, key)
+
+
+FLIPS_DAMAGES = list(FLIPS_DAMAGE)
+
+
+@pytest.mark.parametrize("what", FLIPS_DAMAGES)
+def test_flips_result_of_the_wrong_shape(template, tmp_path, what):
+    """Each was a traceback (JSONDecodeError, IndexError, TypeError) or a silently wrong read."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(template, run / "results.h5")
+    with ResultsStore(run).reader() as r:
+        key = list_flips(r)[0]["key"]
+    with h5py.File(run / "results.h5", "r+") as f:
+        _flips_damage(f, key, what)
+    with ResultsStore(run).reader() as r, pytest.raises(AclarenaError, match="is damaged") as e:
+        read_flips_data(r, key)
+    assert "\n" not in str(e.value) and key in str(e.value)
 
 
 def _set_attr(run: Path, key: str, name: str, value: object) -> None:
@@ -260,3 +474,18 @@ def test_result_type_that_is_not_a_string(template, tmp_path):
     _set_attr(run, key, "result-type", np.array([1, 2]))
     with ResultsStore(run).reader() as r, pytest.raises(AclarenaError, match="result-type .* not a string"):
         read_cells(r)
+
+
+@pytest.mark.parametrize("raw", [b"[1, 2]", b"5", b"\"every\"", b"{", b"[" * 3000])
+def test_monitor_session_settings_that_are_not_an_object(tmp_path, raw):
+    """A session's settings of another JSON shape read as none (was: a list or a number handed to readers
+    that call `settings.get`, e.g. `aclarena-diag monitor`)."""
+    from aclarena.store.monitor_series import SESSION_COLUMNS, load_monitor
+    from aclarena.store.series import SeriesWriter, read_series
+
+    with SeriesWriter(tmp_path, {"monitor/a/sessions": SESSION_COLUMNS}) as w:
+        w.append("monitor/a/sessions", [{"session": 0, "step": 0, "time": 1.0, "settings": raw}])
+    with read_series(tmp_path) as r:
+        view = load_monitor(r, "a")
+    assert view.sessions == 1 and view.settings == {}
+    assert view.settings.get("every_n_steps", "?") == "?"
