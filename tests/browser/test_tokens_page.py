@@ -58,6 +58,12 @@ def test_tokens_page_switches_checkpoint(token_run, serve, page, console_errors)
     page.wait_for_selector("#tokens-scatter .main-svg")
     page.wait_for_selector("#tokens-summary-table")
     assert "seq-ecom" in page.text_content("#tokens-scatter .gtitle")
+    # the export's tokens/strata: mean KL and flip rate at high- vs low-entropy positions, per checkpoint
+    page.wait_for_selector("#tokens-strata .main-svg")
+    assert "Drift on high- vs low-entropy positions" in page.text_content("#tokens-strata .gtitle")
+    bars = page.evaluate("() => document.querySelector('#tokens-strata .js-plotly-plot').data.map(t => [t.name, t.x])")
+    assert {n for n, _ in bars} == {"high entropy", "low entropy"} and len(bars) == 4  # 2 strata x (KL, flips)
+    assert all("seq-ecom" in x for _, x in bars)
     summary = page.inner_text("#tokens-summary-table")
     assert "seq-search" in summary and "seq-ecom" in summary
     hover = page.get_attribute("#tokens-text span.tok[title]", "title")

@@ -43,6 +43,13 @@ def test_vectors_page_heatmap_hover_and_layer_slider(analysed_run, serve, page, 
     page.wait_for_selector("#vectors-distances .main-svg")
     assert "oracle-math" in page.text_content("#vectors-distances")
     assert "no oracle for domain 'search'" in page.inner_text("#vectors-notes")
+    # the export's vectors/layer-cosines: every vector's cosine with the oracle's direction, per layer block
+    page.wait_for_selector("#vectors-layer-oracle .main-svg")
+    assert "Cosine with the oracle-math direction, per layer" in _title(page, "vectors-layer-oracle")
+    rows = page.evaluate("() => document.querySelector('#vectors-layer-oracle .js-plotly-plot').data[0].y")
+    z = page.evaluate("() => document.querySelector('#vectors-layer-oracle .js-plotly-plot').data[0].z")
+    own = rows.index("oracle-math - base")
+    assert all(abs(v - 1) < 1e-4 for v in z[own] if v is not None)  # the direction with itself, in every block
     # excluding the embeddings changes the view
     page.get_by_text("without embeddings and head").click()
     page.wait_for_function(

@@ -149,6 +149,7 @@ def layout(**query: Any) -> html.Div:
         ], style={"display": "flex", "flexWrap": "wrap", "gap": "1em"}),
         html.H3("Summary"),
         html.Div(id="tokens-summary"),
+        dcc.Graph(id="tokens-strata"),
     ])
 
 
@@ -182,6 +183,16 @@ def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], in
     )
     options = [{"label": lab, "value": i} for i, lab in enumerate(labels)]
     return options, 0 if options else None, ckpts, (ckpts[-1] if ckpts else None), table
+
+
+def strata(run_dir: Path, probe: str | None) -> Any:
+    """Mean KL and flip rate at high- vs low-entropy positions per checkpoint (the export's tokens/strata)."""
+    from aclarena.figures.tokens import strata_figure
+
+    with reader(run_dir) as r:
+        if r is None or probe is None:
+            return {}
+        return strata_figure(r, probe, manifest(run_dir))
 
 
 def colour_bar(scale: tuple[float, float], color_by: str, checkpoint: str | None) -> html.Div:
@@ -408,6 +419,10 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
             ckpt = initial["checkpoint"] if initial.get("checkpoint") in ckpts else ckpt
             b = initial["b"] if initial.get("b") in ckpts else None
         return options, value, ckpts, ckpt, ckpts, b, table
+
+    @app.callback(Output("tokens-strata", "figure"), Input("tokens-probe", "value"))
+    def _strata(probe: str | None) -> Any:
+        return strata(run_dir, probe)
 
     keep_in_url(app, "tokens-url", {
         "probe": ("tokens-probe", "value"), "seq": ("tokens-sequence", "value"),
