@@ -134,3 +134,33 @@ def test_pages_at_40_checkpoints(long_run, serve, page, console_errors):
     legend = page.locator("#displacement-sft-rl .legend")
     assert legend.count() == 0 or "SFT" not in legend.text_content()
     assert console_errors == []
+
+
+def _legend_layout(svg: str) -> dict:
+    """From an exported SVG: the image height, the legend's top, its visible (background) height and
+    the offsets of its entries (an entry below the visible height is cut off)."""
+    import re
+
+    height = float(re.search(r'<svg[^>]*height="([\d.]+)"', svg).group(1))
+    start = svg.index('<g class="legend"')
+    top = float(re.search(r'translate\(([\d.]+), ?([\d.]+)\)', svg[start:start + 300]).group(2))
+    legend = svg[start:]
+    bg = float(re.search(r'<rect class="bg"[^>]*height="([\d.]+)"', legend).group(1))
+    entries = [float(y) for y in re.findall(r'<g class="traces" transform="translate\([\d.]+, ?([\d.]+)\)"', legend)]
+    return {"height": height, "top": top, "bg": bg, "entries": entries}
+
+
+def test_export_keeps_a_long_legend_inside_the_image(long_run, tmp_path):
+    """The displacement figures of a 40-stage run have 48 (layers) and 96 (sparsity, in 48 groups)
+    legend entries: the exported image is tall enough for all of them, none cut off."""
+    from aclarena.cli import main
+
+    out = tmp_path / "figs"
+    code = main(["export", "--run", str(long_run), "--figures", "displacement/layers,displacement/sparsity",
+                 "--format", "svg", "--out", str(out)])
+    assert code == 0
+    for name, n in (("displacement-layers", 48), ("displacement-sparsity", 96)):
+        lay = _legend_layout((out / f"{name}.svg").read_text())
+        assert len(lay["entries"]) == n, name
+        assert max(lay["entries"]) + 10 <= lay["bg"], (name, lay["bg"], max(lay["entries"]))  # last entry visible
+        assert lay["top"] + lay["bg"] <= lay["height"], name  # the legend inside the image
