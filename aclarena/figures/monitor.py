@@ -142,7 +142,7 @@ def series_figure(view: MonitorView | list[MonitorView]) -> go.Figure:
 
     fig.update_layout(
         title=f"Drift monitor: {phase_of(main.label)} ({n_checks} checks, {n_events} warnings"
-              + (f"; with its lead-time retrain, dotted" if len(views) > 1 else "") + ")",
+              + ("; with its lead-time retrain, dotted" if len(views) > 1 else "") + ")",
         template="plotly_white", height=170 * len(metrics) + 120, legend=dict(orientation="h", y=1.04, x=0),
         uirevision=phase_of(main.label), margin=dict(t=110),
     )

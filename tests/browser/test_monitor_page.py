@@ -167,8 +167,14 @@ def write_two_recordings(run: Path) -> None:
     watches) and its lead-time retrain ``lead-time/seq-ecom-sft`` (4 checks, ground truth every 2 steps),
     through the monitor's own writer."""
     from aclarena.diagnostics.monitor_metrics import METRICS, default_rules, rules_to_json
-    from aclarena.store.monitor_series import (EVENT_COLUMNS, SESSION_COLUMNS, TRAIN_COLUMNS, MonitorStore,
-                                               probe_columns, settings_bytes)
+    from aclarena.store.monitor_series import (
+        EVENT_COLUMNS,
+        SESSION_COLUMNS,
+        TRAIN_COLUMNS,
+        MonitorStore,
+        probe_columns,
+        settings_bytes,
+    )
     from aclarena.train.lead_time import BENCH_COLUMNS
 
     store = MonitorStore(run)
