@@ -119,13 +119,13 @@ def _provenance(data: Mapping[str, Any], source: str, command: str) -> str:
 
 def demo_stages(data: Mapping[str, Any]) -> str:
     """Each stage's in-domain score over its parent's, after its SFT, after the stage, its oracle."""
-    rows = []
+    rows = [["base", "", "", "", "", "", _num(data.get("base_general"))]] if "base_general" in data else []
     for r in data["stages"]:
         parent = _num(r.get("parent_score")) + (" (base)" if r.get("parent") == "base" else "")
         rows.append([r["stage"], r["suite"], parent, _num(r.get("after_sft")), _num(r.get("score")),
-                     _num(r.get("oracle"))])
-    return _table(["stage", "in-domain suite", "parent's score", "after its SFT", "after the stage", "its oracle"],
-                  rows)
+                     _num(r.get("oracle")), _num(r.get("general"))])
+    return _table(["stage", "in-domain suite", "parent's score", "after its SFT", "after the stage", "its oracle",
+                   "general after the stage"], rows)
 
 
 def demo_lead_time(data: Mapping[str, Any]) -> str:
@@ -147,6 +147,53 @@ def demo_comparison(data: Mapping[str, Any]) -> str:
     suites = list(cmp["in_domain"]) + list(cmp["out_of_domain"])
     rows = [[r["label"], *(_num((r["cells"].get(s) or {}).get("mean")) for s in suites)] for r in cmp["rows"]]
     return _table(["model", *suites], rows)
+
+
+def demo_forgetting(data: Mapping[str, Any]) -> str:
+    """The e-commerce stage's effect on the earlier skills, then the continual-learning metrics."""
+    eff = data.get("ecom_effect") or {}
+    rows = [[f"{s} ({eff.get('before', '?')} → {eff.get('after', '?')})", _num((eff.get(s) or {}).get("before")),
+             _num((eff.get(s) or {}).get("after"))] for s in ("math/id", "search/id", "general") if s in eff]
+    out = _table(["suite (before → after the e-commerce stage)", "before", "after"], rows) if rows else ""
+    cl = data.get("forgetting") or {}
+    names = {"average_accuracy": "ACC (mean final in-domain score)", "backward_transfer": "BWT (backward transfer)",
+             "forward_transfer": "FWT (forward transfer)", "forgetting_max": "forgetting (mean max drop)",
+             "retention_vs_oracle": "retention vs oracle"}
+    cl_rows = [[label, _num(cl.get(k))] for k, label in names.items() if k in cl]
+    return out + ("\n" + _table(["continual-learning metric", "value"], cl_rows) if cl_rows else "")
+
+
+def demo_displacement(data: Mapping[str, Any]) -> str:
+    """SFT vs RL parameter displacement per stage (‖Δθ‖₂ of each phase's update)."""
+    rows = [[r["stage"], _num(r.get("sft")), _num(r.get("rl"), 3),
+             "undefined (RL moved 0)" if r.get("ratio") is None else f"{_num(r.get('ratio'), 1)}×"]
+            for r in data.get("sft_rl") or []]
+    overall = data.get("sft_rl_overall")
+    if overall is not None:
+        rows.append(["pooled over stages with both phases", "", "", f"{_num(overall, 1)}×"])
+    return _table(["stage", "SFT ‖Δθ‖₂", "RL ‖Δθ‖₂", "SFT / RL"], rows)
+
+
+def demo_tokens(data: Mapping[str, Any]) -> str:
+    """Token drift of later checkpoints on the reference's generations (tokens --ref seq-math)."""
+    td = data.get("token_drift") or {}
+    rows = [[r["checkpoint"], _num(r.get("kl_share_high")), _num(r.get("barely_moved_low")), _num(r.get("kl_mean"), 3)]
+            for r in td.get("checkpoints") or []]
+    high = td.get("high")  # the tokens verb's rule for "high entropy", e.g. "q=0.06" (the top 6%)
+    rule = f"{float(high[2:]):.0%}" if isinstance(high, str) and high.startswith("q=") else str(high)
+    return _table(["checkpoint", f"share of KL at the top {rule} entropy positions",
+                   "low-entropy positions barely moved", "mean KL (nats)"], rows)
+
+
+def demo_times(data: Mapping[str, Any]) -> str:
+    """Wall time of the demo's parts (this invocation) and of each training phase (when it was trained)."""
+    rows = [[k, f"{_num(v, 0)} s"] for k, v in (data.get("step_times") or {}).items()]
+    rows.append(["total (this invocation)", f"{_num(data.get('total_s'), 0)} s"])
+    phases = [[p["name"], "-" if p.get("steps") is None else str(p["steps"]),
+               "-" if p.get("time_s") is None else f"{_num(p['time_s'], 0)} s", p.get("status", "")]
+              for p in data.get("phase_times") or []]
+    return (_table(["part", "wall time"], rows) + "\n"
+            + _table(["phase", "steps", "training time", "status"], phases))
 
 
 def findings_table(data: Mapping[str, Any]) -> str:
@@ -184,6 +231,10 @@ RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "demo-stages": (demo_stages, DEMO_CMD),
     "demo-lead-time": (demo_lead_time, DEMO_CMD),
     "demo-comparison": (demo_comparison, DEMO_CMD),
+    "demo-forgetting": (demo_forgetting, DEMO_CMD),
+    "demo-displacement": (demo_displacement, DEMO_CMD),
+    "demo-tokens": (demo_tokens, DEMO_CMD),
+    "demo-times": (demo_times, DEMO_CMD),
     "findings": (findings_table, STUDY_CMD),
     "monitor-validation": (monitor_validation, STUDY_CMD),
 }

@@ -6,7 +6,8 @@
 
 For each size: the base is pretrained with the project's own code and data (``aclarena-diag
 train`` on examples/mini-base.toml with that size's architecture; ``--base`` reuses a finished
-one), then scored one-shot (:mod:`aclarena.envs.demonstration`), then each domain's oracle is
+one), then scored on copying (fresh chats of the pretraining's copy kinds: the induction skill every tool domain needs) and
+one-shot (:mod:`aclarena.envs.demonstration`), then each domain's oracle is
 an expert SFT from the base (``--steps`` steps, the recipe below, no RL) scored greedily on
 ``-n`` in-domain evaluation tasks. One JSON line per size goes to ``--results`` with the
 parameters, pretraining tokens and steps, wall times, scores and 95% bootstrap intervals.
@@ -71,6 +72,32 @@ def score(model, tok, domain: str, n: int) -> list[float]:
     return [float(t.reward) for t in trajs if t is not None]
 
 
+def copy_score(model, tok, n: int, seed: int = 123) -> tuple[list[float], list[float]]:
+    """Copying, on fresh chats of the pretraining's own copy kinds (names, ids, numbers copied from the
+    message into the reply): the induction skill every tool domain needs. Per chat: the greedy reply's exact
+    match, and the teacher-forced top-1 accuracy on the reply's tokens (it rises before exact matches do)."""
+    import random
+
+    import torch
+
+    from aclarena.train.pretraining import copy_chat
+
+    rng, exact, token_acc = random.Random(seed), [], []
+    model.eval()
+    for _ in range(n):
+        msgs = copy_chat(rng)
+        enc = tok.apply_chat_template(msgs[:-1], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        full = tok.apply_chat_template(msgs, return_tensors="pt", return_dict=True)["input_ids"]
+        start = enc["input_ids"].shape[1]
+        with torch.no_grad():
+            ids = model.generate(**enc, max_new_tokens=40, do_sample=False)
+            pred = model(input_ids=full).logits[0, start - 1:-1].argmax(-1)
+        got = tok.decode(ids[0, start:], skip_special_tokens=True).strip()
+        exact.append(float(got == msgs[-1]["content"]))
+        token_acc.append(float((pred == full[0, start:]).float().mean()))
+    return exact, token_acc
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", action="append", choices=sorted(SIZES), required=True)
@@ -78,7 +105,7 @@ def main() -> int:
     p.add_argument("--out", default="runs/sweep")
     p.add_argument("--steps", type=int, default=None, help="oracle SFT steps of every domain (default: ORACLE's)")
     p.add_argument("-n", type=int, default=100, help="evaluation tasks per domain")
-    p.add_argument("--domains", default="math,search,ecom,if")
+    p.add_argument("--domains", default="math,search,ecom,if", help="oracle domains ('' for none: the copy test only)")
     p.add_argument("--results", default="docs/results/mini_base_sweep.jsonl")
     p.add_argument("--no-one-shot", action="store_true", help="skip the base's one-shot scores (run them once, in "
                                                                  "one of several processes that share a base)")
@@ -95,6 +122,8 @@ def main() -> int:
         row["pretrain_wall_s"] = round(time.monotonic() - t0, 1) if not args.base else None
         if (base / ".aclarena-phase.json").is_file():
             marker = json.loads((base / ".aclarena-phase.json").read_text())
+        elif (base / "fingerprint.json").is_file():  # the base shipped in the package (aclarena/models/mini_base)
+            marker = json.loads((base / "fingerprint.json").read_text())
         else:  # a trainer checkpoint of a pretraining still running (an early look)
             state = json.loads((base / "trainer_state.json").read_text())
             marker = {"meta": {}, "steps": state["global_step"], "time_s": None}
@@ -104,6 +133,10 @@ def main() -> int:
         row["pretrain_tokens"] = marker["steps"] * 4 * 512  # packed rows of 512 tokens, 4 a step
         row["pretrain_time_s"] = marker["time_s"]
         model, tok = load_start(str(base))
+        copied, token_acc = copy_score(model, tok, args.n)
+        row["copy"] = {"score": sum(copied) / len(copied), "n": len(copied), "ci95": list(bootstrap(copied)),
+                       "token_accuracy": sum(token_acc) / len(token_acc), "token_accuracy_ci95": list(bootstrap(token_acc))}
+        print(json.dumps({"size": size, "copy": row["copy"]}), flush=True)
         if not args.no_one_shot:
             t1 = time.monotonic()
             row["one_shot"] = one_shot_scores(model, tok, n=args.n // 4)
@@ -111,7 +144,7 @@ def main() -> int:
             row["one_shot_wall_s"] = round(time.monotonic() - t1, 1)
             print(json.dumps(row), flush=True)
         row["oracles"] = {}
-        for domain in args.domains.split(","):
+        for domain in [d for d in args.domains.split(",") if d]:
             steps, lr, bs = ORACLE[domain]
             steps = args.steps or steps
             t1 = time.monotonic()

@@ -238,7 +238,7 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
         stages.append({"stage": name, "domain": d, "suite": suite, "parent": parent,
                        "parent_score": cells.get((parent, suite)), "score": cells.get((name, suite)),
                        "after_sft": cells.get((sft, suite)) if sft else None,
-                       "oracle": cells.get((f"oracle-{d}", suite))})
+                       "oracle": cells.get((f"oracle-{d}", suite)), "general": cells.get((name, "general"))})
     ecom = None
     if "seq-ecom" in stage_ends:
         before = stage_parent("seq-ecom")
@@ -258,6 +258,7 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
     errors = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and "error" in v}
     return {
         "preset": preset, "eval_tasks_per_suite": n, "stages": stages, "ecom_effect": ecom,
+        "base_general": cells.get(("base", "general")),
         "sft_rl": sft_rl, "sft_rl_overall": (disp or {}).get("sft_rl_overall"),
         "token_drift": {"high": (tok or {}).get("high"), "checkpoints": drift},
         "forgetting": (forg or {}).get("summary"), "phase_times": phases,

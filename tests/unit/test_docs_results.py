@@ -93,3 +93,31 @@ def test_unknown_table_and_source_outside_results(tmp_path):
 
 def test_repo_root_is_this_checkout():
     assert (REPO / "aclarena" / "docs_results.py").is_file()
+
+
+def test_demo_renderers_show_every_part_of_the_summary():
+    from aclarena.docs_results import demo_displacement, demo_forgetting, demo_times, demo_tokens
+
+    summary = {
+        "ecom_effect": {"before": "seq-search", "after": "seq-ecom", "math/id": {"before": 0.2, "after": 0.1},
+                        "search/id": {"before": 0.4, "after": None}, "general": {"before": 0.3, "after": 0.3}},
+        "forgetting": {"average_accuracy": 0.25, "backward_transfer": -0.125, "forward_transfer": None},
+        "sft_rl": [{"stage": "seq-math", "sft": 30.0, "rl": 1.5, "ratio": 20.0},
+                   {"stage": "seq-search", "sft": 10.0, "rl": 0.0, "ratio": None}],
+        "sft_rl_overall": 20.0,
+        "token_drift": {"high": "q=0.06", "checkpoints": [{"checkpoint": "seq-if", "kl_share_high": 0.09,
+                                                        "barely_moved_low": 0.23, "kl_mean": 0.5}]},
+        "step_times": {"train": 12.5, "eval": 100.0}, "total_s": 130.0,
+        "phase_times": [{"name": "seq-math-sft", "steps": 300, "time_s": 103.0, "status": "finished"},
+                        {"name": "oracle-math", "steps": None, "time_s": None, "status": "reused"}],
+    }
+    forgetting = demo_forgetting(summary)
+    assert "| math/id (seq-search → seq-ecom) | 0.20 | 0.10 |" in forgetting
+    assert "| search/id (seq-search → seq-ecom) | 0.40 | - |" in forgetting  # unscored: a dash, never 0
+    assert "| BWT (backward transfer) | -0.12 |" in forgetting and "| FWT (forward transfer) | - |" in forgetting
+    disp = demo_displacement(summary)
+    assert "| seq-math | 30.00 | 1.500 | 20.0× |" in disp and "undefined (RL moved 0)" in disp
+    assert "pooled over stages with both phases" in disp
+    assert "| seq-if | 0.09 | 0.23 | 0.500 |" in demo_tokens(summary) and "top 6% entropy" in demo_tokens(summary)
+    times = demo_times(summary)
+    assert "| eval | 100 s |" in times and "| seq-math-sft | 300 | 103 s | finished |" in times and "| oracle-math | - | - | reused |" in times
