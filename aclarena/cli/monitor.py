@@ -219,14 +219,10 @@ def run_lead_time(args: argparse.Namespace) -> int:
 
 
 def print_lead_time(result: dict[str, Any]) -> None:
-    rows = result["table"]
+    from aclarena.figures.monitor import LEAD_COLUMNS, lead_time_rows
+
     print_table(
-        [{**r, "warned": "never" if r["warn_step"] is None else r["warn_step"],
-          "drop": "none" if r["drop_step"] is None else r["drop_step"],
-          "lead": "-" if r["lead"] is None else r["lead"]} for r in rows],
-        ["domain", "predictor", "metric", "warned", "drop", "lead"],
-        headers=["domain", "predictor", "metric", "first warning (step)", "significant drop (step)",
-                 "lead (steps)"],
+        lead_time_rows(result), [k for k, _, _ in LEAD_COLUMNS], headers=[h for _, h, _ in LEAD_COLUMNS],
         title=f"lead time of each warning, {result['stage']} stage ({result['steps']} steps; ground truth every "
               f"{result['settings']['eval_every']} steps on {result['settings']['n']} fixed items)",
         caption="lead = drop step - warning step (> 0: warned before the drop); drop = first evaluation whose exact "

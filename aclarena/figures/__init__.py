@@ -86,8 +86,52 @@ def build_figures(reader: StoreReader | None, manifest: Manifest, pattern: str =
         for suffix, fig in spec.build(reader, manifest):
             stem = spec.id.replace("/", "-") + (f"-{suffix}" if suffix else "")
             fig.update_layout(width=fig.layout.width or spec.width, height=fig.layout.height or spec.height)
+            fit_legend(fig)
             out.append(BuiltFigure(spec, stem, fig))
     return out
+
+
+# trace types that never have a legend entry of their own
+_NO_LEGEND = frozenset({"heatmap", "contour", "surface", "table", "parcoords", "parcats", "sankey", "indicator",
+                        "histogram2d", "histogram2dcontour"})
+#: height of one vertical-legend entry in plotly.js (measured: 19 px at font sizes 10-12), and its padding
+LEGEND_ENTRY_PX = 19
+LEGEND_PAD_PX = 10
+
+
+def legend_height(fig: Any) -> float:
+    """The height a vertical legend of ``fig`` takes (0 when it shows none): one entry per trace shown in
+    the legend, a gap between legend groups, scaled for fonts above 12 px."""
+    layout = fig.layout
+    if layout.showlegend is False or (layout.legend.orientation or "v") != "v":
+        return 0.0
+    shown = [t for t in fig.data if t.type not in _NO_LEGEND and t.showlegend is not False]
+    if len(shown) < 2 and layout.showlegend is not True:
+        return 0.0  # plotly draws no legend for a single trace
+    size = layout.legend.font.size or layout.font.size or 12
+    entry = max(LEGEND_ENTRY_PX, 1.5 * size + 1)
+    groups = {t.legendgroup for t in shown if t.legendgroup}
+    gap = layout.legend.tracegroupgap if layout.legend.tracegroupgap is not None else 10
+    return len(shown) * entry + (gap * (len(groups) - 1) if groups else 0) + LEGEND_PAD_PX
+
+
+def fit_legend(fig: Any) -> Any:
+    """Make a static image tall enough for its whole vertical legend.
+
+    An interactive plot scrolls a legend longer than the plot; a PNG/SVG/PDF cuts it (a 40-stage
+    run's displacement figures have 48-96 entries). The image grows to the legend's height plus
+    the top and bottom margins; figures whose legend fits are left as they are.
+    """
+    need = legend_height(fig)
+    if not need:
+        return fig
+    m = fig.layout.margin
+    top = m.t if m.t is not None else 100
+    bottom = m.b if m.b is not None else 80
+    height = fig.layout.height or 450
+    if top + need + bottom > height:
+        fig.update_layout(height=int(top + need + bottom + LEGEND_PAD_PX))
+    return fig
 
 
 # kaleido drives a headless Chromium, which now and then never answers (plotly/Kaleido#134,

@@ -1,11 +1,13 @@
 """Drift-monitor figures: the early-warning series of a training run and the lead-time table.
 
 ``monitor/series`` (one figure per monitored phase): one panel per metric (token drift and
-flip rate at high-entropy positions, whole-sequence KL, forward KL to the stage start, and
-the training loss), a line per probe set against the training step, the absolute
-thresholds as dashed lines and every warning as a marker. ``monitor/lead-time``: the
-ground-truth accuracy of the earlier domains along the measured stage, with each
-predictor's first warning and each domain's first significant drop marked.
+flip rate at high-entropy positions, whole-sequence KL, forward KL to the stage start, every
+other metric a rule watches or a warning names, and the training loss), a line per probe set
+against the training step, the absolute thresholds as dashed lines and every warning as a
+marker; a phase that ``monitor --lead-time`` retrained is one figure with both recordings
+(the retrain dotted). ``monitor/lead-time``: the ground-truth accuracy of the earlier domains
+along the measured stage, with each predictor's first warning and each domain's first
+significant drop marked; :func:`lead_time_rows` is its table as ``monitor --lead-time`` prints it.
 
 The series come from ``series.h5`` (read under SWMR, so a live run can be drawn); the
 lead-time result from results.h5.
@@ -27,64 +29,153 @@ if TYPE_CHECKING:
     from aclarena.store.monitor_series import MonitorView
     from aclarena.store.results import StoreReader
 
-PANELS = (
-    ("kl_high", "KL at high-entropy positions (nats)"),
-    ("flip_high", "flip rate at high-entropy positions"),
-    ("kl_all", "whole-sequence KL (nats)"),
-    ("fkl", "forward KL to the stage start (nats)"),
-    ("loss", "training loss"),
-)
+#: Panel titles of the monitor's metrics; the first four are always drawn, the loss comes last.
+PANEL_TITLES = {
+    "kl_high": "KL at high-entropy positions (nats)",
+    "flip_high": "flip rate at high-entropy positions",
+    "kl_all": "whole-sequence KL (nats)",
+    "fkl": "forward KL to the stage start (nats)",
+    "fkl_high": "forward KL to the stage start at high-entropy positions (nats)",
+    "kl_low": "KL at the other positions (nats)",
+    "kl_share_high": "share of the KL at high-entropy positions",
+    "flip_all": "flip rate at all positions",
+    "loss": "training loss",
+}
+DEFAULT_PANELS = ("kl_high", "flip_high", "kl_all", "fkl")
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+#: Line style of each recording of a phase: the training run itself, then a lead-time retrain.
+DASHES = ("solid", "dot", "dashdot", "longdash")
 
 
 def _finite(values: Any) -> list[float | None]:
     return [float(v) if v is not None and math.isfinite(float(v)) else None for v in values]
 
 
-def series_figure(view: MonitorView) -> go.Figure:
-    """The monitor's series of one phase: a panel per metric, thresholds dashed, warnings marked."""
-    rules = (view.settings or {}).get("rules") or {}
-    fig = make_subplots(rows=len(PANELS), cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                        subplot_titles=[t for _, t in PANELS])
-    for row, (metric, _) in enumerate(PANELS, start=1):
-        if metric == "loss":
-            tr = view.train
-            if len(tr.get("step", [])):
-                fig.add_trace(go.Scatter(x=tr["step"].tolist(), y=_finite(tr["loss"].tolist()), mode="lines+markers",
-                                         name="loss", line=dict(color="#444"), marker=dict(size=4),
-                                         legendgroup="loss", hovertemplate="step %{x}<br>loss %{y:.4g}<extra></extra>"),
+def _views(view: MonitorView | list[MonitorView]) -> list[MonitorView]:
+    return list(view) if isinstance(view, list | tuple) else [view]
+
+
+def panel_metrics(view: MonitorView | list[MonitorView]) -> list[str]:
+    """The metrics drawn, one panel each: the default four, then every other metric that an active
+    rule watches or a warning names (in the order met), then the training loss."""
+    out = list(DEFAULT_PANELS)
+    for v in _views(view):
+        rules = (v.settings or {}).get("rules") or {}
+        named = [m for m, r in rules.items() if isinstance(r, dict) and (r.get("threshold") is not None
+                                                                         or r.get("trend"))]
+        named += [e["metric"] for e in v.events]
+        out += [m for m in dict.fromkeys(named) if m not in out and m != "loss"]
+    return [*out, "loss"]
+
+
+def _panel_title(metric: str) -> str:
+    if metric in PANEL_TITLES:
+        return PANEL_TITLES[metric]
+    from aclarena.diagnostics.monitor_metrics import METRICS
+
+    return METRICS.get(metric, metric)
+
+
+def _run_name(view: MonitorView) -> str:
+    from aclarena.store.monitor_series import LEAD_LABEL_PREFIX
+
+    return "lead-time retrain" if view.label.startswith(LEAD_LABEL_PREFIX) else ""
+
+
+def series_figure(view: MonitorView | list[MonitorView]) -> go.Figure:
+    """The monitor's series of one phase: a panel per metric, thresholds dashed, warnings marked.
+
+    ``view`` may be several recordings of the same phase (the training run and a lead-time retrain):
+    they share the panels, each in its own line style, named "(lead-time retrain)" after the probe.
+    """
+    views = _views(view)
+    metrics = panel_metrics(views)
+    fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.16 / len(metrics),
+                        subplot_titles=[_panel_title(m) for m in metrics])
+    probes = list(dict.fromkeys(p for v in views for p in v.probes))
+    drawn_thresholds: set[tuple[int, float]] = set()
+    for row, metric in enumerate(metrics, start=1):
+        for vi, v in enumerate(views):
+            dash = DASHES[vi % len(DASHES)]
+            run = _run_name(v)
+            suffix = f" ({run})" if run else ""
+            if metric == "loss":
+                tr = v.train
+                if len(tr.get("step", [])):
+                    fig.add_trace(go.Scatter(
+                        x=tr["step"].tolist(), y=_finite(tr["loss"].tolist()), mode="lines+markers",
+                        name="loss" + suffix, line=dict(color="#444", dash=dash), marker=dict(size=4),
+                        legendgroup="loss" + suffix, hovertemplate=f"step %{{x}}<br>loss %{{y:.4g}}{suffix}<extra></extra>"),
+                        row=row, col=1)
+            else:
+                for probe, cols in v.probes.items():
+                    if metric not in cols:
+                        continue
+                    k = probes.index(probe)
+                    fig.add_trace(go.Scatter(
+                        x=cols["step"].tolist(), y=_finite(cols[metric].tolist()), mode="lines+markers",
+                        name=probe + suffix, legendgroup=probe + suffix, showlegend=row == 1,
+                        line=dict(color=PALETTE[k % len(PALETTE)], dash=dash), marker=dict(size=6),
+                        hovertemplate=f"{probe}{suffix}<br>step %{{x}}<br>{metric} %{{y:.4g}}<extra></extra>"),
+                        row=row, col=1)
+            rule = ((v.settings or {}).get("rules") or {}).get(metric) or {}
+            if rule.get("threshold") is not None and (row, float(rule["threshold"])) not in drawn_thresholds:
+                drawn_thresholds.add((row, float(rule["threshold"])))
+                fig.add_hline(y=float(rule["threshold"]), line=dict(color="#d62728", dash="dash", width=1),
+                              annotation_text=f"threshold {rule['threshold']:g}", annotation_position="top left",
                               row=row, col=1)
-        else:
-            for k, (probe, cols) in enumerate(view.probes.items()):
-                if metric not in cols:
-                    continue
+            ev = [e for e in v.events if e["metric"] == metric]
+            if ev:
+                name = "warning" + suffix
                 fig.add_trace(go.Scatter(
-                    x=cols["step"].tolist(), y=_finite(cols[metric].tolist()), mode="lines+markers", name=probe,
-                    legendgroup=probe, showlegend=row == 1, line=dict(color=PALETTE[k % len(PALETTE)]),
-                    marker=dict(size=6),
-                    hovertemplate=f"{probe}<br>step %{{x}}<br>{metric} %{{y:.4g}}<extra></extra>"), row=row, col=1)
-        rule = rules.get(metric) or {}
-        if rule.get("threshold") is not None:
-            fig.add_hline(y=float(rule["threshold"]), line=dict(color="#d62728", dash="dash", width=1),
-                          annotation_text=f"threshold {rule['threshold']:g}", annotation_position="top left",
-                          row=row, col=1)
-        ev = [e for e in view.events if e["metric"] == metric]
-        if ev:
-            fig.add_trace(go.Scatter(
-                x=[e["step"] for e in ev], y=[e["value"] for e in ev], mode="markers", name="warning",
-                legendgroup="warning", showlegend=not any(t.name == "warning" for t in fig.data),
-                marker=dict(symbol="x", size=13, color="#d62728", line=dict(width=2)),
-                customdata=[[e["series"], e["rule"], e["limit"], e["action"]] for e in ev],
-                hovertemplate="WARNING %{customdata[0]}<br>step %{x}<br>value %{y:.4g}<br>rule %{customdata[1]}, "
-                              "limit %{customdata[2]:.4g}<br>action %{customdata[3]}<extra></extra>"), row=row, col=1)
-    n_checks = sum(len(c.get("step", [])) for c in view.probes.values())
+                    x=[e["step"] for e in ev], y=[e["value"] for e in ev], mode="markers", name=name,
+                    legendgroup=name, showlegend=not any(t.name == name for t in fig.data),
+                    marker=dict(symbol="x" if not run else "x-thin", size=13, color="#d62728", line=dict(width=2)),
+                    customdata=[[e["series"], e["rule"], e["limit"], e["action"]] for e in ev],
+                    hovertemplate=f"WARNING{suffix} %{{customdata[0]}}<br>step %{{x}}<br>value %{{y:.4g}}<br>rule "
+                                  "%{customdata[1]}, limit %{customdata[2]:.4g}<br>action %{customdata[3]}"
+                                  "<extra></extra>"), row=row, col=1)
+    main = views[0]
+    n_checks = sum(len(c.get("step", [])) for c in main.probes.values())
+    n_events = sum(len(v.events) for v in views)
+    from aclarena.store.monitor_series import phase_of
+
     fig.update_layout(
-        title=f"Drift monitor: {view.label} ({n_checks} checks, {len(view.events)} warnings)",
-        template="plotly_white", height=170 * len(PANELS) + 120, legend=dict(orientation="h", y=1.04, x=0),
-        uirevision=view.label, margin=dict(t=110),
+        title=f"Drift monitor: {phase_of(main.label)} ({n_checks} checks, {n_events} warnings"
+              + ("; with its lead-time retrain, dotted" if len(views) > 1 else "") + ")",
+        template="plotly_white", height=170 * len(metrics) + 120, legend=dict(orientation="h", y=1.04, x=0),
+        uirevision=phase_of(main.label), margin=dict(t=110),
     )
-    fig.update_xaxes(title_text="training step", row=len(PANELS), col=1)
+    fig.update_xaxes(title_text="training step", row=len(metrics), col=1)
     return fig
+
+
+#: The lead-time table's columns: (key, header, what it means).
+LEAD_COLUMNS = (
+    ("domain", "domain", "the earlier domain whose forgetting is predicted"),
+    ("predictor", "predictor", "the warning signal (a monitor metric on that domain's probe, RL's Razor, or the loss)"),
+    ("metric", "metric", "the series the predictor's rule watches"),
+    ("warned", "first warning (step)", "first step at which the predictor's rule fired ('never' if it did not)"),
+    ("drop", "significant drop (step)", "first evaluation whose one-sided McNemar test against the stage start is "
+                                        "significant after Holm's correction ('none' if no drop)"),
+    ("lead", "lead (steps)", "drop step - warning step: > 0 warned before the drop (good), < 0 warned late"),
+)
+
+
+def lead_time_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a stored lead-time result as ``monitor --lead-time`` prints them."""
+    return [{"domain": r["domain"], "predictor": r["predictor"], "metric": r["metric"],
+             "warned": "never" if r["warn_step"] is None else r["warn_step"],
+             "drop": "none" if r["drop_step"] is None else r["drop_step"],
+             "lead": "-" if r["lead"] is None else r["lead"]} for r in result.get("table", [])]
+
+
+def lead_time_caption(result: dict[str, Any]) -> str:
+    """One line: the stage, its steps and the ground truth's settings."""
+    st = result.get("settings") or {}
+    return (f"{result.get('stage', '?')} stage retrained with the monitor ({result.get('steps', '?')} steps); ground "
+            f"truth every {st.get('eval_every', '?')} steps on {st.get('n', '?')} fixed items per domain, "
+            f"alpha {st.get('alpha', '?')}")
 
 
 def lead_time_figure(result: dict[str, Any]) -> go.Figure:
@@ -114,11 +205,11 @@ def lead_time_figure(result: dict[str, Any]) -> go.Figure:
     return fig
 
 
-@register_figure("monitor/series", "Drift monitor series", width=900, height=970)
+@register_figure("monitor/series", "Drift monitor series", width=900, height=1140)
 def _series(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
     from aclarena.errors import AclarenaError
     from aclarena.store import SERIES_NAME
-    from aclarena.store.monitor_series import load_monitor, monitor_labels
+    from aclarena.store.monitor_series import load_monitor, monitor_phases
     from aclarena.store.series import read_series
 
     if reader is None:
@@ -128,16 +219,14 @@ def _series(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, g
         return []
     try:
         with read_series(run_dir) as r:
-            views = [load_monitor(r, lab) for lab in monitor_labels(r)]
+            phases = {p: [load_monitor(r, lab) for lab in labels] for p, labels in monitor_phases(r).items()}
     except AclarenaError:
         return []
-    return [(v.label.replace("/", "-"), series_figure(v)) for v in views if v.probes]
+    return [(p.replace("/", "-"), series_figure(vs)) for p, vs in phases.items() if any(v.probes for v in vs)]
 
 
 @register_figure("monitor/lead-time", "Lead time of the drift warnings", width=900, height=520)
 def _lead(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
-    from aclarena.store.monitor_series import LEAD_KEY
+    from aclarena.store.monitor_series import lead_time_results
 
-    if reader is None or not reader.has(LEAD_KEY):
-        return []
-    return [(stage, lead_time_figure(reader.read(f"{LEAD_KEY}/{stage}/result"))) for stage in reader.keys(LEAD_KEY)]
+    return [(stage, lead_time_figure(result)) for stage, result in lead_time_results(reader).items()]

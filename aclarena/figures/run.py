@@ -16,7 +16,8 @@ KIND_COLORS = {"base": "#4c4c4c", "stage": "#1f77b4", "oracle": "#2ca02c", "cons
 
 
 def lineage_figure(manifest: Manifest) -> go.Figure:
-    """Checkpoints as a tree: x = distance from the root, y = order; edges parent -> child."""
+    """Checkpoints as a tree: x = distance from the root, y = order; edges parent -> child. Each node's
+    ``customdata[3]`` is its checkpoint name (the dashboard links a clicked node to its pages)."""
     depth = {s.name: len(manifest.ancestors(s.name)) for s in manifest}
     rows: dict[int, int] = {}
     pos: dict[str, tuple[float, float]] = {}
@@ -43,8 +44,9 @@ def lineage_figure(manifest: Manifest) -> go.Figure:
             textposition="top center",
             marker=dict(size=16, color=color),
             name=kind,
-            customdata=[[s.domain or "-", s.phase or "-", s.parent or "-"] for s in members],
-            hovertemplate="%{text}<br>domain %{customdata[0]}<br>phase %{customdata[1]}<br>parent %{customdata[2]}<extra></extra>",
+            customdata=[[s.domain or "-", s.phase or "-", s.parent or "-", s.name] for s in members],
+            hovertemplate="%{text}<br>domain %{customdata[0]}<br>phase %{customdata[1]}<br>parent %{customdata[2]}"
+                          "<br>(click: the pages that show it)<extra></extra>",
         ))
     fig.update_layout(title="Checkpoint lineage", xaxis=dict(title="steps from the base", dtick=1),
                       yaxis=dict(visible=False), template="plotly_white")

@@ -305,7 +305,7 @@ def colour_ticks(scale: tuple[float, float], color_by: str) -> list[tuple[float,
     return ticks
 
 
-def hover(tok: TokenView) -> str:
+def hover(tok: TokenView, pinnable: bool = True) -> str:
     def alts(items: tuple[tuple[str, float], ...]) -> str:
         return ", ".join(f"{token_text_label(w)} {lp:.2f}" for w, lp in items)
 
@@ -320,7 +320,8 @@ def hover(tok: TokenView) -> str:
     else:
         lines.append(f"log p(token): reference {tok.ref_logprob:.3f}")
     lines.append(f"reference's top: {alts(tok.ref_alternatives)}")
-    lines.append("click to pin")
+    if pinnable:
+        lines.append("click to pin")
     return "\n".join(lines)
 
 
@@ -340,7 +341,7 @@ def _shown(text: str) -> str:
     return "".join(out)
 
 
-def text_html(tokens: list[TokenView], color_by: str, scale: tuple[float, float]) -> str:
+def text_html(tokens: list[TokenView], color_by: str, scale: tuple[float, float], pinnable: bool = True) -> str:
     """The coloured text of one sequence as HTML: one ``span.tok`` per token with ``data-i`` (its
     index) and a hover title; scored ones coloured on ``scale``, flips marked (class ``flip``),
     flagged positions black. Token texts are escaped (they are model output)."""
@@ -359,7 +360,7 @@ def text_html(tokens: list[TokenView], color_by: str, scale: tuple[float, float]
             style = f"background-color:{rgba(f, rgb)}" if f is not None else ""
         if tok.flipped:
             cls += " flip"
-        parts.append(f'<span class="{cls}" data-i="{i}" title="{html.escape(hover(tok), quote=True)}" '
+        parts.append(f'<span class="{cls}" data-i="{i}" title="{html.escape(hover(tok, pinnable), quote=True)}" '
                      f'style="{style}">{_shown(tok.text)}</span>')
     return "".join(parts)
 

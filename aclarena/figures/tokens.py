@@ -177,6 +177,26 @@ def sequence_tokens(reader: StoreReader, probe: str, seq: int, checkpoint: str |
     return out
 
 
+def tokens_from_scores(pieces: list[str], scores: Any, words: dict[int, str]) -> list[TokenView]:
+    """The tokens of one scored sequence held in memory (a ``TokenScores`` of one sequence whose
+    scored positions are every token but the first, as the Tokens page's prompt box makes them),
+    with ``words`` the text of each top-k id."""
+    out = [TokenView(text=pieces[0], scored=False)] if pieces else []
+    ref = scores.ref
+
+    def alts(ids: Any, lps: Any) -> tuple[tuple[str, float], ...]:
+        return tuple((words.get(int(i), f"<{int(i)}>"), float(lp)) for i, lp in zip(ids, lps, strict=True) if i >= 0)
+
+    for j, text in enumerate(pieces[1:]):
+        out.append(TokenView(
+            text=text, scored=True, entropy=float(ref.entropy[j]), ref_logprob=float(ref.logprob[j]),
+            logprob=float(scores.logprob[j]), kl=float(scores.kl[j]), js=float(scores.js[j]),
+            flipped=bool(scores.top1[j] != ref.top1[j]), status=int(scores.status[j]),
+            alternatives=alts(scores.topk_ids[j], scores.topk_logprobs[j]),
+            ref_alternatives=alts(ref.topk_ids[j], ref.topk_logprobs[j])))
+    return out
+
+
 @functools.lru_cache(maxsize=4)
 def _template(name: str = "plotly_white") -> dict[str, Any]:
     """A plotly template as a plain dict (naming it per figure deep-copies it each time: ~0.1 s)."""

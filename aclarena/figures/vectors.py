@@ -174,20 +174,30 @@ def layer_cosines_figure(s: dict[str, Any], index: int, view: str = "all", keep:
     return cosine_heatmap(labels, cos, f"Task-vector cosines in {groups[index]} ({_view_note(view)})", norms)
 
 
-def layer_oracle_figure(s: dict[str, Any], oracle: int, view: str = "all") -> go.Figure:
-    """Cosine of every task vector with one oracle direction, per layer block (vectors × layers)."""
-    labels, groups = s["labels"], s["group_labels"]
-    name = s["oracles"][oracle]
+def layer_oracle_figure(s: dict[str, Any], oracle: int, view: str = "all", keep: list[int] | None = None) -> go.Figure:
+    """Cosine of every task vector (``keep``: indices; None: all) with one oracle direction, per layer
+    block (vectors × layers); the height grows with the rows."""
+    labels, groups = list(s["labels"]), s["group_labels"]
+    if not s["oracles"]:
+        return _empty("No oracles in this run: oracle directions need checkpoints of kind oracle")
+    name = s["oracles"][max(0, min(int(oracle), len(s["oracles"]) - 1))]
     idx = [i for i, (p, m) in enumerate(zip(s["plus"], s["minus"], strict=True)) if p == name and m == s["base"]]
     if not idx or not groups:
         return _empty(f"No direction for oracle {name}")
     z = np.asarray(s["cos_group"])[:, :, idx[0]].T  # (V, G)
+    if keep is not None:
+        z, labels = z[np.asarray(keep, dtype=int)], [labels[i] for i in keep]
+    if not labels:
+        return _empty("No task vector matches the filter")
+    size = heatmap_size(len(labels), labels)
     fig = go.Figure(go.Heatmap(
         z=_clean(z), x=groups, y=labels, zmin=-1, zmax=1, colorscale="RdBu",
         hovertemplate="%{y}<br>%{x}<br>cos with " + name + " %{z:.4f}<extra></extra>", colorbar=dict(title="cos"),
     ))
     fig.update_layout(title=f"Cosine with the {name} direction, per layer ({_view_note(view)})",
-                      template="plotly_white", yaxis=dict(autorange="reversed"), margin=dict(l=160))
+                      template="plotly_white", height=size["height"],
+                      yaxis=dict(autorange="reversed", tickfont=dict(size=size["font"]), automargin=True),
+                      margin=dict(l=size["left"]))
     return fig
 
 

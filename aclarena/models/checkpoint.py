@@ -833,3 +833,34 @@ def find_checkpoint_folders(root: Path) -> list[Path]:
         else:
             dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not d.startswith("checkpoint-"))
     return found
+
+
+def config_parameters(config: dict[str, Any]) -> int | None:
+    """The parameter count a decoder-only transformer's ``config.json`` implies, without its weights
+    (None when the config lacks the sizes). Counts embeddings (twice when untied), attention with
+    grouped key/value heads, a gated MLP (three matrices; experts multiply it) and the norms, so it
+    is exact for Llama/Qwen-style models up to biases and a little high for two-matrix MLPs: what a
+    size limit checked before loading needs."""
+    cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+
+    def first(*keys: str) -> int | None:
+        for k in keys:
+            v = cfg.get(k)
+            if _is_int(v) and v > 0:
+                return int(v)
+        return None
+
+    hidden = first("hidden_size", "n_embd", "d_model")
+    layers = first("num_hidden_layers", "n_layer", "num_layers")
+    vocab = first("vocab_size")
+    if hidden is None or layers is None or vocab is None:
+        return None
+    heads = first("num_attention_heads", "n_head") or max(1, hidden // 64)
+    kv = first("num_key_value_heads") or heads
+    head_dim = first("head_dim") or hidden // heads
+    inter = first("intermediate_size", "n_inner", "ffn_dim") or 4 * hidden
+    experts = first("num_experts", "num_local_experts", "n_routed_experts") or 1
+    attention = hidden * heads * head_dim + 2 * hidden * kv * head_dim + heads * head_dim * hidden
+    mlp = 3 * hidden * inter * experts
+    tied = cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", True)) is not False
+    return vocab * hidden * (1 if tied else 2) + layers * (attention + mlp + 2 * hidden) + hidden

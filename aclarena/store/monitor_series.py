@@ -31,6 +31,9 @@ from aclarena.store.series import SeriesReader, SeriesWriter
 PREFIX = "monitor/"
 #: results.h5 group of the lead-time tables (``monitor/lead-time/<stage>``).
 LEAD_KEY = "monitor/lead-time"
+#: Label prefix of the phases that ``monitor --lead-time`` retrains (``lead-time/seq-ecom-sft``): a
+#: second recording of the phase ``seq-ecom-sft``, not another phase.
+LEAD_LABEL_PREFIX = "lead-time/"
 
 
 def latest_rows(data: Mapping[str, np.ndarray], sessions: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
@@ -88,6 +91,35 @@ def monitor_labels(reader: SeriesReader) -> list[str]:
             t = reader.read(name).get("time")
             found.append((float(t.max()) if t is not None and len(t) else 0.0, name[len(PREFIX):-len("/sessions")]))
     return [label for _, label in sorted(found)]
+
+
+def phase_of(label: str) -> str:
+    """The training phase a label records (``lead-time/seq-ecom-sft`` -> ``seq-ecom-sft``)."""
+    return label[len(LEAD_LABEL_PREFIX):] if label.startswith(LEAD_LABEL_PREFIX) else label
+
+
+def monitor_phases(reader: SeriesReader) -> dict[str, list[str]]:
+    """Each monitored phase once, with the labels that record it: the training run's own label first,
+    then its lead-time retrain. Phases are ordered by their latest session (the most recent last)."""
+    labels = monitor_labels(reader)
+    phases: dict[str, list[str]] = {}
+    for label in labels:  # oldest first: a phase's position is set by its latest label below
+        phases.setdefault(phase_of(label), []).append(label)
+    latest = {phase_of(label): k for k, label in enumerate(labels)}
+    return {p: sorted(phases[p], key=lambda lab: lab.startswith(LEAD_LABEL_PREFIX))
+            for p in sorted(phases, key=latest.__getitem__)}
+
+
+def lead_time_results(reader: Any) -> dict[str, dict[str, Any]]:
+    """The stored ``monitor --lead-time`` results of a results.h5 reader, by stage ({} when none)."""
+    if reader is None or not reader.has(LEAD_KEY):
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for stage in reader.keys(LEAD_KEY):
+        key = f"{LEAD_KEY}/{stage}/result"
+        if reader.has(key):
+            out[stage] = reader.read(key)
+    return out
 
 
 def load_monitor(reader: SeriesReader, label: str) -> MonitorView:

@@ -53,7 +53,7 @@ from aclarena.diagnostics.early_warning import (
     min_items,
 )
 from aclarena.errors import AclarenaError
-from aclarena.store.monitor_series import LEAD_KEY
+from aclarena.store.monitor_series import LEAD_KEY, LEAD_LABEL_PREFIX
 from aclarena.train.callbacks import DriftMonitorCallback, MonitorStore, default_rules
 
 LEAD_TYPE = "monitor-lead-time"
@@ -313,7 +313,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
             task = bar.add_task(f"lead time: retraining the {settings.stage} stage with the monitor", total=len(names))
             for name in names:
                 job = jobs[name]
-                label = f"lead-time/{name}"
+                label = f"{LEAD_LABEL_PREFIX}{name}"
                 ms = MonitorStore(run)
                 monitor = DriftMonitorCallback(
                     [probes[d] for d, _ in earlier] + [razor], store=ms, label=label,
@@ -333,7 +333,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
                 bar.advance(task)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    result = lead_time_table(run, [f"lead-time/{n}" for n in names], offsets=[offsets[n] for n in names],
+    result = lead_time_table(run, [f"{LEAD_LABEL_PREFIX}{n}" for n in names], offsets=[offsets[n] for n in names],
                              suites=suites, rules=rules, alpha=settings.alpha, razor_probe=razor.name,
                              probe_suffix=suffix)
     result.update({"stage": settings.stage, "replicate": r, "phases": names, "steps": steps_total, "settings": dataclasses.asdict(settings)

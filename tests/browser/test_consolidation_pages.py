@@ -27,6 +27,14 @@ def test_consolidation_page_table_and_views(run, serve, page, console_errors):
         "() => document.querySelector('#consolidation-figure .gtitle').textContent.includes('In-domain profile')",
         timeout=20_000)
     page.wait_for_selector("#consolidation-figure .scatterlayer, #consolidation-figure .polarlayer")
+    # the export's consolidation/table heatmap is a view of the page too: mean ± std in each cell
+    page.get_by_text("heatmap").click()
+    page.wait_for_function(
+        "() => document.querySelector('#consolidation-figure .gtitle').textContent.includes('Consolidation methods')",
+        timeout=20_000)
+    page.wait_for_selector("#consolidation-figure .heatmaplayer")
+    cells = page.evaluate("() => document.querySelector('#consolidation-figure .js-plotly-plot').data[0].text.flat()")
+    assert "0.75" in " ".join(map(str, cells))
     assert page.locator("#nav-consolidation").count() == 1 and page.locator("#nav-router").count() == 1
     assert console_errors == []
 

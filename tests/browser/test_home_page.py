@@ -89,3 +89,36 @@ def test_home_status_nav_and_downloads(fixture_run, serve, page, console_errors,
     tip = page.get_attribute("#overview-metric-backward_transfer td", "title")
     assert "Negative = forgetting" in tip
     assert console_errors == []
+
+
+def test_lineage_nodes_link_to_the_pages_of_their_checkpoint(fixture_run, serve, page, console_errors):
+    from capability_helpers import write_fixture_matrix
+
+    write_fixture_matrix(fixture_run)
+    url = serve(fixture_run)
+    page.goto(url + "/")
+    wait_for_dash(page)
+    page.wait_for_selector("#home-lineage .main-svg")
+    assert "Click a checkpoint" in page.inner_text("#home-lineage-links")
+    # the marker of seq-math: the point drawn at the same index as its label in its trace
+    box = page.evaluate("""() => {
+        for (const t of document.querySelectorAll('#home-lineage .scatterlayer .trace')) {
+            const labels = [...t.querySelectorAll('.textpoint text')].map(e => e.textContent);
+            const i = labels.indexOf('seq-math');
+            if (i < 0) continue;
+            const r = t.querySelectorAll('path.point')[i].getBoundingClientRect();
+            return {x: r.left + r.width / 2, y: r.top + r.height / 2};
+        }
+        return null;
+    }""")
+    assert box is not None
+    page.mouse.click(box["x"], box["y"])
+    page.wait_for_function("() => document.querySelector('#home-lineage-links').textContent.includes('seq-math')",
+                           timeout=20_000)
+    links = page.eval_on_selector_all("#home-lineage-links a", "els => els.map(e => [e.textContent, e.pathname])")
+    assert links == [["overview", "/overview"]]  # the fixture has a capability matrix only
+    page.click("#home-lineage-link-0")
+    wait_for_dash(page)
+    page.wait_for_selector("#overview-matrix .main-svg")
+    assert "/overview" in page.url
+    assert console_errors == []

@@ -58,6 +58,12 @@ def test_tokens_page_switches_checkpoint(token_run, serve, page, console_errors)
     page.wait_for_selector("#tokens-scatter .main-svg")
     page.wait_for_selector("#tokens-summary-table")
     assert "seq-ecom" in page.text_content("#tokens-scatter .gtitle")
+    # the export's tokens/strata: mean KL and flip rate at high- vs low-entropy positions, per checkpoint
+    page.wait_for_selector("#tokens-strata .main-svg")
+    assert "Drift on high- vs low-entropy positions" in page.text_content("#tokens-strata .gtitle")
+    bars = page.evaluate("() => document.querySelector('#tokens-strata .js-plotly-plot').data.map(t => [t.name, t.x])")
+    assert {n for n, _ in bars} == {"high entropy", "low entropy"} and len(bars) == 4  # 2 strata x (KL, flips)
+    assert all("seq-ecom" in x for _, x in bars)
     summary = page.inner_text("#tokens-summary-table")
     assert "seq-search" in summary and "seq-ecom" in summary
     hover = page.get_attribute("#tokens-text span.tok[title]", "title")
@@ -249,4 +255,90 @@ def test_tokens_page_state_in_url(token_run, serve, page, console_errors):
     assert fresh.inner_text("#tokens-detail-title") == title
     assert fresh.url == shared
     fresh.close()
+    assert console_errors == []
+
+
+def _naive_kl(run: Path, text: str, ref: str, ckpt: str) -> list[float]:
+    """KL(p_ref ‖ p_ckpt) at every position after the first, from both models' full logits (no chunking)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(run / "checkpoints" / ref)
+    ids = torch.tensor([tok(text)["input_ids"]])
+    lp = {}
+    for name in (ref, ckpt):
+        model = AutoModelForCausalLM.from_pretrained(run / "checkpoints" / name, dtype=torch.float32).eval()
+        with torch.no_grad():
+            lp[name] = torch.log_softmax(model(input_ids=ids).logits[0, :-1].double(), dim=-1)
+    return (lp[ref].exp() * (lp[ref] - lp[ckpt])).sum(-1).tolist()
+
+
+def _add_unloadable(run: Path, name: str, config: dict) -> None:
+    """A manifest entry whose folder has a config.json and no weights."""
+    folder = run / "checkpoints" / name
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    with (run / "aclarena.toml").open("a") as f:
+        f.write(f'\n[checkpoints.{name}]\npath = "checkpoints/{name}"\nkind = "stage"\nparent = "seq-math"\n')
+
+
+def test_tokens_page_scores_a_typed_prompt_live(token_run, serve, page, console_errors, tmp_path):
+    """The prompt box scores typed text with the reference and a checkpoint (KL as a full-logits
+    computation gives it), keeps two models loaded, and refuses an empty prompt, a model above the
+    size limit (read from config.json) and a checkpoint without weights, each in one line."""
+    import shutil
+
+    from aclarena.analysis.prompt import MODELS
+
+    run = tmp_path / "run"
+    shutil.copytree(token_run, run)
+    _add_unloadable(run, "big", {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096,
+                                 "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+                                 "head_dim": 128, "intermediate_size": 12288, "tie_word_embeddings": False})
+    cfg = json.loads((run / "checkpoints" / "seq-ecom" / "config.json").read_text())
+    _add_unloadable(run, "no-weights", cfg)
+    url = serve(run)
+    page.set_viewport_size({"width": 1400, "height": 1100})
+    page.goto(url + "/tokens")
+    wait_for_dash(page)
+    page.wait_for_selector("#tokens-text span.tok[title]")
+    page.click("#tokens-prompt summary")
+
+    def score(text: str | None, checkpoint: str | None) -> str:
+        if text is not None:
+            page.fill("#tokens-prompt-text", text)
+        if checkpoint is not None:
+            choose(page, "tokens-prompt-checkpoint", checkpoint)
+        before = page.inner_text("#tokens-prompt-note")
+        page.click("#tokens-prompt-go")
+        page.wait_for_function(f"() => document.querySelector('#tokens-prompt-note').textContent !== {before!r}",
+                               timeout=120_000)
+        wait_for_dash(page)
+        return page.inner_text("#tokens-prompt-note")
+
+    assert score("", None) == "not scored: type a prompt to score (the box is empty)"
+    loads = MODELS.loads
+    text = "what is 12 + 9? search the capital city"
+    note = score(text, "seq-ecom")
+    assert note.startswith("seq-ecom against seq-math:"), note
+    titles = page.eval_on_selector_all("#tokens-prompt-html span.tok[title]", "els => els.map(e => e.title)")
+    shown = [float(re.search(r"KL ([-\d.e+]+) nats", t).group(1)) for t in titles]
+    want = _naive_kl(run, text, "seq-math", "seq-ecom")
+    assert len(shown) == len(want) >= 5
+    assert shown == pytest.approx(want, rel=5e-3, abs=1e-6)  # the hover rounds to 3 significant digits
+    assert max(want) > 1e-3  # the drifted head: a comparison that can fail
+    assert page.locator("#tokens-prompt-html span.tok.unscored").count() == 1  # the first token has no prediction
+    assert "click to pin" not in titles[0]
+    assert MODELS.loads == loads + 2 and MODELS.names() == ["seq-math", "seq-ecom"]
+    score("please cancel my order", "seq-ecom")  # the same pair, another prompt: nothing loaded
+    assert MODELS.loads == loads + 2
+    score(None, "seq-search")  # a third model: the least recently used (seq-ecom... after seq-math) goes
+    assert MODELS.names() == ["seq-math", "seq-search"] and MODELS.loads == loads + 3
+
+    note = score(None, "big")
+    assert note.startswith("not scored: big has about ") and "above the 500M" in note and "\n" not in note
+    assert MODELS.loads == loads + 3  # refused before loading
+    note = score(None, "no-weights")
+    assert note.startswith("not scored: no-weights cannot be loaded:") and "no weights" in note
+    assert page.inner_text("#tokens-prompt-html") == ""
     assert console_errors == []

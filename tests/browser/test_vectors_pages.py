@@ -43,6 +43,13 @@ def test_vectors_page_heatmap_hover_and_layer_slider(analysed_run, serve, page, 
     page.wait_for_selector("#vectors-distances .main-svg")
     assert "oracle-math" in page.text_content("#vectors-distances")
     assert "no oracle for domain 'search'" in page.inner_text("#vectors-notes")
+    # the export's vectors/layer-cosines: every vector's cosine with the oracle's direction, per layer block
+    page.wait_for_selector("#vectors-layer-oracle .main-svg")
+    assert "Cosine with the oracle-math direction, per layer" in _title(page, "vectors-layer-oracle")
+    rows = page.evaluate("() => document.querySelector('#vectors-layer-oracle .js-plotly-plot').data[0].y")
+    z = page.evaluate("() => document.querySelector('#vectors-layer-oracle .js-plotly-plot').data[0].z")
+    own = rows.index("oracle-math - base")
+    assert all(abs(v - 1) < 1e-4 for v in z[own] if v is not None)  # the direction with itself, in every block
     # excluding the embeddings changes the view
     page.get_by_text("without embeddings and head").click()
     page.wait_for_function(
@@ -127,3 +134,33 @@ def test_pages_at_40_checkpoints(long_run, serve, page, console_errors):
     legend = page.locator("#displacement-sft-rl .legend")
     assert legend.count() == 0 or "SFT" not in legend.text_content()
     assert console_errors == []
+
+
+def _legend_layout(svg: str) -> dict:
+    """From an exported SVG: the image height, the legend's top, its visible (background) height and
+    the offsets of its entries (an entry below the visible height is cut off)."""
+    import re
+
+    height = float(re.search(r'<svg[^>]*height="([\d.]+)"', svg).group(1))
+    start = svg.index('<g class="legend"')
+    top = float(re.search(r'translate\(([\d.]+), ?([\d.]+)\)', svg[start:start + 300]).group(2))
+    legend = svg[start:]
+    bg = float(re.search(r'<rect class="bg"[^>]*height="([\d.]+)"', legend).group(1))
+    entries = [float(y) for y in re.findall(r'<g class="traces" transform="translate\([\d.]+, ?([\d.]+)\)"', legend)]
+    return {"height": height, "top": top, "bg": bg, "entries": entries}
+
+
+def test_export_keeps_a_long_legend_inside_the_image(long_run, tmp_path):
+    """The displacement figures of a 40-stage run have 48 (layers) and 96 (sparsity, in 48 groups)
+    legend entries: the exported image is tall enough for all of them, none cut off."""
+    from aclarena.cli import main
+
+    out = tmp_path / "figs"
+    code = main(["export", "--run", str(long_run), "--figures", "displacement/layers,displacement/sparsity",
+                 "--format", "svg", "--out", str(out)])
+    assert code == 0
+    for name, n in (("displacement-layers", 48), ("displacement-sparsity", 96)):
+        lay = _legend_layout((out / f"{name}.svg").read_text())
+        assert len(lay["entries"]) == n, name
+        assert max(lay["entries"]) + 10 <= lay["bg"], (name, lay["bg"], max(lay["entries"]))  # last entry visible
+        assert lay["top"] + lay["bg"] <= lay["height"], name  # the legend inside the image

@@ -1,4 +1,5 @@
-"""Consolidation: the study-shaped comparison of consolidation methods, and a bar or radar view."""
+"""Consolidation: the study-shaped comparison of consolidation methods, and a bar, radar or heatmap view
+(the heatmap is the export's ``consolidation/table``: colour = mean score, text = mean ± std)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ ROUTER_OPTIONS = [{"label": r, "value": r} for r in ("rule", "learned", "bandit"
 
 def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: str = "bars") -> dict[str, Any]:
     """The comparison rows and the chosen figure (callbacks return these; tests call it directly)."""
-    from aclarena.figures.consolidation import method_bars, method_radar
+    from aclarena.figures.consolidation import comparison_heatmap, method_bars, method_radar
     from aclarena.store.capability import load_matrix
     from aclarena.store.comparison import comparison
 
@@ -29,7 +30,7 @@ def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: st
         cmp = comparison(matrix, m, r, router=router, what="mean" if score == "greedy" else "avg_k_mean")
     if not any(row.role in ("method", "mle") for row in cmp.rows):
         return {"empty": True, "no_methods": True}
-    fig = method_radar(cmp) if view == "radar" else method_bars(cmp)
+    fig = method_radar(cmp) if view == "radar" else comparison_heatmap(cmp) if view == "heatmap" else method_bars(cmp)
     rows = [{"label": row.label, "role": row.role, "cells": [row.cells[s].text() for s in cmp.suites]}
             for row in cmp.rows]
     headers = [f"{s} (id)" if s in cmp.in_domain else s for s in cmp.suites]
@@ -68,7 +69,8 @@ def layout(**_query: Any) -> html.Div:
                                                              value="rule", clearable=False)]),
             html.Div([html.Label("view"), dcc.RadioItems(id="consolidation-view", value="bars", inline=True,
                                                          options=[{"label": " bars ", "value": "bars"},
-                                                                  {"label": " radar ", "value": "radar"}])]),
+                                                                  {"label": " radar ", "value": "radar"},
+                                                                  {"label": " heatmap ", "value": "heatmap"}])]),
         ], className="controls"),
         html.Div(_table(c), id="consolidation-table"),
         dcc.Graph(id="consolidation-figure", figure=c["figure"]),

@@ -1,5 +1,6 @@
 """Home: the run's status: which analyses exist, when they were written, links to their pages,
-and the command that makes a missing one; then the checkpoints and their lineage.
+and the command that makes a missing one; then the checkpoints and their lineage (click a node
+for links to the pages that show that checkpoint).
 
 :func:`page_status` also tells the navigation which pages have data (the others are greyed).
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dash import Dash, dcc, html
+from dash import Dash, Input, Output, dcc, html
 
 from aclarena.dashboard.data import current_run, manifest, page_names, reader
 
@@ -76,26 +77,54 @@ def status_table(status: dict[str, dict[str, Any]], names: dict[str, str]) -> ht
     return html.Table([head, *rows], className="simple", id="home-status")
 
 
+def token_scored(run_dir: Path) -> dict[str, set[str]]:
+    """Probe set -> the checkpoints scored on it."""
+    from aclarena.figures.tokens import token_checkpoints, token_probes
+
+    with reader(run_dir) as r:
+        return {p: set(token_checkpoints(r, p)) for p in token_probes(r)} if r is not None else {}
+
+
+def checkpoint_pages(name: str, status: dict[str, dict[str, Any]], scored: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(label, href) of the pages that show checkpoint ``name``: its token drift on each probe set it
+    was scored on, then the run-wide pages that have data."""
+    out = [(f"tokens ({p})", f"/tokens?probe={p}&checkpoint={name}") for p, ckpts in scored.items() if name in ckpts]
+    out += [(path.strip("/"), path) for path in ("/overview", "/vectors", "/displacement")
+            if status[path]["has_data"]]
+    return out
+
+
+def _links(pages: list[tuple[str, str]], prefix: str | None = None) -> list[Any]:
+    out = [dcc.Link(label, href=href, **({"id": f"{prefix}-{i}"} if prefix else {}))
+           for i, (label, href) in enumerate(pages)]
+    return [x for pair in zip(out, [" · "] * len(out), strict=True) for x in pair][:-1]
+
+
+def lineage_links(run_dir: Path, click: dict[str, Any] | None) -> Any:
+    """The panel under the lineage: the clicked node's checkpoint and links to the pages that show it."""
+    point = (click or {}).get("points", [{}])[0]
+    cd = point.get("customdata")
+    m = manifest(run_dir)
+    if not isinstance(cd, list) or len(cd) < 4 or cd[3] not in m:
+        return html.P("Click a checkpoint of the lineage for the pages that show it.", className="note")
+    name = str(cd[3])
+    pages = checkpoint_pages(name, page_status(run_dir), token_scored(run_dir))
+    if not pages:
+        return html.P(f"{name}: no page shows it yet (run an analysis on it).", className="note")
+    return html.P([html.B(name), ": ", *_links(pages, "home-lineage-link")])
+
+
 def layout(**_query: Any) -> html.Div:
     from aclarena.figures.run import lineage_figure
-    from aclarena.figures.tokens import token_checkpoints, token_probes
 
     run_dir = current_run()
     m = manifest(run_dir)
     results = results_summary(run_dir)
     status = page_status(run_dir, results)
-    with reader(run_dir) as r:
-        scored = {p: set(token_checkpoints(r, p)) for p in token_probes(r)} if r is not None else {}
+    scored = token_scored(run_dir)
 
     def links(name: str) -> list[Any]:
-        out: list[Any] = []
-        for p, ckpts in scored.items():
-            if name in ckpts:
-                out.append(dcc.Link(f"tokens ({p})", href=f"/tokens?probe={p}&checkpoint={name}"))
-        for path in ("/overview", "/vectors", "/displacement"):
-            if status[path]["has_data"]:
-                out.append(dcc.Link(path.strip("/"), href=path))
-        return [x for pair in zip(out, [" · "] * len(out), strict=True) for x in pair][:-1]
+        return _links(checkpoint_pages(name, status, scored))
 
     head = ["name", "kind", "domain", "phase", "parent", "on", "path"]
     table = html.Table(
@@ -111,6 +140,7 @@ def layout(**_query: Any) -> html.Div:
             status_table(status, page_names()),
             html.H3("Checkpoints"),
             dcc.Graph(id="home-lineage", figure=lineage_figure(m)),
+            html.Div(lineage_links(run_dir, None), id="home-lineage-links", className="links"),
             table,
             html.H3("Results in the store"),
             html.Ul([html.Li(f"{r['key']} ({r['type']}, {r['written']})") for r in results], id="home-results")
@@ -121,4 +151,9 @@ def layout(**_query: Any) -> html.Div:
 
 
 def register_callbacks(app: Dash, run_dir: Path) -> None:
-    """The home page is static."""
+    """A click on a lineage node lists the pages that show its checkpoint."""
+
+    @app.callback(Output("home-lineage-links", "children"), Input("home-lineage", "clickData"),
+                  prevent_initial_call=True)
+    def _lineage(click: Any) -> Any:
+        return lineage_links(run_dir, click)

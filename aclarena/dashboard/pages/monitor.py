@@ -7,6 +7,11 @@ with the thresholds dashed and the warnings marked, and lists the warnings. The 
 its zoom between ticks (``uirevision``). It opens on the phase with the most checks. When no
 writer holds ``series.h5.lock`` (the training run finished; read from /proc/locks, never by
 taking the lock) the page stops polling.
+
+Every metric that a rule watches or a warning names gets a panel. Each phase is listed once:
+a phase that ``monitor --lead-time`` retrained (label ``lead-time/<phase>``) is drawn with its
+retrain dotted in the same panels. Under the warnings, the lead-time tables and figures that
+``monitor --lead-time`` stored in results.h5, or the command that makes one.
 """
 
 from __future__ import annotations
@@ -24,20 +29,26 @@ REFRESH_MS = 2000
 EVENT_COLUMNS = ("step", "series", "metric", "value", "rule", "limit", "action")
 
 
-def labels(run_dir: Path) -> list[str]:
-    """The monitored phases in the run's series.h5 ([] when there is none yet)."""
+def phases(run_dir: Path) -> dict[str, list[str]]:
+    """The monitored phases in the run's series.h5, each once with the labels that record it
+    (a phase that ``monitor --lead-time`` retrained has two); {} when there is none yet."""
     from aclarena.errors import AclarenaError
     from aclarena.store import SERIES_NAME
-    from aclarena.store.monitor_series import monitor_labels
+    from aclarena.store.monitor_series import monitor_phases
     from aclarena.store.series import read_series
 
     if not (run_dir / SERIES_NAME).is_file():
-        return []
+        return {}
     try:
         with read_series(run_dir) as r:
-            return monitor_labels(r)
+            return monitor_phases(r)
     except AclarenaError:
-        return []
+        return {}
+
+
+def labels(run_dir: Path) -> list[str]:
+    """The monitored phases, one entry each (the most recent last)."""
+    return list(phases(run_dir))
 
 
 def series_version(run_dir: Path) -> str | None:
@@ -73,54 +84,107 @@ def writer_active(run_dir: Path, locks: str = "/proc/locks") -> bool | None:
                for f in (line.split() for line in table.splitlines()))
 
 
-def busiest(run_dir: Path, names: list[str]) -> str | None:
+def _checks(v: Any) -> int:
+    return sum(len(c.get("step", [])) for c in v.probes.values())
+
+
+def busiest(run_dir: Path, names: list[str] | dict[str, list[str]]) -> str | None:
     """The phase with the most checks (the latest among equals)."""
+    known = names if isinstance(names, dict) else None
+    names = list(names)
     best, most = (names[-1] if names else None), -1
     for n in names:
-        v = view(run_dir, n)
-        checks = sum(len(c.get("step", [])) for c in v.probes.values()) if v is not None else -1
+        vs = view(run_dir, n, known.get(n) if known else None)
+        checks = sum(_checks(v) for v in vs) if vs else -1
         if checks >= most:
             best, most = n, checks
     return best
 
 
-def view(run_dir: Path, label: str) -> Any:
+def view(run_dir: Path, phase: str, labels_of: list[str] | None = None) -> list[Any] | None:
+    """Every recording of ``phase`` (the training run first, then a lead-time retrain); None when
+    series.h5 cannot be read right now."""
     from aclarena.errors import AclarenaError
-    from aclarena.store.monitor_series import load_monitor
+    from aclarena.store.monitor_series import load_monitor, monitor_phases
     from aclarena.store.series import read_series
 
     try:
         with read_series(run_dir) as r:
-            return load_monitor(r, label)
+            found = labels_of if labels_of is not None else monitor_phases(r).get(phase, [phase])
+            return [load_monitor(r, lab) for lab in found]
     except (AclarenaError, KeyError):
         return None
 
 
 def refresh(run_dir: Path, label: str | None) -> tuple[Any, list[dict[str, Any]], str, list[dict[str, str]], str | None]:
-    """Figure, warning rows, status line, label options and the chosen label, read anew."""
+    """Figure, warning rows, status line, phase options and the chosen phase, read anew."""
     from aclarena.figures.monitor import series_figure
+    from aclarena.store.monitor_series import LEAD_LABEL_PREFIX
 
-    names = labels(run_dir)
-    options = [{"label": n, "value": n} for n in names]
-    if not names:
+    found = phases(run_dir)
+    options = [{"label": p + (" (and its lead-time retrain)" if len(labs) > 1 else ""), "value": p}
+               for p, labs in found.items()]
+    if not found:
         return {}, [], "no drift-monitor series yet: train with a [monitor] section or a DriftMonitorCallback", [], None
-    if label not in names:
-        label = busiest(run_dir, names)
-    v = view(run_dir, label)
-    if v is None:
+    if label not in found:
+        label = busiest(run_dir, found)
+    vs = view(run_dir, label, found[label])
+    if not vs:
         return {}, [], f"{label}: cannot be read right now (being rewritten); retrying", options, label
-    rows = [{c: (f"{e[c]:.4g}" if isinstance(e[c], float) else e[c]) for c in EVENT_COLUMNS} for e in v.events]
-    checks = sum(len(c.get("step", [])) for c in v.probes.values())
-    status = (f"{label}: {checks} checks, last step {v.last_step if v.last_step is not None else '-'}, "
-              f"{len(v.events)} warnings; read at {time.strftime('%H:%M:%S')}")
-    return series_figure(v), rows, status, options, label
+    rows = []
+    for v in vs:
+        run = "lead-time retrain" if v.label.startswith(LEAD_LABEL_PREFIX) else "training"
+        rows += [{"run": run, **{c: (f"{e[c]:.4g}" if isinstance(e[c], float) else e[c]) for c in EVENT_COLUMNS}}
+                 for e in v.events]
+    parts = []
+    for v in vs:
+        what = f"{label}: " if not v.label.startswith(LEAD_LABEL_PREFIX) else "lead-time retrain: "
+        parts.append(f"{what}{_checks(v)} checks, last step {v.last_step if v.last_step is not None else '-'}, "
+                     f"{len(v.events)} warnings")
+    status = "; ".join(parts) + f"; read at {time.strftime('%H:%M:%S')}"
+    return series_figure(vs), rows, status, options, label
 
 
 def _table(rows: list[dict[str, Any]]) -> Any:
     if not rows:
         return html.P("No warnings.", className="note")
-    return html.Table([html.Tr([html.Th(c) for c in EVENT_COLUMNS])]
-                      + [html.Tr([html.Td(str(r[c])) for c in EVENT_COLUMNS]) for r in rows], className="simple")
+    cols = (("run",) if any(r["run"] != "training" for r in rows) else ()) + EVENT_COLUMNS
+    return html.Table([html.Tr([html.Th(c) for c in cols])]
+                      + [html.Tr([html.Td(str(r[c])) for c in cols]) for r in rows], className="simple")
+
+
+def lead_time_section(run_dir: Path, phase: str | None = None) -> list[Any]:
+    """The stored ``monitor --lead-time`` tables and figures (results.h5), or the command that makes one."""
+    from aclarena.dashboard.data import manifest, reader
+    from aclarena.figures.monitor import LEAD_COLUMNS, lead_time_caption, lead_time_figure, lead_time_rows
+    from aclarena.store.monitor_series import lead_time_results
+
+    with reader(run_dir) as r:
+        results = lead_time_results(r)
+    if not results:
+        from aclarena.errors import AclarenaError
+
+        stage = "<domain>"
+        try:
+            m = manifest(run_dir)
+            if phase is not None and phase in m and m.resolve(phase).domain:
+                stage = str(m.resolve(phase).domain)  # the monitored stage's domain
+        except AclarenaError:
+            pass
+        return [html.P(["no lead-time result yet: run ",
+                        html.Code(f"aclarena-diag monitor --run {run_dir} --lead-time --stage {stage}")],
+                       className="note", id="monitor-lead-empty")]
+    out: list[Any] = []
+    for stage, result in results.items():
+        rows = lead_time_rows(result)
+        out += [
+            html.P(lead_time_caption(result), className="note"),
+            html.Table([html.Tr([html.Th(h, title=tip) for _, h, tip in LEAD_COLUMNS])]
+                       + [html.Tr([html.Td(str(row[k])) for k, _, _ in LEAD_COLUMNS]) for row in rows],
+                       className="simple", id=f"monitor-lead-table-{stage}"),
+            dcc.Graph(id=f"monitor-lead-graph-{stage}", figure=lead_time_figure(result)),
+        ]
+    return out
 
 
 def layout(**_query: Any) -> html.Div:
@@ -138,6 +202,10 @@ def layout(**_query: Any) -> html.Div:
         dcc.Graph(id="monitor-graph", figure=fig),
         html.H3("Warnings"),
         html.Div(_table(rows), id="monitor-events"),
+        html.H3("Lead time of the warnings"),
+        html.P("How many steps before a significant drop of an earlier skill each predictor first warned, on a "
+               "stage retrained with the monitor and a ground-truth evaluation (docs/monitor.md).", className="note"),
+        html.Div(lead_time_section(run_dir, label), id="monitor-lead"),
         dcc.Interval(id="monitor-interval", interval=REFRESH_MS, n_intervals=0,
                      disabled=writer_active(run_dir) is False),
         dcc.Store(id="monitor-version", data=series_version(run_dir)),

@@ -8,7 +8,9 @@ reference's entropy or by ``KL(p_ref ‖ p_ckpt)`` on one scale for the whole pr
 token shows its values; clicking it pins a detail panel (both top-k lists, log-probs, KL,
 JS, entropy, its KL rank in the sequence). Below: the most-drifted sequences or positions
 (sortable; a click jumps to the token), the top substitutions at flips, the entropy-vs-KL
-scatter (a click on a point jumps too), the concentration curves and the summary table.
+scatter (a click on a point jumps too), the concentration curves, the summary table and the
+high- vs low-entropy strata. A "score your own prompt" box runs typed text through the probe
+set's reference and a checkpoint live (:mod:`aclarena.analysis.prompt`: CPU, small models only).
 
 The text is sent as one escaped HTML string and written into the page by a clientside
 callback: a thousand Dash components per sequence cost more to draw than everything else.
@@ -124,6 +126,7 @@ def layout(**query: Any) -> html.Div:
         ], className="token-panels"),
         html.Div(html.P("Click a token to pin its details here.", className="note"), id="tokens-detail",
                  className="token-detail"),
+        _prompt_box(),
         dcc.Store(id="tokens-render"), dcc.Store(id="tokens-pin", data=query_pin(query)), dcc.Store(id="tokens-drawn"),
         dcc.Store(id="tokens-curves-of"),
         html.Div([
@@ -149,6 +152,7 @@ def layout(**query: Any) -> html.Div:
         ], style={"display": "flex", "flexWrap": "wrap", "gap": "1em"}),
         html.H3("Summary"),
         html.Div(id="tokens-summary"),
+        dcc.Graph(id="tokens-strata"),
     ])
 
 
@@ -182,6 +186,74 @@ def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], in
     )
     options = [{"label": lab, "value": i} for i, lab in enumerate(labels)]
     return options, 0 if options else None, ckpts, (ckpts[-1] if ckpts else None), table
+
+
+def _prompt_box() -> html.Details:
+    from aclarena.analysis.prompt import MAX_PARAMETERS
+
+    names = [s.name for s in manifest(current_run())]
+    return html.Details([
+        html.Summary("Score your own prompt"),
+        html.P(f"Runs the text through this probe set's reference and a checkpoint, teacher-forced on the CPU "
+               f"(models up to {MAX_PARAMETERS / 1e6:,.0f}M parameters; loaded on first use, two kept loaded), "
+               "and colours its tokens as above.", className="note"),
+        dcc.Textarea(id="tokens-prompt-text", placeholder="type a prompt, e.g. what is 3 + 4?",
+                     style={"width": "100%", "height": "4em"}),
+        html.Div([
+            html.Div([html.Label("checkpoint"),
+                      dcc.Dropdown(id="tokens-prompt-checkpoint", options=names,
+                                   placeholder="(the checkpoint chosen above)")], style={"minWidth": "16em"}),
+            html.Button("score", id="tokens-prompt-go", n_clicks=0),
+        ], className="controls"),
+        html.P(id="tokens-prompt-note", className="note"),
+        html.Div(id="tokens-prompt-html", className="token-text"),
+        dcc.Store(id="tokens-prompt-render"),
+    ], id="tokens-prompt", className="token-detail")
+
+
+def on_prompt(run_dir: Path, text: str | None, checkpoint: str | None, probe: str | None,
+              color_by: str = "drift") -> dict[str, Any]:
+    """Score a typed prompt against the probe set's reference: ``{"html", "note"}`` (the coloured
+    tokens on the probe set's colour scale, or "" and the one-line reason it was refused)."""
+    from aclarena.analysis.prompt import PromptRefused, score_prompt
+    from aclarena.errors import AclarenaError
+    from aclarena.figures.token_explore import colour_scale, text_html
+    from aclarena.figures.tokens import reference_name, token_checkpoints, tokens_from_scores
+
+    if probe is None:
+        return {"html": "", "note": "no probe set: run `aclarena-diag tokens` first"}
+    with reader(run_dir) as r:
+        if r is None:
+            return {"html": "", "note": "no token scores in this run"}
+        reference = reference_name(r, probe)
+        scale = colour_scale(r, probe, color_by, token_checkpoints(r, probe))
+    if not checkpoint:
+        return {"html": "", "note": "choose a checkpoint to compare with the reference"}
+    try:
+        ps = score_prompt(run_dir, text, reference, checkpoint)
+    except PromptRefused as e:
+        return {"html": "", "note": f"not scored: {e}"}
+    except AclarenaError as e:
+        return {"html": "", "note": f"not scored: {str(e).splitlines()[0]}"}
+    import numpy as np
+
+    tokens = tokens_from_scores(ps.pieces, ps.scores, ps.words)
+    kl = np.asarray(ps.scores.kl, dtype=float)
+    flips = int(np.count_nonzero(ps.scores.top1 != ps.scores.ref.top1))
+    note = (f"{checkpoint} against {reference}: {len(ps.ids)} tokens, {len(kl)} scored; mean KL "
+            f"{np.nanmean(kl):.4g} nats, largest {np.nanmax(kl):.4g}; {flips} top-1 flips. Colours on this probe "
+            "set's scale (hover a token for its values).")
+    return {"html": text_html(tokens, color_by, scale, pinnable=False), "note": "; ".join([note, *ps.notes])}
+
+
+def strata(run_dir: Path, probe: str | None) -> Any:
+    """Mean KL and flip rate at high- vs low-entropy positions per checkpoint (the export's tokens/strata)."""
+    from aclarena.figures.tokens import strata_figure
+
+    with reader(run_dir) as r:
+        if r is None or probe is None:
+            return {}
+        return strata_figure(r, probe, manifest(run_dir))
 
 
 def colour_bar(scale: tuple[float, float], color_by: str, checkpoint: str | None) -> html.Div:
@@ -408,6 +480,27 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
             ckpt = initial["checkpoint"] if initial.get("checkpoint") in ckpts else ckpt
             b = initial["b"] if initial.get("b") in ckpts else None
         return options, value, ckpts, ckpt, ckpts, b, table
+
+    @app.callback(
+        Output("tokens-prompt-render", "data"), Output("tokens-prompt-note", "children"),
+        Input("tokens-prompt-go", "n_clicks"),
+        State("tokens-prompt-text", "value"), State("tokens-prompt-checkpoint", "value"),
+        State("tokens-checkpoint", "value"), State("tokens-probe", "value"), State("tokens-color", "value"),
+        prevent_initial_call=True,
+    )
+    def _prompt(_n: int, text: str | None, checkpoint: str | None, shown: str | None, probe: str | None,
+                color_by: str | None) -> tuple[Any, str]:
+        out = on_prompt(run_dir, text, checkpoint or shown, probe, color_by or "drift")
+        return out["html"], out["note"]
+
+    app.clientside_callback(
+        "function(markup) { var el = document.getElementById('tokens-prompt-html');"
+        " if (el) { el.innerHTML = markup || ''; } return window.dash_clientside.no_update; }",
+        Output("tokens-prompt-html", "title"), Input("tokens-prompt-render", "data"), prevent_initial_call=True)
+
+    @app.callback(Output("tokens-strata", "figure"), Input("tokens-probe", "value"))
+    def _strata(probe: str | None) -> Any:
+        return strata(run_dir, probe)
 
     keep_in_url(app, "tokens-url", {
         "probe": ("tokens-probe", "value"), "seq": ("tokens-sequence", "value"),

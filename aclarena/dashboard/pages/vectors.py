@@ -1,4 +1,5 @@
-"""Vectors: task-vector cosines (all weights and per layer block) and distances to the oracles.
+"""Vectors: task-vector cosines (all weights and per layer block), each vector's cosine with an oracle
+direction per layer block, and distances to the oracles.
 
 A filter picks which task vectors the heatmaps show (stage updates θ − θ_parent, cumulative
 updates θ − θ_base, oracle directions; SFT / RL): a 40-checkpoint chain has over 80 vectors.
@@ -68,6 +69,17 @@ def layer_figure(run_dir: Path, view: str, index: int | None, kinds: list[str] |
     return layer_cosines_figure(s, index or 0, view, _keep(run_dir, s, kinds, phases))
 
 
+def oracle_figure(run_dir: Path, view: str, oracle: int | None, kinds: list[str] | None = None,
+                  phases: list[str] | None = None) -> Any:
+    """Cosine of the filtered task vectors with one oracle direction, per layer block."""
+    from aclarena.figures.vectors import layer_oracle_figure
+
+    s = summary(run_dir, view)
+    if s is None:
+        return {}
+    return layer_oracle_figure(s, oracle or 0, view, _keep(run_dir, s, kinds, phases))
+
+
 def layout(**query: Any) -> html.Div:
     from aclarena.dashboard.urlstate import query_int, query_list, query_value
 
@@ -82,6 +94,7 @@ def layout(**query: Any) -> html.Div:
                                 id="vectors-empty")])
     heat, dist, gmax, marks = view_figures(run_dir, view, kinds, phases)
     layer = min(max(query_int(query, "layer") or 0, 0), gmax)
+    oracle = min(max(query_int(query, "oracle") or 0, 0), max(0, len(s["oracles"]) - 1))
     return html.Div([
         html.H2("Task vectors"),
         html.P("Cosines of stage updates (θ − θ_parent), cumulative updates (θ − θ_base) and oracle directions "
@@ -102,6 +115,12 @@ def layout(**query: Any) -> html.Div:
         html.Div(dcc.Slider(id="vectors-layer-slider", min=0, max=gmax, step=1, value=layer, marks=marks,
                             allow_direct_input=False), style={"maxWidth": "900px"}),
         dcc.Graph(id="vectors-layer-heatmap", figure=layer_figure(run_dir, view, layer, kinds, phases)),
+        html.H3("Cosine with an oracle direction, per layer block"),
+        html.Div([html.Label("oracle"), dcc.Dropdown(
+            id="vectors-oracle", clearable=False, style={"minWidth": "16em"},
+            options=[{"label": o, "value": i} for i, o in enumerate(s["oracles"])],
+            value=oracle)], className="controls"),
+        dcc.Graph(id="vectors-layer-oracle", figure=oracle_figure(run_dir, view, oracle, kinds, phases)),
         html.H3("Distance to each oracle along the chain"),
         dcc.Graph(id="vectors-distances", figure=dist),
         html.Ul([html.Li(n) for n in s["notes"]], id="vectors-notes", className="note"),
@@ -112,7 +131,8 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
     from aclarena.dashboard.urlstate import keep_in_url
 
     keep_in_url(app, "vectors-url", {"view": ("vectors-view", "value"), "show": ("vectors-kinds", "value"),
-                                     "phase": ("vectors-phases", "value"), "layer": ("vectors-layer-slider", "value")})
+                                     "phase": ("vectors-phases", "value"), "layer": ("vectors-layer-slider", "value"),
+                                     "oracle": ("vectors-oracle", "value")})
 
     @app.callback(
         Output("vectors-heatmap", "figure"), Output("vectors-distances", "figure"),
@@ -130,3 +150,11 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
     )
     def _layer(index: int | None, view: str, kinds: list[str], phases: list[str]) -> Any:
         return layer_figure(run_dir, view, index, kinds, phases)
+
+    @app.callback(
+        Output("vectors-layer-oracle", "figure"),
+        Input("vectors-oracle", "value"), Input("vectors-view", "value"), Input("vectors-kinds", "value"),
+        Input("vectors-phases", "value"), prevent_initial_call=True,
+    )
+    def _oracle(oracle: int | None, view: str, kinds: list[str], phases: list[str]) -> Any:
+        return oracle_figure(run_dir, view, oracle, kinds, phases)
