@@ -99,11 +99,11 @@ def test_tokens_page_switches_checkpoint(token_run, serve, page, console_errors)
     page.get_by_label("drift (KL)").check()
     page.wait_for_function("() => document.querySelector('#tokens-legend').textContent.includes('KL')")
     wait_for_dash(page)
-    if os.environ.get("ACLARENA_SCREENSHOTS"):  # refresh the README's picture, a token pinned
+    if os.environ.get("ACLARENA_SCREENSHOTS"):  # a picture of this synthetic case (the README's is the demo's)
         page.locator("#tokens-rank tbody tr").nth(1).locator("td").first.click()
         page.wait_for_selector("#tokens-text span.tok.pinned")
         wait_for_dash(page)
-        page.screenshot(path=str(ROOT / "docs" / "img" / "tokens-page.png"), full_page=True)
+        page.screenshot(path=str(ROOT / "docs" / "img" / "tokens-page-synthetic.png"), full_page=True)
     assert console_errors == []
 
 
