@@ -30,6 +30,8 @@ def test_overview_page(fixture_run, serve, page, console_errors):
     page.wait_for_selector("#overview-items-title")
     assert page.inner_text("#overview-items-title").startswith("seq-search on math/id: 0.250 (95% CI")
     assert page.inner_text("#overview-items-note") == "against its parent seq-math on the same items: 2 lost, 0 gained"
+    # the table is drawn after the title (its own React render): wait for it, then count exactly
+    page.wait_for_selector("#overview-items-table tbody tr:nth-child(3)")
     assert page.locator("#overview-items-table tbody tr").count() == 2 + 4  # header, filter row, 4 items
     # switch to the sampled scores: the metrics follow
     page.click("text=avg@k")
