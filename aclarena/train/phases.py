@@ -186,9 +186,10 @@ def finished(folder: str | os.PathLike[str], fingerprint: str | None = None) -> 
             f"{folder} is marked finished but its weights are missing; delete the folder to retrain that phase"
         )
     logs = read_log(folder / LOG_FILE)
-    return PhaseResult(folder=folder, steps=int(marker.get("steps", 0)), time_s=float(marker.get("time_s", 0.0)),
+    # a null field reads as absent (the shape check lets both through)
+    return PhaseResult(folder=folder, steps=int(marker.get("steps") or 0), time_s=float(marker.get("time_s") or 0.0),
                        log_history=logs, resumed_from_step=marker.get("resumed_from_step"), skipped=True,
-                       meta=marker.get("meta", {}))
+                       meta=marker.get("meta") or {})
 
 
 def _write_json_atomic(path: Path, obj: Any) -> None:

@@ -9,7 +9,7 @@ import json
 import struct
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aclarena.errors import AclarenaError
@@ -305,6 +305,7 @@ RAW = st.one_of(st.just("{"), st.just(""), st.just("[" * 2000), st.text(max_size
 
 @FUZZ
 @given(st.one_of(JSON, mutated(VALID_MARKER), RAW), st.one_of(JSON, mutated(VALID_LOG), RAW))
+@example({**VALID_MARKER, "steps": None, "time_s": None, "meta": None}, VALID_LOG)  # found by CI: int(None)
 def test_phase_marker_and_log_through_finished(tmp_path_factory, marker, log):
     """A finished phase's marker and log: the phase reads as finished with values of their types, or one
     line naming the file (never "not finished", which would retrain over the folder's checkpoint)."""
