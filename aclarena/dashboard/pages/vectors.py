@@ -63,10 +63,7 @@ def layer_figure(run_dir: Path, view: str, index: int | None, kinds: list[str] |
                  phases: list[str] | None = None) -> Any:
     from aclarena.figures.vectors import layer_cosines_figure
 
-    s = summary(run_dir, view)
-    if s is None:
-        return {}
-    return layer_cosines_figure(s, index or 0, view, _keep(run_dir, s, kinds, phases))
+    return _per_layer(layer_cosines_figure, run_dir, view, index, kinds, phases)
 
 
 def oracle_figure(run_dir: Path, view: str, oracle: int | None, kinds: list[str] | None = None,
@@ -74,10 +71,16 @@ def oracle_figure(run_dir: Path, view: str, oracle: int | None, kinds: list[str]
     """Cosine of the filtered task vectors with one oracle direction, per layer block."""
     from aclarena.figures.vectors import layer_oracle_figure
 
+    return _per_layer(layer_oracle_figure, run_dir, view, oracle, kinds, phases)
+
+
+def _per_layer(figure: Any, run_dir: Path, view: str, index: int | None, kinds: list[str] | None,
+               phases: list[str] | None) -> Any:
+    """A per-layer figure of the stored summary (``figure(summary, index, view, keep)``); {} without one."""
     s = summary(run_dir, view)
     if s is None:
         return {}
-    return layer_oracle_figure(s, oracle or 0, view, _keep(run_dir, s, kinds, phases))
+    return figure(s, index or 0, view, _keep(run_dir, s, kinds, phases))
 
 
 def layout(**query: Any) -> html.Div:
