@@ -401,14 +401,15 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: Ve
               on_start: Callable[[str], None] | None = None,
               consolidations: Sequence[str] = CHEAP_CONSOLIDATIONS, vectors: bool = True,
               validation: bool = True, lead_n: int | None = None, lead_every: int | None = None,
-              command: str | None = None) -> StudyResult:
+              lead_stage: str | None = None, command: str | None = None) -> StudyResult:
     """Train ``seeds`` curricula of ``cfg`` into ``out``, evaluate, analyse; write findings.json.
 
     ``n`` tasks per suite (greedy); ``on_start(text)`` / ``on_part(name, seconds)`` are called before /
     after each part. ``consolidations``: the ``consolidate`` methods to run and compare; ``vectors``:
     the task-vector cosines (trains SDFT from the base and from the end per seed); ``validation``: the
     monitor's held-out validation (retrains the ecom stage with the monitor per seed; ``lead_n`` items
-    every ``lead_every`` steps, default :func:`lead_defaults`).
+    every ``lead_every`` steps, default :func:`lead_defaults`; ``lead_stage`` the stage retrained, default
+    ecom, else the last).
     """
     from aclarena.train.curriculum import run_curriculum
 
@@ -421,6 +422,10 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: Ve
     lead_every = d_every if lead_every is None else lead_every
     if lead_n < 1 or lead_every < 1:
         raise AclarenaError(f"--lead-n and --lead-every must be >= 1, got {lead_n} and {lead_every}")
+    stages = [s.domain for s in cfg.stages]
+    if lead_stage is not None and lead_stage not in stages[1:]:
+        raise AclarenaError(f"--lead-stage {lead_stage}: not a stage after the first of this curriculum; "
+                            f"name one of {', '.join(stages[1:]) or '(none: one stage)'}")
     out = Path(out)
     times: dict[str, float] = {}
     errors: dict[str, str] = {}
@@ -446,7 +451,6 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: Ve
     trained = part("train", lambda: run_curriculum(cfg, out, seeds=seeds, show_progress=show_progress,
                                                    config_text=config_text))
     names = {r.job.name for r in trained.records}
-    stages = [s.domain for s in cfg.stages]
     reps = list(range(seeds))
     run = str(out)
     ev = ["eval", "--run", run, "-n", str(n), "--samples", "0", "--seeds", "0"]
@@ -479,7 +483,8 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: Ve
 
     report = None
     if validation:
-        report = part("validation", lambda: _validation(cfg, out, seeds, stages, lead_n, lead_every, show_progress))
+        report = part("validation", lambda: _validation(cfg, out, seeds, stages, lead_n, lead_every, show_progress,
+                                                         lead_stage))
     result = StudyResult(out=out, seeds=seed_list, rows=rows, part_times=times, errors=errors, validation=report,
                          consolidations=list(consolidations))
     write_findings(result, command=command or f"aclarena-diag study --run {out} --seeds {seeds} -n {n}")
@@ -550,12 +555,12 @@ def _cosines(out: Path, seeds: int, stages: Sequence[str], seed_list: Sequence[i
 
 
 def _validation(cfg: Any, out: Path, seeds: int, stages: Sequence[str], lead_n: int, lead_every: int,
-                show_progress: bool) -> dict[str, Any]:
+                show_progress: bool, lead_stage: str | None = None) -> dict[str, Any]:
     """The lead time of every seed (``monitor --lead-time`` on replicate r), then :func:`validation_report`."""
     from aclarena.train.lead_time import LeadTimeSettings, measure_lead_time
 
     seed_list = [cfg.seed + r for r in range(seeds)]
-    stage = "ecom" if "ecom" in stages[1:] else (stages[-1] if len(stages) > 1 else None)
+    stage = lead_stage or ("ecom" if "ecom" in stages[1:] else (stages[-1] if len(stages) > 1 else None))
     if stage is None:
         return validation_report({}, cfg.seed, seeds=seed_list) | {
             "reason": "the curriculum has one stage: there is no earlier skill to lose"}

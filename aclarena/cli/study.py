@@ -52,6 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="validation: ground-truth items per earlier domain (default 20; 6 on the tiny preset)")
     p.add_argument("--lead-every", type=int, metavar="STEPS",
                    help="validation: ground-truth evaluation every STEPS steps (default 10; 2 on the tiny preset)")
+    p.add_argument("--lead-stage", metavar="DOMAIN",
+                   help="validation: the stage retrained with the monitor (default ecom, else the last stage); "
+                        "name the stage where the earlier skills drop")
     p.set_defaults(func=run, validation="auto")
 
 
@@ -81,13 +84,14 @@ def run(args: argparse.Namespace) -> int:
         command += f" --consolidations {args.consolidations}"
     command += " --full" * args.full + " --no-vectors" * (not args.vectors)
     command += {"require": " --validate", "skip": " --no-validate"}.get(args.validation, "")
-    command += "".join(f" --{k.replace('_', '-')} {getattr(args, k)}" for k in ("lead_n", "lead_every")
+    command += "".join(f" --{k.replace('_', '-')} {getattr(args, k)}" for k in ("lead_n", "lead_every", "lead_stage")
                        if getattr(args, k) is not None)
     t0 = time.monotonic()
     result = run_study(cfg, args.run, seeds=args.seeds, run_verb=verb, n=args.n, show_progress=show,
                        config_text=path.read_text(encoding="utf-8"), on_part=on_part, on_start=on_start,
                        consolidations=methods, vectors=args.vectors, validation=args.validation != "skip",
-                       lead_n=args.lead_n, lead_every=args.lead_every, command=command)
+                       lead_n=args.lead_n, lead_every=args.lead_every, lead_stage=args.lead_stage,
+                       command=command)
     v = result.validation
     failed = args.validation == "require" and (v or {}).get("status") != "ok"
     if args.json:

@@ -173,3 +173,38 @@ def test_cosine_rows_exist_when_nothing_could_be_measured():
     rows = cosine_rows([0, 1], {}, {})
     assert [r["values"] for r in rows] == [[None, None], [None, None]]
     assert [r["mean"] for r in rows] == [None, None]
+
+
+@pytest.mark.parametrize("stage", ["math", "chess"])
+def test_lead_stage_must_be_a_later_stage(tmp_path, cli, stage):
+    """--lead-stage names the stage retrained with the monitor: the first stage (no earlier skill) or a
+    domain the curriculum lacks is one line, exit 1, before anything is trained."""
+    from train_helpers import TINY
+
+    out = tmp_path / "study"
+    code, _, err = cli("study", "--run", str(out), "--seeds", "2", "--config", str(TINY), "--lead-stage", stage)
+    assert code == 1
+    assert err.strip().splitlines() == [f"aclarena-diag study: error: --lead-stage {stage}: not a stage after the first of this "
+                                        "curriculum; name one of search, ecom, if"]
+    assert not out.exists()
+
+
+def test_validation_retrains_the_named_stage(tmp_path, monkeypatch):
+    """`_validation` measures the lead time on --lead-stage when given, else on ecom."""
+    from aclarena.analysis import study
+    from aclarena.train import lead_time
+    from aclarena.train.config import load_config
+    from train_helpers import TINY
+
+    seen = []
+
+    def fake(out, settings, show_progress=False):
+        seen.append((settings.stage, settings.replicate))
+        raise study.AclarenaError("stop here")
+
+    monkeypatch.setattr(lead_time, "measure_lead_time", fake)
+    cfg = load_config(TINY)
+    rep = study._validation(cfg, tmp_path, 2, ["math", "search", "ecom", "if"], 6, 2, False, "search")
+    assert seen == [("search", 0)] and rep["stage"] == "search" and rep["status"] == "not run"
+    study._validation(cfg, tmp_path, 2, ["math", "search", "ecom", "if"], 6, 2, False)
+    assert seen[-1] == ("ecom", 0)
