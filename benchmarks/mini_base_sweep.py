@@ -104,6 +104,7 @@ def main() -> int:
     p.add_argument("--base", help="a finished base folder to use instead of pretraining (one --size)")
     p.add_argument("--out", default="runs/sweep")
     p.add_argument("--steps", type=int, default=None, help="oracle SFT steps of every domain (default: ORACLE's)")
+    p.add_argument("--lr", type=float, default=None, help="oracle SFT learning rate of every domain (default: ORACLE's)")
     p.add_argument("-n", type=int, default=100, help="evaluation tasks per domain")
     p.add_argument("--domains", default="math,search,ecom,if", help="oracle domains ('' for none: the copy test only)")
     p.add_argument("--results", default="docs/results/mini_base_sweep.jsonl")
@@ -147,6 +148,7 @@ def main() -> int:
         for domain in [d for d in args.domains.split(",") if d]:
             steps, lr, bs = ORACLE[domain]
             steps = args.steps or steps
+            lr = args.lr or lr
             t1 = time.monotonic()
             res = run_sft(str(base), expert_records(domain, steps * bs, seed=1), out / f"oracle-{domain}",
                           trl={"max_steps": steps, "learning_rate": lr, "per_device_train_batch_size": bs,
