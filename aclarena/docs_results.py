@@ -98,7 +98,7 @@ def _num(x: Any, digits: int = 2) -> str:
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -208,9 +208,19 @@ def findings_table(data: Mapping[str, Any]) -> str:
         else:
             spread = f" ± {_num(r.get('spread'), r.get('digits', 2))}" if r.get("spread") is not None else ""
             mini = f"{_num(r['mean'], r.get('digits', 2))}{spread}"
-        rows.append([r["finding"], r["quantity"], r.get("study") or "-", mini,
+        per_seed = ", ".join("-" if v is None else _num(v, r.get("digits", 2)) for v in r.get("values", []))
+        rows.append([r["finding"], r["quantity"], r.get("study") or "-", mini, per_seed,
                      f"{len(vals)}/{n}" if n else str(len(vals))])
-    return _table(["finding", "quantity", "study", "mini arena (mean ± std over seeds)", "seeds"], rows)
+    return _table(["finding", "quantity", "study", "mini arena (mean ± std over seeds)", "per seed",
+                   "seeds measured"], rows)
+
+
+def study_times(data: Mapping[str, Any]) -> str:
+    """Wall time of each part of one ``study`` invocation (a resumed part takes only its checks)."""
+    times = data.get("part_times") or {}
+    rows = [[k, f"{_num(v, 0)} s"] for k, v in times.items()]
+    rows.append(["total (this invocation)", f"{_num(sum(times.values()), 0)} s"])
+    return _table(["part", "wall time"], rows)
 
 
 def monitor_validation(data: Mapping[str, Any]) -> str:
@@ -249,6 +259,7 @@ RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "demo-times": (demo_times, DEMO_CMD),
     "findings": (findings_table, STUDY_CMD),
     "monitor-validation": (monitor_validation, STUDY_CMD),
+    "study-times": (study_times, STUDY_CMD),
 }
 
 

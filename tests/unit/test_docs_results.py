@@ -98,8 +98,11 @@ def test_repo_root_is_this_checkout():
 FINDINGS = {
     "seeds": [0, 1, 2],
     "made_by": {"command": "aclarena-diag study --run runs/study --seeds 3", "date": "2026-12-01"},
+    "part_times": {"train": 797.07, "eval": 800.4},
     "rows": [{"finding": "task-vector cosines", "quantity": "cos(sdft - base, sdft-from-end - seq end)",
               "study": "0.77", "values": [0.5, None, 0.7], "mean": 0.6, "spread": 0.1414, "digits": 2},
+             {"finding": "SFT vs RL displacement", "quantity": "math: ||dθ|| SFT / ||dθ|| RL",
+              "study": "3-7x", "values": [35.5, 33.5, 35.9], "mean": 34.97, "spread": 1.29, "digits": 1},
              {"finding": "consolidation vs the sequential end and the oracles", "quantity": "math/id of merge-ties",
               "study": None, "values": [None, None, None], "mean": None, "spread": None, "digits": 2}],
     "validation": {"status": "ok", "fit_seeds": [0], "held_out_seeds": [1, 2],
@@ -114,13 +117,17 @@ def test_findings_and_validation_tables(tmp_path):
     (tmp_path / "docs" / "results").mkdir(parents=True)
     (tmp_path / "README.md").write_text(
         "<!-- results: findings from docs/results/findings.json -->\n<!-- /results -->\n"
-        "<!-- results: monitor-validation from docs/results/findings.json -->\n<!-- /results -->\n", encoding="utf-8")
+        "<!-- results: monitor-validation from docs/results/findings.json -->\n<!-- /results -->\n"
+        "<!-- results: study-times from docs/results/findings.json -->\n<!-- /results -->\n", encoding="utf-8")
     path = tmp_path / "docs" / "results" / "findings.json"
     path.write_text(json.dumps(FINDINGS), encoding="utf-8")
     regenerate(tmp_path)
     text = (tmp_path / "README.md").read_text(encoding="utf-8")
-    assert "| task-vector cosines | cos(sdft - base, sdft-from-end - seq end) | 0.77 | 0.60 ± 0.14 | 2/3 |" in text
-    assert "| math/id of merge-ties | - | - | 0/3 |" in text
+    assert "| task-vector cosines | cos(sdft - base, sdft-from-end - seq end) | 0.77 | 0.60 ± 0.14 | 0.50, -, 0.70 | 2/3 |" in text
+    assert "| math/id of merge-ties | - | - | -, -, - | 0/3 |" in text
+    # a pipe inside a cell is escaped, so the row keeps its columns
+    assert r"| math: \|\|dθ\|\| SFT / \|\|dθ\|\| RL | 3-7x | 35.0 ± 1.3 | 35.5, 33.5, 35.9 | 3/3 |" in text
+    assert "| train | 797 s |\n| eval | 800 s |\n| total (this invocation) | 1597 s |" in text
     assert "| forward KL on the current task (RL's Razor) | 0.013 | 4.0 | 1 | 2 | 1 | 0.41 |" in text
     assert "Reported on seeds 1, 2 only (6 domain series, 2 with a significant drop)" in text
     assert "*Note: seed 0 had no significant drop.*" in text
