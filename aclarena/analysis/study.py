@@ -360,6 +360,10 @@ def validation_report(leads: dict[int, dict[str, Any]], fit_seed: int, *, seeds:
         rows.append(d)
     out.update(status="ok", predictors=rows, series={"fit": len(fit), "held_out": len(held),
                                                      "held_out_drops": sum(x.drop_step is not None for x in held)})
+    if all(x.drop_step is not None for x in kept):
+        out["notes"].append("every series dropped significantly (fit and held out), so false alarms could not occur "
+                            "and the fit had nothing to keep a threshold from warning too early: a threshold at or "
+                            "below a predictor's first value warns at the first evaluation")
     if not any(x.drop_step is not None for x in fit):
         out["notes"].append(f"seed {fit_seed} had no significant drop: no threshold could be fitted, so no predictor "
                             "warns on the held-out seeds")

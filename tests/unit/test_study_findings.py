@@ -155,6 +155,13 @@ def test_validation_report_fits_on_seed_0_and_says_why_when_it_cannot():
     # warns in time. On seed 1 it warns at 4, after the drop at 2: a miss; search stays below: no false alarm
     assert kl["threshold"] == 2.0 and kl["misses"] == 1 and kl["detected"] == 0 and kl["false_alarms"] == 0
     assert kl["points"] == 12 and kl["r2"] is not None
+    assert not any("false alarms could not occur" in n for n in rep["notes"])
+    # only domains that dropped (the mini arena's search stage: math, the one earlier skill): no false alarm is
+    # possible and nothing keeps a fitted threshold from warning at once; the report says so
+    alldrop = validation_report({0: _lead([0.8, 0.5, 0.2], [False, False, True], [0.0, 2.0], [0.1, 0.3], [1.0] * 4),
+                                 1: _lead([0.8, 0.4, 0.1], [False, True, True], [0.0, 2.5], [0.1, 0.1], [1.0] * 4)},
+                                0, seeds=[0, 1])
+    assert alldrop["status"] == "ok" and any("false alarms could not occur" in n for n in alldrop["notes"])
     bad = validation_report({0: leads[0], 1: _lead([0.2] * 3, [False] * 3, [0, 0], [0, 0], [1] * 4, False)}, 0,
                             seeds=[0, 1])
     assert bad["status"] == "not run" and "no drop could reach significance on the held-out seeds" in bad["reason"]
