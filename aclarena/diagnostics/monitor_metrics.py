@@ -7,8 +7,8 @@ the probe's reference (ACLArena, arXiv 2609.23989: KL and flips at high-entropy 
 the forward KL to the stage-start policy (RL's Razor, Shenfeld et al. 2025, arXiv 2509.04259:
 on a ``razor-<stage>`` probe of the trained stage's own prompts it is the paper's predictor; on the
 earlier tasks' probes, an adaptation of it). The default warning rules on them
-(:func:`default_rules`) live here too; their limits are provisional (one mini run, not fitted on
-held-out seeds).
+(:func:`default_rules`) live here too: ``fkl``'s limit was fitted on seed 0 of the mini study's
+held-out validation; the others are provisional (one mini run).
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ ACTIONS = ("log", "save", "stop")
 
 
 def default_rules() -> dict[str, MetricRule]:
-    """The default rules: provisional limits from one mini run, not fitted on held-out seeds (docs/monitor.md).
+    """The default rules (docs/monitor.md). ``fkl``'s limit is the threshold fitted on seed 0 of the mini
+    study's held-out validation (search stage; docs/results/findings.json), reported there on seeds 1-2;
+    ``fkl_high``'s and the trend settings are provisional, read off one mini run.
 
     Forward-KL metrics start at exactly 0 at the stage start, so they get absolute thresholds;
     drift against an earlier reference starts wherever earlier stages left it, so it gets the
@@ -53,7 +55,7 @@ def default_rules() -> dict[str, MetricRule]:
         "kl_high": MetricRule(trend=trend),
         "kl_all": MetricRule(trend=trend),
         "flip_high": MetricRule(trend=dataclasses.replace(trend, min_std=0.02)),
-        "fkl": MetricRule(threshold=0.05, trend=trend),
+        "fkl": MetricRule(threshold=0.165, trend=trend),  # fitted on seed 0: 0.1648 (findings.json)
         "fkl_high": MetricRule(threshold=0.25),
     }
 
