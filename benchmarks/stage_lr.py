@@ -1,0 +1,62 @@
+"""Benchmark: how hard does one later stage's SFT hit an earlier skill, by learning rate?
+
+Starts from a finished checkpoint (e.g. a curriculum's seq-search), runs one SFT phase of another
+domain's expert conversations (the stage's own code, ``aclarena.train.phases.run_sft``) and scores
+the earlier domains and the trained one on their in-domain eval suites (greedy, n tasks), with 95%
+bootstrap intervals. Issue #13 asks for a stage that lowers an earlier skill partially, not to 0.
+
+    python benchmarks/stage_lr.py --start runs/retune/checkpoints/seq-search --domain ecom \
+        --steps 40 --batch 4 --lr 5e-5 --score search,math,ecom --out runs/stage-lr --results R.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mini_base_sweep import bootstrap, score  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--start", required=True, help="checkpoint folder the stage starts from")
+    p.add_argument("--domain", required=True, help="the stage's domain (its expert conversations)")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--lr", type=float, required=True)
+    p.add_argument("--score", default="search,math", help="domains scored after the stage")
+    p.add_argument("-n", type=int, default=100)
+    p.add_argument("--seed", type=int, default=30)
+    p.add_argument("--out", required=True)
+    p.add_argument("--results", required=True)
+    args = p.parse_args()
+    from aclarena.train.data import expert_records
+    from aclarena.train.phases import load_start, run_sft
+
+    t0 = time.monotonic()
+    res = run_sft(args.start, expert_records(args.domain, args.steps * args.batch, seed=args.seed),
+                  Path(args.out) / f"{args.domain}-lr{args.lr:g}",
+                  trl={"max_steps": args.steps, "learning_rate": args.lr, "per_device_train_batch_size": args.batch,
+                       "logging_steps": 10, "save_steps": args.steps}, seed=args.seed)
+    train_s = time.monotonic() - t0
+    row = {"start": args.start, "domain": args.domain, "steps": args.steps, "batch": args.batch, "lr": args.lr,
+           "seed": args.seed, "train_s": round(train_s, 1), "scores": {}}
+    for label, folder in (("before", args.start), ("after", str(res.folder))):
+        m, t = load_start(folder)
+        for d in args.score.split(","):
+            r = score(m, t, d, args.n)
+            lo, hi = bootstrap(r)
+            row["scores"].setdefault(d, {})[label] = {"score": sum(r) / len(r), "n": len(r), "ci95": [lo, hi],
+                                                      "solved": [i for i, x in enumerate(r) if x > 0]}
+    with open(args.results, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+    print(json.dumps({d: {k: v["score"] for k, v in s.items()} for d, s in row["scores"].items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
