@@ -198,10 +198,11 @@ def test_lead_stage_must_be_a_later_stage(tmp_path, cli, stage):
 
 def test_validation_retrains_the_named_stage(tmp_path, monkeypatch):
     """`_validation` measures the lead time on --lead-stage when given, else on ecom."""
+    from train_helpers import TINY
+
     from aclarena.analysis import study
     from aclarena.train import lead_time
     from aclarena.train.config import load_config
-    from train_helpers import TINY
 
     seen = []
 
