@@ -3,7 +3,9 @@
 Starts from a finished checkpoint (e.g. a curriculum's seq-search), runs one SFT phase of another
 domain's expert conversations (the stage's own code, ``aclarena.train.phases.run_sft``) and scores
 the earlier domains and the trained one on their in-domain eval suites (greedy, n tasks), with 95%
-bootstrap intervals. Issue #13 asks for a stage that lowers an earlier skill partially, not to 0.
+bootstrap intervals, and per domain the tasks lost and gained and the one-sided exact McNemar p-value
+of a drop (``aclarena.diagnostics.early_warning.mcnemar_drop_pvalue``, the monitor's lead-time test).
+Issue #13 asks for a stage that lowers an earlier skill partially, not to 0.
 
     python benchmarks/stage_lr.py --start runs/retune/checkpoints/seq-search --domain ecom \
         --steps 40 --batch 4 --lr 5e-5 --score search,math,ecom --out runs/stage-lr --results R.jsonl
@@ -19,6 +21,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mini_base_sweep import bootstrap, score  # noqa: E402
+
+
+def paired(scores: dict) -> dict:
+    """``lost``, ``gained`` and the one-sided McNemar ``p_drop`` of each domain's before/after (same tasks)."""
+    from aclarena.diagnostics.early_warning import mcnemar_drop_pvalue
+
+    out = {}
+    for d, s in scores.items():
+        n = s["before"]["n"]
+        b = [i in set(s["before"]["solved"]) for i in range(n)]
+        a = [i in set(s["after"]["solved"]) for i in range(n)]
+        out[d] = {"lost": sum(x and not y for x, y in zip(b, a, strict=True)),
+                  "gained": sum(y and not x for x, y in zip(b, a, strict=True)),
+                  "p_drop": mcnemar_drop_pvalue(b, a)}
+    return out
 
 
 def main() -> int:
@@ -52,6 +69,7 @@ def main() -> int:
             lo, hi = bootstrap(r)
             row["scores"].setdefault(d, {})[label] = {"score": sum(r) / len(r), "n": len(r), "ci95": [lo, hi],
                                                       "solved": [i for i, x in enumerate(r) if x > 0]}
+    row["paired"] = paired(row["scores"])
     with open(args.results, "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
     print(json.dumps({d: {k: v["score"] for k, v in s.items()} for d, s in row["scores"].items()}))
