@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from browser_helpers import wait_for_dash
 
+from aclarena.diagnostics.monitor_metrics import default_rules
+
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +102,7 @@ def test_monitor_page_shows_points_as_a_writer_appends(fixture_run, serve, page,
         assert f"{LABEL}: 1 checks, last step 0, 0 warnings" in page.inner_text("#monitor-status")
         first = plotted(page)
         assert first["traces"][f"{PROBE}@y"] == [0]  # the first panel (KL at high-entropy positions)
-        assert 0.05 in first["shapes"]  # the default forward-KL threshold is drawn
+        assert default_rules()["fkl"].threshold in first["shapes"]  # the default forward-KL threshold is drawn
         n0 = points(page)
         assert n0 >= 4  # one point in each metric panel
         page.evaluate("() => { window.__sameDocument = true; }")  # the page must update in place, not reload
