@@ -29,12 +29,10 @@ def paired(scores: dict) -> dict:
 
     out = {}
     for d, s in scores.items():
+        before, after = set(s["before"]["solved"]), set(s["after"]["solved"])
         n = s["before"]["n"]
-        b = [i in set(s["before"]["solved"]) for i in range(n)]
-        a = [i in set(s["after"]["solved"]) for i in range(n)]
-        out[d] = {"lost": sum(x and not y for x, y in zip(b, a, strict=True)),
-                  "gained": sum(y and not x for x, y in zip(b, a, strict=True)),
-                  "p_drop": mcnemar_drop_pvalue(b, a)}
+        out[d] = {"lost": len(before - after), "gained": len(after - before),
+                  "p_drop": mcnemar_drop_pvalue([i in before for i in range(n)], [i in after for i in range(n)])}
     return out
 
 
