@@ -240,6 +240,10 @@ tr = plain_trainer(model, tok, out / "trainer", steps=40, lr=3e-2, callbacks=[mo
 mon.bind(tr)
 tr.train()
 (out / f"rank{{rank}}.txt").write_text(f"{{tr.state.global_step}} {{len(mon.history)}}")
+# end as a distributed script should: a rank that left while rank 0 still wrote the stop's
+# checkpoint was seen to abort in gloo's teardown ("terminate called without an active exception")
+tr.accelerator.wait_for_everyone()
+tr.accelerator.end_training()
 """
 
 
