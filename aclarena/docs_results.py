@@ -96,6 +96,16 @@ def _num(x: Any, digits: int = 2) -> str:
     return f"{float(x):.{digits}f}"
 
 
+def _with_ci(x: Any, ci: Any) -> str:
+    """``0.26 [0.18, 0.35]``: a score and its 95% interval (the interval only where recorded)."""
+    return _num(x) + (f" [{_num(ci[0])}, {_num(ci[1])}]" if ci and _num(x) != "-" else "")
+
+
+def _p(p: Any) -> str:
+    """A p-value to two significant digits."""
+    return "-" if p is None else f"{float(p):.2g}"
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
@@ -123,8 +133,9 @@ def demo_stages(data: Mapping[str, Any]) -> str:
     rows = [["base", "", "", "", "", "", _num(data.get("base_general"))]] if "base_general" in data else []
     for r in data["stages"]:
         parent = _num(r.get("parent_score")) + (" (base)" if r.get("parent") == "base" else "")
-        rows.append([r["stage"], r["suite"], parent, _num(r.get("after_sft")), _num(r.get("score")),
-                     _num(r.get("oracle")), _num(r.get("general"))])
+        rows.append([r["stage"], r["suite"], parent, _num(r.get("after_sft")),
+                     _with_ci(r.get("score"), r.get("score_ci95")), _with_ci(r.get("oracle"), r.get("oracle_ci95")),
+                     _num(r.get("general"))])
     return _table(["stage", "in-domain suite", "parent's score", "after its SFT", "after the stage", "its oracle",
                    "general after the stage"], rows)
 
@@ -153,9 +164,20 @@ def demo_comparison(data: Mapping[str, Any]) -> str:
 def demo_forgetting(data: Mapping[str, Any]) -> str:
     """The e-commerce stage's effect on the earlier skills, then the continual-learning metrics."""
     eff = data.get("ecom_effect") or {}
-    rows = [[f"{s} ({eff.get('before', '?')} → {eff.get('after', '?')})", _num((eff.get(s) or {}).get("before")),
-             _num((eff.get(s) or {}).get("after"))] for s in ("math/id", "search/id", "general") if s in eff]
-    out = _table(["suite (before → after the e-commerce stage)", "before", "after"], rows) if rows else ""
+    rows = []
+    for s in ("math/id", "search/id", "general"):
+        if s not in eff:
+            continue
+        e = eff[s] or {}
+        row = [f"{s} ({eff.get('before', '?')} → {eff.get('after', '?')})", _with_ci(e.get("before"), e.get("before_ci95")),
+               _with_ci(e.get("after"), e.get("after_ci95"))]
+        if any("lost" in (eff.get(k) or {}) for k in ("math/id", "search/id", "general")):  # paired counts recorded
+            row += [f"{e['lost']} / {e['gained']} of {e['n']}" if "lost" in e else "-", _p(e.get("p_drop"))]
+        rows.append(row)
+    headers = ["suite (before → after the e-commerce stage)", "before", "after"]
+    if rows and len(rows[0]) > 3:
+        headers += ["lost / gained", "McNemar p (drop)"]
+    out = _table(headers, rows) if rows else ""
     cl = data.get("forgetting") or {}
     names = {"average_accuracy": "ACC (mean final in-domain score)", "backward_transfer": "BWT (backward transfer)",
              "forward_transfer": "FWT (forward transfer)", "forgetting_max": "forgetting (mean max drop)",

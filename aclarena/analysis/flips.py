@@ -632,6 +632,31 @@ def flip_items(reader: Any, manifest: Any, early: str, late: str, suite: str
     return out, cells[early].settings, len(common), made_from
 
 
+def paired_change(run_dir: str | Path, early: str, late: str, suites: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per suite, from the matrix's greedy per-item outcomes: the items ``early`` solved and ``late``
+    fails (``lost``), the reverse (``gained``), the items compared (``n``) and the one-sided exact
+    McNemar p of a drop (``p_drop``, the monitor's ground-truth test); ``{"error": line}`` for a
+    suite that cannot be paired (no cell, no per-item outcomes, other settings)."""
+    from aclarena.diagnostics.early_warning import mcnemar_drop_pvalue
+    from aclarena.store import load_manifest
+    from aclarena.store.capability import open_matrix
+
+    manifest = load_manifest(run_dir)
+    out: dict[str, dict[str, Any]] = {}
+    with open_matrix(run_dir, manifest) as (reader, _):
+        for suite in suites:
+            try:
+                pairs, _settings, n, _made_from = flip_items(reader, manifest, early, late, suite)
+            except AclarenaError as e:
+                out[suite] = {"error": str(e)}
+                continue
+            lost = sum(1 for _, kind in pairs if kind == FORGOT)
+            gained = len(pairs) - lost
+            before = np.r_[np.ones(lost, bool), np.zeros(gained, bool)]
+            out[suite] = {"lost": lost, "gained": gained, "n": n, "p_drop": mcnemar_drop_pvalue(before, ~before)}
+    return out
+
+
 def _fingerprint(info: Any, manifest: Any, run_dir: str | Path) -> str:
     from aclarena.models.checkpoint import inspect
     from aclarena.models.tensors import checkpoint_fingerprint

@@ -35,6 +35,8 @@ STUDY = {
     "sft_rl": "SFT moves parameters 3-7x more than RL",
     "high_entropy": "~94% of low-entropy positions barely move; forgetting concentrates at ~6% high-entropy positions",
 }
+#: the suites whose change over the e-commerce stage the summary reports (the study's AIME and NQ, and MMLU)
+ECOM_SUITES = ("math/id", "search/id", "general")
 SUMMARY_KEY = "demo/summary"
 SUMMARY_FILE = "summary.json"
 
@@ -150,9 +152,14 @@ def run(args: argparse.Namespace) -> int:
         results["eval_oracles"] = step("eval", [*base_eval, "--checkpoints", ",".join(oracles), "--suites", "id"],
                                        f"evaluating {len(oracles)} oracles in domain", required=False)
     if "seq-math" in stage_ends:
+        from aclarena.probes.probe_set import list_probe_sets
+        from aclarena.store import ResultsStore
+
         probe_n = "32" if args.preset == "mini" else "4"
-        results["probe"] = step("probe", ["probe", "--run", run_dir, "--ref", "seq-math", "--domain", "math",
-                                          "-n", probe_n, "--max-new-tokens", "64"], "freezing seq-math's generations", required=False)
+        if "seq-math" not in list_probe_sets(ResultsStore(run_dir)):  # a rerun keeps the frozen generations
+            results["probe"] = step("probe", ["probe", "--run", run_dir, "--ref", "seq-math", "--domain", "math",
+                                              "-n", probe_n, "--max-new-tokens", "64"], "freezing seq-math's generations",
+                                    required=False)
         results["tokens"] = step("tokens", ["tokens", "--run", run_dir, "--ref", "seq-math"],
                                  "token drift of later checkpoints on seq-math's generations", required=False)
     results["vectors"] = step("vectors", ["vectors", "--run", run_dir], "task vectors", required=False)
@@ -161,6 +168,12 @@ def run(args: argparse.Namespace) -> int:
     results["forgetting"] = step("forgetting", ["forgetting", "--run", run_dir], "forgetting metrics",
                                  required=False)
     if "seq-ecom" in stage_ends:
+        from aclarena.analysis.flips import paired_change
+
+        t0 = time.monotonic()  # per-item pairs of the e-commerce stage's effect (reads the store; no model)
+        results["paired"] = paired_change(run_dir, _stage_parent_of("seq-ecom", rows, stage_ends), "seq-ecom",
+                                          ECOM_SUITES)
+        steps["forgetting"] = steps.get("forgetting", 0.0) + time.monotonic() - t0
         # tiny: 6 items, the fewest whose total loss can pass Holm over the stage's 3 evaluations
         lead_n, lead_every = ("20", "10") if args.preset == "mini" else ("6", "2")
         results["lead_time"] = step("lead_time", ["monitor", "--run", run_dir, "--lead-time", "--stage", "ecom",
@@ -205,46 +218,57 @@ def _is_stage_end(name: str, rows: list[dict[str, Any]]) -> bool:
     return not any(r["parent"] == name and r["kind"] == row["kind"] and r["domain"] == row["domain"] for r in rows)
 
 
-def _cells(*evals: Any) -> dict[tuple[str, str], float]:
+def _stage_parent_of(name: str, rows: list[dict[str, Any]], stage_ends: list[str]) -> str:
+    """The previous stage's end (or the base): the parent of the stage that ``name`` ends."""
+    by_name = {r["name"]: r for r in rows}
+    p = by_name[name]["parent"]
+    while p in by_name and by_name[p]["kind"] == "stage" and p not in stage_ends:
+        p = by_name[p]["parent"]
+    return p
+
+
+def _cells(*evals: Any) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], list[float]]]:
+    """Each (checkpoint, suite) cell's greedy score and its 95% bootstrap interval over items."""
     out: dict[tuple[str, str], float] = {}
+    ci: dict[tuple[str, str], list[float]] = {}
     for e in evals:
         if not isinstance(e, dict):
             continue
         for c in e.get("cells", []):
             if c.get("status") == "ok" and c.get("mean") is not None:
                 out[(c["checkpoint"], c["suite"])] = float(c["mean"])
-    return out
+                if c.get("ci95") is not None:
+                    ci[(c["checkpoint"], c["suite"])] = [float(x) for x in c["ci95"]]
+    return out, ci
 
 
 def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_ends: list[str],
                   steps: dict[str, float], total_s: float, preset: str, n: int) -> dict[str, Any]:
     """The study's measurements as found on this run (plain data; printed and stored)."""
-    cells = _cells(results.get("eval_chain"), results.get("eval_sft"), results.get("eval_oracles"))
+    cells, ci = _cells(results.get("eval_chain"), results.get("eval_sft"), results.get("eval_oracles"))
     by_name = {r["name"]: r for r in rows}
-
-    def stage_parent(name: str) -> str:
-        p = by_name[name]["parent"]
-        while p in by_name and by_name[p]["kind"] == "stage" and p not in stage_ends:
-            p = by_name[p]["parent"]
-        return p
 
     stages = []
     for name in stage_ends:
         d = by_name[name]["domain"]
-        parent = stage_parent(name)
+        parent = _stage_parent_of(name, rows, stage_ends)
         suite = f"{d}/id"
         sft = next((r["name"] for r in rows if r["kind"] == "stage" and r["parent"] == parent
                     and r["domain"] == d and r["name"] != name), None)
         stages.append({"stage": name, "domain": d, "suite": suite, "parent": parent,
                        "parent_score": cells.get((parent, suite)), "score": cells.get((name, suite)),
-                       "after_sft": cells.get((sft, suite)) if sft else None,
-                       "oracle": cells.get((f"oracle-{d}", suite)), "general": cells.get((name, "general"))})
+                       "score_ci95": ci.get((name, suite)), "after_sft": cells.get((sft, suite)) if sft else None,
+                       "oracle": cells.get((f"oracle-{d}", suite)), "oracle_ci95": ci.get((f"oracle-{d}", suite)),
+                       "general": cells.get((name, "general"))})
     ecom = None
     if "seq-ecom" in stage_ends:
-        before = stage_parent("seq-ecom")
+        before = _stage_parent_of("seq-ecom", rows, stage_ends)
+        paired = results.get("paired") if isinstance(results.get("paired"), dict) else {}
         ecom = {"before": before, "after": "seq-ecom",
-                **{s: {"before": cells.get((before, s)), "after": cells.get(("seq-ecom", s))}
-                   for s in ("math/id", "search/id", "general")}}
+                **{s: {"before": cells.get((before, s)), "after": cells.get(("seq-ecom", s)),
+                       "before_ci95": ci.get((before, s)), "after_ci95": ci.get(("seq-ecom", s)),
+                       **{k: v for k, v in (paired or {}).get(s, {}).items() if k != "error"}}
+                   for s in ECOM_SUITES}}
     disp = results.get("displacement") if isinstance(results.get("displacement"), dict) else {}
     sft_rl = [{"stage": r["stage"], "ratio": r.get("ratio"), "sft": r.get("sft"), "rl": r.get("rl")}
               for r in (disp or {}).get("sft_rl", [])]
@@ -301,22 +325,30 @@ def _plain(x: Any) -> Any:
     return str(x)
 
 
-def _score(x: Any) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
+def _score(x: Any, ci: Any = None) -> str:
+    """A score with its 95% interval when known: ``0.26 [0.18, 0.35]``."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
 def print_summary(s: dict[str, Any], run_dir: str) -> None:
     print()
     print_table([{"stage": r["stage"], "suite": r["suite"], "parent": r["parent"], "before": _score(r["parent_score"]),
-                  "after SFT": _score(r["after_sft"]), "after stage": _score(r["score"]), "oracle": _score(r["oracle"])}
+                  "after SFT": _score(r["after_sft"]), "after stage": _score(r["score"], r.get("score_ci95")),
+                  "oracle": _score(r["oracle"], r.get("oracle_ci95"))}
                  for r in s["stages"]],
                 ["stage", "suite", "parent", "before", "after SFT", "after stage", "oracle"],
                 title=f"each stage's in-domain score over its parent's (greedy, {s['eval_tasks_per_suite']} tasks)")
     e = s.get("ecom_effect")
     if e:
-        print_table([{"suite": k, "before": _score(v["before"]), "after": _score(v["after"])}
+        print_table([{"suite": k, "before": _score(v["before"], v.get("before_ci95")),
+                      "after": _score(v["after"], v.get("after_ci95")),
+                      "lost": f"{v['lost']} / {v['gained']}" if "lost" in v else "-",
+                      "p": fmt(v["p_drop"], 2) if "p_drop" in v else "-"}
                      for k, v in e.items() if isinstance(v, dict)],
-                    ["suite", "before", "after"],
+                    ["suite", "before", "after", "lost", "p"],
+                    headers=["suite", "before", "after", "lost / gained", "McNemar p (drop)"],
                     title=f"the ecom stage's effect on earlier skills ({e['before']} -> {e['after']})",
                     caption=f"study: {STUDY['ecom_effect']}")
     if s["sft_rl"]:

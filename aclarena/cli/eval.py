@@ -108,6 +108,7 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
     from aclarena.store.capability import (
         RESULT_TYPE,
         RESULT_VERSION,
+        cell_ci95,
         cell_key,
         error_payload,
         read_cells,
@@ -202,18 +203,19 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
             del model, tokenizer
     if not w.is_main:
         return 0
+    rows = []
     with store.reader() as r:
         cells = {c.key: c for c in read_cells(r)}
-    rows = []
-    for spec in specs:
-        for suite in suites:
-            c = cells.get(cell_key(spec.name, suite, sid))
-            if c is None:
-                continue
-            rows.append({"checkpoint": spec.name, "suite": suite, "status": c.status, "mean": c.mean, "std": c.std,
-                         "avg_k_mean": c.avg_k_mean, "avg_k_std": c.avg_k_std, "n_items": c.n_items,
-                         "n_seeds": c.n_seeds, "samples": c.samples, "error": c.error,
-                         "computed": (spec.name, suite) in computed, "key": c.key})
+        for spec in specs:
+            for suite in suites:
+                c = cells.get(cell_key(spec.name, suite, sid))
+                if c is None:
+                    continue
+                rows.append({"checkpoint": spec.name, "suite": suite, "status": c.status, "mean": c.mean,
+                             "ci95": cell_ci95(r, c) if c.ok else None, "std": c.std,
+                             "avg_k_mean": c.avg_k_mean, "avg_k_std": c.avg_k_std, "n_items": c.n_items,
+                             "n_seeds": c.n_seeds, "samples": c.samples, "error": c.error,
+                             "computed": (spec.name, suite) in computed, "key": c.key})
     errors = [r for r in rows if r["status"] != "ok"]
     over_seeds = _over_training_seeds(rows, [s.name for s in specs])
     if args.json:

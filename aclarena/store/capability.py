@@ -135,6 +135,19 @@ def read_items(reader: StoreReader, cell: Cell | str) -> tuple[list[str], np.nda
         return [str(i) for i in ids], scores
 
 
+def cell_ci95(reader: StoreReader, cell: Cell | str) -> list[float] | None:
+    """95% percentile-bootstrap interval of a cell's greedy score over its items (the per-item
+    score averaged over seeds; 1000 resamples, seed 0); None when the cell has no per-item outcomes."""
+    from aclarena.diagnostics.bootstrap import bootstrap_mean_ci
+
+    got = read_items(reader, cell)
+    if got is None or got[1].size == 0:
+        return None
+    scores = got[1]
+    lo, hi = bootstrap_mean_ci(scores.mean(axis=0) if scores.ndim == 2 else scores)
+    return [lo, hi]
+
+
 def cell_payload(
     *,
     checkpoint: str,

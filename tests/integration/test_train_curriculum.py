@@ -125,4 +125,17 @@ def test_demo_on_a_trained_tiny_run(tiny_run, tmp_path, cli):
     # the same summary as strict JSON (no NaN), for copying numbers into a report
     on_disk = json.loads((copy / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     assert on_disk["stages"] == s["stages"] and on_disk["sft_rl"] == s["sft_rl"]
-    assert not s["errors"] or set(s["errors"]) <= {"probe", "tokens"}  # verbs of another issue, when absent
+    assert not s["errors"], s["errors"]
+    for r in s["stages"]:  # each score with its bootstrap interval over the n items
+        lo, hi = r["score_ci95"]
+        assert lo <= r["score"] + 1e-9 and r["score"] <= hi + 1e-9
+    for suite in ("math/id", "search/id", "general"):  # the e-commerce stage's effect, paired item by item
+        e = s["ecom_effect"][suite]
+        assert e["n"] == 2 and e["lost"] + e["gained"] <= e["n"] and 0 < e["p_drop"] <= 1
+        assert e["lost"] - e["gained"] == round((e["before"] - e["after"]) * e["n"])
+    # a rerun reads everything back: nothing retrained, no step fails (the probe set is kept), the same numbers
+    code, stdout, err = cli("demo", "--preset", "tiny", "--out", str(copy), "-n", "2", "--json")
+    assert code == 0, err
+    again = json.loads(stdout)["summary"]
+    assert not again["errors"], again["errors"]
+    assert again["stages"] == s["stages"] and again["ecom_effect"] == s["ecom_effect"]

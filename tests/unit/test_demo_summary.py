@@ -40,7 +40,10 @@ def test_summary_scores_parents_and_ecom_effect(tmp_path):
              ("seq-ecom", "math/id"): 0.0, ("seq-search", "search/id"): 0.1, ("seq-ecom", "search/id"): 0.05,
              ("seq-math-sft", "math/id"): 0.12, ("seq-ecom", "ecom/id"): float("nan")}
     cells = [{"checkpoint": c, "suite": s, "status": "ok", "mean": m} for (c, s), m in score.items()]
+    cells[1]["ci95"] = [0.08, 0.21]  # seq-math on math/id
     results = {"eval_chain": {"cells": cells},
+               "paired": {"search/id": {"lost": 3, "gained": 1, "n": 20, "p_drop": 0.3125},
+                          "general": {"error": "'seq-search' has no capability cell on suite 'general'"}},
                "displacement": {"sft_rl": [{"stage": "math", "ratio": 4.0, "sft": 2.0, "rl": 0.5}]}}
     s = build_summary(rs, results, ends, {"train": 1.0}, 2.0, "mini", 50)
     by = {r["stage"]: r for r in s["stages"]}
@@ -48,8 +51,12 @@ def test_summary_scores_parents_and_ecom_effect(tmp_path):
     assert by["seq-math"]["score"] == 0.14 and by["seq-math"]["parent_score"] == 0.0
     assert by["seq-math"]["after_sft"] == 0.12
     assert s["ecom_effect"]["before"] == "seq-search"
-    assert s["ecom_effect"]["math/id"] == {"before": 0.06, "after": 0.0}
-    assert s["ecom_effect"]["search/id"] == {"before": 0.1, "after": 0.05}
+    assert by["seq-math"]["score_ci95"] == [0.08, 0.21] and by["seq-search"]["score_ci95"] is None
+    nothing = {"before_ci95": None, "after_ci95": None}
+    assert s["ecom_effect"]["math/id"] == {"before": 0.06, "after": 0.0, **nothing}  # not paired: no counts
+    assert s["ecom_effect"]["search/id"] == {"before": 0.1, "after": 0.05, **nothing, "lost": 3, "gained": 1,
+                                             "n": 20, "p_drop": 0.3125}
+    assert "lost" not in s["ecom_effect"]["general"]  # a suite that could not be paired has no counts
     assert s["sft_rl"][0]["ratio"] == 4.0
     assert math.isnan(by["seq-ecom"]["score"])
     plain = _plain(s)

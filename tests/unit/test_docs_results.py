@@ -163,3 +163,20 @@ def test_demo_renderers_show_every_part_of_the_summary():
     assert "| seq-if | 0.09 | 0.23 | 0.500 |" in demo_tokens(summary) and "top 6% entropy" in demo_tokens(summary)
     times = demo_times(summary)
     assert "| eval | 100 s |" in times and "| seq-math-sft | 300 | 103 s | finished |" in times and "| oracle-math | - | - | reused |" in times
+
+
+def test_demo_tables_show_intervals_and_the_paired_test():
+    from aclarena.docs_results import demo_forgetting, demo_stages
+
+    eff = {"before": "seq-search", "after": "seq-ecom",
+           "search/id": {"before": 0.5, "after": 0.26, "before_ci95": [0.4, 0.59], "after_ci95": [0.18, 0.34],
+                         "lost": 24, "gained": 0, "n": 100, "p_drop": 5.96e-8},
+           "general": {"before": 0.0, "after": 0.0, "before_ci95": [0.0, 0.0], "after_ci95": [0.0, 0.0]}}
+    table = demo_forgetting({"ecom_effect": eff})
+    assert "| search/id (seq-search → seq-ecom) | 0.50 [0.40, 0.59] | 0.26 [0.18, 0.34] | 24 / 0 of 100 | 6e-08 |" \
+        in table and "McNemar p (drop)" in table
+    assert "| general (seq-search → seq-ecom) | 0.00 [0.00, 0.00] | 0.00 [0.00, 0.00] | - | - |" in table
+    stages = demo_stages({"stages": [{"stage": "seq-search", "suite": "search/id", "parent": "seq-math",
+                                      "parent_score": 0.0, "after_sft": 0.46, "score": 0.5, "score_ci95": [0.4, 0.59],
+                                      "oracle": 0.8, "oracle_ci95": None, "general": None}]})
+    assert "| seq-search | search/id | 0.00 | 0.46 | 0.50 [0.40, 0.59] | 0.80 | - |" in stages
