@@ -12,6 +12,7 @@ import pytest
 from aclarena.store import CheckpointSpec, Manifest, ResultsStore, write_manifest
 from aclarena.store.capability import (
     RESULT_TYPE,
+    cell_ci95,
     cell_key,
     cell_payload,
     chain_data,
@@ -77,6 +78,25 @@ def test_cells_round_trip(tmp_path):
     assert m.suites == ["math/id", "search/id", "if/id"]
     np.testing.assert_allclose(m.array(["s1", "s2", "s3"], m.suites), [[0.5, 0.25, 0], [1, 0.75, 0.25], [0.25, 0.5, 1]])
     assert np.isnan(m.value("oracle-math", "if/id"))
+
+
+def test_cell_interval_is_the_bootstrap_over_items(tmp_path):
+    from aclarena.diagnostics.bootstrap import bootstrap_mean_ci
+
+    run = _run(tmp_path)
+    with ResultsStore(run).reader() as r:
+        cells = {(c.checkpoint, c.suite): c for c in read_cells(r)}
+        lo, hi = cell_ci95(r, cells[("s2", "search/id")])
+        assert [lo, hi] == list(bootstrap_mean_ci(np.array([1.0, 1.0, 1.0, 0.0])))
+        assert 0.0 <= lo < 0.75 < hi <= 1.0  # around the mean, inside [0, 1]
+        assert cell_ci95(r, cells[("s2", "math/id")]) == [1.0, 1.0]  # every item solved: no spread
+    settings = {"n": 2, "seeds": [0, 1]}  # two seeds: the interval is over items of the per-item mean
+    data, attrs = cell_payload(checkpoint="s1", suite="if/id", domain="if", role="id", source="arena",
+                               settings=settings, greedy=np.array([[1.0, 0.0], [1.0, 1.0]]))
+    key = cell_key("s1", "if/id", settings)
+    ResultsStore(run).write(key, data, result_type=RESULT_TYPE, result_version="0.1.0", attrs=attrs)
+    with ResultsStore(run).reader() as r:
+        assert cell_ci95(r, key) == list(bootstrap_mean_ci(np.array([1.0, 0.5])))
 
 
 def test_chain_and_forgetting_report_by_hand(tmp_path, cli):
