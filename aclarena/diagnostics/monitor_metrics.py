@@ -43,8 +43,8 @@ ACTIONS = ("log", "save", "stop")
 
 def default_rules() -> dict[str, MetricRule]:
     """The default rules (docs/monitor.md). ``fkl``'s limit is the threshold fitted on seed 0 of the mini
-    study's held-out validation (search stage; docs/results/findings.json), reported there on seeds 1-2;
-    ``fkl_high``'s and the trend settings are provisional, read off one mini run.
+    study's held-out validation (first recipe, search stage; docs/results/findings_recipe1.json),
+    reported there on seeds 1-2; ``fkl_high``'s and the trend settings are provisional, read off one mini run.
 
     Forward-KL metrics start at exactly 0 at the stage start, so they get absolute thresholds;
     drift against an earlier reference starts wherever earlier stages left it, so it gets the
@@ -55,7 +55,7 @@ def default_rules() -> dict[str, MetricRule]:
         "kl_high": MetricRule(trend=trend),
         "kl_all": MetricRule(trend=trend),
         "flip_high": MetricRule(trend=dataclasses.replace(trend, min_std=0.02)),
-        "fkl": MetricRule(threshold=0.165, trend=trend),  # fitted on seed 0: 0.1648 (findings.json)
+        "fkl": MetricRule(threshold=0.165, trend=trend),  # fitted on seed 0: 0.1648 (findings_recipe1.json)
         "fkl_high": MetricRule(threshold=0.25),
     }
 
