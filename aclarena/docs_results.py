@@ -164,19 +164,18 @@ def demo_comparison(data: Mapping[str, Any]) -> str:
 def demo_forgetting(data: Mapping[str, Any]) -> str:
     """The e-commerce stage's effect on the earlier skills, then the continual-learning metrics."""
     eff = data.get("ecom_effect") or {}
+    suites = [s for s in ("math/id", "search/id", "general") if s in eff]
+    paired = any("lost" in (eff[s] or {}) for s in suites)  # item-by-item counts recorded (newer summaries)
+    headers = ["suite (before → after the e-commerce stage)", "before", "after"]
+    headers += ["lost / gained", "McNemar p (drop)"] if paired else []
     rows = []
-    for s in ("math/id", "search/id", "general"):
-        if s not in eff:
-            continue
+    for s in suites:
         e = eff[s] or {}
         row = [f"{s} ({eff.get('before', '?')} → {eff.get('after', '?')})", _with_ci(e.get("before"), e.get("before_ci95")),
                _with_ci(e.get("after"), e.get("after_ci95"))]
-        if any("lost" in (eff.get(k) or {}) for k in ("math/id", "search/id", "general")):  # paired counts recorded
+        if paired:
             row += [f"{e['lost']} / {e['gained']} of {e['n']}" if "lost" in e else "-", _p(e.get("p_drop"))]
         rows.append(row)
-    headers = ["suite (before → after the e-commerce stage)", "before", "after"]
-    if rows and len(rows[0]) > 3:
-        headers += ["lost / gained", "McNemar p (drop)"]
     out = _table(headers, rows) if rows else ""
     cl = data.get("forgetting") or {}
     names = {"average_accuracy": "ACC (mean final in-domain score)", "backward_transfer": "BWT (backward transfer)",
