@@ -68,7 +68,8 @@ def score(model, tok, domain: str, n: int) -> list[float]:
 
     tok.padding_side = "left"
     model.eval()
-    trajs = generate_trajectories(model, tok, sample_tasks(f"{domain}/id", n, seed=0, split="eval"), batch_size=25)
+    suite = domain if domain == "general" else f"{domain}/id"  # general has one suite
+    trajs = generate_trajectories(model, tok, sample_tasks(suite, n, seed=0, split="eval"), batch_size=25)
     return [float(t.reward) for t in trajs if t is not None]
 
 
@@ -105,6 +106,7 @@ def main() -> int:
     p.add_argument("--out", default="runs/sweep")
     p.add_argument("--steps", type=int, default=None, help="oracle SFT steps of every domain (default: ORACLE's)")
     p.add_argument("--lr", type=float, default=None, help="oracle SFT learning rate of every domain (default: ORACLE's)")
+    p.add_argument("--batch", type=int, default=None, help="oracle SFT batch size of every domain (default: ORACLE's)")
     p.add_argument("-n", type=int, default=100, help="evaluation tasks per domain")
     p.add_argument("--domains", default="math,search,ecom,if", help="oracle domains ('' for none: the copy test only)")
     p.add_argument("--results", default="docs/results/mini_base_sweep.jsonl")
@@ -149,6 +151,7 @@ def main() -> int:
             steps, lr, bs = ORACLE[domain]
             steps = args.steps or steps
             lr = args.lr or lr
+            bs = args.batch or bs
             t1 = time.monotonic()
             res = run_sft(str(base), expert_records(domain, steps * bs, seed=1), out / f"oracle-{domain}",
                           trl={"max_steps": steps, "learning_rate": lr, "per_device_train_batch_size": bs,
