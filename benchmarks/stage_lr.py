@@ -6,6 +6,9 @@ the earlier domains and the trained one on their in-domain eval suites (greedy, 
 bootstrap intervals, and per domain the tasks lost and gained and the one-sided exact McNemar p-value
 of a drop (``aclarena.diagnostics.early_warning.mcnemar_drop_pvalue``, the monitor's lead-time test).
 Issue #13 asks for a stage that lowers an earlier skill partially, not to 0.
+``--score`` names domains (their ``id`` suite) or ``general``; ``--start`` may be the shipped base
+(``aclarena/models/mini_base``), so the first stage is measured the same way. Runs that differ only
+in ``--steps`` need their own ``--out``.
 
     python benchmarks/stage_lr.py --start runs/retune/checkpoints/seq-search --domain ecom \
         --steps 40 --batch 4 --lr 5e-5 --score search,math,ecom --out runs/stage-lr --results R.jsonl
