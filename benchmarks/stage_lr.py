@@ -8,7 +8,11 @@ of a drop (``aclarena.diagnostics.early_warning.mcnemar_drop_pvalue``, the monit
 Issue #13 asks for a stage that lowers an earlier skill partially, not to 0.
 ``--score`` names domains (their ``id`` suite) or ``general``; ``--start`` may be the shipped base
 (``aclarena/models/mini_base``), so the first stage is measured the same way. Runs that differ only
-in ``--steps`` need their own ``--out``.
+in ``--steps`` need their own ``--out``. ``--lora-r R`` trains a LoRA adapter (rank R, alpha 2R, every
+linear layer) on the frozen start instead of every weight, and scores it merged (the merged model is
+saved beside the adapter, in ``merged/``, so a later stage can start from it): LoRA learns less and
+forgets less (Biderman et al., arXiv 2405.09673), the question being whether a 3.4M model keeps part
+of the earlier skill that way.
 
     python benchmarks/stage_lr.py --start runs/retune/checkpoints/seq-search --domain ecom \
         --steps 40 --batch 4 --lr 5e-5 --score search,math,ecom --out runs/stage-lr --results R.jsonl
@@ -49,21 +53,36 @@ def main() -> int:
     p.add_argument("--score", default="search,math", help="domains scored after the stage")
     p.add_argument("-n", type=int, default=100)
     p.add_argument("--seed", type=int, default=30)
+    p.add_argument("--lora-r", type=int, default=0, help="train a LoRA adapter of this rank instead (0: full)")
     p.add_argument("--out", required=True)
     p.add_argument("--results", required=True)
     args = p.parse_args()
     from aclarena.train.data import expert_records
     from aclarena.train.phases import load_start, run_sft
 
+    peft_config = None
+    if args.lora_r:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, target_modules="all-linear",
+                                 lora_dropout=0.0, task_type="CAUSAL_LM")
     t0 = time.monotonic()
     res = run_sft(args.start, expert_records(args.domain, args.steps * args.batch, seed=args.seed),
-                  Path(args.out) / f"{args.domain}-lr{args.lr:g}",
+                  Path(args.out) / (f"{args.domain}-lr{args.lr:g}" + (f"-lora{args.lora_r}" if args.lora_r else "")),
                   trl={"max_steps": args.steps, "learning_rate": args.lr, "per_device_train_batch_size": args.batch,
-                       "logging_steps": 10, "save_steps": args.steps}, seed=args.seed)
+                       "logging_steps": 10, "save_steps": args.steps}, seed=args.seed, peft_config=peft_config)
     train_s = time.monotonic() - t0
+    after = res.folder
+    if args.lora_r:
+        from peft import PeftModel
+
+        m, t = load_start(args.start)
+        after = Path(res.folder) / "merged"
+        PeftModel.from_pretrained(m, res.folder).merge_and_unload().save_pretrained(after)
+        t.save_pretrained(after)
     row = {"start": args.start, "domain": args.domain, "steps": args.steps, "batch": args.batch, "lr": args.lr,
-           "seed": args.seed, "train_s": round(train_s, 1), "scores": {}}
-    for label, folder in (("before", args.start), ("after", str(res.folder))):
+           "seed": args.seed, "lora_r": args.lora_r, "train_s": round(train_s, 1), "scores": {}}
+    for label, folder in (("before", args.start), ("after", str(after))):
         m, t = load_start(folder)
         for d in args.score.split(","):
             r = score(m, t, d, args.n)

@@ -501,6 +501,7 @@ def run_sft(
     model: Any = None,
     tokenizer: Any = None,
     chat_template: str | None = None,
+    peft_config: Any = None,
 ) -> PhaseResult:
     """Supervised fine-tuning of ``start`` on ``records`` into ``out_dir``; resumable.
 
@@ -518,6 +519,8 @@ def run_sft(
         fingerprint: identity of the phase's settings; a finished folder with another one is an error.
         meta: recorded in the marker (name, parent, domain...).
         chat_template: replaces the starting tokenizer's chat template (saved with the result).
+        peft_config: a peft ``LoraConfig``: only an adapter on the frozen ``start`` trains, and
+            ``out_dir`` holds the adapter alone (``adapter_model.safetensors``).
     """
     out = Path(out_dir)
     if (done := finished(out, fingerprint)) is not None:
@@ -541,7 +544,7 @@ def run_sft(
     extra = {"assistant_only_loss": conversational, "max_length": min(positions, 4096), "packing": False}
     args = make_args("sft", work, seed, dict(trl or {}), extra)
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer,
-                         callbacks=list(callbacks))
+                         callbacks=list(callbacks), peft_config=peft_config)
     return _train_and_save(trainer, tokenizer, out, work, what=f"training {out.name}", meta=meta or {},
                            fingerprint=fingerprint, keep_work=keep_trainer_checkpoints)
 
