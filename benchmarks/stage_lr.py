@@ -11,8 +11,8 @@ Issue #13 asks for a stage that lowers an earlier skill partially, not to 0.
 in ``--steps`` need their own ``--out``. ``--lora-r R`` trains a LoRA adapter (rank R, alpha 2R, every
 linear layer) on the frozen start instead of every weight, and scores it merged (the merged model is
 saved beside the adapter, in ``merged/``, so a later stage can start from it): LoRA learns less and
-forgets less (Biderman et al., arXiv 2405.09673), the question being whether a 3.4M model keeps part
-of the earlier skill that way.
+forgets less (Biderman et al., arXiv 2405.09673); at 3.4M parameters it did not keep math over the
+search stage (docs/training.md, "third pass").
 
     python benchmarks/stage_lr.py --start runs/retune/checkpoints/seq-search --domain ecom \
         --steps 40 --batch 4 --lr 5e-5 --score search,math,ecom --out runs/stage-lr --results R.jsonl
