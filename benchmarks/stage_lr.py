@@ -54,6 +54,8 @@ def main() -> int:
     p.add_argument("-n", type=int, default=100)
     p.add_argument("--seed", type=int, default=30)
     p.add_argument("--lora-r", type=int, default=0, help="train a LoRA adapter of this rank instead (0: full)")
+    p.add_argument("--save-steps", type=int, default=0,
+                   help="write a trainer checkpoint every this many steps while it runs (progress on disk; 0: only at the end)")
     p.add_argument("--out", required=True)
     p.add_argument("--results", required=True)
     args = p.parse_args()
@@ -70,7 +72,7 @@ def main() -> int:
     res = run_sft(args.start, expert_records(args.domain, args.steps * args.batch, seed=args.seed),
                   Path(args.out) / (f"{args.domain}-lr{args.lr:g}" + (f"-lora{args.lora_r}" if args.lora_r else "")),
                   trl={"max_steps": args.steps, "learning_rate": args.lr, "per_device_train_batch_size": args.batch,
-                       "logging_steps": 10, "save_steps": args.steps}, seed=args.seed, peft_config=peft_config)
+                       "logging_steps": 10, "save_steps": args.save_steps or args.steps}, seed=args.seed, peft_config=peft_config)
     train_s = time.monotonic() - t0
     after = res.folder
     if args.lora_r:
