@@ -16,19 +16,15 @@ so a rebuild that drifts says so.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
 
+from aclarena.models.shipped import SHIP_FILES, sha256
+
 LOG = "train_log.json"
 METRICS = ("loss", "grad_norm", "mean_token_accuracy", "entropy", "learning_rate", "num_tokens", "train_loss")
-FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-         "chat_template.jinja")
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+FILES = tuple(name for name in SHIP_FILES if name != LOG)  # the log holds wall times: compared by metric below
 
 
 def load_log(path: Path) -> list[dict]:
