@@ -6,8 +6,8 @@
         --rebuilt runs/sweep/8m/run/checkpoints/base --out docs/results/sweep_8m_rebuild.json
 
 The reference is a base folder (the shipped base, or any ``checkpoints/base`` of ``train``) or only
-its committed trainer log (``train_log.json``, when the folder is gone). Every file both folders
-hold is compared by SHA-256, except the log, whose wall times differ by nature; the log is compared
+its committed trainer log (``train_log.json``, when the folder is gone). Every file the reference
+folder holds is compared by SHA-256 (a file the rebuild lacks differs), except the log, whose wall times differ by nature; the log is compared
 entry by entry on every training metric (loss, gradient norm, token accuracy, entropy, learning
 rate, tokens seen). One JSON object goes to ``--out``; the exit code is 1 when anything differs,
 so a rebuild that drifts says so.
@@ -46,15 +46,15 @@ def compare(reference: Path, rebuilt: Path) -> dict:
     files = {}
     if reference.is_dir():
         for name in FILES:
-            if (reference / name).is_file() and (rebuilt / name).is_file():
-                files[name] = sha256(reference / name) == sha256(rebuilt / name)
+            if (reference / name).is_file():  # a file the rebuild lacks is a difference, not a skip
+                files[name] = (rebuilt / name).is_file() and sha256(reference / name) == sha256(rebuilt / name)
     runtime = [log[-1].get("train_runtime") for log in (ref_log, new_log)]
     return {"reference": str(reference), "rebuilt": str(rebuilt),
             "log_entries": [len(ref_log), len(new_log)], "log_metrics_compared": list(METRICS),
             "log_values_differing": len(differing), "first_differences": differing[:5],
             "scope": "files and trainer log" if files else "trainer log only (the reference has no files to hash)",
             "files_identical": files, "train_runtime_s": {"reference": runtime[0], "rebuilt": runtime[1]},
-            "identical": len(ref_log) == len(new_log) and not differing and all(files.values())}  # within scope
+            "identical": len(ref_log) == len(new_log) and not differing and all(files.values())}
 
 
 def main() -> int:
