@@ -31,7 +31,7 @@ def load_log(path: Path) -> list[dict]:
     try:
         log = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise SystemExit(f"error: cannot read the trainer log {path} ({e}); name a base folder or its train_log.json")
+        raise SystemExit(f"error: cannot read the trainer log {path} ({e}); name a base folder or its train_log.json") from None
     if not isinstance(log, list) or not log:
         raise SystemExit(f"error: {path} is not a trainer log (a non-empty list of logged steps)")
     return log
@@ -40,8 +40,9 @@ def load_log(path: Path) -> list[dict]:
 def compare(reference: Path, rebuilt: Path) -> dict:
     ref_log = load_log(reference if reference.is_file() else reference / LOG)
     new_log = load_log(rebuilt / LOG)
+    # strict=False: a log of another length is caught by `identical` below, the common steps are compared here
     differing = [{"index": i, "step": a.get("step"), "metric": k, "reference": a.get(k), "rebuilt": b.get(k)}
-                 for i, (a, b) in enumerate(zip(ref_log, new_log)) for k in METRICS
+                 for i, (a, b) in enumerate(zip(ref_log, new_log, strict=False)) for k in METRICS
                  if (k in a or k in b) and a.get(k) != b.get(k)]
     files = {}
     if reference.is_dir():
