@@ -45,18 +45,27 @@ def bootstrap(xs: list[float], reps: int = 2000, seed: int = 0) -> tuple[float, 
     return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
-def size_config(size: str) -> str:
+def size_config(size: str, data_scale: int = 1) -> str:
+    """examples/mini-base.toml with ``size``'s architecture and ``data_scale`` times every data count
+    (the passages' repeats and each kind's examples: the same mix, that many times the tokens)."""
     text = (REPO / "examples" / "mini-base.toml").read_text(encoding="utf-8")
-    for key, value in SIZES[size].items():
-        lines = [f"{key} = {value}" if line.split("=")[0].strip() == key else line for line in text.splitlines()]
-        text = "\n".join(lines) + "\n"
-    return text.replace('name = "mini-base"', f'name = "mini-base-{size}"')
+    lines = []
+    for line in text.splitlines():
+        key = line.split("=")[0].strip()
+        if key in SIZES[size]:
+            line = f"{key} = {SIZES[size][key]}"
+        elif key == "passage_repeats" or key.endswith("_examples"):
+            value, _, comment = line.split("=", 1)[1].partition("#")
+            line = f"{key} = {int(value) * data_scale}" + (f"  #{comment}" if comment else "")
+        lines.append(line)
+    name = f"mini-base-{size}" + (f"-x{data_scale}" if data_scale != 1 else "")
+    return ("\n".join(lines) + "\n").replace('name = "mini-base"', f'name = "{name}"')
 
 
-def pretrain(size: str, out: Path) -> Path:
+def pretrain(size: str, out: Path, data_scale: int = 1) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     cfg = out / "mini-base.toml"
-    cfg.write_text(size_config(size), encoding="utf-8")
+    cfg.write_text(size_config(size, data_scale), encoding="utf-8")
     cmd = [sys.executable, "-m", "aclarena", "train", "--config", str(cfg), "--out", str(out / "run")]
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     return out / "run" / "checkpoints" / "base"
@@ -107,6 +116,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=None, help="oracle SFT steps of every domain (default: ORACLE's)")
     p.add_argument("--lr", type=float, default=None, help="oracle SFT learning rate of every domain (default: ORACLE's)")
     p.add_argument("--batch", type=int, default=None, help="oracle SFT batch size of every domain (default: ORACLE's)")
+    p.add_argument("--data-scale", type=int, default=1, help="pretrain on this many times the data of "
+                   "examples/mini-base.toml (every count scaled: the same mix, more tokens and steps)")
     p.add_argument("-n", type=int, default=100, help="evaluation tasks per domain")
     p.add_argument("--domains", default="math,search,ecom,if", help="oracle domains ('' for none: the copy test only)")
     p.add_argument("--results", default="docs/results/mini_base_sweep.jsonl")
@@ -117,11 +128,15 @@ def main() -> int:
     from aclarena.train.data import expert_records
     from aclarena.train.phases import load_start, run_sft
 
+    if args.data_scale < 1:
+        p.error("--data-scale must be a whole number >= 1")
     for size in args.size:
-        out = Path(args.out) / size
+        out = Path(args.out) / (size if args.data_scale == 1 else f"{size}-x{args.data_scale}")
         row: dict = {"size": size, "architecture": SIZES[size], "load_before": os.getloadavg()[0]}
+        if args.data_scale != 1:
+            row["data_scale"] = args.data_scale
         t0 = time.monotonic()
-        base = Path(args.base) if args.base else pretrain(size, out)
+        base = Path(args.base) if args.base else pretrain(size, out, args.data_scale)
         row["pretrain_wall_s"] = round(time.monotonic() - t0, 1) if not args.base else None
         if (base / ".aclarena-phase.json").is_file():
             marker = json.loads((base / ".aclarena-phase.json").read_text())
