@@ -7,9 +7,9 @@
 
 The reference is a base folder (the shipped base, or any ``checkpoints/base`` of ``train``) or only
 its committed trainer log (``train_log.json``, when the folder is gone). Every file the reference
-folder holds is compared by SHA-256 (a file the rebuild lacks differs), except the log, whose wall times differ by nature; the log is compared
-entry by entry on every training metric (loss, gradient norm, token accuracy, entropy, learning
-rate, tokens seen). One JSON object goes to ``--out``; the exit code is 1 when anything differs,
+folder holds is compared by SHA-256 (a file the rebuild lacks differs), except the log, whose wall
+times differ by nature; the log is compared entry by entry on every training metric (loss, gradient
+norm, token accuracy, entropy, learning rate, tokens seen). One JSON object goes to ``--out``; the exit code is 1 when anything differs,
 so a rebuild that drifts says so.
 """
 
