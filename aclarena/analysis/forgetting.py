@@ -15,8 +15,9 @@ import numpy as np
 
 from aclarena.analysis._common import RunPath, frame, manifest_or_load, nan_none
 from aclarena.diagnostics.cl_metrics import METRIC_LABELS, CLReport, cl_report, peak_drop
+from aclarena.envs import suite_chance
 from aclarena.store import Manifest
-from aclarena.store.capability import chain_data, open_matrix
+from aclarena.store.capability import at_chance, cell_ci95, chain_data, open_matrix
 
 LABELS = METRIC_LABELS  # one home: aclarena.diagnostics.cl_metrics
 
@@ -75,6 +76,7 @@ def forgetting(run_dir: RunPath, *, chain: str | None = None, suite_of: Mapping[
     manifest = manifest_or_load(run_dir, manifest)
     with open_matrix(run_dir, manifest, settings=settings) as (r, matrix):
         data = chain_data(matrix, manifest, r, chain=chain, suite_of=dict(suite_of or {}))
+        guessed = _at_chance_along(r, matrix, data.chain)
     rep = cl_report(data.R, data.tasks, base=data.base, oracle=data.oracle, items=data.items)
     summary = {k: nan_none(v) for k, v in rep.summary().items()}
     T = len(data.tasks)
@@ -107,7 +109,8 @@ def forgetting(run_dir: RunPath, *, chain: str | None = None, suite_of: Mapping[
                        "peak": nan_none(float(finite.max())) if finite.size else None,
                        "peak_at": data.chain[int(np.nanargmax(col))] if finite.size else None,
                        "final": nan_none(float(col[-1])),
-                       "peak_drop": nan_none(peak_drop(col)) if not np.isnan(col).any() else None})
+                       "peak_drop": nan_none(peak_drop(col)) if not np.isnan(col).any() else None,
+                       "at_chance": guessed.get(suite, [])})
     consolidated = []
     for name, row in data.consolidated.items():
         R_alt = data.R.copy()
@@ -119,8 +122,25 @@ def forgetting(run_dir: RunPath, *, chain: str | None = None, suite_of: Mapping[
                              "backward_transfer": nan_none(s["backward_transfer"]),
                              "forgetting_max": nan_none(s["forgetting_max"]),
                              "retention_vs_oracle": nan_none(s["retention_vs_oracle"])})
+    notes = [*data.notes, *(f"{suite} is at chance ({suite_chance(suite):g}, the score of guessing, inside the 95% "
+                            f"interval) on {', '.join(names)}: a fall from there is no forgetting"
+                            for suite, names in guessed.items())]
     return ForgettingResult(chain=tuple(data.chain), stages=tuple(data.stages), tasks=tuple(data.tasks),
                             suites=tuple(data.suites), R=data.R, report=rep, metrics=summary, domains=tuple(domains),
-                            along_chain=tuple(suites), consolidated=tuple(consolidated), notes=tuple(data.notes))
+                            along_chain=tuple(suites), consolidated=tuple(consolidated), notes=tuple(notes))
+
+
+def _at_chance_along(reader: Any, matrix: Any, chain: list[str]) -> dict[str, list[str]]:
+    """Suite -> the checkpoints of ``chain`` whose score's 95% interval holds the suite's guessing score."""
+    out: dict[str, list[str]] = {}
+    for suite in matrix.suites:
+        chance = suite_chance(suite)
+        if not chance:
+            continue
+        names = [ck for ck in chain if (c := matrix.get(ck, suite)) is not None and c.ok
+                 and at_chance(cell_ci95(reader, c), chance)]
+        if names:
+            out[suite] = names
+    return out
 
 

@@ -5,6 +5,8 @@ sampling (avg@k), for each seed of ``--seeds``; each (checkpoint, suite, setting
 written to results.h5 as soon as it is done, so a rerun skips finished cells and a killed
 run resumes. A checkpoint that cannot be loaded or generate becomes an error cell; the
 rest of the matrix is still computed (error cells are retried on the next run).
+A cell whose 95% interval holds its suite's guessing score (``general``: 0.25, one of four
+options) is named in a warning and marked ``at_chance`` in ``--json``: it measures no skill.
 
 ``--import-lm-eval NAME=FILE`` reads lm-evaluation-harness results instead (see
 :mod:`aclarena.store.lm_eval`).
@@ -101,13 +103,14 @@ def _launched() -> bool:
 def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
     if args.lm_eval_task or args.lm_eval_metric:
         raise AclarenaError("--lm-eval-task and --lm-eval-metric go with --import-lm-eval NAME=FILE")
-    from aclarena.envs import resolve_suites
+    from aclarena.envs import resolve_suites, suite_chance
     from aclarena.envs.evaluation import EvalSettings, evaluate_suite, rollouts_per_suite, suite_domain_role
     from aclarena.models.loading import LoadOptions, NonFiniteWeightsError, load_model, load_tokenizer
     from aclarena.store import ResultsStore
     from aclarena.store.capability import (
         RESULT_TYPE,
         RESULT_VERSION,
+        at_chance,
         cell_ci95,
         cell_key,
         error_payload,
@@ -211,8 +214,9 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
                 c = cells.get(cell_key(spec.name, suite, sid))
                 if c is None:
                     continue
+                ci95, chance = cell_ci95(r, c) if c.ok else None, suite_chance(suite)
                 rows.append({"checkpoint": spec.name, "suite": suite, "status": c.status, "mean": c.mean,
-                             "ci95": cell_ci95(r, c) if c.ok else None, "std": c.std,
+                             "ci95": ci95, "chance": chance, "at_chance": at_chance(ci95, chance), "std": c.std,
                              "avg_k_mean": c.avg_k_mean, "avg_k_std": c.avg_k_std, "n_items": c.n_items,
                              "n_seeds": c.n_seeds, "samples": c.samples, "error": c.error,
                              "computed": (spec.name, suite) in computed, "key": c.key})
@@ -225,6 +229,7 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
         _print_matrix(rows, [s.name for s in specs], suites, settings.samples, sid, skipped)
         if over_seeds:
             _print_over_seeds(over_seeds, suites)
+    _warn_at_chance(rows)
     if errors:
         first = errors[0]
         print(f"aclarena-diag eval: error: {len(errors)} cell(s) failed, e.g. {first['checkpoint']} on "
@@ -232,6 +237,16 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def _warn_at_chance(rows: list[dict[str, Any]]) -> None:
+    """One stderr line per suite whose score is indistinguishable from guessing on some checkpoint."""
+    for suite in dict.fromkeys(r["suite"] for r in rows if r["at_chance"]):
+        names = [r["checkpoint"] for r in rows if r["suite"] == suite and r["at_chance"]]
+        chance = next(r["chance"] for r in rows if r["suite"] == suite)
+        print(f"aclarena-diag eval: warning: {suite} is at chance ({chance:g}, the score of guessing, is inside the "
+              f"95% interval) on {', '.join(names)}: such a score measures no knowledge, and a fall from it is no "
+              "forgetting", file=sys.stderr)
 
 
 def _over_training_seeds(rows: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:

@@ -95,6 +95,12 @@ def resolve_suites(spec: str | list[str]) -> list[str]:
     return out
 
 
+def suite_chance(suite: str) -> float:
+    """The score of guessing on ``suite`` (``general``: 0.25, one of four options; 0 for the domains'
+    suites, where a guess earns nothing). An arena suite not listed here (an imported lm-eval task) is 0."""
+    return get_env(SUITES[suite][0]).chance if suite in SUITES else 0.0
+
+
 def sample_tasks(suite: str, n: int, seed: int = 0, split: str = "eval") -> list[Task]:
     """``n`` tasks of ``suite`` (``math/id``, ``general``...), deterministic per seed."""
     env_name, variant = parse_suite(suite)
@@ -130,6 +136,7 @@ __all__ = [
     "sample_prompts",
     "sample_tasks",
     "split_of",
+    "suite_chance",
     "suite_name",
     "task_from_record",
 ]

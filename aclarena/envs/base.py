@@ -214,6 +214,9 @@ class Environment(ABC):
     variants: tuple[str, ...] = ("id", "ood")
     max_turns: int = 1
     max_new_tokens: int = 64
+    #: the expected reward of guessing uniformly (a multiple-choice suite: one over its options);
+    #: 0 where a guess earns nothing. A score whose interval holds it measures no skill.
+    chance: float = 0.0
 
     # --- identity ------------------------------------------------------------------------
     @abstractmethod

@@ -37,6 +37,7 @@ class GeneralEnv(Environment):
     variants = ("id",)
     max_turns = 1
     max_new_tokens = 8
+    chance = 1 / len(LETTERS)
 
     def system_prompt(self, variant: str) -> str:
         return SYSTEM

@@ -148,6 +148,14 @@ def cell_ci95(reader: StoreReader, cell: Cell | str) -> list[float] | None:
     return [lo, hi]
 
 
+def at_chance(ci95: list[float] | None, chance: float) -> bool | None:
+    """Whether a score's 95% interval holds ``chance``, the suite's score of guessing
+    (:func:`aclarena.envs.suite_chance`); None where guessing scores 0 or there is no interval."""
+    if not chance or ci95 is None:
+        return None
+    return ci95[0] <= chance <= ci95[1]
+
+
 def cell_payload(
     *,
     checkpoint: str,

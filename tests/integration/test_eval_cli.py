@@ -20,6 +20,12 @@ def test_eval_end_to_end_then_rerun_skips(fixture_run, cli):
     assert code == 0, err
     rep = json.loads(out)
     assert rep["skipped"] == 0 and len(rep["cells"]) == 12 and all(c["computed"] for c in rep["cells"])
+    # general is multiple choice: its guessing score rides along, with whether the interval holds it
+    for c in rep["cells"]:
+        assert c["chance"] == (0.25 if c["suite"] == "general" else 0.0)
+        assert (c["at_chance"] == (c["ci95"][0] <= 0.25 <= c["ci95"][1])) if c["suite"] == "general" else (
+            c["at_chance"] is None)
+    assert ("general is at chance" in err) == any(c["at_chance"] for c in rep["cells"])
     with ResultsStore(fixture_run).reader() as r:
         cells = read_cells(r)
         assert len(cells) == 12 and all(c.ok for c in cells)

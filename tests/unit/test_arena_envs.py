@@ -8,7 +8,16 @@ from collections import Counter
 import pytest
 from arena_helpers import corruptions
 
-from aclarena.envs import DOMAINS, SUITES, get_env, parse_suite, resolve_suites, sample_prompts, sample_tasks
+from aclarena.envs import (
+    DOMAINS,
+    SUITES,
+    get_env,
+    parse_suite,
+    resolve_suites,
+    sample_prompts,
+    sample_tasks,
+    suite_chance,
+)
 from aclarena.envs.base import split_of
 from aclarena.envs.experts import expert_dataset, expert_trajectory, play
 from aclarena.envs.world import BM25, search, world
@@ -190,3 +199,13 @@ def test_docs_samples_are_current():
 def test_eval_draws_distinct_facts_and_computations(suite):
     tasks = sample_tasks(suite, 100, seed=0)
     assert len({t.key for t in tasks}) == 100
+
+
+def test_suite_chance_is_the_score_of_guessing():
+    # general: every letter guessed once per task scores exactly one in four on average
+    tasks = sample_tasks("general", 50, seed=0)
+    rewards = [play(t, [f"Answer: {letter}"]).reward for t in tasks for letter in "ABCD"]
+    assert suite_chance("general") == sum(rewards) / len(rewards) == 0.25
+    # the domains' suites: a guess earns nothing; a suite the arena does not know (an lm-eval task) neither
+    assert all(suite_chance(s) == 0.0 for s in SUITES if s != "general")
+    assert suite_chance("lm-eval/mmlu") == 0.0

@@ -12,6 +12,7 @@ import pytest
 from aclarena.store import CheckpointSpec, Manifest, ResultsStore, write_manifest
 from aclarena.store.capability import (
     RESULT_TYPE,
+    at_chance,
     cell_ci95,
     cell_key,
     cell_payload,
@@ -318,3 +319,33 @@ def test_samples_file_with_a_broken_line(tmp_path, cli):
     sample.write_text(sample.read_text() + '{"doc_id": 7, "exact_ma')
     code, _, err = cli("eval", "--run", str(run), "--import-lm-eval", f"s1={next(folder.glob('results_*.json'))}")
     assert code == 1 and "not JSON" in err and "complete" in err
+
+
+def test_at_chance_reads_the_interval_against_the_guessing_score():
+    assert at_chance([0.17, 0.34], 0.25) is True
+    assert at_chance([0.25, 0.40], 0.25) is True  # the bound itself counts: not distinguishable
+    assert at_chance([0.30, 0.48], 0.25) is False
+    assert at_chance([0.0, 0.04], 0.25) is False  # below chance is a measured (format) failure, not a guess
+    assert at_chance([0.17, 0.34], 0.0) is None and at_chance(None, 0.25) is None
+
+
+def test_forgetting_names_a_general_score_at_chance(tmp_path, cli):
+    run = _run(tmp_path)
+    settings = {"n": 4, "seeds": [0]}
+    items = []
+    # 40 four-option questions: base guesses (10 right), s1 lost the format (0), s2 knows (30)
+    for ck, right in (("base", 10), ("s1", 0), ("s2", 30), ("s3", 0)):
+        outcomes = np.array([[1.0] * right + [0.0] * (40 - right)])
+        data, attrs = cell_payload(checkpoint=ck, suite="general", domain="general", role="general", source="arena",
+                                   settings=settings, greedy=outcomes, item_ids=[f"general-{i}" for i in range(40)])
+        items.append((cell_key(ck, "general", settings), data, RESULT_TYPE, "0.1.0", attrs))
+    ResultsStore(run).write_many(items)
+    code, out, err = cli("forgetting", "--run", str(run), "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    along = {a["suite"]: a for a in rep["along_chain"]}
+    assert along["general"]["at_chance"] == ["base"] and along["math/id"]["at_chance"] == []
+    assert along["general"]["peak_at"] == "s2"  # a score above chance is read as before
+    assert any(n.startswith("general is at chance (0.25") and "on base:" in n for n in rep["notes"])
+    code, out, err = cli("forgetting", "--run", str(run))
+    assert code == 0 and "note: general is at chance" in out
