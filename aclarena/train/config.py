@@ -209,15 +209,15 @@ class BaseSpec:
     num_kv_heads: int = 4
     intermediate_size: int = 768
     max_positions: int = 1024
-    chat_examples: int = 600
-    mc_examples: int = 1200
-    tool_examples: int = 1000
-    arithmetic_examples: int = 500
-    copy_examples: int = 15000
-    tool_chain_examples: int = 5000
-    instruction_examples: int = 3000
-    story_examples: int = 1000
-    passage_repeats: int = 3
+    chat_examples: int = 2400
+    mc_examples: int = 4800
+    tool_examples: int = 4000
+    arithmetic_examples: int = 2000
+    copy_examples: int = 60000
+    tool_chain_examples: int = 20000
+    instruction_examples: int = 12000
+    story_examples: int = 4000
+    passage_repeats: int = 12
     rebuild: bool = False
     trl: Mapping[str, Any] = field(default_factory=dict)
 

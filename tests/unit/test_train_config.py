@@ -246,6 +246,12 @@ def test_replicate_groups_and_eval_over_training_seeds():
 def test_base_only_config_and_rebuild():
     cfg = load_config(EXAMPLES / "mini-base.toml")
     assert cfg.base.builds and cfg.base.rebuild and cfg.stages == ()
+    # [base]'s defaults are the shipped base's sizes and data: `rebuild = true` alone pretrains it
+    from dataclasses import fields
+
+    default = type(cfg.base)(preset="mini", rebuild=True, trl=cfg.base.trl)
+    assert [(f.name, getattr(cfg.base, f.name)) for f in fields(cfg.base)] == \
+        [(f.name, getattr(default, f.name)) for f in fields(default)]
     assert [j.name for j in plan(cfg)] == ["base"]
     # a curriculum that starts from the shipped base must have stages
     with pytest.raises(ConfigError, match="no stage"):
