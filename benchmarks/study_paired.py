@@ -1,11 +1,12 @@
 """Per seed of a `study` run, the item-by-item change of the earlier skill over the stage that hits it.
 
-For each seed: search/id over the e-commerce stage (seq-search -> seq-ecom) and math/id over the
-search stage (seq-math -> seq-search): items lost and gained and the one-sided exact McNemar p of
+For each seed: search/id and math/id over the e-commerce stage (seq-search -> seq-ecom) and math/id
+over the search stage (seq-math -> seq-search): items lost and gained and the one-sided exact McNemar p of
 a drop (`aclarena.analysis.flips.paired_change`, the demo's test). Reads the run's results.h5;
 loads no model.
 
     python benchmarks/study_paired.py --run runs/study2 --seeds 3 --out docs/results/study_paired.json
+    python benchmarks/study_paired.py --run runs/seed1 --seeds 1 --out R.json   # one curriculum of `train`
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from aclarena.analysis.flips import paired_change
 from aclarena.docs_results import made_by
 from aclarena.train.naming import replicate_suffix
 
-PAIRS = (("seq-search", "seq-ecom", "search/id"), ("seq-math", "seq-search", "math/id"))
+PAIRS = (("seq-search", "seq-ecom", "search/id"), ("seq-search", "seq-ecom", "math/id"),
+         ("seq-math", "seq-search", "math/id"))
 
 
 def main() -> int:
