@@ -17,7 +17,7 @@ from aclarena.analysis._common import RunPath, frame, manifest_or_load, nan_none
 from aclarena.diagnostics.cl_metrics import METRIC_LABELS, CLReport, cl_report, peak_drop
 from aclarena.envs import suite_chance
 from aclarena.store import Manifest
-from aclarena.store.capability import at_chance, cell_ci95, chain_data, open_matrix
+from aclarena.store.capability import at_chance, at_chance_line, cell_ci95, chain_data, open_matrix
 
 LABELS = METRIC_LABELS  # one home: aclarena.diagnostics.cl_metrics
 
@@ -122,9 +122,7 @@ def forgetting(run_dir: RunPath, *, chain: str | None = None, suite_of: Mapping[
                              "backward_transfer": nan_none(s["backward_transfer"]),
                              "forgetting_max": nan_none(s["forgetting_max"]),
                              "retention_vs_oracle": nan_none(s["retention_vs_oracle"])})
-    notes = [*data.notes, *(f"{suite} is at chance ({suite_chance(suite):g}, the score of guessing, inside the 95% "
-                            f"interval) on {', '.join(names)}: a fall from there is no forgetting"
-                            for suite, names in guessed.items())]
+    notes = [*data.notes, *(at_chance_line(suite, suite_chance(suite), names) for suite, names in guessed.items())]
     return ForgettingResult(chain=tuple(data.chain), stages=tuple(data.stages), tasks=tuple(data.tasks),
                             suites=tuple(data.suites), R=data.R, report=rep, metrics=summary, domains=tuple(domains),
                             along_chain=tuple(suites), consolidated=tuple(consolidated), notes=tuple(notes))

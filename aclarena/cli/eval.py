@@ -241,12 +241,12 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
 
 def _warn_at_chance(rows: list[dict[str, Any]]) -> None:
     """One stderr line per suite whose score is indistinguishable from guessing on some checkpoint."""
+    from aclarena.envs import suite_chance
+    from aclarena.store.capability import at_chance_line
+
     for suite in dict.fromkeys(r["suite"] for r in rows if r["at_chance"]):
         names = [r["checkpoint"] for r in rows if r["suite"] == suite and r["at_chance"]]
-        chance = next(r["chance"] for r in rows if r["suite"] == suite)
-        print(f"aclarena-diag eval: warning: {suite} is at chance ({chance:g}, the score of guessing, is inside the "
-              f"95% interval) on {', '.join(names)}: such a score measures no knowledge, and a fall from it is no "
-              "forgetting", file=sys.stderr)
+        print(f"aclarena-diag eval: warning: {at_chance_line(suite, suite_chance(suite), names)}", file=sys.stderr)
 
 
 def _over_training_seeds(rows: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:

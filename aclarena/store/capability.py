@@ -156,6 +156,13 @@ def at_chance(ci95: list[float] | None, chance: float) -> bool | None:
     return ci95[0] <= chance <= ci95[1]
 
 
+def at_chance_line(suite: str, chance: float, checkpoints: list[str]) -> str:
+    """The one line that names the checkpoints whose score on ``suite`` is at chance (eval's warning,
+    forgetting's note)."""
+    return (f"{suite} is at chance ({chance:g}, the score of guessing, is inside the 95% interval) on "
+            f"{', '.join(checkpoints)}: such a score measures no knowledge, and a fall from it is no forgetting")
+
+
 def cell_payload(
     *,
     checkpoint: str,
