@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aclarena.diagnostics.early_warning import drop_label
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = "docs/results"
 MARKDOWN = ("README.md", "docs/*.md")
@@ -146,7 +148,7 @@ def demo_lead_time(data: Mapping[str, Any]) -> str:
     for r in data.get("lead_time") or []:
         rows.append([r["domain"], PREDICTOR_LABELS.get(r["predictor"], r["predictor"]),
                      "never" if r.get("warn_step") is None else str(r["warn_step"]),
-                     "none" if r.get("drop_step") is None else str(r["drop_step"]),
+                     drop_label(r.get("drop_step"), r.get("drop_reachable")),
                      "-" if r.get("lead") is None else str(r["lead"])])
     return _table(["domain", "predictor", "first warning (step)", "significant drop (step)", "lead (steps)"], rows)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from aclarena.cli._common import add_verb, fmt, print_json, print_table
+from aclarena.diagnostics.early_warning import drop_label, drop_reachable_in
 from aclarena.errors import AclarenaError
 
 # The study's numbers (design.md), printed beside the mini arena's.
@@ -290,8 +291,8 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
         "sft_rl": sft_rl, "sft_rl_overall": (disp or {}).get("sft_rl_overall"),
         "token_drift": {"high": (tok or {}).get("high"), "checkpoints": drift},
         "forgetting": (forg or {}).get("summary"), "phase_times": phases,
-        "lead_time": [{k: r.get(k) for k in ("domain", "predictor", "metric", "warn_step", "drop_step", "lead")}
-                      for r in (lead or {}).get("table", [])],
+        "lead_time": [{**{k: r.get(k) for k in ("domain", "predictor", "metric", "warn_step", "drop_step", "lead")},
+                       "drop_reachable": drop_reachable_in(lead, r["domain"])} for r in (lead or {}).get("table", [])],
         "training_s": sum(p["time_s"] or 0.0 for p in phases), "step_times": steps, "total_s": total_s,
         "errors": errors, "study": STUDY,
         "comparison": results["compare"] if isinstance(results.get("compare"), dict) and "rows" in results["compare"]
@@ -371,7 +372,7 @@ def print_summary(s: dict[str, Any], run_dir: str) -> None:
                     caption=f"study: {STUDY['high_entropy']}")
     if s.get("lead_time"):
         print_table([{**r, "warned": "never" if r["warn_step"] is None else r["warn_step"],
-                      "drop": "none" if r["drop_step"] is None else r["drop_step"],
+                      "drop": drop_label(r["drop_step"], r.get("drop_reachable")),
                       "lead": "-" if r["lead"] is None else r["lead"]} for r in s["lead_time"]],
                     ["domain", "predictor", "warned", "drop", "lead"],
                     headers=["domain", "predictor", "first warning (step)", "significant drop (step)", "lead (steps)"],

@@ -356,3 +356,25 @@ def lead_time(drop_step: int | None, warn_step: int | None) -> int | None:
     if drop_step is None or warn_step is None:
         return None
     return int(drop_step) - int(warn_step)
+
+
+def drop_reachable(solved_at_start: int, alpha: float, tests: int) -> bool:
+    """Whether any drop can be significant: losing all ``solved_at_start`` items would have to beat ``alpha / tests``."""
+    return bool(0.5 ** int(solved_at_start) < alpha / max(1, int(tests)))
+
+
+def drop_label(drop_step: int | None, reachable: bool | None = None) -> str:
+    """A drop step as the tables print it: the step, ``none`` (the test found no drop), or ``unreachable``.
+
+    ``unreachable`` when ``reachable`` is False: too few items were solved at the stage start for
+    any drop to be significant, so the absence of a drop is not evidence of no forgetting.
+    """
+    if drop_step is not None:
+        return str(int(drop_step))
+    return "unreachable" if reachable is False else "none"
+
+
+def drop_reachable_in(result: Mapping[str, Any], domain: str) -> bool | None:
+    """Whether a lead-time ``result`` (its ``drop_test``) could find a significant drop of ``domain``; None if unrecorded."""
+    info = ((result.get("drop_test") or {}).get("domains") or {}).get(domain) or {}
+    return info.get("reachable")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from aclarena.diagnostics.early_warning import drop_label, drop_reachable_in
 from aclarena.figures import register_figure
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ def lead_time_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows of a stored lead-time result as ``monitor --lead-time`` prints them."""
     return [{"domain": r["domain"], "predictor": r["predictor"], "metric": r["metric"],
              "warned": "never" if r["warn_step"] is None else r["warn_step"],
-             "drop": "none" if r["drop_step"] is None else r["drop_step"],
+             "drop": drop_label(r["drop_step"], drop_reachable_in(result, r["domain"])),
              "lead": "-" if r["lead"] is None else r["lead"]} for r in result.get("table", [])]
 
 

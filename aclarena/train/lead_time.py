@@ -48,6 +48,7 @@ from aclarena.diagnostics.early_warning import (
     TrendRule,
     detect,
     drop_points,
+    drop_reachable,
     first_drop,
     lead_time,
     min_items,
@@ -414,8 +415,7 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
         ground[domain] = [dataclasses.asdict(p) for p in pts]
         m = max(1, len(pts) - 1)
         solved = int(np.count_nonzero(pts_by_step[steps[0]])) if steps else 0
-        # a drop can only be significant if losing every item solved at the start would be
-        test["domains"][domain] = {"tests": m, "solved_at_start": solved, "reachable": 0.5**solved < alpha / m}
+        test["domains"][domain] = {"tests": m, "solved_at_start": solved, "reachable": drop_reachable(solved, alpha, m)}
         drop = first_drop(pts)
         drop_step = drop.step if drop is not None else None
         probe = f"{PROBE_PREFIX}{domain}{probe_suffix}"

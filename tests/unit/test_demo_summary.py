@@ -64,3 +64,14 @@ def test_summary_scores_parents_and_ecom_effect(tmp_path):
     _store(tmp_path, s)
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk == json.loads(json.dumps(plain))
+
+
+def test_summary_lead_time_rows_say_when_no_drop_could_be_significant():
+    lead = {"table": [{"domain": "search", "predictor": "razor_fkl", "metric": "fkl", "warn_step": 10, "drop_step": 95,
+                       "lead": 85},
+                      {"domain": "math", "predictor": "razor_fkl", "metric": "fkl", "warn_step": 10, "drop_step": None,
+                       "lead": None}],
+            "drop_test": {"domains": {"search": {"reachable": True}, "math": {"reachable": False}}}}
+    s = build_summary(rows(), {"lead_time": lead}, ["seq-math", "seq-search", "seq-ecom", "seq-if"], {}, 1.0, "mini", 50)
+    assert [(r["domain"], r["drop_step"], r["drop_reachable"]) for r in s["lead_time"]] == \
+        [("search", 95, True), ("math", None, False)]

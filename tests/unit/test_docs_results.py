@@ -21,7 +21,9 @@ SUMMARY = {
     "lead_time": [{"domain": "math", "predictor": "fkl", "metric": "fkl", "warn_step": 10, "drop_step": 30,
                    "lead": 20},
                   {"domain": "search", "predictor": "loss", "metric": "loss", "warn_step": None, "drop_step": None,
-                   "lead": None}],
+                   "lead": None},
+                  {"domain": "ecom", "predictor": "loss", "metric": "loss", "warn_step": 5, "drop_step": None,
+                   "lead": None, "drop_reachable": False}],
 }
 
 
@@ -52,6 +54,7 @@ def test_tables_render_from_the_file_and_a_rerun_changes_nothing(tmp_path):
     assert "| seq-search | search/id | 0.00 | - | 0.02 | 0.12 |" in text  # None is '-', 0.125 rounds half even
     assert "| math | forward KL to the stage start | 10 | 30 | 20 |" in text
     assert "| search | training loss | never | none | - |" in text
+    assert "| ecom | training loss | 5 | unreachable | - |" in text  # too few items solved: no drop could be significant
     assert "`aclarena-diag demo --seed 0`, 2026-12-01, 2 CPU cores" in text
     assert text.startswith("intro\n") and text.endswith("<!-- /results -->\nend\n")
     assert regenerate(repo) == []

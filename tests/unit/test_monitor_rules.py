@@ -13,7 +13,10 @@ from aclarena.diagnostics.early_warning import (
     TrendRule,
     WarningDetector,
     detect,
+    drop_label,
     drop_points,
+    drop_reachable,
+    drop_reachable_in,
     first_alert,
     first_drop,
     holm_adjusted,
@@ -336,3 +339,15 @@ def test_callback_needs_distinct_probe_sets():
         DriftMonitorCallback([_probe(), _probe()])
     with pytest.raises(AclarenaError, match="ProbeSet"):
         DriftMonitorCallback(["math"])
+
+
+def test_drop_reachable_agrees_with_min_items_and_labels_say_why_there_is_no_drop():
+    for tests in (1, 3, 10, 21):
+        n = min_items(0.05, tests)
+        assert drop_reachable(n, 0.05, tests) and not drop_reachable(n - 1, 0.05, tests)
+    assert drop_label(95) == "95"
+    assert drop_label(None) == "none" and drop_label(None, True) == "none"
+    assert drop_label(None, False) == "unreachable"
+    result = {"drop_test": {"domains": {"math": {"reachable": False}, "search": {"reachable": True}}}}
+    assert drop_reachable_in(result, "math") is False and drop_reachable_in(result, "search") is True
+    assert drop_reachable_in(result, "ecom") is None and drop_reachable_in({}, "math") is None
