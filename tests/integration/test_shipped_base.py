@@ -26,10 +26,10 @@ def test_shipped_base_loads_and_matches_its_fingerprint():
     assert tok.chat_template and "{% generation %}" in tok.chat_template
 
 
-# The bar for a base that can learn the arena. The shipped base (1,552 pretraining steps on
-# 3.2M tokens; its copying only emerging) does not reach it: measured 0 on every domain, n = 8 each
-# (docs/training.md, "The base sweep"). Strict: the day a shipped base passes, this xfail fails and
-# the marker must go.
+# The bar for a base that can learn the arena. The shipped base (6,218 pretraining steps on
+# 12.7M tokens; it copies, 0.93 of a reply's tokens teacher-forced) does not reach it: measured 0 on
+# every domain (n = 25 each, its model card; n = 50 each on 2026-12-02). Strict: the day a shipped
+# base passes, this xfail fails and the marker must go.
 @pytest.mark.slow  # 4 domains x 8 episodes; 26 s beside a training run (508 s on a loaded machine)
 @pytest.mark.xfail(strict=True, reason="the shipped base scores 0 one-shot on every domain (docs/training.md)")
 def test_shipped_base_imitates_every_domain_after_one_demonstration():
