@@ -158,7 +158,8 @@ LEAD_COLUMNS = (
     ("metric", "metric", "the series the predictor's rule watches"),
     ("warned", "first warning (step)", "first step at which the predictor's rule fired ('never' if it did not)"),
     ("drop", "significant drop (step)", "first evaluation whose one-sided McNemar test against the stage start is "
-                                        "significant after Holm's correction ('none' if no drop)"),
+                                        "significant after Holm's correction ('none' if no drop; 'unreachable' if too "
+                                        "few items were solved at the start for any drop to be significant)"),
     ("lead", "lead (steps)", "drop step - warning step: > 0 warned before the drop (good), < 0 warned late"),
 )
 
