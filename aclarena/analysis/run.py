@@ -5,6 +5,7 @@
     run.checkpoints()                      # DataFrame: lineage, sizes, loadable
     drift = run.tokens(ref="seq-math")     # scored once, cached in the store -> TokenDrift
     run.vectors().cosines()                # DataFrame
+    run.eval(suites="id", n=50).to_pandas()   # the capability matrix (cells stored, reused on a rerun)
     run.forgetting().metrics               # ACC, BWT, FWT, ...
     run.flips("seq-math", "seq-ecom", "math/id").to_pandas()   # why items were forgotten
 
@@ -18,13 +19,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aclarena.analysis._common import RunPath
 from aclarena.analysis.checkpoints import CheckpointsResult, checkpoints
 from aclarena.analysis.compare import CompareResult, compare
 from aclarena.analysis.forgetting import ForgettingResult, forgetting
 from aclarena.store import Manifest, ResultsStore, load_manifest
+
+if TYPE_CHECKING:
+    from aclarena.analysis.eval import EvalResult
 
 
 class Run:
@@ -87,6 +91,18 @@ class Run:
             tolerances = DEFAULT_TOLERANCES
         return displacement(self.path, checkpoints=checkpoints, tolerances=tolerances, force=force,
                             show_progress=show_progress, manifest=self.manifest)
+
+    def eval(self, *, checkpoints: str | Sequence[str] | None = None, suites: str = "id,ood,general", n: int = 100,
+             samples: int = 4, seeds: Sequence[int] = (0,), temperature: float = 1.0, top_p: float = 1.0,
+             batch_size: int = 32, device: str = "cpu", dtype: str = "auto", force: bool = False,
+             show_progress: bool = False) -> EvalResult:
+        """Score checkpoints on the arena suites (greedy and avg@``samples``): the capability matrix, an
+        :class:`~aclarena.analysis.eval.EvalResult`. Cells are stored and reused; options as ``aclarena-diag eval``."""
+        from aclarena.analysis.eval import evaluate
+
+        return evaluate(self.path, checkpoints=checkpoints, suites=suites, n=n, samples=samples, seeds=seeds,
+                        temperature=temperature, top_p=top_p, batch_size=batch_size, device=device, dtype=dtype,
+                        force=force, show_progress=show_progress, manifest=self.manifest)
 
     def forgetting(self, *, chain: str | None = None, suite_of: Mapping[str, str] | None = None,
                    settings: str | None = None) -> ForgettingResult:

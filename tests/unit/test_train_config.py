@@ -227,7 +227,7 @@ def test_shipped_presets_are_the_examples(name):
 
 
 def test_replicate_groups_and_eval_over_training_seeds():
-    from aclarena.cli.eval import _over_training_seeds
+    from aclarena.analysis.eval import over_training_seeds
     from aclarena.train.naming import replicate_groups
 
     names = ["base", "seq-math", "seq-math-s1", "seq-math-s2", "seq-x-s1", "oracle-if", "oracle-if-s1"]
@@ -237,7 +237,7 @@ def test_replicate_groups_and_eval_over_training_seeds():
             for c, m in [("seq-math", 0.2), ("seq-math-s1", 0.4), ("seq-math-s2", 0.6), ("base", 0.0)]]
     rows.append({"checkpoint": "oracle-if", "suite": "math/id", "status": "ok", "mean": 0.5})
     rows.append({"checkpoint": "oracle-if-s1", "suite": "math/id", "status": "error", "mean": None})
-    out = _over_training_seeds(rows, names)
+    out = over_training_seeds(rows, names)
     assert len(out) == 1  # oracle-if has one usable cell only
     assert out[0]["checkpoint"] == "seq-math" and out[0]["n_curricula"] == 3
     assert out[0]["mean"] == pytest.approx(0.4) and out[0]["std"] == pytest.approx(0.2)

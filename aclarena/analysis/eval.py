@@ -1,0 +1,354 @@
+"""The capability matrix: every checkpoint on every suite (``aclarena-diag eval``, :meth:`Run.eval`).
+
+Mini-arena suites are played greedily (accuracy per item) and ``samples`` times with sampling
+(avg@k), for each seed; each (checkpoint, suite, settings) cell is written to results.h5 as soon
+as it is done, so a rerun skips finished cells and a killed run resumes. A checkpoint that
+cannot be loaded or generate becomes an error cell; the rest of the matrix is still computed
+(error cells are retried on the next run). A cell whose 95% interval holds its suite's guessing
+score (``general``: 0.25, one of four options) is named in :attr:`EvalResult.warnings` and marked
+``at_chance``: it measures no skill.
+
+:func:`import_lm_eval` reads lm-evaluation-harness results instead (see :mod:`aclarena.store.lm_eval`).
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aclarena.analysis._common import RunPath, frame, manifest_or_load, manifest_text
+from aclarena.distributed import World, world
+from aclarena.errors import AclarenaError
+from aclarena.progress import progress
+from aclarena.store import Manifest
+
+
+@dataclass
+class EvalResult:
+    """The capability matrix of the asked checkpoints and suites (one process, or rank 0).
+
+    ``cells``: one dict per stored (checkpoint, suite) cell of these settings (status, mean, ci95,
+    chance, at_chance, std, avg@k, sizes, error, ``computed`` in this call, the store key);
+    ``over_training_seeds``: mean ± std over the curricula of ``train --seeds N``.
+    """
+
+    settings: dict[str, Any]
+    settings_id: str
+    checkpoints: list[str]
+    suites: list[str]
+    skipped: int
+    cells: list[dict[str, Any]]
+    over_training_seeds: list[dict[str, Any]] = field(default_factory=list)
+    samples: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``aclarena-diag eval --json`` prints."""
+        return {"settings": self.settings, "settings_id": self.settings_id, "checkpoints": self.checkpoints,
+                "suites": self.suites, "skipped": self.skipped, "cells": self.cells,
+                "over_training_seeds": self.over_training_seeds}
+
+    def to_pandas(self) -> Any:
+        """DataFrame, one row per cell."""
+        return frame(self.cells)
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        """The error cells (a checkpoint that could not be loaded, a suite that failed)."""
+        return [r for r in self.cells if r["status"] != "ok"]
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per suite whose score is indistinguishable from guessing on some checkpoint."""
+        from aclarena.envs import suite_chance
+        from aclarena.store.capability import at_chance_line
+
+        out = []
+        for suite in dict.fromkeys(r["suite"] for r in self.cells if r["at_chance"]):
+            names = [r["checkpoint"] for r in self.cells if r["suite"] == suite and r["at_chance"]]
+            out.append(at_chance_line(suite, suite_chance(suite), names))
+        return out
+
+    def error_message(self) -> str | None:
+        """One line naming the failed cells, None when every cell is ok."""
+        errors = self.errors
+        if not errors:
+            return None
+        first = errors[0]
+        return (f"{len(errors)} cell(s) failed, e.g. {first['checkpoint']} on {first['suite']}: {first['error']}; "
+                "the rest of the matrix is stored; fix it and rerun to retry them")
+
+
+@dataclass
+class ImportResult:
+    """Cells read from lm-evaluation-harness results files: one row per (checkpoint, task)."""
+
+    rows: list[dict[str, Any]]
+
+    @property
+    def imported(self) -> int:
+        return sum(r["status"] == "imported" for r in self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``aclarena-diag eval --import-lm-eval ... --json`` prints."""
+        return {"imported": self.imported, "cells": self.rows}
+
+    def to_pandas(self) -> Any:
+        return frame(self.rows)
+
+
+def evaluate(
+    run_dir: RunPath,
+    *,
+    checkpoints: str | Sequence[str] | None = None,
+    suites: str = "id,ood,general",
+    n: int = 100,
+    samples: int = 4,
+    seeds: Sequence[int] = (0,),
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    batch_size: int = 32,
+    device: str = "cpu",
+    dtype: str = "auto",
+    device_map: str | None = None,
+    engine: str = "hf",
+    force: bool = False,
+    show_progress: bool = False,
+    manifest: Manifest | None = None,
+) -> EvalResult:
+    """Score ``checkpoints`` (default: every one of the manifest) on ``suites`` in one process.
+
+    ``suites``: ``id``, ``ood``, ``general``, ``all``, a domain (``math``) or a suite (``math/id``),
+    comma-separated. Cells already stored with these settings are reused unless ``force``. Options
+    as ``aclarena-diag eval``.
+    """
+    with world(device) as w:
+        out = score_matrix(run_dir, w, checkpoints=checkpoints, suites=suites, n=n, samples=samples, seeds=seeds,
+                           temperature=temperature, top_p=top_p, batch_size=batch_size, device=device, dtype=dtype,
+                           device_map=device_map, engine=engine, force=force, show_progress=show_progress,
+                           manifest=manifest)
+    assert out is not None  # one process is rank 0
+    return out
+
+
+def score_matrix(
+    run_dir: RunPath,
+    w: World,
+    *,
+    checkpoints: str | Sequence[str] | None = None,
+    suites: str = "id,ood,general",
+    n: int = 100,
+    samples: int = 4,
+    seeds: Sequence[int] = (0,),
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    batch_size: int = 32,
+    device: str = "cpu",
+    dtype: str = "auto",
+    device_map: str | None = None,
+    engine: str = "hf",
+    force: bool = False,
+    show_progress: bool = False,
+    manifest: Manifest | None = None,
+) -> EvalResult | None:
+    """:func:`evaluate` in the data-parallel ``w`` (see :func:`aclarena.distributed.world`): the ranks share
+    each suite's episodes; rank 0 writes the cells and gets the result, the other ranks None."""
+    # imported here, not at the top: the tests replace evaluate_suite and load_tokenizer in their modules
+    from aclarena.envs import resolve_suites, suite_chance
+    from aclarena.envs.evaluation import EvalSettings, evaluate_suite, rollouts_per_suite, suite_domain_role
+    from aclarena.models.loading import LoadOptions, NonFiniteWeightsError, load_model, load_tokenizer
+    from aclarena.store import ResultsStore
+    from aclarena.store.capability import (
+        at_chance,
+        cell_ci95,
+        cell_key,
+        error_payload,
+        read_cells,
+        settings_id,
+    )
+
+    manifest = manifest_or_load(run_dir, manifest)
+    if engine == "vllm":
+        from aclarena.models.vllm_engine import require_vllm
+
+        require_vllm()  # before any cell: a missing vLLM is bad input, not an error cell
+        if w.distributed:
+            raise AclarenaError("--engine vllm runs one process (vLLM parallelizes itself); do not start it with "
+                                "torchrun")
+    names = checkpoints if checkpoints is None or isinstance(checkpoints, str) else list(checkpoints)
+    specs = manifest.resolve_many(names) if names else list(manifest)
+    if not specs:
+        raise AclarenaError("the manifest has no checkpoints; add some with `aclarena-diag init`")
+    suite_list = resolve_suites(suites)
+    settings = EvalSettings(n=n, seeds=tuple(seeds), samples=samples, temperature=temperature, top_p=top_p,
+                            batch_size=batch_size)
+    options = LoadOptions(dtype=dtype, device=w.device(device), device_map=device_map)
+    ident = settings.identity()
+    sid = settings_id(ident)
+    store = ResultsStore(run_dir)
+
+    def plan() -> tuple[dict[str, list[str]], int]:  # rank 0 alone reads the store
+        existing = {}
+        if store.exists():
+            with store.reader() as r:
+                existing = {c.key: c for c in read_cells(r)}
+        todo: dict[str, list[str]] = {}
+        skipped = 0
+        for spec in specs:
+            for suite in suite_list:
+                c = existing.get(cell_key(spec.name, suite, sid))
+                if c is not None and c.ok and not force:
+                    skipped += 1
+                    continue
+                todo.setdefault(spec.name, []).append(suite)
+        return todo, skipped
+
+    todo, skipped = w.run_main(plan)
+    text = manifest_text(run_dir)
+    computed: set[tuple[str, str]] = set()
+    per_suite = rollouts_per_suite(settings)
+    with progress(enabled=show_progress and w.is_main) as bar:
+        task = bar.add_task("eval", total=sum(len(v) for v in todo.values()) * per_suite)
+        for spec in specs:
+            pending = todo.get(spec.name, [])
+            if not pending:
+                continue
+            model: Any = None
+            tokenizer: Any = None
+            load_error = None
+            try:
+                if engine == "vllm":
+                    from aclarena.models.vllm_engine import load_llm
+
+                    model = load_llm(spec.name, manifest, run_dir, options, seed=settings.seeds[0])
+                else:
+                    model = load_model(spec, manifest, run_dir, options)
+                tokenizer = load_tokenizer(spec, manifest, run_dir, require_chat_template=True)
+            except NonFiniteWeightsError:
+                raise  # not a cell at all: a score of such weights would look real (docs/reliability.md)
+            except Exception as e:  # any failure becomes an error cell, the rest goes on
+                load_error = one_line(e)
+            for suite in pending:
+                domain, role = suite_domain_role(suite)
+                bar.update(task, description=f"{spec.name} {suite}")
+                if load_error is not None:
+                    data, attrs = error_payload(checkpoint=spec.name, suite=suite, domain=domain, role=role,
+                                                source="arena", settings=ident, error=load_error)
+                    bar.advance(task, per_suite)
+                else:
+                    try:
+                        # world only when sharding: one process calls it as before
+                        cell = evaluate_suite(model, tokenizer, suite, settings, checkpoint=spec.name,
+                                              on_progress=lambda k: bar.advance(task, k),
+                                              **({"world": w} if w.distributed else {}))
+                    except AclarenaError:
+                        raise
+                    except Exception as e:  # a failing checkpoint must not stop the matrix
+                        cell = error_payload(checkpoint=spec.name, suite=suite, domain=domain, role=role,
+                                             source="arena", settings=ident, error=one_line(e))
+                    if not w.is_main or cell is None:  # rank 0 has this rank's share and writes the cell
+                        w.run_main(lambda: None)
+                        continue
+                    data, attrs = cell
+                w.run_main(functools.partial(_write_cell, store, cell_key(spec.name, suite, sid), data, attrs, text))
+                computed.add((spec.name, suite))
+            del model, tokenizer
+    if not w.is_main:
+        return None
+    rows = []
+    with store.reader() as r:
+        cells = {c.key: c for c in read_cells(r)}
+        for spec in specs:
+            for suite in suite_list:
+                c = cells.get(cell_key(spec.name, suite, sid))
+                if c is None:
+                    continue
+                ci95, chance = cell_ci95(r, c) if c.ok else None, suite_chance(suite)
+                rows.append({"checkpoint": spec.name, "suite": suite, "status": c.status, "mean": c.mean,
+                             "ci95": ci95, "chance": chance, "at_chance": at_chance(ci95, chance), "std": c.std,
+                             "avg_k_mean": c.avg_k_mean, "avg_k_std": c.avg_k_std, "n_items": c.n_items,
+                             "n_seeds": c.n_seeds, "samples": c.samples, "error": c.error,
+                             "computed": (spec.name, suite) in computed, "key": c.key})
+    return EvalResult(settings=ident, settings_id=sid, checkpoints=[s.name for s in specs], suites=suite_list, skipped=skipped,
+                      cells=rows, over_training_seeds=over_training_seeds(rows, [s.name for s in specs]), samples=settings.samples)
+
+
+def _write_cell(store: Any, key: str, data: Any, attrs: Mapping[str, Any], text: str | None) -> None:
+    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION
+
+    store.write(key, data, result_type=RESULT_TYPE, result_version=RESULT_VERSION, attrs=attrs, overwrite=True,
+                manifest_text=text)
+
+
+def over_training_seeds(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[dict[str, Any]]:
+    """Mean ± std (ddof 1) over the curricula of `train --seeds N` (``seq-math``, ``seq-math-s1``, ...)."""
+    from aclarena.train.naming import replicate_groups
+
+    by = {(r["checkpoint"], r["suite"]): r for r in rows if r["status"] == "ok" and r["mean"] is not None}
+    out = []
+    for stem, members in replicate_groups(list(names)).items():
+        for suite in dict.fromkeys(r["suite"] for r in rows):
+            vals = [float(by[(m, suite)]["mean"]) for m in members if (m, suite) in by]
+            if len(vals) >= 2:
+                out.append({"checkpoint": stem, "suite": suite, "mean": statistics.fmean(vals),
+                            "std": statistics.stdev(vals), "n_curricula": len(vals),
+                            "members": [m for m in members if (m, suite) in by]})
+    return out
+
+
+def one_line(e: BaseException) -> str:
+    """An error cell's text: the exception's first line, with its type unless it is one of ours."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text and not isinstance(e, AclarenaError) else (
+        text[0] if text else type(e).__name__)
+
+
+def import_lm_eval(
+    run_dir: RunPath,
+    files: Sequence[tuple[str, str]],
+    *,
+    tags: Mapping[str, tuple[str | None, str]] | None = None,
+    metric: Mapping[str, str] | None = None,
+    force: bool = False,
+    manifest: Manifest | None = None,
+) -> ImportResult:
+    """Store lm-evaluation-harness results as capability cells: ``files`` are (checkpoint, results JSON)
+    pairs; ``tags`` task -> (domain, role); ``metric`` task (or ``*``) -> headline metric. Cells already
+    stored are kept unless ``force``; all cells are written in one step."""
+    from aclarena.store import ResultsStore
+    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, read_cells
+    from aclarena.store.lm_eval import import_payloads
+
+    manifest = manifest_or_load(run_dir, manifest)
+    tags = dict(tags or {})
+    store = ResultsStore(run_dir)
+    existing = set()
+    if store.exists():
+        with store.reader() as r:
+            existing = {c.key for c in read_cells(r)}
+    items = []
+    rows = []
+    seen_tasks: set[str] = set()
+    for name, file in files:
+        spec = manifest.resolve(name)
+        for suite, settings, data, attrs in import_payloads(spec.name, file, tags=tags, metric=dict(metric or {})):
+            seen_tasks.add(suite.split("/", 1)[1])
+            key = cell_key(spec.name, suite, settings)
+            status = "imported"
+            if key in existing and not force:
+                status = "already in the store"
+            else:
+                items.append((key, data, RESULT_TYPE, RESULT_VERSION, attrs))
+            rows.append({"checkpoint": spec.name, "suite": suite, "metric": attrs["metric"], "value": attrs["mean"],
+                         "stderr": attrs["stderr"], "items": attrs["n_items"], "domain": attrs["domain"] or None,
+                         "role": attrs["role"], "status": status})
+    unknown = sorted(set(tags) - seen_tasks)
+    if unknown:
+        from aclarena.errors import unknown_name
+
+        raise unknown_name("lm-eval task in --lm-eval-task", unknown[0], seen_tasks)
+    if items:
+        store.write_many(items, overwrite=True, manifest_text=manifest_text(run_dir))
+    return ImportResult(rows)
