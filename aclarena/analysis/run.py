@@ -6,6 +6,7 @@
     drift = run.tokens(ref="seq-math")     # scored once, cached in the store -> TokenDrift
     run.vectors().cosines()                # DataFrame
     run.eval(suites="id", n=50).to_pandas()   # the capability matrix (cells stored, reused on a rerun)
+    run.consolidate("merge-uniform")       # a consolidated checkpoint, added to the manifest
     run.forgetting().metrics               # ACC, BWT, FWT, ...
     run.flips("seq-math", "seq-ecom", "math/id").to_pandas()   # why items were forgotten
 
@@ -28,6 +29,7 @@ from aclarena.analysis.forgetting import ForgettingResult, forgetting
 from aclarena.store import Manifest, ResultsStore, load_manifest
 
 if TYPE_CHECKING:
+    from aclarena.analysis.consolidate import ConsolidateOptions, ConsolidateResult
     from aclarena.analysis.eval import EvalResult
 
 
@@ -103,6 +105,19 @@ class Run:
         return evaluate(self.path, checkpoints=checkpoints, suites=suites, n=n, samples=samples, seeds=seeds,
                         temperature=temperature, top_p=top_p, batch_size=batch_size, device=device, dtype=dtype,
                         force=force, show_progress=show_progress, manifest=self.manifest)
+
+    def consolidate(self, method: str, *, seeds: int = 1, options: ConsolidateOptions | None = None,
+                    force: bool = False, show_progress: bool = False) -> ConsolidateResult:
+        """Consolidated models from the stage checkpoints (``merge-uniform``, ``sdft``, ``mle``, ...), added to
+        the manifest: a :class:`~aclarena.analysis.consolidate.ConsolidateResult`. Options as
+        ``aclarena-diag consolidate`` (:class:`~aclarena.analysis.consolidate.ConsolidateOptions`)."""
+        from aclarena.analysis.consolidate import consolidate
+
+        try:
+            return consolidate(self.path, method, seeds=seeds, options=options, force=force,
+                               show_progress=show_progress, manifest=self.manifest)
+        finally:  # the outputs are in the manifest now (also those made before a failure)
+            self.manifest = load_manifest(self.path)
 
     def forgetting(self, *, chain: str | None = None, suite_of: Mapping[str, str] | None = None,
                    settings: str | None = None) -> ForgettingResult:

@@ -6,7 +6,7 @@ repeats its first with another seed, which only methods with a seed of their own
 Outputs go to ``<run>/checkpoints/<name>`` with ``kind = "consolidated"`` and ``method`` in the
 manifest, so ``eval``, ``tokens``, ``vectors`` and ``compare`` include them; each is recorded
 in results.h5 under ``consolidate/<name>``. A rerun reuses finished outputs. Methods and
-settings: docs/consolidation.md.
+settings: docs/consolidation.md. The work is :func:`aclarena.analysis.consolidate.consolidate`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from aclarena.cli._common import add_verb, manifest_of, print_json, print_table, progress
+from aclarena.cli._common import add_verb, manifest_of, print_json, print_table
 from aclarena.errors import AclarenaError
 
 
@@ -85,83 +85,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _options(args: argparse.Namespace) -> dict[str, Any]:
-    opts: dict[str, Any] = {"method": args.method, "sources": args.sources, "density": args.density, "drop": args.drop,
-                            "lam": args.lam, "name": args.name}
+def _options(args: argparse.Namespace) -> Any:
+    from aclarena.analysis.consolidate import ConsolidateOptions
+
+    given = {key: getattr(args, key) for key in ("sources", "density", "drop", "lam", "name", "teachers",
+                                                  "divergence", "start", "n", "steps", "batch", "lr", "lora_r",
+                                                  "lora_alpha", "target_modules", "fallback", "router_reward",
+                                                  "routers_only")}
     if args.lambdas is not None:  # `--lambdas ''` is refused, not read as the default
-        opts["lambdas"] = _floats(args.lambdas, "--lambdas")
-    opts["routers"] = [x.strip() for x in args.routers.split(",") if x.strip()]
-    opts |= {"fallback": args.fallback, "router_reward": args.router_reward,
-             "routers_only": args.routers_only}
-    for key in ("teachers", "divergence", "start", "n", "steps", "batch", "lr", "trl", "lora_r", "lora_alpha",
-                "target_modules"):
-        if getattr(args, key, None) is not None:
-            opts[key] = getattr(args, key)
-    return opts
+        given["lambdas"] = _floats(args.lambdas, "--lambdas")
+    given["routers"] = tuple(x.strip() for x in args.routers.split(",") if x.strip())
+    given["trl"] = tuple(args.trl)
+    return ConsolidateOptions(**given)
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from aclarena.analysis.consolidate import consolidate
 
-    from aclarena.consolidate.methods import (
-        RESULT_ROOT,
-        RESULT_TYPE,
-        RESULT_VERSION,
-        Job,
-        get_method,
-        run_method,
-    )
-    from aclarena.consolidate.sources import pick
-    from aclarena.store import Json, ResultsStore, load_manifest, write_manifest
-    from aclarena.store.manifest import manifest_path
-
-    method = get_method(args.method)
-    manifest = manifest_of(args)
-    options = _options(args)
-    lineages = pick(manifest, args.seeds)
-    store = ResultsStore(args.run)
-    run_dir = Path(args.run)
-    notes: list[str] = []
-    produced: list[dict[str, Any]] = []
-    show = not args.json and sys.stderr.isatty()
-    with progress(enabled=show) as bar:
-        task = bar.add_task(f"consolidate {method.name}", total=len(lineages))
-        for lin in lineages:
-            if lin.repeat and not method.seeded:
-                notes.append(f"replicate {lin.replicate}: the run has one chain and {method.name} has no seed of its "
-                             "own, so it would repeat replicate 0; skipped")
-                bar.advance(task)
-                continue
-            seed = lin.seed if lin.seed is not None else lin.replicate
-            job = Job(run_dir=run_dir, manifest=manifest, lineage=lin, options=options, seed=seed, force=args.force,
-                      progress=lambda text: bar.update(task, description=f"consolidate {text}"))
-            for out in run_method(method, job):
-                manifest = load_manifest(run_dir)
-                existing = manifest.checkpoints.get(out.spec.name)
-                if existing is not None and existing.kind != "consolidated":
-                    raise AclarenaError(f"{out.spec.name!r} is already a {existing.kind} checkpoint of the manifest; "
-                                        "give the consolidation another --name")
-                manifest.add(out.spec, replace_existing=True)
-                write_manifest(manifest, run_dir)
-                text = manifest_path(run_dir).read_text(encoding="utf-8")
-                data: dict[str, Any] = {"settings": Json(dict(out.settings))} | dict(out.data)
-                store.write(f"{RESULT_ROOT}/{out.spec.name}", data, result_type=RESULT_TYPE,
-                            result_version=RESULT_VERSION,
-                            attrs={"method": method.name, "replicate": lin.replicate, "seed": seed,
-                                   "seconds": out.seconds, "reused": out.reused, "settings": dict(out.settings)},
-                            overwrite=True, manifest_text=text)
-                produced.append({"checkpoint": out.spec.name, "method": method.name, "replicate": lin.replicate,
-                                 "seed": seed, "parent": out.spec.parent, "on": out.spec.on, "domain": out.spec.domain,
-                                 "seconds": round(out.seconds, 2), "status": "reused" if out.reused else "made",
-                                 "settings": dict(out.settings)})
-            notes.extend(job.notes)
-            bar.advance(task)
+    result = consolidate(args.run, args.method, seeds=args.seeds, options=_options(args), force=args.force,
+                         show_progress=not args.json and sys.stderr.isatty(), manifest=manifest_of(args))
+    produced, notes = result.outputs, result.notes
     if args.json:
-        print_json({"method": method.name, "outputs": produced, "notes": notes})
+        print_json(result.to_dict())
         return 0
     if produced:
         print_table(produced, ["checkpoint", "method", "replicate", "parent", "on", "seconds", "status"],
-                    title=f"consolidate --method {method.name}")
+                    title=f"consolidate --method {result.method}")
     for n in notes:
         print(f"note: {n}")
     if produced:

@@ -1,0 +1,151 @@
+"""Consolidated models from the stage checkpoints, added to the manifest (``aclarena-diag consolidate``).
+
+Each method (:data:`aclarena.consolidate.methods.METHODS`) consolidates every replicate of the
+curriculum asked for (``seeds``: the run's first N chains; a run with fewer chains repeats its
+first with another seed, which only methods with a seed of their own use). Outputs go to
+``<run>/checkpoints/<name>`` with ``kind = "consolidated"`` and ``method`` in the manifest, so
+``eval``, ``tokens``, ``vectors`` and ``compare`` include them; each is recorded in results.h5
+under ``consolidate/<name>``. A rerun reuses finished outputs. Methods and settings:
+docs/consolidation.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aclarena.analysis._common import RunPath, frame, manifest_or_load
+from aclarena.errors import AclarenaError
+from aclarena.progress import progress
+from aclarena.store import Manifest
+
+
+@dataclass(frozen=True, slots=True)
+class ConsolidateOptions:
+    """A method's settings, as ``aclarena-diag consolidate`` takes them (the defaults are the verb's);
+    each method reads the ones it uses (docs/consolidation.md)."""
+
+    sources: str = "stages"
+    lambdas: tuple[float, ...] | None = None
+    lam: float | None = None
+    density: float = 0.2
+    drop: float = 0.5
+    name: str | None = None
+    n: int | None = None
+    steps: int | None = None
+    batch: int | None = None
+    lr: float | None = None
+    trl: tuple[str, ...] = ()
+    teachers: str = "oracle"
+    divergence: str = "reverse"
+    start: str = "base"
+    lora_r: int = 8
+    lora_alpha: int | None = None
+    target_modules: str | None = None
+    routers: tuple[str, ...] = ("rule", "learned", "bandit")
+    fallback: str = "backbone"
+    router_reward: str = "auto"
+    routers_only: bool = False
+
+    def job_options(self, method: str) -> dict[str, Any]:
+        """The options mapping a :class:`~aclarena.consolidate.methods.Job` carries (unset ones left out)."""
+        opts: dict[str, Any] = {"method": method, "sources": self.sources, "density": self.density,
+                                "drop": self.drop, "lam": self.lam, "name": self.name}
+        if self.lambdas is not None:
+            opts["lambdas"] = tuple(self.lambdas)
+        opts["routers"] = list(self.routers)
+        opts |= {"fallback": self.fallback, "router_reward": self.router_reward, "routers_only": self.routers_only}
+        for key in ("teachers", "divergence", "start", "n", "steps", "batch", "lr", "trl", "lora_r", "lora_alpha",
+                    "target_modules"):
+            value = getattr(self, key)
+            if value is not None:
+                opts[key] = list(value) if key == "trl" else value
+        return opts
+
+
+@dataclass
+class ConsolidateResult:
+    """The outputs of one method (one row per checkpoint made or reused) and notes on skipped replicates."""
+
+    method: str
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``aclarena-diag consolidate --json`` prints."""
+        return {"method": self.method, "outputs": self.outputs, "notes": self.notes}
+
+    def to_pandas(self) -> Any:
+        return frame(self.outputs)
+
+    @property
+    def checkpoints(self) -> list[str]:
+        return [o["checkpoint"] for o in self.outputs]
+
+
+def consolidate(
+    run_dir: RunPath,
+    method: str,
+    *,
+    seeds: int = 1,
+    options: ConsolidateOptions | None = None,
+    force: bool = False,
+    show_progress: bool = False,
+    manifest: Manifest | None = None,
+) -> ConsolidateResult:
+    """Consolidate ``seeds`` replicates of the run's curriculum with ``method``; each output is added to the
+    manifest and recorded in the store as soon as it is made (a rerun reuses it unless ``force``)."""
+    from aclarena.consolidate.methods import (
+        RESULT_ROOT,
+        RESULT_TYPE,
+        RESULT_VERSION,
+        Job,
+        get_method,
+        run_method,
+    )
+    from aclarena.consolidate.sources import pick
+    from aclarena.store import Json, ResultsStore, load_manifest, write_manifest
+    from aclarena.store.manifest import manifest_path
+
+    chosen = get_method(method)
+    manifest = manifest_or_load(run_dir, manifest)
+    opts = (options or ConsolidateOptions()).job_options(method)
+    lineages = pick(manifest, seeds)
+    store = ResultsStore(run_dir)
+    run_path = Path(run_dir)
+    result = ConsolidateResult(method=chosen.name)
+    with progress(enabled=show_progress) as bar:
+        task = bar.add_task(f"consolidate {chosen.name}", total=len(lineages))
+        for lin in lineages:
+            if lin.repeat and not chosen.seeded:
+                result.notes.append(f"replicate {lin.replicate}: the run has one chain and {chosen.name} has no "
+                                    "seed of its own, so it would repeat replicate 0; skipped")
+                bar.advance(task)
+                continue
+            seed = lin.seed if lin.seed is not None else lin.replicate
+            job = Job(run_dir=run_path, manifest=manifest, lineage=lin, options=opts, seed=seed, force=force,
+                      progress=lambda text: bar.update(task, description=f"consolidate {text}"))
+            for out in run_method(chosen, job):
+                manifest = load_manifest(run_path)
+                existing = manifest.checkpoints.get(out.spec.name)
+                if existing is not None and existing.kind != "consolidated":
+                    raise AclarenaError(f"{out.spec.name!r} is already a {existing.kind} checkpoint of the manifest; "
+                                        "give the consolidation another --name")
+                manifest.add(out.spec, replace_existing=True)
+                write_manifest(manifest, run_path)
+                text = manifest_path(run_path).read_text(encoding="utf-8")
+                data: dict[str, Any] = {"settings": Json(dict(out.settings))} | dict(out.data)
+                store.write(f"{RESULT_ROOT}/{out.spec.name}", data, result_type=RESULT_TYPE,
+                            result_version=RESULT_VERSION,
+                            attrs={"method": chosen.name, "replicate": lin.replicate, "seed": seed,
+                                   "seconds": out.seconds, "reused": out.reused, "settings": dict(out.settings)},
+                            overwrite=True, manifest_text=text)
+                result.outputs.append({"checkpoint": out.spec.name, "method": chosen.name,
+                                       "replicate": lin.replicate, "seed": seed, "parent": out.spec.parent,
+                                       "on": out.spec.on, "domain": out.spec.domain,
+                                       "seconds": round(out.seconds, 2), "status": "reused" if out.reused else "made",
+                                       "settings": dict(out.settings)})
+            result.notes.extend(job.notes)
+            bar.advance(task)
+    return result
