@@ -49,6 +49,34 @@ def nan_none(x: Any) -> Any:
     return x
 
 
+def jsonable(x: Any) -> Any:
+    """``x`` as JSON would carry it: arrays and numpy numbers as lists and floats, tuples as lists, keys as
+    text, paths as text, non-finite floats as None (what every verb's ``--json`` prints)."""
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [jsonable(v) for v in x]
+    if isinstance(x, os.PathLike):
+        return os.fspath(x)
+    return x
+
+
+def step_error(verb: str, e: Exception) -> str:
+    """The line ``aclarena-diag VERB`` ends with when its work fails with ``e``: what a summary that runs the
+    verb's work among others (the demo, the study) records for that step."""
+    from aclarena.errors import AclarenaError
+
+    if isinstance(e, AclarenaError):
+        line = f"aclarena-diag {verb}: error: {e}"
+    else:  # a bug: the line names it as one
+        line = f"aclarena-diag {verb}: internal error: {type(e).__name__}: {e}; report it"
+    return line.strip().splitlines()[-1]
+
+
 def frame(rows: Iterable[Mapping[str, Any]], columns: list[str] | None = None) -> Any:
     """A pandas DataFrame of ``rows`` (pandas is imported here, on first use)."""
     import pandas as pd

@@ -134,3 +134,64 @@ def describe(probe: Any) -> dict[str, Any]:
     }
 
 
+
+
+def freeze_probe(
+    run_dir: str | Path,
+    ref: str,
+    *,
+    name: str | None = None,
+    prompts_file: str | None = None,
+    domain: str | None = None,
+    traces_file: str | None = None,
+    n: int | None = None,
+    settings: Any = None,
+    load: Any = None,
+    force: bool = False,
+    show_progress: bool = False,
+    world: Any = None,
+    engine: str = "hf",
+    manifest: Any = None,
+) -> Any:
+    """Make ``ref``'s probe set (named ``name``, default ``ref``) and store it (``aclarena-diag probe``).
+
+    An existing set of that name is refused unless ``force`` (then it and its token scores are
+    replaced in one step). With a data-parallel ``world`` rank 0 gets the stored probe set, the
+    other ranks None.
+    """
+    from aclarena.analysis._common import manifest_or_load
+    from aclarena.probes.probe_set import list_probe_sets, write_probe_set
+    from aclarena.progress import quiet_libraries
+    from aclarena.store import ResultsStore
+    from aclarena.store.manifest import NAME_RE
+
+    if world is None:  # one process
+        from aclarena.distributed import world as open_world
+
+        with open_world(getattr(load, "device", "cpu")) as one:
+            return freeze_probe(run_dir, ref, name=name, prompts_file=prompts_file, domain=domain,
+                                traces_file=traces_file, n=n, settings=settings, load=load, force=force,
+                                show_progress=show_progress, world=one, engine=engine, manifest=manifest)
+    w = world
+    quiet_libraries()
+    manifest = manifest_or_load(run_dir, manifest)
+    manifest.resolve(ref)
+    name = name or ref
+    if not NAME_RE.match(name):
+        raise AclarenaError(f"probe name {name!r} is not allowed; use letters, digits, '.', '_' and '-'")
+    store = ResultsStore(run_dir)
+
+    def check_free() -> None:  # rank 0 alone opens the store
+        if name in list_probe_sets(store) and not force:
+            raise AclarenaError(f"probe set {name!r} already exists in {store.path}; pass --force to replace it "
+                                "(its token scores are dropped) or --name OTHER")
+
+    w.run_main(check_free)
+    probe = make_probe(run_dir, manifest, ref, name, prompts_file=prompts_file, domain=domain,
+                       traces_file=traces_file, n=n, settings=settings, load=load,
+                       show_progress=show_progress and w.is_main, world=w, engine=engine)
+    if probe is None:  # another rank than 0: its share is with rank 0, which writes
+        return None
+    # one atomic step: the probe set and the removal of the replaced set's token scores
+    write_probe_set(store, probe, overwrite=True, manifest_text=manifest.to_toml())
+    return probe

@@ -89,6 +89,14 @@ class TokenDrift:
         """Rows of checkpoints with NaN/inf logits at some positions (kept out of their summaries)."""
         return [r for r in self.rows if r["n_nonfinite"]]
 
+    def flagged_message(self) -> str | None:
+        """One line naming the checkpoints with NaN/inf logits (``tokens`` then exits 1), None if there are none."""
+        if not self.flagged:
+            return None
+        names = ", ".join(f"{r['checkpoint']!r} ({r['n_nonfinite']} positions)" for r in self.flagged)
+        return (f"NaN or infinite logits in {names}; those positions are flagged in the store and kept out of the "
+                "summaries")
+
     def summary(self) -> Any:
         """DataFrame, one row per checkpoint: KL mean (all, high, low), KL share high, flips, barely moved..."""
         return frame(self.rows)

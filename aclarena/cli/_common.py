@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from aclarena.analysis._common import jsonable
 from aclarena.progress import progress, quiet_libraries  # noqa: F401  (the verbs' console helpers)
 from aclarena.store.manifest import Manifest, load_manifest
 
@@ -48,22 +49,8 @@ def run_dir(args: argparse.Namespace) -> Path:
     return Path(args.run)
 
 
-def _jsonable(x: Any) -> Any:
-    if hasattr(x, "tolist"):
-        return x.tolist()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, Path):
-        return str(x)
-    return x
-
-
 def print_json(obj: Any) -> None:
-    json.dump(_jsonable(obj), sys.stdout, indent=2, ensure_ascii=False)
+    json.dump(jsonable(obj), sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")
 
 
@@ -99,6 +86,15 @@ def print_table(
         table.add_row(*(fmt(row.get(c)) for c in columns))
     # piped output is read by people and greps alike: do not squeeze it to 80 columns
     Console(soft_wrap=False, width=None if sys.stdout.isatty() else 240).print(table)
+
+
+def print_phase_table(rows: list[dict[str, Any]], *, title: str) -> None:
+    """The trained phases of a curriculum (``train`` and ``demo``)."""
+    table = []
+    for r in rows:
+        table.append({**r, "time": "-" if r["time_s"] is None else f"{r['time_s']:.1f} s",
+                      "status": r["status"] + (f" (= {r['same_as']})" if r.get("same_as") else "")})
+    print_table(table, ["name", "kind", "domain", "phase", "parent", "seed", "steps", "time", "status"], title=title)
 
 
 def human_count(n: int | None) -> str:

@@ -6,9 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from aclarena.analysis.probe import DEFAULT_DOMAIN_N, describe, make_probe
+from aclarena.analysis.probe import DEFAULT_DOMAIN_N, describe, freeze_probe
 from aclarena.cli._common import add_verb, manifest_of, print_json, print_table, quiet_libraries
-from aclarena.errors import AclarenaError
 
 
 def add_load_options(p: argparse.ArgumentParser) -> None:
@@ -79,42 +78,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, w: Any) -> int:
-    from aclarena.probes.probe_set import list_probe_sets, write_probe_set
+    from aclarena.probes.generation import GenerationSettings
     from aclarena.store import ResultsStore
-    from aclarena.store.manifest import NAME_RE
 
     quiet_libraries()
-    manifest = manifest_of(args)
-    manifest.resolve(args.ref)
-    name = args.name or args.ref
-    if not NAME_RE.match(name):
-        raise AclarenaError(f"probe name {name!r} is not allowed; use letters, digits, '.', '_' and '-'")
-    store = ResultsStore(args.run)
-
-    def check_free() -> None:  # rank 0 alone opens the store
-        if name in list_probe_sets(store) and not args.force:
-            raise AclarenaError(f"probe set {name!r} already exists in {store.path}; pass --force to replace it "
-                                "(its token scores are dropped) or --name OTHER")
-
-    w.run_main(check_free)
-    from aclarena.probes.generation import GenerationSettings
-
     settings = GenerationSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
                                   batch_size=args.batch_size)
-    probe = make_probe(args.run, manifest, args.ref, name, prompts_file=args.prompts, domain=args.domain,
-                       traces_file=args.from_traces, n=args.n, settings=settings,
-                       load=load_options(args), show_progress=not args.json and w.is_main, world=w,
-                       engine=args.engine)
+    probe = freeze_probe(args.run, args.ref, name=args.name, prompts_file=args.prompts, domain=args.domain,
+                         traces_file=args.from_traces, n=args.n, settings=settings, load=load_options(args),
+                         force=args.force, show_progress=not args.json, world=w, engine=args.engine,
+                         manifest=manifest_of(args))
     if probe is None:  # another rank than 0: its share is with rank 0, which writes
         return 0
-    # one atomic step: the probe set and the removal of the replaced set's token scores
-    write_probe_set(store, probe, overwrite=True, manifest_text=manifest.to_toml())
     row = describe(probe)
     if args.json:
         print_json(row)
     else:
         print_table([row], ["probe", "reference", "source", "sequences", "tokens", "scored", "mean_scored_per_sequence"],
                     headers=["probe", "reference", "source", "sequences", "tokens", "scored", "scored/seq"],
-                    title=f"probe set stored in {store.path}")
+                    title=f"probe set stored in {ResultsStore(args.run).path}")
     print_warnings(probe.warnings, "probe")
     return 0

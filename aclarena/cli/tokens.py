@@ -58,11 +58,9 @@ def run(args: argparse.Namespace) -> int:
     if result is None:  # another rank than 0: its share is with rank 0, which writes and prints
         return 0
     _print(args, result)
-    flagged = result.flagged
-    if flagged:
-        names = ", ".join(f"{r['checkpoint']!r} ({r['n_nonfinite']} positions)" for r in flagged)
-        raise AclarenaError(f"NaN or infinite logits in {names}; those positions are flagged in the store and kept "
-                            "out of the summaries")
+    flagged = result.flagged_message()
+    if flagged is not None:
+        raise AclarenaError(flagged)
     return 0
 
 

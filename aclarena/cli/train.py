@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aclarena.cli._common import add_verb, fmt, print_json, print_table
+from aclarena.cli._common import add_verb, fmt, print_json, print_phase_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -83,11 +83,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"{trained} phase(s) trained, {len(rows) - trained} already there; {fmt(run_.wall_s, 1)} s. "
           f"Next: aclarena-diag eval --run {run_.out}")
     return 0
-
-
-def print_phase_table(rows: list[dict[str, Any]], *, title: str) -> None:
-    table = []
-    for r in rows:
-        table.append({**r, "time": "-" if r["time_s"] is None else f"{r['time_s']:.1f} s",
-                      "status": r["status"] + (f" (= {r['same_as']})" if r.get("same_as") else "")})
-    print_table(table, ["name", "kind", "domain", "phase", "parent", "seed", "steps", "time", "status"], title=title)

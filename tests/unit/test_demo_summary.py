@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from aclarena.cli.demo import _is_stage_end, _plain, _store, build_summary
+from aclarena.analysis.demo import _is_stage_end, _plain, _store, build_summary
 
 DOMAINS = ("math", "search", "ecom", "if")
 
