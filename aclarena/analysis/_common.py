@@ -65,18 +65,6 @@ def jsonable(x: Any) -> Any:
     return x
 
 
-def step_error(verb: str, e: Exception) -> str:
-    """The line ``aclarena-diag VERB`` ends with when its work fails with ``e``: what a summary that runs the
-    verb's work among others (the demo, the study) records for that step."""
-    from aclarena.errors import AclarenaError
-
-    if isinstance(e, AclarenaError):
-        line = f"aclarena-diag {verb}: error: {e}"
-    else:  # a bug: the line names it as one
-        line = f"aclarena-diag {verb}: internal error: {type(e).__name__}: {e}; report it"
-    return line.strip().splitlines()[-1]
-
-
 def frame(rows: Iterable[Mapping[str, Any]], columns: list[str] | None = None) -> Any:
     """A pandas DataFrame of ``rows`` (pandas is imported here, on first use)."""
     import pandas as pd

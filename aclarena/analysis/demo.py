@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aclarena.analysis._common import jsonable, step_error
+from aclarena.analysis import steps as analyses
+from aclarena.analysis.steps import attempt
 from aclarena.diagnostics.early_warning import drop_reachable_in
 from aclarena.errors import AclarenaError
 
@@ -142,21 +143,12 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
     def step(name: str, verb: str, fn: Callable[[], Any], what: str) -> Any:
         t0 = time.monotonic()
         with report(what) if report is not None else contextlib.nullcontext():
-            try:
-                data = jsonable(fn())
-            except Exception as e:  # noqa: BLE001 (a failed step is recorded in the summary; the others go on)
-                data = {"error": step_error(verb, e)}
+            data, error = attempt(verb, fn)
         steps[name] = steps.get(name, 0.0) + time.monotonic() - t0
-        return data
+        return data if error is None else {"error": error}
 
     def evaluate(checkpoints: Sequence[str], suites: str) -> dict[str, Any]:
-        from aclarena.analysis.eval import evaluate
-
-        result = evaluate(run_dir, checkpoints=list(checkpoints), suites=suites, n=n, samples=0, seeds=(0,))
-        error = result.error_message()
-        if error is not None:  # as the verb: the matrix is stored, the step failed
-            raise AclarenaError(error)
-        return result.to_dict()
+        return analyses.eval_cells(run_dir, checkpoints, suites, n)
 
     results["eval_chain"] = step("eval", "eval", lambda: evaluate(["base", *stage_ends], "id,general"),
                                  f"evaluating base and {len(stage_ends)} stages on every suite")
@@ -171,13 +163,13 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
         from aclarena.store import ResultsStore
 
         if "seq-math" not in list_probe_sets(ResultsStore(run_dir)):  # a rerun keeps the frozen generations
-            results["probe"] = step("probe", "probe", lambda: _probe(run_dir, 32 if preset == "mini" else 4),
+            results["probe"] = step("probe", "probe", lambda: analyses.probe(run_dir, "seq-math", "math", 32 if preset == "mini" else 4),
                                     "freezing seq-math's generations")
-        results["tokens"] = step("tokens", "tokens", lambda: _tokens(run_dir),
+        results["tokens"] = step("tokens", "tokens", lambda: analyses.tokens(run_dir, "seq-math"),
                                  "token drift of later checkpoints on seq-math's generations")
-    results["vectors"] = step("vectors", "vectors", lambda: _vectors(run_dir), "task vectors")
-    results["displacement"] = step("displacement", "displacement", lambda: _displacement(run_dir), "displacement")
-    results["forgetting"] = step("forgetting", "forgetting", lambda: _forgetting(run_dir), "forgetting metrics")
+    results["vectors"] = step("vectors", "vectors", lambda: analyses.vectors(run_dir), "task vectors")
+    results["displacement"] = step("displacement", "displacement", lambda: analyses.displacement(run_dir), "displacement")
+    results["forgetting"] = step("forgetting", "forgetting", lambda: analyses.forgetting(run_dir), "forgetting metrics")
     if "seq-ecom" in stage_ends:
         from aclarena.analysis.flips import paired_change
 
@@ -191,14 +183,14 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
         # tiny: 6 items, the fewest whose total loss can pass Holm over the stage's 3 evaluations; mini: the
         # monitor's defaults (20 items every 10 steps could not reach significance over the 200-step ecom stage)
         lead_n, lead_every = (50, 5) if preset == "mini" else (6, 2)
-        results["lead_time"] = step("lead_time", "monitor", lambda: _lead_time(run_dir, lead_n, lead_every),
+        results["lead_time"] = step("lead_time", "monitor", lambda: analyses.lead_time(run_dir, "ecom", lead_n, lead_every),
                                     "lead time of the drift warnings (retraining the ecom stage)")
     # consolidations, then the comparison table (docs/consolidation.md): the merges every time (seconds),
     # the methods that train (SDFT, MLE, MMOPD) with --full
     methods = list(MERGES) + (list(TRAINED) if full else [])
     made: list[dict[str, Any]] = []
     for method in methods:
-        r = step("consolidate", "consolidate", functools.partial(_consolidate, run_dir, method),
+        r = step("consolidate", "consolidate", functools.partial(analyses.consolidate, run_dir, method),
                  f"consolidating ({method})")
         made += (r or {}).get("outputs", [])
     shared = [o["checkpoint"] for o in made if o["method"] != "mle"]
@@ -209,67 +201,8 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
         if o["method"] == "mle":  # an MLE expert answers only the contexts routed to it: its own domain's suites
             step("eval", "eval", functools.partial(evaluate, [o["checkpoint"]], o["domain"]),
                  f"evaluating {o['checkpoint']} in its domain")
-    results["compare"] = step("compare", "compare", lambda: _compare(run_dir), "comparison table")
+    results["compare"] = step("compare", "compare", lambda: analyses.compare(run_dir), "comparison table")
     return results
-
-
-# --- the steps: each analysis with its verb's defaults, as plain data (what the verb's --json prints) ---------
-
-
-def _probe(run_dir: str, n: int) -> dict[str, Any]:
-    from aclarena.analysis.probe import describe, freeze_probe
-    from aclarena.probes.generation import GenerationSettings
-
-    probe = freeze_probe(run_dir, "seq-math", domain="math", n=n,
-                         settings=GenerationSettings(max_new_tokens=64, temperature=0.0, seed=0, batch_size=8))
-    return describe(probe)
-
-
-def _tokens(run_dir: str) -> dict[str, Any]:
-    from aclarena.analysis.tokens import tokens
-
-    result = tokens(run_dir, "seq-math")
-    flagged = result.flagged_message()
-    if flagged is not None:  # as the verb: the scores are stored, the step failed
-        raise AclarenaError(flagged)
-    return result.to_dict()
-
-
-def _vectors(run_dir: str) -> dict[str, Any]:
-    from aclarena.analysis.vectors import vectors
-
-    return vectors(run_dir).to_dict()
-
-
-def _displacement(run_dir: str) -> dict[str, Any]:
-    from aclarena.analysis.displacement import DEFAULT_TOLERANCES, displacement
-
-    return displacement(run_dir, tolerances=DEFAULT_TOLERANCES).to_dict()
-
-
-def _forgetting(run_dir: str) -> dict[str, Any]:
-    from aclarena.analysis.forgetting import forgetting
-
-    return forgetting(run_dir).to_dict()
-
-
-def _lead_time(run_dir: str, n: int, every: int) -> dict[str, Any]:
-    from aclarena.train.lead_time import LeadTimeSettings, measure_lead_time
-
-    result: dict[str, Any] = measure_lead_time(run_dir, LeadTimeSettings(stage="ecom", n=n, eval_every=every))
-    return result
-
-
-def _consolidate(run_dir: str, method: str) -> dict[str, Any]:
-    from aclarena.analysis.consolidate import consolidate
-
-    return consolidate(run_dir, method).to_dict()
-
-
-def _compare(run_dir: str) -> dict[str, Any]:
-    from aclarena.analysis.compare import compare
-
-    return compare(run_dir).to_dict()
 
 
 # --- the summary -------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ defaults when the reference has none).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ def _domain_prompts(domain: str, n: int, seed: int, ref: str) -> list[dict[str, 
 
 
 def make_probe(
-    run_dir: str | Path,
+    run_dir: str | os.PathLike[str],
     manifest: Any,
     ref: str,
     name: str,
@@ -137,7 +138,7 @@ def describe(probe: Any) -> dict[str, Any]:
 
 
 def freeze_probe(
-    run_dir: str | Path,
+    run_dir: str | os.PathLike[str],
     ref: str,
     *,
     name: str | None = None,

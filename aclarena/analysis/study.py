@@ -15,12 +15,14 @@ part's wall time. Every part is resumable (finished phases, eval cells, token sc
 consolidations, Grams and lead times are reused on a rerun) and timed (``part_times``).
 docs/study.md defines every row.
 
-The analyses run as ``aclarena-diag`` verbs through a ``run_verb(argv) -> (code, json, error)``
-that the caller supplies (the CLI passes its own; the analysis layer never imports the CLI).
+Each analysis is its verb's function in the analysis layer, with the verb's defaults
+(:mod:`aclarena.analysis.steps`); a step that fails is recorded in ``errors`` with the line the verb
+would print, and the other steps go on.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -31,10 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aclarena.analysis import steps as analyses
+from aclarena.analysis.steps import attempt
 from aclarena.errors import AclarenaError
 
 FINDINGS_FILE = "findings.json"
-VerbRunner = Callable[[list[str]], tuple[int, Any, str]]
+#: ``verb(name, verb, fn)``: run one step, recording a failure under ``name`` (see :func:`run_study`)
+Step = Callable[[str, str, Callable[[], Any]], Any]
 
 # The study's numbers (ACLArena, arXiv 2609.23989; design.md), beside each row.
 STUDY = {
@@ -399,7 +404,7 @@ def parse_consolidations(text: str | None, full: bool) -> list[str]:
     return names
 
 
-def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: VerbRunner, n: int = 100,
+def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100,
               show_progress: bool = False, config_text: str | None = None,
               on_part: Callable[[str, float], None] | None = None,
               on_start: Callable[[str], None] | None = None,
@@ -445,11 +450,10 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: Ve
             if on_part is not None:
                 on_part(name, time.monotonic() - t0)
 
-    def verb(name: str, argv: list[str]) -> Any:
-        code, data, err = run_verb(argv)
-        if code != 0 or data is None:
-            errors[name] = (err.splitlines()[-1] if err else f"exit code {code}")
-            return None
+    def verb(name: str, verb_name: str, fn: Callable[[], Any]) -> Any:
+        data, error = attempt(verb_name, fn)
+        if error is not None:
+            errors[name] = error
         return data
 
     trained = part("train", lambda: run_curriculum(cfg, out, seeds=seeds, show_progress=show_progress,
@@ -457,27 +461,26 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: Ve
     names = {r.job.name for r in trained.records}
     reps = list(range(seeds))
     run = str(out)
-    ev = ["eval", "--run", run, "-n", str(n), "--samples", "0", "--seeds", "0"]
 
     def evaluate() -> list[Any]:
         chain = [f"seq-{d}{suffix(r)}" for r in reps for d in stages if f"seq-{d}{suffix(r)}" in names]
         others = [f"{k}-{d}{x}{suffix(r)}" for r in reps for d in stages for k, x in (("seq", "-sft"), ("oracle", ""))
                   if f"{k}-{d}{x}{suffix(r)}" in names]
-        res = [verb("eval", [*ev, "--checkpoints", ",".join(["base", *chain]), "--suites", "id,general"])]
+        res = [verb("eval", "eval", functools.partial(analyses.eval_cells, run, ["base", *chain], "id,general", n))]
         if others:
-            res.append(verb("eval", [*ev, "--checkpoints", ",".join(others), "--suites", "id"]))
+            res.append(verb("eval", "eval", functools.partial(analyses.eval_cells, run, others, "id", n)))
         return res
 
     evals = part("eval", evaluate)
     drift: dict[int, dict[str, Any]] = {}
 
     part("tokens", lambda: _tokens(out, seeds, stages, names, n, verb, drift))
-    disp = part("displacement", lambda: verb("displacement", ["displacement", "--run", run]))
+    disp = part("displacement", lambda: verb("displacement", "displacement", lambda: analyses.displacement(run)))
     seed_list = [cfg.seed + r for r in reps]
     made: list[dict[str, Any]] = []
 
     if consolidations:
-        evals += part("consolidate", lambda: _consolidate(run, ev, seeds, stages, consolidations, verb, made))
+        evals += part("consolidate", lambda: _consolidate(run, n, seeds, stages, consolidations, verb, made))
     cells = cells_of(*evals)
     rows = findings(seed_list, stages, cells, (disp or {}).get("updates", []), drift)
     rows += consolidation_rows(seed_list, stages, cells, made)
@@ -495,8 +498,8 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, run_verb: Ve
     return result
 
 
-def _tokens(out: Path, seeds: int, stages: Sequence[str], names: set[str], n: int,
-            verb: Callable[[str, list[str]], Any], drift: dict[int, dict[str, Any]]) -> None:
+def _tokens(out: Path, seeds: int, stages: Sequence[str], names: set[str], n: int, verb: Step,
+            drift: dict[int, dict[str, Any]]) -> None:
     """Per replicate: freeze seq-math's generations, score the later checkpoints; seq-ecom's row into ``drift``."""
     from aclarena.probes.probe_set import list_probe_sets
     from aclarena.store import ResultsStore
@@ -507,41 +510,43 @@ def _tokens(out: Path, seeds: int, stages: Sequence[str], names: set[str], n: in
         ref = f"seq-math{suffix(r)}"
         if ref not in names or "ecom" not in stages:
             continue
-        if ref not in frozen and verb(f"probe{suffix(r)}", ["probe", "--run", run, "--ref", ref, "--domain", "math",
-                                                            "-n", str(min(n, 32)), "--max-new-tokens", "64"]) is None:
+        if ref not in frozen and verb(f"probe{suffix(r)}", "probe",
+                                      functools.partial(analyses.probe, run, ref, "math", min(n, 32))) is None:
             continue
-        data = verb(f"tokens{suffix(r)}", ["tokens", "--run", run, "--ref", ref])
+        data = verb(f"tokens{suffix(r)}", "tokens", functools.partial(analyses.tokens, run, ref))
         for row in (data or {}).get("checkpoints", []):
             if row.get("checkpoint") == f"seq-ecom{suffix(r)}":
                 drift[r] = row
 
 
-def _consolidate(run: str, ev: list[str], seeds: int, stages: Sequence[str], methods: Sequence[str],
-                 verb: Callable[[str, list[str]], Any], made: list[dict[str, Any]]) -> list[Any]:
+def _consolidate(run: str, n: int, seeds: int, stages: Sequence[str], methods: Sequence[str], verb: Step,
+                 made: list[dict[str, Any]]) -> list[Any]:
     """``consolidate --seeds N`` for each method (outputs appended to ``made``), then their in-domain scores."""
     for method in methods:
-        res = verb(f"consolidate {method}", ["consolidate", "--run", run, "--method", method, "--seeds", str(seeds)])
+        res = verb(f"consolidate {method}", "consolidate",
+                   functools.partial(analyses.consolidate, run, method, seeds=seeds))
         made.extend((res or {}).get("outputs", []))
     shared = [o["checkpoint"] for o in made if o["method"] != "mle"]
     evals = []
     if shared:
-        evals.append(verb("eval consolidated", [*ev, "--checkpoints", ",".join(shared), "--suites", "id"]))
+        evals.append(verb("eval consolidated", "eval", functools.partial(analyses.eval_cells, run, shared, "id", n)))
     for d in stages:  # an MLE expert answers the contexts routed to it: its own domain's suite
         experts = [o["checkpoint"] for o in made if o["method"] == "mle" and o.get("domain") == d]
         if experts:
-            evals.append(verb(f"eval mle-{d}", [*ev, "--checkpoints", ",".join(experts), "--suites", f"{d}/id"]))
+            evals.append(verb(f"eval mle-{d}", "eval",
+                              functools.partial(analyses.eval_cells, run, experts, f"{d}/id", n)))
     return evals
 
 
-def _cosines(out: Path, seeds: int, stages: Sequence[str], seed_list: Sequence[int],
-             verb: Callable[[str, list[str]], Any], errors: dict[str, str]) -> list[dict[str, Any]]:
+def _cosines(out: Path, seeds: int, stages: Sequence[str], seed_list: Sequence[int], verb: Step,
+             errors: dict[str, str]) -> list[dict[str, Any]]:
     """SDFT (the oracle-mix SFT) from the base and from the end per replicate, one ``vectors`` pass, the rows."""
     from aclarena.store import load_manifest
 
     run = str(out)
     for start in ("base", "end"):
-        verb(f"sdft --start {start}", ["consolidate", "--run", run, "--method", "sdft", "--start", start,
-                                       "--seeds", str(seeds)])
+        verb(f"sdft --start {start}", "consolidate",
+             functools.partial(analyses.consolidate, run, "sdft", seeds=seeds, start=start))
     known = {c.name for c in load_manifest(out)}
     mix, unrelated = vector_pairs(stages, seeds, known)
     asked = [p for r in range(seeds) for p in ([mix[r]] if r in mix else []) + unrelated.get(r, [])]
@@ -549,7 +554,7 @@ def _cosines(out: Path, seeds: int, stages: Sequence[str], seed_list: Sequence[i
         errors["vectors"] = ("no pair to compare: SDFT from the base and from the end, and the oracles' SFT "
                              "phases, are missing (see the sdft steps' errors)")
         return cosine_rows(seed_list, {}, {})
-    data = verb("vectors", ["vectors", "--run", run, *[a for p in asked for a in ("--pair", p)]])
+    data = verb("vectors", "vectors", functools.partial(analyses.vectors, run, asked))
     got = {}
     for row in (data or {}).get("pairs", []):
         if row.get("group") == "all":

@@ -1,7 +1,7 @@
 """``aclarena-diag study``: the study's findings over several seeds (aclarena.analysis.study).
 
-Parses, calls :func:`aclarena.analysis.study.run_study` with this CLI's verb runner, prints the
-findings table (mean ± std over seeds, the study's number beside) and the time of each part.
+Parses, calls :func:`aclarena.analysis.study.run_study`, prints the findings table (mean ± std over
+seeds, the study's number beside) and the time of each part.
 """
 
 from __future__ import annotations
@@ -60,7 +60,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from aclarena.analysis.study import parse_consolidations, run_study
-    from aclarena.cli.demo import verb
     from aclarena.train.config import load_config
     from aclarena.train.presets import preset_path
 
@@ -87,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     command += "".join(f" --{k.replace('_', '-')} {getattr(args, k)}" for k in ("lead_n", "lead_every", "lead_stage")
                        if getattr(args, k) is not None)
     t0 = time.monotonic()
-    result = run_study(cfg, args.run, seeds=args.seeds, run_verb=verb, n=args.n, show_progress=show,
+    result = run_study(cfg, args.run, seeds=args.seeds, n=args.n, show_progress=show,
                        config_text=path.read_text(encoding="utf-8"), on_part=on_part, on_start=on_start,
                        consolidations=methods, vectors=args.vectors, validation=args.validation != "skip",
                        lead_n=args.lead_n, lead_every=args.lead_every, lead_stage=args.lead_stage,

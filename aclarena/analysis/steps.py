@@ -1,0 +1,112 @@
+"""The analyses the demo and the study run, each with its verb's defaults, as plain data.
+
+Each function calls the analysis layer's function of one verb and returns what that verb prints
+with ``--json`` (:func:`~aclarena.analysis._common.jsonable` of the result's ``to_dict()``); a
+result the verb would exit 1 on (error cells in the matrix, NaN logits) raises
+:class:`~aclarena.errors.AclarenaError` with the verb's line. :func:`attempt` turns a failed step
+into the line the verb would end with, so that one failed step does not stop the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from aclarena.analysis._common import RunPath, jsonable
+from aclarena.errors import AclarenaError
+
+T = TypeVar("T")
+
+
+def error_line(verb: str, e: Exception) -> str:
+    """The line ``aclarena-diag VERB`` ends with when its work fails with ``e``."""
+    if isinstance(e, AclarenaError):
+        line = f"aclarena-diag {verb}: error: {e}"
+    else:  # a bug: the line names it as one
+        line = f"aclarena-diag {verb}: internal error: {type(e).__name__}: {e}; report it"
+    return line.strip().splitlines()[-1]
+
+
+def attempt(verb: str, fn: Callable[[], T]) -> tuple[T | None, str | None]:
+    """``(fn(), None)``, or ``(None, the verb's error line)`` when it fails (Ctrl-C still stops everything)."""
+    try:
+        return fn(), None
+    except Exception as e:  # noqa: BLE001 (a failed step is recorded by the caller; the other steps go on)
+        return None, error_line(verb, e)
+
+
+def eval_cells(run_dir: RunPath, checkpoints: Sequence[str], suites: str, n: int) -> dict[str, Any]:
+    """``eval --checkpoints ... --suites ... -n N --samples 0 --seeds 0``: greedy only, one task draw."""
+    from aclarena.analysis.eval import evaluate
+
+    result = evaluate(run_dir, checkpoints=list(checkpoints), suites=suites, n=n, samples=0, seeds=(0,))
+    error = result.error_message()
+    if error is not None:  # as the verb: the matrix is stored, the step failed
+        raise AclarenaError(error)
+    return jsonable(result.to_dict())
+
+
+def probe(run_dir: RunPath, ref: str, domain: str, n: int) -> dict[str, Any]:
+    """``probe --ref REF --domain D -n N --max-new-tokens 64``: freeze ``ref``'s greedy generations."""
+    from aclarena.analysis.probe import describe, freeze_probe
+    from aclarena.probes.generation import GenerationSettings
+
+    frozen = freeze_probe(run_dir, ref, domain=domain, n=n,
+                          settings=GenerationSettings(max_new_tokens=64, temperature=0.0, seed=0, batch_size=8))
+    return jsonable(describe(frozen))
+
+
+def tokens(run_dir: RunPath, ref: str) -> dict[str, Any]:
+    """``tokens --ref REF``: drift of the checkpoints after ``ref`` on its probe set."""
+    from aclarena.analysis.tokens import tokens as score
+
+    result = score(run_dir, ref)
+    flagged = result.flagged_message()
+    if flagged is not None:  # as the verb: the scores are stored, the step failed
+        raise AclarenaError(flagged)
+    return jsonable(result.to_dict())
+
+
+def vectors(run_dir: RunPath, pairs: Sequence[str] = ()) -> dict[str, Any]:
+    """``vectors [--pair A-B:C-D ...]``: task vectors (global view, embeddings included)."""
+    from aclarena.analysis.vectors import vectors as measure
+
+    return jsonable(measure(run_dir, pairs=list(pairs)).to_dict())
+
+
+def displacement(run_dir: RunPath) -> dict[str, Any]:
+    """``displacement``: SFT vs RL displacement (global view, the default tolerances)."""
+    from aclarena.analysis.displacement import DEFAULT_TOLERANCES
+    from aclarena.analysis.displacement import displacement as measure
+
+    return jsonable(measure(run_dir, tolerances=DEFAULT_TOLERANCES).to_dict())
+
+
+def forgetting(run_dir: RunPath) -> dict[str, Any]:
+    """``forgetting``: the continual-learning metrics of the capability matrix."""
+    from aclarena.analysis.forgetting import forgetting as measure
+
+    return jsonable(measure(run_dir).to_dict())
+
+
+def lead_time(run_dir: RunPath, stage: str, n: int, eval_every: int) -> dict[str, Any]:
+    """``monitor --lead-time --stage S -n N --eval-every M``: retrain ``stage`` with the monitor."""
+    from aclarena.train.lead_time import LeadTimeSettings, measure_lead_time
+
+    return jsonable(measure_lead_time(run_dir, LeadTimeSettings(stage=stage, n=n, eval_every=eval_every)))
+
+
+def consolidate(run_dir: RunPath, method: str, *, seeds: int = 1, start: str | None = None) -> dict[str, Any]:
+    """``consolidate --method M [--seeds N] [--start FROM]``, the other options the verb's defaults."""
+    from aclarena.analysis.consolidate import ConsolidateOptions
+    from aclarena.analysis.consolidate import consolidate as run
+
+    options = ConsolidateOptions() if start is None else ConsolidateOptions(start=start)
+    return jsonable(run(run_dir, method, seeds=seeds, options=options).to_dict())
+
+
+def compare(run_dir: RunPath) -> dict[str, Any]:
+    """``compare``: the study-shaped comparison table (rule router, greedy scores)."""
+    from aclarena.analysis.compare import compare as table
+
+    return jsonable(table(run_dir).to_dict())
