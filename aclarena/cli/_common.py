@@ -41,6 +41,28 @@ def add_verb(
     return p
 
 
+def add_load_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+                   help="dtype to load models in (default: auto = float32 on CPU, stored dtype on GPU)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
+    p.add_argument("--allow-pickle", action="store_true", help="accept pickle weights (pytorch_model.bin)")
+    p.add_argument("--device-map", default=None, metavar="MAP",
+                   help="spread a model larger than one GPU over the visible GPUs (e.g. auto; needs accelerate)")
+
+
+def load_options(args: argparse.Namespace, **extra: Any) -> Any:
+    """The LoadOptions of the command line's --dtype, --device, --device-map and --allow-pickle."""
+    from aclarena.models.loading import LoadOptions
+
+    return LoadOptions(dtype=args.dtype, device=args.device, allow_pickle=args.allow_pickle,
+                       device_map=getattr(args, "device_map", None), **extra)
+
+
+def print_warnings(warnings: list[str], verb: str) -> None:
+    for w in warnings:
+        print(f"aclarena-diag {verb}: warning: {w}", file=sys.stderr)
+
+
 def manifest_of(args: argparse.Namespace) -> Manifest:
     return load_manifest(args.run)
 

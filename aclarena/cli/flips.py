@@ -5,8 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from aclarena.cli._common import add_verb, fmt, print_json, print_table, progress, quiet_libraries
-from aclarena.cli.probe import add_load_options
+from aclarena.cli._common import (
+    add_load_options,
+    add_verb,
+    fmt,
+    load_options,
+    print_json,
+    print_table,
+    progress,
+    quiet_libraries,
+)
 from aclarena.errors import AclarenaError
 
 
@@ -57,7 +65,6 @@ def _budgets(text: str) -> tuple[float, ...]:
 
 def run(args: argparse.Namespace) -> int:
     from aclarena.analysis.flips import FlipSettings, flips
-    from aclarena.cli.probe import load_options
 
     quiet_libraries()
     settings = FlipSettings(budgets=_budgets(args.budgets), top=args.top, logprob_below=args.logprob_below,

@@ -3,28 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from aclarena.analysis.probe import DEFAULT_DOMAIN_N, describe, freeze_probe
-from aclarena.cli._common import add_verb, manifest_of, print_json, print_table, quiet_libraries
-
-
-def add_load_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
-                   help="dtype to load models in (default: auto = float32 on CPU, stored dtype on GPU)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
-    p.add_argument("--allow-pickle", action="store_true", help="accept pickle weights (pytorch_model.bin)")
-    p.add_argument("--device-map", default=None, metavar="MAP",
-                   help="spread a model larger than one GPU over the visible GPUs (e.g. auto; needs accelerate)")
-
-
-def load_options(args: argparse.Namespace, **extra: Any) -> Any:
-    """The LoadOptions of the command line's --dtype, --device, --device-map and --allow-pickle."""
-    from aclarena.models.loading import LoadOptions
-
-    return LoadOptions(dtype=args.dtype, device=args.device, allow_pickle=args.allow_pickle,
-                       device_map=getattr(args, "device_map", None), **extra)
+from aclarena.cli._common import (
+    add_load_options,
+    add_verb,
+    load_options,
+    manifest_of,
+    print_json,
+    print_table,
+    print_warnings,
+    quiet_libraries,
+)
 
 
 def add_probe_source_options(p: argparse.ArgumentParser) -> None:
@@ -63,11 +54,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing probe set of that name (and its scores)")
     add_load_options(p)
     p.set_defaults(func=run)
-
-
-def print_warnings(warnings: list[str], verb: str) -> None:
-    for w in warnings:
-        print(f"aclarena-diag {verb}: warning: {w}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,8 +9,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from aclarena.cli._common import add_verb, manifest_of, print_json, print_table
-from aclarena.cli.probe import add_load_options, load_options, print_warnings
+from aclarena.cli._common import (
+    add_load_options,
+    add_verb,
+    load_options,
+    manifest_of,
+    print_json,
+    print_table,
+    print_warnings,
+)
 from aclarena.errors import AclarenaError
 
 

@@ -1,10 +1,13 @@
 """The import rules of design.md, read from the source: no import cycle, nothing outside cli/ imports cli/,
-diagnostics/ imports neither h5py nor transformers, store/ never imports torch."""
+verbs do not import verbs, every import points down design.md's package table (its "may import" column),
+diagnostics/ imports neither h5py nor transformers, store/ never imports torch (not even through the
+aclarena modules it imports)."""
 
 from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "aclarena"
@@ -19,9 +22,14 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+@functools.cache
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(path: Path) -> list[str]:
     """Every module named by an import statement (module- or function-level), except under ``if TYPE_CHECKING``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parse(path)
     skip: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -116,3 +124,182 @@ def test_layer_rules():
         if m.startswith("aclarena.store") and "torch" in imported:
             bad.append(f"{m} imports torch")
     assert bad == []
+
+
+# --- the layer order of design.md ----------------------------------------------------------------------------
+
+# design.md's package table, "may import" column: each layer and the layers it may import. A row that holds
+# two folders (train/consolidate, dashboard/figures) is one layer: its folders may import each other (the
+# cycle test above keeps that one-way). Everything else points up and is an error.
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "cli": frozenset({"analysis", "train", "consolidate", "probes", "envs", "models", "dashboard", "figures", "store",
+                      "diagnostics"}),
+    "analysis": frozenset({"train", "consolidate", "probes", "envs", "models", "dashboard", "figures", "store",
+                           "diagnostics"}),  # "all below"
+    "train": frozenset({"consolidate", "probes", "envs", "models", "dashboard", "figures", "store", "diagnostics"}),
+    "consolidate": frozenset({"train", "probes", "envs", "models", "dashboard", "figures", "store", "diagnostics"}),
+    "probes": frozenset({"models", "diagnostics", "store"}),
+    "envs": frozenset({"models", "store"}),
+    "models": frozenset({"diagnostics", "store"}),  # diagnostics for its types
+    "dashboard": frozenset({"figures", "store", "diagnostics"}),
+    "figures": frozenset({"dashboard", "store", "diagnostics"}),
+    # the table names numpy and h5py (never torch) for store/; diagnostics/ is the one layer below it, and what
+    # store/ takes from it must stay torch-free (test_store_never_reaches_torch)
+    "store": frozenset({"diagnostics"}),
+    "diagnostics": frozenset(),
+}
+# Top-level modules every layer may use (below the CLI, design.md): errors, console helpers, the
+# data-parallel world, strict JSON lines, the CPU kernel pin, and the version (its own module, issue 34).
+HELPERS = frozenset({"aclarena.errors", "aclarena.progress", "aclarena.distributed", "aclarena.jsonl",
+                     "aclarena.reproducibility", "aclarena._version", "aclarena.version"})
+# The arrows that still point up, each with why. The first two are being removed in issue 34 (engineer i34b
+# moves the results renderer to tools/ and __version__ into its own module): drop them when that is merged.
+KNOWN_UPWARD: tuple[tuple[str, str, str], ...] = (
+    (r"aclarena\..*", r"aclarena\.docs_results", "issue 34: the README results renderer moves out of the package"),
+    (r"aclarena\.store\..*", r"aclarena", "issue 34: store/ takes aclarena.__version__ from the top package"),
+    (r"aclarena\.dashboard\.pages\.tokens", r"aclarena\.analysis\.prompt",
+     "issue 34 (found by this test): the Tokens page scores a typed prompt live through the analysis layer"),
+)
+
+
+def _targets(path: Path, mods: dict[str, Path]) -> list[tuple[str, int]]:
+    """(aclarena module imported, line) for every import statement of ``path`` (module- or function-level),
+    except under ``if TYPE_CHECKING``; ``from aclarena import x`` is the module ``aclarena.x`` when there is
+    one, else the package ``aclarena`` itself."""
+    tree = _parse(path)
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for n in ast.walk(node))
+
+    def resolve(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
+                     for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name == "aclarena" or name.startswith("aclarena."):
+                target = resolve(name)
+                if target is not None:
+                    out.append((target, node.lineno))
+    return out
+
+
+def layer_of(module: str) -> str:
+    """The design.md layer of an aclarena module: its subpackage, ``helpers`` for the top-level helper
+    modules, ``api`` for the package itself (the curated API, the top), ``tool`` for anything else at the top."""
+    if module == "aclarena":
+        return "api"
+    if module in HELPERS:
+        return "helpers"
+    part = module.split(".")[1]
+    return part if part in MAY_IMPORT else "tool"
+
+
+def upward(importer: str, target: str) -> str | None:
+    """Why ``importer`` may not import ``target`` (design.md), or None when it may."""
+    src, dst = layer_of(importer), layer_of(target)
+    if src in ("api", "tool", "cli"):
+        return None  # the curated API, the entry point and the verbs may import everything (design.md)
+    if dst == "helpers" or src == dst:
+        return None
+    if src == "helpers":
+        return "the top-level helpers import only each other"
+    allowed = MAY_IMPORT.get(src, frozenset())
+    if dst in allowed:
+        return None
+    return f"{src}/ may import {', '.join(sorted(allowed)) or 'no other aclarena layer'} (design.md's package table)"
+
+
+def layer_violations(edges: list[tuple[str, str, str]]) -> list[str]:
+    """One line per (importer, target, where) that points up and is not a known, named exception."""
+    bad = []
+    for importer, target, where in edges:
+        why = upward(importer, target)
+        if why is None or any(re.fullmatch(a, importer) and re.fullmatch(b, target) for a, b, _ in KNOWN_UPWARD):
+            continue
+        bad.append(f"{where}: {importer} imports {target} ({layer_of(importer)} -> {layer_of(target)}), but {why}")
+    return bad
+
+
+@functools.cache
+def _edges() -> list[tuple[str, str, str]]:
+    mods = _modules()
+    out = []
+    for m, p in sorted(mods.items()):
+        for target, line in _targets(p, mods):
+            if target != m and not m.startswith(target + ".") or target == "aclarena":
+                out.append((m, target, f"{p.relative_to(PACKAGE.parent)}:{line}"))
+    return [e for e in out if not (e[1] == "aclarena" and e[0] in ("aclarena", "aclarena.__main__"))]
+
+
+def test_layer_checker_names_an_upward_import():
+    edges = [("aclarena.store.results", "aclarena.analysis.tokens", "aclarena/store/results.py:3"),
+             ("aclarena.figures.overview", "aclarena.models.loading", "aclarena/figures/overview.py:9"),
+             ("aclarena.analysis.tokens", "aclarena.store.results", "aclarena/analysis/tokens.py:5"),
+             ("aclarena.diagnostics.bootstrap", "aclarena.errors", "aclarena/diagnostics/bootstrap.py:4"),
+             ("aclarena.models.loading", "aclarena", "aclarena/models/loading.py:7")]
+    assert layer_violations(edges) == [
+        "aclarena/store/results.py:3: aclarena.store.results imports aclarena.analysis.tokens (store -> analysis), "
+        "but store/ may import diagnostics (design.md's package table)",
+        "aclarena/figures/overview.py:9: aclarena.figures.overview imports aclarena.models.loading (figures -> models), "
+        "but figures/ may import dashboard, diagnostics, store (design.md's package table)",
+        "aclarena/models/loading.py:7: aclarena.models.loading imports aclarena (models -> api), but models/ may import "
+        "diagnostics, store (design.md's package table)",
+    ]
+
+
+def test_every_package_of_the_table_has_its_rule():
+    packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages == set(MAY_IMPORT), "a new subpackage needs its row in design.md and in MAY_IMPORT"
+    tops = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
+    assert {f"aclarena.{t}" for t in tops} - HELPERS <= {"aclarena.docs_results"}, \
+        "a new top-level module is a helper (add it to HELPERS) or belongs in a subpackage"
+
+
+def test_imports_point_down_the_layer_table():
+    bad = layer_violations(_edges())
+    assert bad == [], "imports that point up design.md's package table:\n" + "\n".join(bad)
+
+
+def test_known_upward_arrows_still_exist():
+    # an allowance that no import needs any more is dropped, so that it cannot hide a new arrow
+    edges = _edges()
+    unused = [why for a, b, why in KNOWN_UPWARD
+              if not any(re.fullmatch(a, i) and re.fullmatch(b, t) and upward(i, t) for i, t, _ in edges)]
+    assert unused == [], f"drop these allowances from KNOWN_UPWARD: {unused}"
+
+
+def test_verbs_do_not_import_verbs():
+    from aclarena.cli import VERBS
+
+    verbs = {f"aclarena.cli.{v.replace('-', '_')}" for v in VERBS}
+    bad = [f"{where}: verb {m} imports {t}; shared pieces of the verbs go in aclarena.cli._common, work in the "
+           "analysis layer" for m, t, where in _edges()
+           if m in verbs and (t == "aclarena.cli" or t.startswith("aclarena.cli.")) and t != "aclarena.cli._common"]
+    assert bad == [], "\n".join(bad)
+
+
+def test_store_never_reaches_torch():
+    mods = _modules()
+    graph = _graph()
+    reached: set[str] = set()
+    todo = [m for m in mods if m.startswith("aclarena.store")]
+    while todo:
+        m = todo.pop()
+        if m not in reached:
+            reached.add(m)
+            todo += [d for d in graph[m] if d != "aclarena.docs_results"]
+    torch_users = sorted(m for m in reached if "torch" in {n.split(".")[0] for n in _imports(mods[m])})
+    assert torch_users == [], f"store/ reaches torch through {torch_users}"
