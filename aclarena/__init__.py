@@ -11,6 +11,9 @@ The curated API (docs/python-api.md)::
     run.forgetting().metrics                         # ACC, BWT, FWT, ...
     acl.token_drift(model_a, model_b, probe)         # in-memory models, no run folder
     acl.task_vector_cosines(["ckpt/a", "ckpt/b"], base="ckpt/base")
+    cfg = acl.load_config("examples/mini.toml")      # a CurriculumConfig (StageSpec, PhaseSpec, ...)
+    acl.run_curriculum(cfg, "runs/mini")             # train it; then run.eval(), run.consolidate("mle")
+    monitor = acl.DriftMonitorCallback([probe], run_dir="runs/x")   # callbacks=[monitor], any HF or trl trainer
 
 The import is cheap on purpose: every name above is imported on first use (PEP 562), so
 ``import aclarena`` loads no torch, transformers or dash and ``aclarena-diag --help`` answers at once.
@@ -37,6 +40,20 @@ _LAZY = {
     "FlipsResult": "aclarena.analysis.flips",
     "FlipSettings": "aclarena.analysis.flips",
     "CheckpointsResult": "aclarena.analysis.checkpoints",
+    "EvalResult": "aclarena.analysis.eval",
+    "ConsolidateOptions": "aclarena.analysis.consolidate",
+    "ConsolidateResult": "aclarena.analysis.consolidate",
+    "CurriculumConfig": "aclarena.train.config",
+    "BaseSpec": "aclarena.train.config",
+    "StageSpec": "aclarena.train.config",
+    "PhaseSpec": "aclarena.train.config",
+    "MonitorSpec": "aclarena.train.monitor",
+    "load_config": "aclarena.train.config",
+    "parse_config": "aclarena.train.config",
+    "run_curriculum": "aclarena.train.curriculum",
+    "DriftMonitorCallback": "aclarena.train.callbacks",
+    "MetricRule": "aclarena.diagnostics.early_warning",
+    "read_probe_set": "aclarena.probes.probe_set",
     "ProbeSet": "aclarena.probes.probe_set",
     "Manifest": "aclarena.store.manifest",
     "CheckpointSpec": "aclarena.store.manifest",
@@ -46,21 +63,35 @@ _LAZY = {
 
 __all__ = [
     "AclarenaError",
+    "BaseSpec",
     "CheckpointSpec",
     "CheckpointsResult",
     "CompareResult",
+    "ConsolidateOptions",
+    "ConsolidateResult",
+    "CurriculumConfig",
     "DisplacementResult",
+    "DriftMonitorCallback",
+    "EvalResult",
     "FlipSettings",
     "FlipsResult",
     "ForgettingResult",
     "Manifest",
+    "MetricRule",
     "ModelDrift",
+    "MonitorSpec",
+    "PhaseSpec",
     "ProbeSet",
     "ResultsStore",
     "Run",
+    "StageSpec",
     "TokenDrift",
     "VectorsResult",
     "__version__",
+    "load_config",
+    "parse_config",
+    "read_probe_set",
+    "run_curriculum",
     "task_vector_cosines",
     "token_drift",
 ]
@@ -68,17 +99,31 @@ __all__ = [
 if TYPE_CHECKING:
     from aclarena.analysis.checkpoints import CheckpointsResult
     from aclarena.analysis.compare import CompareResult
+    from aclarena.analysis.consolidate import ConsolidateOptions, ConsolidateResult
     from aclarena.analysis.displacement import DisplacementResult
+    from aclarena.analysis.eval import EvalResult
     from aclarena.analysis.flips import FlipSettings, FlipsResult
     from aclarena.analysis.forgetting import ForgettingResult
     from aclarena.analysis.in_memory import ModelDrift, token_drift
     from aclarena.analysis.run import Run
     from aclarena.analysis.tokens import TokenDrift
     from aclarena.analysis.vectors import VectorsResult, task_vector_cosines
+    from aclarena.diagnostics.early_warning import MetricRule
     from aclarena.errors import AclarenaError
-    from aclarena.probes.probe_set import ProbeSet
+    from aclarena.probes.probe_set import ProbeSet, read_probe_set
     from aclarena.store.manifest import CheckpointSpec, Manifest
     from aclarena.store.results import ResultsStore
+    from aclarena.train.callbacks import DriftMonitorCallback
+    from aclarena.train.config import (
+        BaseSpec,
+        CurriculumConfig,
+        PhaseSpec,
+        StageSpec,
+        load_config,
+        parse_config,
+    )
+    from aclarena.train.curriculum import run_curriculum
+    from aclarena.train.monitor import MonitorSpec
 
 
 def __getattr__(name: str) -> Any:

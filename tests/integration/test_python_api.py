@@ -60,6 +60,22 @@ def test_import_is_light_and_names_resolve():
         acl.nope  # noqa: B018
 
 
+def test_training_names_are_in_the_api():
+    # a notebook trains, configures and monitors through the top level: the callback and the config types
+    import aclarena as acl
+    from aclarena.train.callbacks import DriftMonitorCallback
+    from aclarena.train.config import CurriculumConfig, PhaseSpec, StageSpec
+
+    assert acl.DriftMonitorCallback is DriftMonitorCallback and acl.CurriculumConfig is CurriculumConfig
+    cfg = acl.load_config(ROOT / "examples" / "tiny.toml")
+    assert isinstance(cfg, acl.CurriculumConfig) and cfg.stages
+    assert all(isinstance(s, acl.StageSpec) for s in cfg.stages)
+    assert all(isinstance(p, acl.PhaseSpec) for s in cfg.stages for p in s.phases)
+    assert (acl.StageSpec, acl.PhaseSpec) == (StageSpec, PhaseSpec)
+    with pytest.raises(acl.AclarenaError, match="line 2: unknown key 'nmae' in \\[run\\] \\(did you mean 'name'"):
+        acl.parse_config('[run]\nnmae = "x"\n')
+
+
 def test_recipes_are_the_three_documented():
     assert list(recipes()) == ["Recipe 1", "Recipe 2", "Recipe 3"]
 
