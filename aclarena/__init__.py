@@ -36,6 +36,7 @@ _LAZY = {
     "CompareResult": "aclarena.analysis.compare",
     "FlipsResult": "aclarena.analysis.flips",
     "FlipSettings": "aclarena.analysis.flips",
+    "SignaturesResult": "aclarena.analysis.signatures",
     "CheckpointsResult": "aclarena.analysis.checkpoints",
     "ProbeSet": "aclarena.probes.probe_set",
     "Manifest": "aclarena.store.manifest",
@@ -58,6 +59,7 @@ __all__ = [
     "ProbeSet",
     "ResultsStore",
     "Run",
+    "SignaturesResult",
     "TokenDrift",
     "VectorsResult",
     "__version__",
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
     from aclarena.analysis.forgetting import ForgettingResult
     from aclarena.analysis.in_memory import ModelDrift, token_drift
     from aclarena.analysis.run import Run
+    from aclarena.analysis.signatures import SignaturesResult
     from aclarena.analysis.tokens import TokenDrift
     from aclarena.analysis.vectors import VectorsResult, task_vector_cosines
     from aclarena.errors import AclarenaError

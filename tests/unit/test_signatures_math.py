@@ -161,7 +161,8 @@ def test_an_update_at_the_top_entropy_positions_only():
     ent = pair_stats(ref, ref).ref.entropy.reshape(-1)
     top = torch.argsort(ent, descending=True, stable=True)[:round(0.06 * ent.numel())]
     flat = child.view(-1, child.shape[-1])
-    flat[top] = torch.randn(len(top), child.shape[-1], dtype=torch.float64) * 3  # rewritten decisions
+    g = torch.Generator().manual_seed(7)
+    flat[top] = torch.randn(len(top), child.shape[-1], generator=g, dtype=torch.float64) * 3  # rewritten decisions
     s, ps = signature_of(ref, child)
     assert s.values["kl_share_high"] == 1.0  # unchanged logits give KL exactly 0
     assert s.values["barely_moved_low"] == 1.0 and s.values["flip_rate_low"] == 0.0
@@ -169,13 +170,15 @@ def test_an_update_at_the_top_entropy_positions_only():
         float(ps.flips.reshape(-1)[top].double().mean()), abs=1e-12)
     assert s.values["concentration_area"] == pytest.approx(1 - 0.06 / 2, abs=0.01)  # all mass in the top 6%
     assert s.high_share == pytest.approx(0.06, abs=1e-3) and s.high["kl_share_high"] == 1.0
-    assert s.low["kl_share_high"] > 0.8
+    # resamples re-choose the top set, so some rewritten positions fall below it; the interval stays far above chance
+    assert s.low["kl_share_high"] > 5 * s.high_share
 
 
 def test_an_update_at_the_first_reply_token_only():
     ref = parent_logits(30, 24, seed=1)
     child = ref.clone()
-    child[:, [0, 12], :] = torch.randn(30, 2, ref.shape[-1], dtype=torch.float64) * 3  # each reply's first token
+    g = torch.Generator().manual_seed(8)
+    child[:, [0, 12], :] = torch.randn(30, 2, ref.shape[-1], generator=g, dtype=torch.float64) * 3  # replies' first tokens
     s, ps = signature_of(ref, child, first_k=1, reply_len=12)
     assert s.values["kl_share_first_k"] == 1.0
     assert s.first_k_share == pytest.approx(2 / 24) and s.n_first_k == 60
@@ -187,3 +190,16 @@ def test_an_update_at_the_first_reply_token_only():
     assert s.values["kl_share_high"] == pytest.approx(kl[top].sum() / kl.sum(), rel=1e-9)
     s12, _ = signature_of(ref, child, first_k=12, reply_len=12)
     assert s12.values["kl_share_first_k"] == 1.0 and s12.first_k_share == 1.0  # k covers every reply: no contrast
+
+
+def test_the_verb_help_states_the_library_defaults():
+    """The verb's options default to None (its --help imports no torch); its help text names the defaults."""
+    from aclarena.analysis.signatures import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N
+    from aclarena.cli import build_parser
+    from aclarena.diagnostics.signatures import DEFAULT_FIRST_K, DEFAULT_N_BOOT
+
+    sub = build_parser()._subparsers._group_actions[0].choices["signatures"]
+    helps = {a.dest: a.help for a in sub._actions}
+    for dest, value in (("n", DEFAULT_N), ("max_new_tokens", DEFAULT_MAX_NEW_TOKENS), ("first_k", DEFAULT_FIRST_K),
+                        ("n_boot", DEFAULT_N_BOOT)):
+        assert f"(default {value}" in helps[dest], dest
