@@ -99,3 +99,20 @@ def test_too_few_sequences_is_one_line_and_nothing_else_is_lost(signed, tmp_path
     assert "seq-if on if (seq-math.if): 3 sequences with scored positions; an interval needs at least 8" in err
     with ResultsStore(run).reader() as rd:  # the update that could be signed was written
         assert "oracle-math" in {s["update"] for s in list_signatures(rd)}
+
+
+def test_tokens_page_shows_sft_and_rl_side_by_side(signed):
+    from aclarena.dashboard.pages import tokens as page
+
+    run, data = signed
+    fig, table, note = page.on_signatures(run, ["sft", "rl"])
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert {t.name for t in bars} == {"sft", "rl"} and len(bars) == 8  # two kinds x four panels
+    rl = next(t for t in bars if t.name == "rl" and t.xaxis == "x")
+    want = next(r for r in data["updates"] if r["update"] == "seq-math")
+    assert list(rl.x) == ["seq-math (math)"] and rl.y[0] == want["kl_share_high"]
+    assert rl.error_y.array[0] == pytest.approx(want["kl_share_high_high"] - want["kl_share_high"])
+    rows = table.children[1:]
+    assert [r.children[0].children for r in rows] == ["seq-math", "seq-search"] and note == "2 of 3 signed updates shown"
+    fig, table, note = page.on_signatures(run, ["stage"])
+    assert fig == {} and "none of the kinds ticked" in note
