@@ -163,6 +163,11 @@ def run(args: argparse.Namespace) -> int:
                                     required=False)
         results["tokens"] = step("tokens", ["tokens", "--run", run_dir, "--ref", "seq-math"],
                                  "token drift of later checkpoints on seq-math's generations", required=False)
+    # --- issue 31: every SFT and RL phase and stage signed on its parent's own generations (before the
+    # consolidations exist, so only the chain's updates); analysis/signatures.py, docs/tokens.md section 8
+    results["signatures"] = step("signatures", ["signatures", "--run", run_dir, "-n",
+                                                "32" if args.preset == "mini" else "8"],
+                                 "drift signatures of the SFT and RL phases", required=False)
     results["vectors"] = step("vectors", ["vectors", "--run", run_dir], "task vectors", required=False)
     results["displacement"] = step("displacement", ["displacement", "--run", run_dir], "displacement",
                                    required=False)
@@ -290,6 +295,7 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
         "base_general": cells.get(("base", "general")),
         "sft_rl": sft_rl, "sft_rl_overall": (disp or {}).get("sft_rl_overall"),
         "token_drift": {"high": (tok or {}).get("high"), "checkpoints": drift},
+        "signatures": _signatures(results.get("signatures")),
         "forgetting": (forg or {}).get("summary"), "phase_times": phases,
         "lead_time": [{**{k: r.get(k) for k in ("domain", "predictor", "metric", "warn_step", "drop_step", "lead")},
                        "drop_reachable": drop_reachable_in(lead, r["domain"])} for r in (lead or {}).get("table", [])],
@@ -337,6 +343,34 @@ def _score(x: Any, ci: Any = None) -> str:
     return f"{x:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
+def _signatures(data: Any) -> dict[str, Any] | None:
+    """Issue 31: the summary's ``signatures`` block (None when the step did not run or failed)."""
+    if not isinstance(data, dict) or "updates" not in data:
+        return None
+    from aclarena.analysis.signatures import demo_block
+
+    return demo_block(data)
+
+
+def _print_signatures(block: dict[str, Any] | None) -> None:
+    """Issue 31: one row per phase, its KL shares and barely-moved fraction with intervals."""
+    if not block or not block["updates"]:
+        return
+
+    def ci(v: list[float]) -> str:
+        return f"{v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}]"
+
+    k = block["settings"].get("first_k")
+    print_table([{"update": r["update"], "kind": r["kind"], "high": ci(r["kl_share_high"]),
+                  "barely": ci(r["barely_moved_low"]), "first": f"{ci(r['kl_share_first_k'])} ({r['first_k_share']:.2f})",
+                  "area": ci(r["concentration_area"])} for r in block["updates"]],
+                ["update", "kind", "high", "barely", "first", "area"],
+                headers=["update", "kind", "KL share top 6%", "barely moved (low)", f"KL share first {k} (chance)",
+                         "conc. area"],
+                title="drift signature of each phase on its parent's own generations (95% intervals over sequences)",
+                caption=f"study: {STUDY['high_entropy']}")
+
+
 def print_summary(s: dict[str, Any], run_dir: str) -> None:
     print()
     print_table([{"stage": r["stage"], "suite": r["suite"], "parent": r["parent"], "before": _score(r["parent_score"]),
@@ -370,6 +404,7 @@ def print_summary(s: dict[str, Any], run_dir: str) -> None:
                              "mean KL"],
                     title=f"token drift on seq-math's generations (high = {s['token_drift']['high']})",
                     caption=f"study: {STUDY['high_entropy']}")
+    _print_signatures(s.get("signatures"))
     if s.get("lead_time"):
         print_table([{**r, "warned": "never" if r["warn_step"] is None else r["warn_step"],
                       "drop": drop_label(r["drop_step"], r.get("drop_reachable")),
