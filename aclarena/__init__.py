@@ -39,6 +39,7 @@ _LAZY = {
     "CompareResult": "aclarena.analysis.compare",
     "FlipsResult": "aclarena.analysis.flips",
     "FlipSettings": "aclarena.analysis.flips",
+    "SignaturesResult": "aclarena.analysis.signatures",
     "CheckpointsResult": "aclarena.analysis.checkpoints",
     "EvalResult": "aclarena.analysis.eval",
     "ConsolidateOptions": "aclarena.analysis.consolidate",
@@ -84,6 +85,7 @@ __all__ = [
     "ProbeSet",
     "ResultsStore",
     "Run",
+    "SignaturesResult",
     "StageSpec",
     "TokenDrift",
     "VectorsResult",
@@ -106,6 +108,7 @@ if TYPE_CHECKING:
     from aclarena.analysis.forgetting import ForgettingResult
     from aclarena.analysis.in_memory import ModelDrift, token_drift
     from aclarena.analysis.run import Run
+    from aclarena.analysis.signatures import SignaturesResult
     from aclarena.analysis.tokens import TokenDrift
     from aclarena.analysis.vectors import VectorsResult, task_vector_cosines
     from aclarena.diagnostics.early_warning import MetricRule

@@ -167,6 +167,11 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
                                     "freezing seq-math's generations")
         results["tokens"] = step("tokens", "tokens", lambda: analyses.tokens(run_dir, "seq-math"),
                                  "token drift of later checkpoints on seq-math's generations")
+    # issue 31: every SFT and RL phase and stage signed on its parent's own generations (before the
+    # consolidations exist, so only the chain's updates); analysis/signatures.py, docs/tokens.md section 8
+    results["signatures"] = step("signatures", "signatures",
+                                 lambda: analyses.signatures(run_dir, 32 if preset == "mini" else 8),
+                                 "drift signatures of the SFT and RL phases")
     results["vectors"] = step("vectors", "vectors", lambda: analyses.vectors(run_dir), "task vectors")
     results["displacement"] = step("displacement", "displacement", lambda: analyses.displacement(run_dir), "displacement")
     results["forgetting"] = step("forgetting", "forgetting", lambda: analyses.forgetting(run_dir), "forgetting metrics")
@@ -282,6 +287,7 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
         "base_general": cells.get(("base", "general")),
         "sft_rl": sft_rl, "sft_rl_overall": (disp or {}).get("sft_rl_overall"),
         "token_drift": {"high": (tok or {}).get("high"), "checkpoints": drift},
+        "signatures": _signatures(results.get("signatures")),
         "forgetting": (forg or {}).get("summary"), "phase_times": phases,
         "lead_time": [{**{k: r.get(k) for k in ("domain", "predictor", "metric", "warn_step", "drop_step", "lead")},
                        "drop_reachable": drop_reachable_in(lead or {}, r["domain"])} for r in (lead or {}).get("table", [])],
@@ -290,6 +296,15 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
         "comparison": results["compare"] if isinstance(results.get("compare"), dict) and "rows" in results["compare"]
         else None,
     }
+
+
+def _signatures(data: Any) -> dict[str, Any] | None:
+    """Issue 31: the summary's ``signatures`` block (None when the step did not run or failed)."""
+    if not isinstance(data, dict) or "updates" not in data:
+        return None
+    from aclarena.analysis.signatures import demo_block
+
+    return demo_block(data)
 
 
 def _store(out: Path, summary: dict[str, Any]) -> None:

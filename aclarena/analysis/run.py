@@ -9,6 +9,7 @@
     run.consolidate("merge-uniform")       # a consolidated checkpoint, added to the manifest
     run.forgetting().metrics               # ACC, BWT, FWT, ...
     run.flips("seq-math", "seq-ecom", "math/id").to_pandas()   # why items were forgotten
+    run.signatures().to_pandas()           # drift signature of every SFT/RL phase, stage, consolidation
 
 Each method calls the same analysis as the matching ``aclarena-diag`` verb, with the same
 defaults, and returns its typed result (``.to_pandas()``, ``.to_dict()``, ``.writes``). Torch is
@@ -73,6 +74,25 @@ class Run:
                       chunk_size=chunk_size, topk=topk, force=force,
                       load=LoadOptions(dtype=dtype, device=device, allow_pickle=allow_pickle),
                       show_progress=show_progress, manifest=self.manifest)
+
+    def signatures(self, *, updates: str | Sequence[str] | None = None, n: int | None = None,
+                   max_new_tokens: int | None = None, first_k: int | None = None, high: str = "q=0.06",
+                   eps: float = 0.05, n_boot: int | None = None, level: float = 0.95, seed: int = 0,
+                   batch_size: int = 8, force: bool = False, device: str = "cpu", dtype: str = "auto",
+                   allow_pickle: bool = False, show_progress: bool = False) -> Any:
+        """Drift signatures of the run's updates (each SFT and RL phase, multi-phase stage, consolidation; or
+        those ``updates`` names) on their parents' generations: a
+        :class:`~aclarena.analysis.signatures.SignaturesResult` (``.to_pandas()``). Options as
+        ``aclarena-diag signatures``; None keeps its default."""
+        from aclarena.analysis.signatures import signatures
+        from aclarena.models.loading import LoadOptions
+
+        given = {k: v for k, v in (("n", n), ("max_new_tokens", max_new_tokens), ("first_k", first_k),
+                                   ("n_boot", n_boot)) if v is not None}
+        return signatures(self.path, updates=updates, high=high, eps=eps, level=level, seed=seed,
+                          batch_size=batch_size, force=force,
+                          load=LoadOptions(dtype=dtype, device=device, allow_pickle=allow_pickle),
+                          show_progress=show_progress, manifest=self.manifest, **given)
 
     def vectors(self, *, checkpoints: str | Sequence[str] | None = None, pairs: Sequence[str] = (),
                 force: bool = False, show_progress: bool = False) -> Any:

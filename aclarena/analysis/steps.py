@@ -67,6 +67,13 @@ def tokens(run_dir: RunPath, ref: str) -> dict[str, Any]:
     return jsonable(result.to_dict())
 
 
+def signatures(run_dir: RunPath, n: int) -> dict[str, Any]:
+    """``signatures -n N``: every SFT and RL phase and stage signed on its parent's own generations."""
+    from aclarena.analysis.signatures import signatures as sign
+
+    return jsonable(sign(run_dir, n=n, show_progress=False).to_dict())
+
+
 def vectors(run_dir: RunPath, pairs: Sequence[str] = ()) -> dict[str, Any]:
     """``vectors [--pair A-B:C-D ...]``: task vectors (global view, embeddings included)."""
     from aclarena.analysis.vectors import vectors as measure

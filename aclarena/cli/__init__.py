@@ -31,6 +31,7 @@ VERBS = (
     "compare",
     "probe",
     "tokens",
+    "signatures",
     "flips",
     "vectors",
     "displacement",

@@ -117,6 +117,12 @@ def print_phase_table(rows: list[dict[str, Any]], *, title: str) -> None:
         table.append({**r, "time": "-" if r["time_s"] is None else f"{r['time_s']:.1f} s",
                       "status": r["status"] + (f" (= {r['same_as']})" if r.get("same_as") else "")})
     print_table(table, ["name", "kind", "domain", "phase", "parent", "seed", "steps", "time", "status"], title=title)
+    for r in rows:
+        d = r.get("data")
+        if d:  # a rejection-sampling phase: say what it trained on, and where it fell back to experts
+            print(f"{r['name']}: rejection sampling solved {d['tasks_solved']} of {d['tasks']} {d['domain']} tasks "
+                  f"(pass@{d['k']}), kept {d['kept']} verified samples; expert demonstrations for "
+                  f"{d['fallback_tasks']} tasks (fallback {d['fallback']})")
 
 
 def human_count(n: int | None) -> str:

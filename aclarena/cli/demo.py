@@ -88,6 +88,25 @@ def _score(x: Any, ci: Any = None) -> str:
     return f"{x:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
+def _print_signatures(block: dict[str, Any] | None) -> None:
+    """Issue 31: one row per phase, its KL shares and barely-moved fraction with intervals."""
+    if not block or not block["updates"]:
+        return
+
+    def ci(v: list[float]) -> str:
+        return f"{v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}]"
+
+    k = block["settings"].get("first_k")
+    print_table([{"update": r["update"], "kind": r["kind"], "high": ci(r["kl_share_high"]),
+                  "barely": ci(r["barely_moved_low"]), "first": f"{ci(r['kl_share_first_k'])} ({r['first_k_share']:.2f})",
+                  "area": ci(r["concentration_area"])} for r in block["updates"]],
+                ["update", "kind", "high", "barely", "first", "area"],
+                headers=["update", "kind", "KL share top 6%", "barely moved (low)", f"KL share first {k} (chance)",
+                         "conc. area"],
+                title="drift signature of each phase on its parent's own generations (95% intervals over sequences)",
+                caption=f"study: {STUDY['high_entropy']}")
+
+
 def print_summary(s: dict[str, Any], run_dir: str) -> None:
     print()
     print_table([{"stage": r["stage"], "suite": r["suite"], "parent": r["parent"], "before": _score(r["parent_score"]),
@@ -121,6 +140,7 @@ def print_summary(s: dict[str, Any], run_dir: str) -> None:
                              "mean KL"],
                     title=f"token drift on seq-math's generations (high = {s['token_drift']['high']})",
                     caption=f"study: {STUDY['high_entropy']}")
+    _print_signatures(s.get("signatures"))
     if s.get("lead_time"):
         print_table([{**r, "warned": "never" if r["warn_step"] is None else r["warn_step"],
                       "drop": drop_label(r["drop_step"], r.get("drop_reachable")),

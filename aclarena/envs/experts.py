@@ -138,13 +138,27 @@ def rejection_sample(
     repeated = [t for t in tasks for _ in range(k)]
     trajs = generate_trajectories(model, tokenizer, repeated, do_sample=True, temperature=temperature, seed=seed,
                                   batch_size=batch_size)
+    return keep_verified([t for t in trajs if t is not None], structured=structured, unique=unique)
+
+
+def keep_verified(trajectories: Sequence[Trajectory], *, max_per_task: int | None = None, structured: bool = True,
+                  unique: bool = True) -> list[dict[str, Any]]:
+    """SFT records of the trajectories the environment rewarded 1 (verified correct), in order.
+
+    With ``unique`` a conversation seen twice is kept once; ``max_per_task`` caps the records
+    kept per task (the first ones sampled).
+    """
     out, seen = [], set()
-    for tr in trajs:
+    per_task: dict[str, int] = {}
+    for tr in trajectories:
         if tr.reward < 1.0:
             continue
         key = json.dumps(tr.messages, sort_keys=True)
         if unique and key in seen:
             continue
+        if max_per_task is not None and per_task.get(tr.task.id, 0) >= max_per_task:
+            continue
         seen.add(key)
+        per_task[tr.task.id] = per_task.get(tr.task.id, 0) + 1
         out.append(to_record(tr, structured=structured))
     return out

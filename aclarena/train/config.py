@@ -54,6 +54,8 @@ from aclarena.train.trl_fields import FieldError, check_trl, trl_fields
 PHASE_KINDS = ("sft", "rl")
 SFT_SOURCES = ("expert", "rejection", "file")
 RL_SOURCES = ("arena", "file")
+#: where a rejection-sampling SFT phase trains on expert demonstrations instead (pass@k = 0)
+FALLBACKS = ("none", "expert", "expert-if-empty")
 PRESETS = ("mini", "tiny")
 IMPORT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -84,6 +86,10 @@ class PhaseSpec:
             from ``path`` scored by the ``reward`` function).
         n: number of training tasks (arena data) or records to use from the file (0: all).
         k: samples per task for rejection sampling.
+        max_per_task: rejection sampling: verified samples kept per task (0: every distinct one).
+        fallback: rejection sampling, for tasks whose pass@k is 0: ``none`` (nothing; the phase stops if
+            no task is solved), ``expert`` (that task's expert demonstration), ``expert-if-empty``
+            (expert demonstrations of every task, only when no task is solved: a bootstrap).
         path: a JSONL/JSON/Parquet file for ``data = "file"``.
         reward: ``module:function`` reward for ``data = "file"`` RL (trl's reward signature).
         rollout: ``module:function`` returning a trl ``rollout_func`` for multi-turn tool episodes
@@ -98,6 +104,8 @@ class PhaseSpec:
     data: str = ""
     n: int = 0
     k: int = 4
+    max_per_task: int = 0
+    fallback: str = "none"
     path: str | None = None
     reward: str | None = None
     rollout: str | None = None
@@ -116,7 +124,7 @@ class PhaseSpec:
         if self.data not in sources:
             raise FieldError("data", f"unknown {self.kind} data source {self.data!r}{did_you_mean(self.data, sources)}; "
                                      f"use one of {', '.join(sources)}")
-        for name in ("n", "k"):
+        for name in ("n", "k", "max_per_task"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise FieldError(name, f"`{name}` must be an integer >= 0, got {v!r}")
@@ -124,6 +132,13 @@ class PhaseSpec:
             raise FieldError("n", f"`n` (training tasks) must be >= 1 for {self.data} data, got {self.n}")
         if self.k < 1:
             raise FieldError("k", f"`k` (samples per task) must be >= 1, got {self.k}")
+        if self.fallback not in FALLBACKS:
+            raise FieldError("fallback", f"unknown fallback {self.fallback!r}{did_you_mean(str(self.fallback), FALLBACKS)}; "
+                                         f"use one of {', '.join(FALLBACKS)}")
+        for name, default in (("max_per_task", 0), ("fallback", "none")):
+            if getattr(self, name) != default and self.data != "rejection":
+                raise FieldError(name, f'`{name}` applies to rejection-sampling SFT (data = "rejection"); this phase '
+                                       f'has data = "{self.data}"')
         for name in ("max_turns", "max_new_tokens"):
             v = getattr(self, name)
             if v is None:
@@ -153,9 +168,13 @@ class PhaseSpec:
 
     def identity(self) -> dict[str, Any]:
         """What decides the phase's outcome (its fingerprint; notes excluded)."""
-        return {"kind": self.kind, "data": self.data, "n": self.n, "k": self.k if self.data == "rejection" else None,
-                "path": self.path, "reward": self.reward, "rollout": self.rollout, "max_turns": self.max_turns,
-                "max_new_tokens": self.max_new_tokens, "trl": dict(sorted(self.trl.items()))}
+        out = {"kind": self.kind, "data": self.data, "n": self.n, "k": self.k if self.data == "rejection" else None,
+               "path": self.path, "reward": self.reward, "rollout": self.rollout, "max_turns": self.max_turns,
+               "max_new_tokens": self.max_new_tokens, "trl": dict(sorted(self.trl.items()))}
+        if self.data == "rejection" and (self.max_per_task or self.fallback != "none"):
+            # only when set: the fingerprints of phases trained before these fields existed stay
+            out |= {"max_per_task": self.max_per_task, "fallback": self.fallback}
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +354,7 @@ class CurriculumConfig:
 RUN_KEYS = ("name", "seed", "description", "keep_trainer_checkpoints")
 BASE_KEYS = tuple(f.name for f in dataclasses.fields(BaseSpec))
 STAGE_KEYS = ("domain", "phases", "parent", "note", *PHASE_KINDS)
-PHASE_KEYS = ("data", "n", "k", "path", "reward", "rollout", "max_turns", "max_new_tokens", "trl", "note")
+PHASE_KEYS = ("data", "n", "k", "max_per_task", "fallback", "path", "reward", "rollout", "max_turns", "max_new_tokens", "trl", "note")
 TOP_KEYS = ("run", "base", "defaults", "stages", "oracles", "monitor")
 ORACLE_KEYS = ("domains",)
 

@@ -151,10 +151,12 @@ class PhaseRecord:
 
     def row(self) -> dict[str, Any]:
         r = self.result
+        report = (r.meta or {}).get("data") if r else None
         return {"name": self.job.name, "kind": self.job.kind, "domain": self.job.domain, "phase": self.job.phase,
                 "parent": self.job.parent, "seed": self.job.seed, "status": self.status, "folder": self.folder,
                 "steps": r.steps if r else None, "time_s": r.time_s if r else None,
-                "resumed_from_step": r.resumed_from_step if r else None, "same_as": self.job.same_as}
+                "resumed_from_step": r.resumed_from_step if r else None, "same_as": self.job.same_as,
+                "data": report if isinstance(report, dict) else None}
 
 
 @dataclass
@@ -331,13 +333,17 @@ def _run_job(cfg: CurriculumConfig, job: Job, out: Path, folders: dict[str, str]
             from aclarena.train.phases import load_start
 
             model, tok = load_start(start, chat_template=template)
-            records = D.rejection_records(model, tok, job.domain, spec.n, spec.k, job.seed)
+            records, report = D.rejection_phase_data(model, tok, job.domain, spec.n, spec.k, job.seed,
+                                                     max_per_task=spec.max_per_task, fallback=spec.fallback)
             del model
             if not records:
                 raise AclarenaError(
                     f"rejection sampling for {job.name} kept no trajectory: {job.parent!r} solved none of {spec.n} "
-                    f"{job.domain} tasks in {spec.k} samples each; use data = \"expert\" or raise n / k"
+                    f"{job.domain} tasks in {spec.k} samples each; raise n / k, or bootstrap from expert "
+                    "demonstrations with fallback = \"expert-if-empty\" (or \"expert\")"
                 )
+            # the marker keeps where the data came from, so a rerun reports it without sampling again
+            common["meta"] = {**meta, "data": report}
         else:
             assert spec.path is not None
             records = D.file_records(spec.path, spec.n)
@@ -387,8 +393,12 @@ def _register(cfg: CurriculumConfig, out: Path, records: list[PhaseRecord], fold
                  "parent": j.parent or "", "seed": j.seed, "steps": r.steps, "time_s": r.time_s,
                  "resumed_from_step": -1 if r.resumed_from_step is None else r.resumed_from_step,
                  "fingerprint": j.fingerprint}
-        items.append((f"train/{j.name}", {"log": Table(log_table(r.log_history)), "settings": Json(settings)},
-                      LOG_TYPE, LOG_VERSION, attrs))
+        data = {"log": Table(log_table(r.log_history)), "settings": Json(settings)}
+        report = (r.meta or {}).get("data")
+        if isinstance(report, dict):  # rejection sampling: samples kept and where it fell back to experts
+            data["data"] = Json(report)
+            attrs |= {"data_kept": int(report.get("kept", 0)), "data_fallback_tasks": int(report.get("fallback_tasks", 0))}
+        items.append((f"train/{j.name}", data, LOG_TYPE, LOG_VERSION, attrs))
     if items:
         store.write_many(items, overwrite=True, manifest_text=path.read_text(encoding="utf-8"))
 

@@ -51,6 +51,58 @@ def rejection_records(model: Any, tokenizer: Any, domain: str, n: int, k: int, s
     return hf_ready(records)
 
 
+Sampler = Callable[[Any, Any, list[Any], int], list[Any]]
+
+
+def sample_policy(model: Any, tokenizer: Any, tasks: list[Any], seed: int) -> list[Any]:
+    """One sampled trajectory (temperature 1) of ``model`` per entry of ``tasks`` (tasks repeat ``k`` times)."""
+    from aclarena.envs.rollout import generate_trajectories
+
+    tokenizer.padding_side = "left"
+    was_training = model.training
+    model.eval()
+    try:
+        trajs = generate_trajectories(model, tokenizer, tasks, do_sample=True, temperature=1.0, seed=seed)
+    finally:
+        model.train(was_training)
+    return [t for t in trajs if t is not None]
+
+
+def rejection_phase_data(model: Any, tokenizer: Any, domain: str, n: int, k: int, seed: int, *,
+                         max_per_task: int = 0, fallback: str = "none", suite: str = "id",
+                         sample: Sampler = sample_policy) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The data of a rejection-sampling SFT phase, and the report of where it came from.
+
+    ``k`` samples per train task from the current policy (``sample``); the ones the domain's
+    reward verifies (reward 1) are kept, at most ``max_per_task`` per task (0: every distinct
+    one). Where a task's pass@k is 0, ``fallback`` decides: ``none`` trains on nothing there,
+    ``expert`` on that task's expert demonstration, ``expert-if-empty`` on every task's expert
+    demonstration only when pass@k is 0 on all of them (a bootstrap). Records carry ``source``
+    (``sample`` or ``expert``); the report counts tasks, samples, solved tasks, kept samples and
+    the tasks that fell back (their ids).
+    """
+    from aclarena.envs import get_env
+    from aclarena.envs.experts import expert_trajectory, hf_ready, keep_verified, to_record
+
+    tasks = get_env(domain).generate(n, seed=seed, split="train", variant=suite)
+    trajs = sample(model, tokenizer, [t for t in tasks for _ in range(k)], seed)
+    correct = sum(1 for t in trajs if t.reward >= 1.0)
+    kept = [{**r, "source": "sample"} for r in keep_verified(trajs, max_per_task=max_per_task or None)]
+    solved = {r["task_id"] for r in kept}
+    if fallback == "expert":
+        back = [t for t in tasks if t.id not in solved]
+    elif fallback == "expert-if-empty" and not kept:
+        back = list(tasks)
+    else:
+        back = []
+    experts = [{**to_record(expert_trajectory(t)), "source": "expert"} for t in back]
+    report = {"source": "rejection", "domain": domain, "tasks": len(tasks), "k": k, "samples": len(trajs),
+              "correct_samples": correct, "tasks_solved": len(solved), "pass_at_k": len(solved) / max(1, len(tasks)),
+              "kept": len(kept), "max_per_task": max_per_task, "fallback": fallback, "fallback_tasks": len(back),
+              "fallback_task_ids": [t.id for t in back], "records": len(kept) + len(experts)}
+    return hf_ready(kept + experts), report
+
+
 def file_records(path: str | Path, n: int = 0) -> Any:
     """A ``datasets.Dataset`` from a local JSONL / JSON / Parquet file (the first ``n`` rows; 0: all)."""
     from datasets import load_dataset

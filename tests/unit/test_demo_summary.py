@@ -75,3 +75,19 @@ def test_summary_lead_time_rows_say_when_no_drop_could_be_significant():
     s = build_summary(rows(), {"lead_time": lead}, ["seq-math", "seq-search", "seq-ecom", "seq-if"], {}, 1.0, "mini", 50)
     assert [(r["domain"], r["drop_step"], r["drop_reachable"]) for r in s["lead_time"]] == \
         [("search", 95, True), ("math", None, False)]
+
+
+def test_summary_carries_the_phase_signatures(capsys):
+    """Issue 31: the signatures step's JSON becomes the summary's `signatures` block, and is printed."""
+    from aclarena.cli.demo import print_summary
+
+    ci = {m: 0.5 for m in ("kl_share_high", "barely_moved_low", "kl_share_first_k", "concentration_area")}
+    row = {"update": "seq-math", "kind": "rl", "domain": "math", "n_sequences": 32, "high_share": 0.06,
+           "first_k_share": 0.4, **ci, **{f"{m}_low": 0.4 for m in ci}, **{f"{m}_high": 0.7 for m in ci}}
+    data = {"settings": {"first_k": 12}, "updates": [row]}
+    s = build_summary(rows(), {"signatures": data}, ["seq-math"], {}, 1.0, "mini", 10)
+    (got,) = s["signatures"]["updates"]
+    assert got["kl_share_high"] == [0.5, 0.4, 0.7] and got["kind"] == "rl" and got["first_k_share"] == 0.4
+    assert build_summary(rows(), {"signatures": {"error": "x"}}, ["seq-math"], {}, 1.0, "mini", 10)["signatures"] is None
+    print_summary(_plain(s), "runs/demo")
+    assert "0.50 [0.40, 0.70]" in capsys.readouterr().out

@@ -85,6 +85,11 @@ def test_good_config_and_precedence():
          ["oracle domain 'ecom' has no stage"]),
         ('seed = 3', 'seed = -3', 'seed = -3', ["`seed` must be an integer >= 0"]),
         ("[defaults.rl]", "[defaults.rll]", "[defaults.rll]", ["unknown table [defaults.rll]", "did you mean 'rl'"]),
+        ("n = 6", 'n = 6\ndata = "rejection"\nfallback = "experts"', 'fallback = "experts"',
+         ["unknown fallback 'experts'", "did you mean 'expert'"]),
+        ("n = 6", 'n = 6\ndata = "rejection"\nmax_per_task = -2', "max_per_task = -2", ["`max_per_task`", ">= 0"]),
+        ("n = 6", 'n = 6\nfallback = "expert"', 'fallback = "expert"', ['applies to rejection-sampling SFT']),
+        ("n = 6", "n = 6\nmax_per_task = 2", "max_per_task = 2", ['applies to rejection-sampling SFT']),
     ],
 )
 def test_bad_config_names_the_line(old, new, needle, expect):
@@ -263,3 +268,16 @@ def test_base_only_config_and_rebuild():
     # without rebuild, the mini preset is the shipped base (its sizes are not this config's)
     shipped_cfg = load_config(EXAMPLES / "mini.toml")
     assert shipped_cfg.base.is_mini and not shipped_cfg.base.builds
+
+
+def test_rejection_sampling_fields_and_fingerprints():
+    """Rejection-sampling SFT settings reach the phase and its fingerprint; phases without them keep theirs."""
+    base = GOOD.replace("n = 6\n", 'n = 6\ndata = "rejection"\nk = 3\n', 1)
+    rs = GOOD.replace("n = 6\n", 'n = 6\ndata = "rejection"\nk = 3\nmax_per_task = 1\nfallback = "expert"\n', 1)
+    spec = parse_config(rs, "rs.toml").stage("search").phases[0]
+    assert (spec.data, spec.k, spec.max_per_task, spec.fallback) == ("rejection", 3, 1, "expert")
+    fp = {j.name: j.fingerprint for j in plan(parse_config(rs, "rs.toml"))}
+    fp0 = {j.name: j.fingerprint for j in plan(parse_config(base, "b.toml"))}
+    fp_good = {j.name: j.fingerprint for j in plan(parse_config(GOOD, "g.toml"))}
+    assert fp["seq-search"] != fp0["seq-search"] and fp["seq-math"] == fp0["seq-math"] == fp_good["seq-math"]
+    assert "max_per_task" not in parse_config(base, "b.toml").stage("search").phases[0].identity()

@@ -153,7 +153,24 @@ def layout(**query: Any) -> html.Div:
         html.H3("Summary"),
         html.Div(id="tokens-summary"),
         dcc.Graph(id="tokens-strata"),
+        *_signatures_section(),
     ])
+
+
+def _signatures_section() -> list[Any]:
+    """SFT vs RL (and stages, consolidations): each update's drift signature, from `aclarena-diag signatures`."""
+    from aclarena.figures.signatures import KIND_COLORS
+
+    return [
+        html.H3("Drift signatures of updates: SFT vs RL"),
+        html.P("Each update (an SFT phase, an RL phase, a whole stage, a consolidation) measured on its parent's own "
+               "generations of its domain; bars are 95% bootstrap intervals over sequences, black ticks the chance "
+               "share. Made by `aclarena-diag signatures`.", className="note"),
+        dcc.Checklist(id="tokens-sig-kinds", options=list(KIND_COLORS), value=["sft", "rl"], inline=True),
+        html.Div(id="tokens-sig-note", className="note"),
+        dcc.Graph(id="tokens-signatures"),
+        html.Div(id="tokens-sig-table"),
+    ]
 
 
 # --- callback bodies (tests call these directly) ------------------------------------------------
@@ -244,6 +261,27 @@ def on_prompt(run_dir: Path, text: str | None, checkpoint: str | None, probe: st
             f"{np.nanmean(kl):.4g} nats, largest {np.nanmax(kl):.4g}; {flips} top-1 flips. Colours on this probe "
             "set's scale (hover a token for its values).")
     return {"html": text_html(tokens, color_by, scale, pinnable=False), "note": "; ".join([note, *ps.notes])}
+
+
+def on_signatures(run_dir: Path, kinds: list[str] | None) -> tuple[Any, html.Table | str, str]:
+    """The signatures figure, its table and a note, for the update kinds ticked."""
+    from aclarena.figures.signatures import TABLE_COLUMNS, signature_rows, signatures_figure
+    from aclarena.figures.tokens import fmt
+
+    with reader(run_dir) as r:
+        rows = signature_rows(r, kinds or None)
+        every = signature_rows(r)
+    if not rows:
+        what = "none of the kinds ticked" if every else "none in this run"
+        return {}, "", f"drift signatures: {what}; run `aclarena-diag signatures --run DIR`"
+    table = html.Table(
+        [html.Tr([html.Th(h) for _, h in TABLE_COLUMNS])]
+        + [html.Tr([html.Td(fmt(row.get(k)) if k in ("update", "kind", "domain", "n_sequences", "high_share",
+                                                      "first_k_share") else
+                            f"{fmt(row[k])} [{fmt(row[k + '_low'])}, {fmt(row[k + '_high'])}]")
+                    for k, _ in TABLE_COLUMNS]) for row in rows],
+        className="simple", id="tokens-sig-table-rows")
+    return signatures_figure(rows), table, f"{len(rows)} of {len(every)} signed updates shown"
 
 
 def strata(run_dir: Path, probe: str | None) -> Any:
@@ -497,6 +535,11 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
         "function(markup) { var el = document.getElementById('tokens-prompt-html');"
         " if (el) { el.innerHTML = markup || ''; } return window.dash_clientside.no_update; }",
         Output("tokens-prompt-html", "title"), Input("tokens-prompt-render", "data"), prevent_initial_call=True)
+
+    @app.callback(Output("tokens-signatures", "figure"), Output("tokens-sig-table", "children"),
+                  Output("tokens-sig-note", "children"), Input("tokens-sig-kinds", "value"))
+    def _signatures(kinds: list[str] | None) -> tuple[Any, Any, str]:
+        return on_signatures(run_dir, kinds)
 
     @app.callback(Output("tokens-strata", "figure"), Input("tokens-probe", "value"))
     def _strata(probe: str | None) -> Any:
