@@ -81,14 +81,12 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, w: Any) -> int:
     from aclarena.probes.probe_set import list_probe_sets, write_probe_set
     from aclarena.store import ResultsStore
-    from aclarena.store.manifest import NAME_RE
+    from aclarena.store.manifest import check_name
 
     quiet_libraries()
     manifest = manifest_of(args)
     manifest.resolve(args.ref)
-    name = args.name or args.ref
-    if not NAME_RE.match(name):
-        raise AclarenaError(f"probe name {name!r} is not allowed; use letters, digits, '.', '_' and '-'")
+    name = check_name(args.name or args.ref, "probe name")
     store = ResultsStore(args.run)
 
     def check_free() -> None:  # rank 0 alone opens the store
