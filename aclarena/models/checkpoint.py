@@ -238,6 +238,31 @@ def pickle_files(folder: Path) -> list[Path]:
     return found
 
 
+def check_pickle_weights(files: list[Path]) -> None:
+    """Refuse pickle weights (allowed with ``--allow-pickle``) that torch's ``weights_only`` loader, which
+    transformers and peft use, would refuse: one line naming the file and the global it refused.
+
+    The file is unpickled by that loader itself (it never runs the pickle's code), memory-mapped so the tensors'
+    bytes are not read; torch is imported here only, for folders that hold pickle weights.
+    """
+    import torch
+
+    from aclarena.models.loading import library_reason
+
+    for f in files:
+        if f.suffix == ".json":  # the index of sharded pickles
+            continue
+        try:
+            try:
+                torch.load(f, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as e:  # a legacy (not zip) file cannot be memory-mapped
+                if "mmap" not in str(e):
+                    raise
+                torch.load(f, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise CheckpointError(f"{f} cannot be loaded: {library_reason(e)}") from None
+
+
 # --- tokenizers --------------------------------------------------------------------------------
 
 
@@ -493,6 +518,7 @@ def _inspect_folder(info: CheckpointInfo, folder: Path, allow_pickle: bool) -> N
                     f"{folder} has only pickle weights ({pk[0].name}), which can run code when loaded; "
                     "convert it to safetensors or pass --allow-pickle if you trust it"
                 )
+            check_pickle_weights(pk)
         else:
             raise CheckpointError(f"{folder} holds no weights (no *.safetensors or pytorch_model.bin); point `path` at a checkpoint folder")
     if not cfg.is_file():
@@ -748,6 +774,7 @@ def _inspect_adapter(
             raise CheckpointError(
                 f"{folder} has only pickle weights (adapter_model.bin); convert it to safetensors or pass --allow-pickle"
             )
+        check_pickle_weights([folder / "adapter_model.bin"])
     else:
         raise CheckpointError(f"{folder} holds no adapter weights (adapter_model.safetensors)")
     if base.problem is not None:
