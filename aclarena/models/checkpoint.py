@@ -570,21 +570,27 @@ def config_tensor_mismatch(config: dict[str, Any], tensors: dict[str, TensorMeta
     cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     if config.get("quantization_config") is not None or not tensors:
         return None
-
-    def field_of(*keys: str) -> tuple[str, int] | None:
-        for k in keys:
-            v = cfg.get(k)
-            if _is_int(v) and v > 0:
-                return k, int(v)
-        return None
-
     embeds = sorted((n for n in tensors if _EMBED_RE.match(n) and tensors[n].dtype in FLOAT_DTYPES), key=len)
     if not embeds:
         return None
     embed = tensors[embeds[0]]
     prefix = _EMBED_RE.match(embed.name)["prefix"]  # type: ignore[index]
-    vocab, hidden = field_of("vocab_size"), field_of("hidden_size", "n_embd", "d_model")
-    layers = field_of("num_hidden_layers", "n_layer", "num_layers")
+    return (_embedding_problem(cfg, tensors, embed, prefix) or _layers_problem(cfg, tensors, prefix)
+            or _projection_problem(cfg, tensors, prefix))
+
+
+def _size_field(cfg: dict[str, Any], *keys: str) -> tuple[str, int] | None:
+    """The first of ``keys`` the config sets to a positive integer, with its value."""
+    for k in keys:
+        v = cfg.get(k)
+        if _is_int(v) and v > 0:
+            return k, int(v)
+    return None
+
+
+def _embedding_problem(cfg: dict[str, Any], tensors: dict[str, TensorMeta], embed: TensorMeta, prefix: str
+                       ) -> str | None:
+    vocab, hidden = _size_field(cfg, "vocab_size"), _size_field(cfg, "hidden_size", "n_embd", "d_model")
     if len(embed.shape) == 2:
         for f, dim, what in ((vocab, 0, "rows"), (hidden, 1, "columns")):
             if f is not None and embed.shape[dim] != f[1]:
@@ -595,50 +601,61 @@ def config_tensor_mismatch(config: dict[str, Any], tensors: dict[str, TensorMeta
             and head.shape[0] != vocab[1]:
         return f"`vocab_size` is {vocab[1]} but {head.name} has shape {list(head.shape)} ({head.shape[0]} rows)"
     if head is None and cfg.get("tie_word_embeddings") is False and embed.name.endswith("embed_tokens.weight"):
-        return (f"`tie_word_embeddings` is false but the weights have no lm_head.weight (the output head would be "
+        return ("`tie_word_embeddings` is false but the weights have no lm_head.weight (the output head would be "
                 "initialised at random)")
+    return None
+
+
+def _layers_problem(cfg: dict[str, Any], tensors: dict[str, TensorMeta], prefix: str) -> str | None:
+    layers = _size_field(cfg, "num_hidden_layers", "n_layer", "num_layers")
     layer_re = re.compile(rf"^{re.escape(prefix)}(?:layers|h|blocks)\.(\d+)\.")
     seen: dict[int, str] = {}
     for n in tensors:
         m = layer_re.match(n)
         if m:
             seen.setdefault(int(m.group(1)), n)
-    if layers is not None and seen and set(seen) != set(range(layers[1])):
-        beyond = sorted(i for i in seen if i >= layers[1])
-        if beyond:
-            return (f"`{layers[0]}` is {layers[1]} but the weights hold layer {beyond[-1]} ({seen[beyond[-1]]}); "
-                    f"they have {len(seen)} layers")
-        absent = min(set(range(layers[1])) - set(seen))
-        return (f"`{layers[0]}` is {layers[1]} but the weights have no tensor of layer {absent} "
-                f"({prefix}layers.{absent}.*); they have {len(seen)} layers")
-    heads = field_of("num_attention_heads", "n_head")
-    kv = field_of("num_key_value_heads") or heads
+    if layers is None or not seen or set(seen) == set(range(layers[1])):
+        return None
+    beyond = sorted(i for i in seen if i >= layers[1])
+    if beyond:
+        return (f"`{layers[0]}` is {layers[1]} but the weights hold layer {beyond[-1]} ({seen[beyond[-1]]}); "
+                f"they have {len(seen)} layers")
+    absent = min(set(range(layers[1])) - set(seen))
+    return (f"`{layers[0]}` is {layers[1]} but the weights have no tensor of layer {absent} "
+            f"({prefix}layers.{absent}.*); they have {len(seen)} layers")
+
+
+def _projection_problem(cfg: dict[str, Any], tensors: dict[str, TensorMeta], prefix: str) -> str | None:
+    hidden = _size_field(cfg, "hidden_size", "n_embd", "d_model")
+    heads = _size_field(cfg, "num_attention_heads", "n_head")
+    kv = _size_field(cfg, "num_key_value_heads") or heads
     head_dim = cfg.get("head_dim") if _is_int(cfg.get("head_dim")) else (
         hidden[1] // heads[1] if hidden is not None and heads is not None else None)
-    inter = None if field_of("num_experts", "num_local_experts", "n_routed_experts") else field_of("intermediate_size")
+    moe = _size_field(cfg, "num_experts", "num_local_experts", "n_routed_experts")
+    inter = None if moe else _size_field(cfg, "intermediate_size")
+
+    def times(f: tuple[str, int] | None) -> int | None:
+        return f[1] * head_dim if f is not None and head_dim is not None else None
+
+    # per projection: (dimension, the field that sizes it, the size it gives) for [out, in]
+    expected: dict[str, list[tuple[int, tuple[str, int] | None, int | None]]] = {
+        "q": [(0, heads, times(heads))], "k": [(0, kv, times(kv))], "v": [(0, kv, times(kv))],
+        "o": [(0, hidden, hidden and hidden[1]), (1, heads, times(heads))],
+        "gate": [(0, inter, inter and inter[1])], "up": [(0, inter, inter and inter[1])],
+        "down": [(0, hidden, hidden and hidden[1]), (1, inter, inter and inter[1])],
+    }
+    for p in ("q", "k", "v", "gate", "up"):
+        expected[p].insert(0, (1, hidden, hidden and hidden[1]))
     for n, t in tensors.items():
         m = _PROJ_RE.search(n)
         if m is None or not n.startswith(prefix) or len(t.shape) != 2 or t.dtype not in FLOAT_DTYPES:
             continue
-        proj = m["proj"]
-        want: list[tuple[int, tuple[str, int] | None, int | None]] = []  # (dim, field, expected size)
-        if proj in "qkv":
-            f = heads if proj == "q" else kv
-            want += [(1, hidden, hidden[1] if hidden else None),
-                     (0, f, f[1] * head_dim if f is not None and head_dim is not None else None)]
-        elif proj == "o":
-            want += [(0, hidden, hidden[1] if hidden else None),
-                     (1, heads, heads[1] * head_dim if heads is not None and head_dim is not None else None)]
-        elif proj in ("gate", "up"):
-            want += [(1, hidden, hidden[1] if hidden else None), (0, inter, inter[1] if inter else None)]
-        else:
-            want += [(0, hidden, hidden[1] if hidden else None), (1, inter, inter[1] if inter else None)]
-        for dim, f, size in want:
-            if f is not None and size is not None and t.shape[dim] != size:
-                if f in (heads, kv) and proj in "qkvo":
-                    return (f"`{f[0]}` x `head_dim` is {f[1]} x {head_dim} = {size} but {n} has shape "
-                            f"{list(t.shape)}")
-                return f"`{f[0]}` is {f[1]} but {n} has shape {list(t.shape)}"
+        for dim, f, size in expected[m["proj"]]:
+            if f is None or size is None or t.shape[dim] == size:
+                continue
+            if f in (heads, kv) and f is not hidden and m["proj"] in "qkvo":
+                return f"`{f[0]}` x `head_dim` is {f[1]} x {head_dim} = {size} but {n} has shape {list(t.shape)}"
+            return f"`{f[0]}` is {f[1]} but {n} has shape {list(t.shape)}"
     return None
 
 
