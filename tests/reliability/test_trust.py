@@ -305,13 +305,17 @@ def _post(client, output: str, inputs: list[dict], changed: str) -> dict:
     return json.loads(r.get_data(as_text=True))
 
 
+ERROR_ID = "store-error"  # the page's error line (aclarena.dashboard.app.ERROR_ID), spelled out so that the test
+# fails on the old code by its HTTP 500, not by an import
+
+
 def test_every_dashboard_page_shows_the_store_error(fixture_run):
     """Each page's layout, the navigation and a page callback answer with the store's one line in the page
     (before: HTTP 500 and a traceback per request). Callbacks are called through Dash's own endpoint."""
     import dash
 
     from aclarena.dashboard import create_app
-    from aclarena.dashboard.app import ERROR_ID, PAGES
+    from aclarena.dashboard.app import PAGES
 
     seed_store(fixture_run)
     truncated_store(fixture_run)
