@@ -164,7 +164,7 @@ def freeze_probe(
     from aclarena.probes.probe_set import list_probe_sets, write_probe_set
     from aclarena.progress import quiet_libraries
     from aclarena.store import ResultsStore
-    from aclarena.store.manifest import NAME_RE
+    from aclarena.store.manifest import check_name
 
     if world is None:  # one process
         from aclarena.distributed import world as open_world
@@ -177,9 +177,7 @@ def freeze_probe(
     quiet_libraries()
     manifest = manifest_or_load(run_dir, manifest)
     manifest.resolve(ref)
-    name = name or ref
-    if not NAME_RE.match(name):
-        raise AclarenaError(f"probe name {name!r} is not allowed; use letters, digits, '.', '_' and '-'")
+    name = check_name(name or ref, "probe name")
     store = ResultsStore(run_dir)
 
     def check_free() -> None:  # rank 0 alone opens the store

@@ -61,6 +61,8 @@ def merge_lora_adapters(
     """
     from peft import PeftModel
 
+    from aclarena.models.loading import library_errors
+
     if not adapters:
         raise CheckpointError("no adapters to merge; name at least one")
     if len(weights) != len(adapters):
@@ -72,9 +74,10 @@ def merge_lora_adapters(
     names = [n for n, _ in adapters]
     if MERGED in names or len(set(names)) != len(names):
         raise ValueError(f"adapter names must be distinct and not {MERGED!r}: {names}")
-    model = PeftModel.from_pretrained(base_model, str(folders[0]), adapter_name=names[0])
-    for name, folder in zip(names[1:], folders[1:], strict=True):
-        model.load_adapter(str(folder), adapter_name=name)
+    with library_errors(f"the adapters {', '.join(names)} cannot be applied for merging"):
+        model = PeftModel.from_pretrained(base_model, str(folders[0]), adapter_name=names[0])
+        for name, folder in zip(names[1:], folders[1:], strict=True):
+            model.load_adapter(str(folder), adapter_name=name)
     model.add_weighted_adapter(names, list(map(float, weights)), MERGED, combination_type="cat")
     _unit_scaling(model)
     out = Path(out)

@@ -81,15 +81,31 @@ def update_starts(job: Job, names: list[str]) -> list[str]:
     return out
 
 
+def _prefix(job: Job, tag: str) -> str:
+    prefix = job.options.get("name")
+    return f"{job.options['method']}{tag}" if prefix is None else str(prefix)
+
+
+def _lambda_name(prefix: str, lam: float) -> str:
+    return f"{prefix}-l{lam:g}"
+
+
+def output_names(job: Job) -> list[str]:
+    """The checkpoints this merge writes (checked by :func:`~aclarena.consolidate.methods.run_method` before any)."""
+    _, tag = source_names(job)
+    prefix = _prefix(job, tag)
+    stems = ([_lambda_name(prefix, lam) for lam in _lambdas(job)] if MERGE_OF[job.options["method"]] == "task_arithmetic"
+             else [prefix])
+    return [stem + job.lineage.suffix for stem in stems]
+
+
 def run(job: Job) -> list[Output]:
     from aclarena.models.checkpoint import inspect
 
     method = job.options["method"]
     kind = MERGE_OF[method]
     names, tag = source_names(job)
-    prefix = job.options.get("name")
-    if prefix is None:
-        prefix = f"{method}{tag}"
+    prefix = _prefix(job, tag)
     specs = [job.manifest.resolve(n) for n in names]
     adapters = [s for s in specs if s.is_adapter]
     if adapters and len(adapters) != len(specs):
@@ -104,8 +120,7 @@ def run(job: Job) -> list[Output]:
     start_infos = [by_name[s] for s in starts]
     k = len(infos)
     if kind == "task_arithmetic":
-        lambdas = _lambdas(job)
-        plans = [(f"{prefix}-l{lam:g}", MergeSpec(kind, lam=lam)) for lam in lambdas]
+        plans = [(_lambda_name(prefix, lam), MergeSpec(kind, lam=lam)) for lam in _lambdas(job)]
     elif kind == "ties":
         lam = _option(job, "lam", 1.0)  # λ = 0 is valid (the base itself), never replaced by the default
         plans = [(prefix, MergeSpec(kind, density=_option(job, "density", 0.2), lam=lam))]
@@ -145,7 +160,7 @@ def _merge_adapters(job: Job, kind: str, specs: list[CheckpointSpec], prefix: st
     assert on is not None
     k = len(specs)
     plans = ([(prefix, 1.0 / k)] if kind == "uniform" else
-             [(f"{prefix}-l{lam:g}", lam) for lam in _lambdas(job)])
+             [(_lambda_name(prefix, lam), lam) for lam in _lambdas(job)])
     outputs = []
     folders = [(s.name, inspect(s, job.manifest, job.run_dir).location) for s in specs]
     for stem, w in plans:

@@ -16,7 +16,7 @@ from typing import Any
 
 from aclarena.consolidate.sources import Lineage
 from aclarena.errors import unknown_name
-from aclarena.store.manifest import CheckpointSpec, Manifest
+from aclarena.store.manifest import CheckpointSpec, Manifest, check_name, output_folder
 
 CHECKPOINTS = "checkpoints"
 RESULT_ROOT = "consolidate"
@@ -69,7 +69,8 @@ class Job:
     notes: list[str] = field(default_factory=list)
 
     def folder(self, name: str) -> Path:
-        return self.run_dir / CHECKPOINTS / name
+        """``RUN/checkpoints/<name>``, after the one name check (:func:`~aclarena.store.manifest.output_folder`)."""
+        return output_folder(self.run_dir, name, what="output name", folder=CHECKPOINTS, manifest=self.manifest)
 
     def status(self, text: str) -> None:
         """Show what is being done (the progress bar's label)."""
@@ -111,7 +112,13 @@ class Output:
 
 
 def run_method(method: Method, job: Job) -> list[Output]:
+    """Run one replicate of ``method``: every output name is checked first (``--name`` for every method, and
+    the names a method derives from it, such as merge-ta's ``NAME-l0.5``), so a refused name writes nothing."""
     module = importlib.import_module(f"aclarena.consolidate.{method.module}")
+    if job.options.get("name") is not None:
+        check_name(job.options["name"], "--name")
+    for name in getattr(module, "output_names", lambda _job: [])(job):
+        job.folder(name)
     try:
         return module.run(job)
     except ModuleNotFoundError as e:

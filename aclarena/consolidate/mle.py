@@ -34,6 +34,11 @@ def backbone_name(suffix: str) -> str:
     return f"sdft{suffix}"
 
 
+def output_names(job: Job) -> list[str]:
+    """The experts this replicate writes (checked before any is trained)."""
+    return [] if job.options.get("routers_only") else [expert_name(d, job.lineage.suffix) for d in job.lineage.domains]
+
+
 def run(job: Job) -> list[Output]:
     from aclarena.envs import DOMAINS
 

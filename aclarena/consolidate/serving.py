@@ -89,6 +89,8 @@ class PeftExpertServer:
                  *, fallback: str = "backbone") -> None:
         from peft import PeftModel
 
+        from aclarena.models.loading import library_errors
+
         if not experts:
             raise AclarenaError("no experts to serve; name at least one adapter folder")
         if fallback not in FALLBACKS:
@@ -99,9 +101,10 @@ class PeftExpertServer:
                                 "load an adapter for every expert the router knows")
         check_experts(experts, getattr(backbone, "name_or_path", None) or None)
         names = list(experts)
-        self.model = PeftModel.from_pretrained(backbone, str(experts[names[0]]), adapter_name=names[0])
-        for name in names[1:]:
-            self.model.load_adapter(str(experts[name]), adapter_name=name)
+        with library_errors(f"the experts cannot be applied on the backbone ({', '.join(names)})"):
+            self.model = PeftModel.from_pretrained(backbone, str(experts[names[0]]), adapter_name=names[0])
+            for name in names[1:]:
+                self.model.load_adapter(str(experts[name]), adapter_name=name)
         self.model.eval()
         self.tokenizer = tokenizer
         self.router = router

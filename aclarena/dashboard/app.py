@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import errno
+import functools
 import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dash
 from dash import Dash, Input, Output, dcc, html
@@ -18,6 +21,7 @@ from aclarena.store.manifest import load_manifest
 PAGES = ("home", "overview", "tokens", "flips", "vectors", "displacement", "monitor", "consolidation", "router")
 
 ASSETS = Path(__file__).parent / "assets"
+ERROR_ID = "store-error"
 
 
 def create_app(run_dir: str | os.PathLike[str]) -> Dash:
@@ -32,12 +36,14 @@ def create_app(run_dir: str | os.PathLike[str]) -> Dash:
         title="aclarena",
         suppress_callback_exceptions=True,
         update_title=None,
+        on_error=_show_error,
     )
     app.server.config[RUN_KEY] = str(run_dir)
     app.server.before_request(_refuse_traversal)
     modules = [importlib.import_module(f"aclarena.dashboard.pages.{name}") for name in PAGES]
     for module in modules:
-        dash.register_page(module.__name__, layout=module.layout, **module.PAGE)
+        dash.register_page(module.__name__, layout=_safe_layout(module.layout, str(module.PAGE["name"])),
+                           **module.PAGE)
     for module in modules:
         module.register_callbacks(app, run_dir)
     ordered = sorted(modules, key=lambda m: m.PAGE.get("order", 99))
@@ -52,10 +58,39 @@ def create_app(run_dir: str | os.PathLike[str]) -> Dash:
                 ],
                 className="topbar",
             ),
-            html.Main(dash.page_container),
+            html.Main([html.Div(id=ERROR_ID, className="store-error", role="alert", hidden=True),
+                       dash.page_container]),
         ]
     )
     return app
+
+
+def error_panel(message: str, page: str) -> html.Div:
+    """What a page shows instead of its content when the run cannot be read (a damaged results.h5)."""
+    return html.Div([html.H2(page), html.P(message, className="store-error", role="alert", id=f"{ERROR_ID}-page")])
+
+
+def _safe_layout(layout: Callable[..., Any], page: str) -> Callable[..., Any]:
+    """A page's layout that shows a store or manifest error as its one line inside the page (was HTTP 500 and a
+    traceback per request)."""
+
+    @functools.wraps(layout)
+    def safe(**query: Any) -> Any:
+        try:
+            return layout(**query)
+        except AclarenaError as e:
+            return error_panel(str(e), page)
+
+    return safe
+
+
+def _show_error(err: Exception) -> None:
+    """Every callback's error handler (Dash ``on_error``): an :class:`AclarenaError` (a damaged store, say) is
+    shown as its one line above the page and the callback's outputs stay as they were; anything else is a bug
+    and is raised."""
+    if not isinstance(err, AclarenaError):
+        raise err
+    dash.set_props(ERROR_ID, {"children": str(err), "hidden": False})
 
 
 def _nav_id(page: dict[str, object]) -> str:
@@ -68,10 +103,15 @@ def _grey_empty_pages(app: Dash, run_dir: Path, modules: list[object]) -> None:
 
     pages = [m.PAGE for m in modules]  # type: ignore[attr-defined]
 
-    @app.callback([Output(_nav_id(p), "className") for p in pages], Input("_pages_location", "pathname"))
-    def _nav(_path: str | None) -> list[str]:
-        status = page_status(run_dir)
-        return ["" if status.get(str(p["path"]), {}).get("has_data", True) else "no-data" for p in pages]
+    @app.callback([Output(_nav_id(p), "className") for p in pages] + [Output(ERROR_ID, "hidden")],
+                  Input("_pages_location", "pathname"))
+    def _nav(_path: str | None) -> list[Any]:
+        try:
+            status = page_status(run_dir)
+        except AclarenaError:  # the page itself says what is wrong; every link stays usable
+            status = {}
+        # a new page starts without the previous page's error line
+        return ["" if status.get(str(p["path"]), {}).get("has_data", True) else "no-data" for p in pages] + [True]
 
 
 def _refuse_traversal() -> tuple[str, int] | None:

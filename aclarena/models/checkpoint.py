@@ -238,6 +238,31 @@ def pickle_files(folder: Path) -> list[Path]:
     return found
 
 
+def check_pickle_weights(files: list[Path]) -> None:
+    """Refuse pickle weights (allowed with ``--allow-pickle``) that torch's ``weights_only`` loader, which
+    transformers and peft use, would refuse: one line naming the file and the global it refused.
+
+    The file is unpickled by that loader itself (it never runs the pickle's code), memory-mapped so the tensors'
+    bytes are not read; torch is imported here only, for folders that hold pickle weights.
+    """
+    import torch
+
+    from aclarena.models.loading import library_reason
+
+    for f in files:
+        if f.suffix == ".json":  # the index of sharded pickles
+            continue
+        try:
+            try:
+                torch.load(f, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as e:  # a legacy (not zip) file cannot be memory-mapped
+                if "mmap" not in str(e):
+                    raise
+                torch.load(f, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise CheckpointError(f"{f} cannot be loaded: {library_reason(e)}") from None
+
+
 # --- tokenizers --------------------------------------------------------------------------------
 
 
@@ -418,10 +443,30 @@ def locate(spec: CheckpointSpec, run_dir: str | os.PathLike[str]) -> tuple[str, 
     first = Path(run_dir) / raw.split("/")[0]
     looks_local = raw.startswith((".", "/", "~")) or first.exists() or spec.is_adapter
     if HUB_ID_RE.match(raw) and not looks_local:
+        if hub_snapshot(raw) is None:
+            raise CheckpointError(
+                f"checkpoint {spec.name!r}: {path} does not exist and hub id {raw!r} is not in the local Hugging Face "
+                f"cache; download it first (`hf download {raw}`) or fix `path` in the manifest"
+            )
         return "hub", raw
     raise CheckpointError(
         f"checkpoint {spec.name!r}: folder {path} does not exist; fix `path` in the manifest or restore the folder"
     )
+
+
+def hub_snapshot(repo_id: str) -> Path | None:
+    """The local Hugging Face cache's snapshot folder of ``repo_id`` (the one its ``config.json`` is in), or None.
+
+    Hub ids are resolved from that cache only, never over the network: a machine offline (or an id that is not
+    cached) is one line at once instead of huggingface_hub's retries for half a minute.
+    """
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except (ValueError, OSError):  # an id huggingface_hub does not accept
+        return None
+    return Path(found).parent if isinstance(found, str) else None
 
 
 def inspect(
@@ -444,12 +489,14 @@ def inspect(
         return info
     info = CheckpointInfo(spec=spec, source=source, location=location)
     seen[spec.name] = info
-    if source == "hub":
-        info.problem = None
-        return info
     folder = Path(location)
     try:
-        if source == "adapter":
+        if source == "hub":  # its cached snapshot is checked like a folder
+            snapshot = hub_snapshot(location)
+            if snapshot is None:
+                raise CheckpointError(f"hub id {location!r} left the local Hugging Face cache; download it again")
+            _inspect_folder(info, snapshot, allow_pickle)
+        elif source == "adapter":
             _inspect_adapter(info, folder, manifest, run_dir, allow_pickle, seen)
         else:
             _inspect_folder(info, folder, allow_pickle)
@@ -493,11 +540,123 @@ def _inspect_folder(info: CheckpointInfo, folder: Path, allow_pickle: bool) -> N
                     f"{folder} has only pickle weights ({pk[0].name}), which can run code when loaded; "
                     "convert it to safetensors or pass --allow-pickle if you trust it"
                 )
+            check_pickle_weights(pk)
         else:
             raise CheckpointError(f"{folder} holds no weights (no *.safetensors or pytorch_model.bin); point `path` at a checkpoint folder")
     if not cfg.is_file():
         raise CheckpointError(f"{folder} has weights but no config.json; save the model with save_pretrained")
     _check_finite_shapes(info)
+    problem = config_tensor_mismatch(info.config, info.tensors)
+    if problem is not None:
+        raise CheckpointError(f"{cfg} disagrees with the weights: {problem}; fix config.json or re-save the checkpoint")
+
+
+_EMBED_RE = re.compile(r"^(?P<prefix>(?:[\w.]*\.)?)(?:embed_tokens|wte|word_embeddings|embed_in)\.weight\Z")
+_PROJ_RE = re.compile(r"\.(?P<layer>\d+)\.(?P<block>self_attn|mlp)\.(?P<proj>[qkvo]|gate|up|down)_proj\.weight\Z")
+
+
+def config_tensor_mismatch(config: dict[str, Any], tensors: dict[str, TensorMeta]) -> str | None:
+    """Where a ``config.json`` contradicts the weights' safetensors headers (shapes per tensor name, no weights
+    read), naming the field and the tensor; None when they agree or nothing can be told.
+
+    Checked for decoder-only transformers named as transformers saves them (Llama, Qwen, Mistral, Gemma, GPT-2,
+    ...): ``vocab_size`` and ``hidden_size`` against the embedding, the output head when it is not tied,
+    ``num_hidden_layers`` against the layer indices under the embedding's prefix, and ``num_attention_heads``,
+    ``num_key_value_heads``, ``head_dim`` and ``intermediate_size`` against every layer's attention and gated-MLP
+    projections. transformers would refuse these after printing a LOAD REPORT, fail on its own config
+    validation, or (a layer the weights lack) initialise it at random. Quantized checkpoints, non-floating
+    tensors, MoE experts and architectures named otherwise are left alone.
+    """
+    cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    if config.get("quantization_config") is not None or not tensors:
+        return None
+    embeds = sorted((n for n in tensors if _EMBED_RE.match(n) and tensors[n].dtype in FLOAT_DTYPES), key=len)
+    if not embeds:
+        return None
+    embed = tensors[embeds[0]]
+    prefix = _EMBED_RE.match(embed.name)["prefix"]  # type: ignore[index]
+    return (_embedding_problem(cfg, tensors, embed, prefix) or _layers_problem(cfg, tensors, prefix)
+            or _projection_problem(cfg, tensors, prefix))
+
+
+def _size_field(cfg: dict[str, Any], *keys: str) -> tuple[str, int] | None:
+    """The first of ``keys`` the config sets to a positive integer, with its value."""
+    for k in keys:
+        v = cfg.get(k)
+        if _is_int(v) and v > 0:
+            return k, int(v)
+    return None
+
+
+def _embedding_problem(cfg: dict[str, Any], tensors: dict[str, TensorMeta], embed: TensorMeta, prefix: str
+                       ) -> str | None:
+    vocab, hidden = _size_field(cfg, "vocab_size"), _size_field(cfg, "hidden_size", "n_embd", "d_model")
+    if len(embed.shape) == 2:
+        for f, dim, what in ((vocab, 0, "rows"), (hidden, 1, "columns")):
+            if f is not None and embed.shape[dim] != f[1]:
+                return (f"`{f[0]}` is {f[1]} but {embed.name} has shape {list(embed.shape)} ({embed.shape[dim]} "
+                        f"{what})")
+    head = tensors.get(f"{prefix[:-len('model.')] if prefix.endswith('model.') else prefix}lm_head.weight")
+    if head is not None and vocab is not None and head.dtype in FLOAT_DTYPES and len(head.shape) == 2 \
+            and head.shape[0] != vocab[1]:
+        return f"`vocab_size` is {vocab[1]} but {head.name} has shape {list(head.shape)} ({head.shape[0]} rows)"
+    if head is None and cfg.get("tie_word_embeddings") is False and embed.name.endswith("embed_tokens.weight"):
+        return ("`tie_word_embeddings` is false but the weights have no lm_head.weight (the output head would be "
+                "initialised at random)")
+    return None
+
+
+def _layers_problem(cfg: dict[str, Any], tensors: dict[str, TensorMeta], prefix: str) -> str | None:
+    layers = _size_field(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    layer_re = re.compile(rf"^{re.escape(prefix)}(?:layers|h|blocks)\.(\d+)\.")
+    seen: dict[int, str] = {}
+    for n in tensors:
+        m = layer_re.match(n)
+        if m:
+            seen.setdefault(int(m.group(1)), n)
+    if layers is None or not seen or set(seen) == set(range(layers[1])):
+        return None
+    beyond = sorted(i for i in seen if i >= layers[1])
+    if beyond:
+        return (f"`{layers[0]}` is {layers[1]} but the weights hold layer {beyond[-1]} ({seen[beyond[-1]]}); "
+                f"they have {len(seen)} layers")
+    absent = min(set(range(layers[1])) - set(seen))
+    return (f"`{layers[0]}` is {layers[1]} but the weights have no tensor of layer {absent} "
+            f"({prefix}layers.{absent}.*); they have {len(seen)} layers")
+
+
+def _projection_problem(cfg: dict[str, Any], tensors: dict[str, TensorMeta], prefix: str) -> str | None:
+    hidden = _size_field(cfg, "hidden_size", "n_embd", "d_model")
+    heads = _size_field(cfg, "num_attention_heads", "n_head")
+    kv = _size_field(cfg, "num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") if _is_int(cfg.get("head_dim")) else (
+        hidden[1] // heads[1] if hidden is not None and heads is not None else None)
+    moe = _size_field(cfg, "num_experts", "num_local_experts", "n_routed_experts")
+    inter = None if moe else _size_field(cfg, "intermediate_size")
+
+    def times(f: tuple[str, int] | None) -> int | None:
+        return f[1] * head_dim if f is not None and head_dim is not None else None
+
+    # per projection: (dimension, the field that sizes it, the size it gives) for [out, in]
+    expected: dict[str, list[tuple[int, tuple[str, int] | None, int | None]]] = {
+        "q": [(0, heads, times(heads))], "k": [(0, kv, times(kv))], "v": [(0, kv, times(kv))],
+        "o": [(0, hidden, hidden and hidden[1]), (1, heads, times(heads))],
+        "gate": [(0, inter, inter and inter[1])], "up": [(0, inter, inter and inter[1])],
+        "down": [(0, hidden, hidden and hidden[1]), (1, inter, inter and inter[1])],
+    }
+    for p in ("q", "k", "v", "gate", "up"):
+        expected[p].insert(0, (1, hidden, hidden and hidden[1]))
+    for n, t in tensors.items():
+        m = _PROJ_RE.search(n)
+        if m is None or not n.startswith(prefix) or len(t.shape) != 2 or t.dtype not in FLOAT_DTYPES:
+            continue
+        for dim, f, size in expected[m["proj"]]:
+            if f is None or size is None or t.shape[dim] == size:
+                continue
+            if f in (heads, kv) and f is not hidden and m["proj"] in "qkvo":
+                return f"`{f[0]}` x `head_dim` is {f[1]} x {head_dim} = {size} but {n} has shape {list(t.shape)}"
+            return f"`{f[0]}` is {f[1]} but {n} has shape {list(t.shape)}"
+    return None
 
 
 # config.json fields aclarena reads, with the types they must have when present
@@ -748,6 +907,7 @@ def _inspect_adapter(
             raise CheckpointError(
                 f"{folder} has only pickle weights (adapter_model.bin); convert it to safetensors or pass --allow-pickle"
             )
+        check_pickle_weights([folder / "adapter_model.bin"])
     else:
         raise CheckpointError(f"{folder} holds no adapter weights (adapter_model.safetensors)")
     if base.problem is not None:

@@ -11,13 +11,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aclarena.errors import CheckpointError, ConfigError, did_you_mean
+from aclarena.errors import AclarenaError, CheckpointError, ConfigError, did_you_mean
 from aclarena.models.checkpoint import (
     CheckpointInfo,
     NonFiniteWeightsError,
@@ -142,14 +144,17 @@ def _load_full(info: CheckpointInfo, opts: LoadOptions, device: str) -> PreTrain
         "trust_remote_code": opts.trust_remote_code,
         "use_safetensors": None if opts.allow_pickle else True,
     }
-    if info.source == "hub":
-        kwargs["local_files_only"] = os.environ.get("HF_HUB_OFFLINE", "0") == "1"
     if opts.device_map is not None:
         kwargs["device_map"] = opts.device_map
-    try:
-        model = AutoModelForCausalLM.from_pretrained(info.location, **kwargs)
-    except (OSError, ValueError, RuntimeError, KeyError) as e:
-        raise CheckpointError(f"checkpoint {info.name!r} cannot be loaded from {info.location}: {_first_line(e)}") from None
+    if info.source == "hub":  # resolved from the local cache only (inspect found it there): no network retries
+        kwargs["local_files_only"] = True
+    what = f"checkpoint {info.name!r} cannot be loaded from {info.location}"
+    with library_errors(what):
+        model, loading = AutoModelForCausalLM.from_pretrained(info.location, output_loading_info=True, **kwargs)
+    missing = sorted(loading.get("missing_keys") or ())
+    if missing:  # transformers would initialise them at random: every result from that model would be noise
+        raise CheckpointError(f"{what}: the weights lack {len(missing)} tensor(s) its config.json needs (e.g. "
+                              f"{missing[0]}); fix config.json or re-save the checkpoint")
     if opts.device_map is None:
         model.to(device)
     return model
@@ -165,12 +170,8 @@ def _load_adapter(
                       LoadOptions(dtype=opts.dtype, device=device, allow_pickle=opts.allow_pickle,
                                   trust_remote_code=opts.trust_remote_code, merge_adapter=True,
                                   device_map=opts.device_map))
-    try:
+    with library_errors(f"adapter {info.name!r} cannot be applied on {info.spec.on!r}"):
         model = PeftModel.from_pretrained(base, info.location, adapter_name=info.name, is_trainable=False)
-    except (OSError, ValueError, RuntimeError, KeyError) as e:
-        raise CheckpointError(
-            f"adapter {info.name!r} cannot be applied on {info.spec.on!r}: {_first_line(e)}"
-        ) from None
     if opts.merge_adapter:
         return model.merge_and_unload()
     return model
@@ -207,10 +208,9 @@ def load_tokenizer(
         raise CheckpointError(
             f"the tokenizer of {spec.name!r} has no chat template; add one (chat_template.jinja) or use an instruct tokenizer"
         )
-    try:
-        tok = AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"tokenizer of {spec.name!r} cannot be loaded from {location}: {_first_line(e)}") from None
+    with library_errors(f"tokenizer of {spec.name!r} cannot be loaded from {location}"):
+        tok = AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code,
+                                            **({"local_files_only": True} if info.source == "hub" else {}))
     tok.padding_side = padding_side
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -221,6 +221,38 @@ def _has_tokenizer(folder: Path) -> bool:
     return any((folder / n).is_file() for n in ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json"))
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def library_reason(e: BaseException) -> str:
+    """What a transformers / peft / torch error says, on one line: torch's weights_only refusal by the global
+    it refused (its message is seven lines of advice), any other error's lines joined, at most 300 characters."""
+    text = _ANSI_RE.sub("", str(e))
+    if "WeightsUnpickler error:" in text:
+        refused = text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0]
+        return (f"torch's weights_only loader refused it ({refused.split(' Please use')[0].rstrip('.')}): it holds "
+                "more than tensors; convert it to safetensors")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    joined = " ".join(lines) or type(e).__name__
+    return joined if len(joined) <= 300 else joined[:297] + "..."
+
+
+@contextlib.contextmanager
+def library_errors(what: str) -> Iterator[None]:
+    """The one path from a library's error to aclarena's one line: ``with library_errors("checkpoint 'x' cannot
+    be loaded from DIR"):`` around a transformers / peft / torch call turns any exception it raises (torch's
+    UnpicklingError, transformers' StrictDataclassClassValidationError, a RuntimeError of mismatched sizes, ...)
+    into a :class:`CheckpointError` ``"{what}: {reason}"``, and keeps transformers' multi-line LOAD REPORT off the
+    terminal (the missing or mismatched tensors it lists are checked by the caller and by inspect)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    except AclarenaError:
+        raise
+    except Exception as e:
+        raise CheckpointError(f"{what}: {library_reason(e)}") from None
+    finally:
+        hf_logging.set_verbosity(level)

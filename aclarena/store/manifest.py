@@ -341,6 +341,57 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
+def check_name(name: object, what: str = "name") -> str:
+    """``name`` if it is a valid manifest name (letters, digits, '.', '_', '-'; no leading '.', no '/'),
+    else one :class:`ManifestError` line naming ``what`` (e.g. ``--name``)."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ManifestError(f"{what} {name!r} is not allowed: a name uses letters, digits, '.', '_' and '-' "
+                            "(not starting with '.'), so that it names a folder inside the run; nothing was written")
+    return name
+
+
+def output_folder(
+    run_dir: str | os.PathLike[str],
+    name: object,
+    *,
+    what: str = "--name",
+    folder: str = "checkpoints",
+    manifest: Manifest | None = None,
+    replaceable: tuple[str, ...] = ("consolidated",),
+) -> Path:
+    """The one check before a verb writes ``RUN/<folder>/<name>`` from a name the user gave or one derived
+    from it (``NAME-l0.5``); returns that folder, or raises one :class:`ManifestError` line having written
+    nothing.
+
+    Refused: a name that is not a valid manifest name (:func:`check_name`: so no ``..``, ``/`` or absolute
+    path), a folder that would land outside ``RUN/<folder>`` all the same, a symbolic link there (writing
+    through it lands elsewhere), and, with ``manifest``, a name the manifest holds with a kind outside
+    ``replaceable`` or a folder that another checkpoint of the manifest lives in (writing would replace it).
+    """
+    check_name(name, what)
+    assert isinstance(name, str)
+    run = Path(os.path.abspath(run_dir))
+    parent = run / folder
+    target = parent / name
+    if Path(os.path.normpath(target)).parent != Path(os.path.normpath(parent)):
+        raise ManifestError(f"{what} {name!r} would write outside {parent}; choose a plain name")
+    if target.is_symlink():
+        raise ManifestError(f"{what} {name!r}: {target} is a symbolic link, so writing there would land in "
+                            f"{os.path.realpath(target)}; remove the link or choose another name")
+    if manifest is not None:
+        existing = manifest.checkpoints.get(name)
+        if existing is not None and existing.kind not in replaceable:
+            raise ManifestError(f"{what} {name!r} is already a {existing.kind} checkpoint of the manifest; give another "
+                                "name (nothing was written)")
+        real = os.path.realpath(target)
+        for spec in manifest:
+            raw = os.path.expanduser(spec.path)
+            if spec.name != name and os.path.realpath(raw if os.path.isabs(raw) else run / raw) == real:
+                raise ManifestError(f"{what} {name!r}: {target} is the folder of checkpoint {spec.name!r}; give "
+                                    "another name (nothing was written)")
+    return target
+
+
 def _toml_key(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else toml_string(key)
 

@@ -45,6 +45,15 @@ def _major(version: str) -> int:
         raise StoreError(f"store version {version!r} is not MAJOR.MINOR.PATCH") from None
 
 
+# The newest major version of each result layout (``result-type``) this aclarena reads. Every result it writes
+# today is at major 0; a writer that moves a layout to a new major adds it here (write_many refuses otherwise).
+RESULT_MAJORS: dict[str, int] = {}
+
+
+def result_major(result_type: str) -> int:
+    return RESULT_MAJORS.get(result_type, 0)
+
+
 def _attr_str(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -326,6 +335,9 @@ class ResultsStore:
                             del f[_norm(key)]
                     for key, data, rtype, rversion, rattrs in items:
                         key = _norm(key)
+                        if _major(rversion) > result_major(rtype):  # its readers would refuse it
+                            raise StoreError(f"{rtype} result version {rversion} is newer than this aclarena reads "
+                                             f"({result_major(rtype)}.x); add it to RESULT_MAJORS with its reader")
                         if key in f:
                             if not overwrite:
                                 raise StoreError(f"{self.path}:{key} already exists; pass overwrite=True (or --force) to replace it")
@@ -418,6 +430,24 @@ def damaged(path: Path, key: str) -> Iterator[None]:
                          "and rerun the analysis that wrote it") from e
 
 
+def check_result_version(group: h5py.Group, path: Path) -> None:
+    """One result group's ``result-version`` against :data:`RESULT_MAJORS`: a newer major is refused in the
+    store's "written by a newer aclarena; upgrade" line, a version that is not MAJOR.MINOR.PATCH as damage."""
+    rtype = _attr_str(group.attrs.get("result-type", ""))
+    raw = group.attrs.get("result-version")
+    if raw is None:
+        return
+    version = _attr_str(raw) if isinstance(raw, str | bytes) else repr(raw)
+    try:
+        major = int(version.split(".")[0])
+    except ValueError:
+        raise StoreError(f"{path}:{group.name.lstrip('/')}: result-version {version!r} is not MAJOR.MINOR.PATCH; the "
+                         "store is damaged: move results.h5 aside and rerun the analysis that wrote it") from None
+    if major > result_major(rtype):
+        raise StoreError(f"{path}:{group.name.lstrip('/')} was written by a newer aclarena ({rtype} result version "
+                         f"{version}, this one reads {result_major(rtype)}.x); upgrade aclarena")
+
+
 def _open_read(path: Path) -> h5py.File:
     try:
         f = h5py.File(path, "r")
@@ -440,6 +470,7 @@ class StoreReader:
     def __init__(self, f: h5py.File, path: Path) -> None:
         self._f = f
         self.path = path
+        self._versions_checked: set[str] = set()
 
     @property
     def root_attrs(self) -> dict[str, Any]:
@@ -451,9 +482,24 @@ class StoreReader:
     def _get(self, key: str) -> h5py.HLObject:
         k = _norm(key)
         try:
-            return self._f[k]
+            obj = self._f[k]
         except KeyError:
             raise StoreError(f"{self.path}:{k} not found; run the analysis that writes it") from None
+        self._check_result_version(obj)
+        return obj
+
+    def _check_result_version(self, obj: h5py.HLObject) -> None:
+        """Refuse to read inside a result whose ``result-version`` has a newer major than this aclarena reads
+        (the result group is the element itself or the nearest of its parents that carries ``result-type``)."""
+        walked: list[str] = []
+        node = obj if isinstance(obj, h5py.Group) else obj.parent
+        while node.name not in ("/", None) and node.name not in self._versions_checked:
+            walked.append(node.name)
+            if "result-type" in node.attrs:
+                check_result_version(node, self.path)
+                break
+            node = node.parent
+        self._versions_checked.update(walked)  # only once the walk passed
 
     def keys(self, key: str = "/") -> list[str]:
         obj = self._f if key.strip("/") == "" else self._get(key)

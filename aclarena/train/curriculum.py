@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from aclarena.errors import AclarenaError, CheckpointError
+from aclarena.store.manifest import output_folder
 from aclarena.train.config import DOMAINS, PHASE_KINDS, CurriculumConfig, PhaseSpec
 from aclarena.train.naming import phase_names, replicate_suffix
 from aclarena.train.phases import (
@@ -300,7 +301,7 @@ def _run_job(cfg: CurriculumConfig, job: Job, out: Path, folders: dict[str, str]
              chat_template: str | None, *, folder: Path | None = None, work: Path | None = None) -> PhaseResult:
     """Train one job into ``folder`` (default ``out/checkpoints/<name>``; the lead-time measurement
     retrains a stage into a scratch folder instead)."""
-    folder = folder if folder is not None else out / CHECKPOINTS / job.name
+    folder = folder if folder is not None else output_folder(out, job.name, what="checkpoint name", folder=CHECKPOINTS)
     work = work if work is not None else out / WORK / job.name
     meta = {"name": job.name, "kind": job.kind, "domain": job.domain, "phase": job.phase, "parent": job.parent,
             "seed": job.seed, "run_seed": job.run_seed, "replicate": job.replicate}

@@ -149,10 +149,16 @@ def test_tokenizer_mismatch(fixture_run, tokenizer):
     assert require_same_tokenizer([i for i in infos if i.name != "oracle-math"]) is not None
 
 
-def test_hub_id_is_accepted_without_download(tmp_path):
+def test_hub_id_is_resolved_from_the_local_cache_only(tmp_path, monkeypatch):
+    """A hub id not in the local Hugging Face cache is not loadable, said at once with the command that
+    downloads it (issue 33: was loadable, then 30 s of retries offline); tests/reliability/test_trust.py
+    covers a cached one."""
+    import huggingface_hub.constants
+
     from aclarena.store.manifest import Manifest
 
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     m = Manifest(name="hub")
     m.add(CheckpointSpec("base", "Qwen/Qwen3-8B-Base", kind="base"))
     info = inspect(m.resolve("base"), m, tmp_path)
-    assert info.source == "hub" and info.location == "Qwen/Qwen3-8B-Base" and info.loadable
+    assert not info.loadable and "`hf download Qwen/Qwen3-8B-Base`" in info.problem, info.problem

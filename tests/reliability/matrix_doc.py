@@ -62,6 +62,43 @@ ISSUE15 = (
 )
 
 
+# the classes of issue 33, each a group of tests in tests/reliability/test_trust.py (and the browser test)
+ISSUE33 = (
+    ("a name checked before any write: `consolidate --name` of every method and the names derived from it "
+     "(merge-ta's NAME-l0.5), `..`, absolute, hidden, `a/b`, a stage checkpoint or its folder; the library check",
+     ("test_trust.py::test_consolidate_checks_every_name", "test_trust.py::test_output_folder")),
+    ("config.json against the safetensors headers (layers, hidden, vocab, intermediate, heads, kv heads, untied "
+     "head): `checkpoints`", "test_trust.py::test_checkpoints_compares_config"),
+    ("the same through `tokens` (one line, no LOAD REPORT, store unchanged); sharded folders, an adapter on a "
+     "lying base, healthy tied/untied and Llama checkpoints",
+     ("test_trust.py::test_tokens_refuses_a_lying", "test_trust.py::test_sharded", "test_trust.py::test_untied")),
+    ("one loader error path: a library's own error (transformers' config validation) in one line, exit 1",
+     "test_trust.py::test_a_library_error"),
+    ("pickle that torch's weights_only refuses, with --allow-pickle: not loadable, one line, exit 1",
+     "test_trust.py::test_pickle_weights_only"),
+    ("hub ids: not in the local cache fails at once; a cached one is inspected and loads offline",
+     ("test_trust.py::test_a_hub_id", "test_trust.py::test_a_cached_hub_id")),
+    ("stored results of a newer major result-version refused (probe set through `tokens`; every reader)",
+     ("test_trust.py::test_a_probe_set_of_a_newer", "test_trust.py::test_every_stored_result")),
+    ("the dashboard on a truncated results.h5: every page's layout, the navigation and a page callback",
+     "test_trust.py::test_every_dashboard_page"),
+)
+
+
+def print_groups(title: str, groups: tuple, res: dict[str, str], tally: Counter[str]) -> None:
+    """A table of classes, each the tests whose ids start with one of its prefixes: passed / found."""
+    print(f"| {title} | tests | result |")
+    print("|---|---|---|")
+    for label, prefixes in groups:
+        prefixes = (prefixes,) if isinstance(prefixes, str) else prefixes
+        got = [v for k, v in res.items() if k.startswith(tuple(p.replace(".py::", "::") for p in prefixes))]
+        n_ok = sum(v == "passed" for v in got)
+        tally.update(got)
+        mark_all = "✓" if got and n_ok == len(got) else ("?" if not got else "✗")
+        print(f"| {label} | {', '.join(f'`{p}`' for p in prefixes)} | {mark_all} {n_ok}/{len(got)} |")
+    print()
+
+
 def error_lines(xml: str) -> dict[str, str]:
     """The one-line error each case printed (recorded with ``record_property("error", ...)``)."""
     out = {}
@@ -124,16 +161,8 @@ def main(xml: str) -> None:
         tally[st or "missing"] += 1
         print(f"| `{verb}` | `--engine vllm` without vLLM (9) | {mark.get(st, '?')} |")
     print()
-    print("| class of bad input or defect (issue 15) | tests | result |")
-    print("|---|---|---|")
-    for label, prefixes in ISSUE15:
-        prefixes = (prefixes,) if isinstance(prefixes, str) else prefixes
-        got = [v for k, v in res.items() if k.startswith(tuple(p.replace(".py::", "::") for p in prefixes))]
-        n_ok = sum(v == "passed" for v in got)
-        tally.update(got)
-        mark_all = "✓" if got and n_ok == len(got) else ("?" if not got else "✗")
-        print(f"| {label} | {', '.join(f'`{p}`' for p in prefixes)} | {mark_all} {n_ok}/{len(got)} |")
-    print()
+    print_groups("class of bad input or defect (issue 15)", ISSUE15, res, tally)
+    print_groups("class of fault (issue 33)", ISSUE33, res, tally)
     lines = error_lines(xml)
     print("| `flips`: bad input (issue) | the one line it printed | result |")
     print("|---|---|---|")
