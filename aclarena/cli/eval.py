@@ -34,12 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
             "aclarena-diag eval --run runs/demo --checkpoints base,seq-math --suites math,general -n 50 --seeds 0,1,2",
             "aclarena-diag eval --run runs/mine --import-lm-eval seq-math=lm_eval_out/results_2025.json "
             "--lm-eval-task aime24=math/id --lm-eval-task nq_open=search/id",
+            "aclarena-diag eval --run runs/real --suites capitals,arith -n 50 --samples 0   # suites of aclarena.toml",
         ),
     )
     p.add_argument("--checkpoints", metavar="A,B,...", help="checkpoints to score (default: every one in the manifest)")
-    p.add_argument("--suites", default="id,ood,general", metavar="S,...",
-                   help="suites or groups: id, ood, general, all, a domain (math) or a suite (math/id); "
-                        "default id,ood,general")
+    p.add_argument("--suites", default=None, metavar="S,...",
+                   help="suites or groups: id, ood, general, all, a domain (math), a suite (math/id), a suite of "
+                        "the manifest's [suites.NAME] (a JSONL task file, docs/custom-suites.md) or custom (all of "
+                        "those); default: custom when the manifest has suites, else id,ood,general")
     p.add_argument("-n", type=int, default=100, metavar="N", help="tasks per suite and seed (default 100)")
     p.add_argument("--samples", type=int, default=4, metavar="K",
                    help="sampled rollouts per task for avg@K (0: greedy only; the study uses 16); default 4")
@@ -54,6 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=("hf", "vllm"), default="hf",
                    help="generate with transformers (hf, default) or vLLM (GPU machines, the gpu extra)")
     p.add_argument("--force", action="store_true", help="recompute (or re-import) cells already in the store")
+    p.add_argument("--allow-code", action="store_true",
+                   help="allow a custom suite's scorer that is a Python callable (package.module:function)")
     p.add_argument("--import-lm-eval", action="append", default=[], metavar="NAME=FILE",
                    help="import an lm-evaluation-harness results JSON for checkpoint NAME (repeatable)")
     p.add_argument("--lm-eval-task", action="append", default=[], metavar="TASK=DOMAIN[/ROLE]",
@@ -104,7 +108,14 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
     if args.lm_eval_task or args.lm_eval_metric:
         raise AclarenaError("--lm-eval-task and --lm-eval-metric go with --import-lm-eval NAME=FILE")
     from aclarena.envs import resolve_suites, suite_chance
-    from aclarena.envs.evaluation import EvalSettings, evaluate_suite, rollouts_per_suite, suite_domain_role
+    from aclarena.envs.custom import register_suites
+    from aclarena.envs.evaluation import (
+        EvalSettings,
+        evaluate_suite,
+        rollouts_per_suite,
+        suite_domain_role,
+        suite_settings,
+    )
     from aclarena.models.loading import LoadOptions, NonFiniteWeightsError, load_model, load_tokenizer
     from aclarena.store import ResultsStore
     from aclarena.store.capability import (
@@ -128,13 +139,15 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
     specs = manifest.resolve_many(args.checkpoints) if args.checkpoints else list(manifest)
     if not specs:
         raise AclarenaError("the manifest has no checkpoints; add some with `aclarena-diag init`")
-    suites = resolve_suites(args.suites)
+    custom = register_suites(manifest, args.run, allow_code=args.allow_code)
+    suites = resolve_suites(args.suites or ("custom" if custom else "id,ood,general"))
     settings = EvalSettings(n=args.n, seeds=_seeds(args.seeds), samples=args.samples, temperature=args.temperature,
                             top_p=args.top_p, batch_size=args.batch_size)
     options = LoadOptions(dtype=args.dtype, device=w.device(args.device),
                           device_map=getattr(args, "device_map", None))
     ident = settings.identity()
     sid = settings_id(ident)
+    sids = {suite: settings_id(suite_settings(ident, suite)) for suite in suites}  # custom suites: + their file
     store = ResultsStore(args.run)
 
     def plan() -> tuple[dict[str, list[str]], int]:  # rank 0 alone reads the store
@@ -146,7 +159,7 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
         skipped = 0
         for spec in specs:
             for suite in suites:
-                c = existing.get(cell_key(spec.name, suite, sid))
+                c = existing.get(cell_key(spec.name, suite, sids[suite]))
                 if c is not None and c.ok and not args.force:
                     skipped += 1
                     continue
@@ -182,7 +195,7 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
                 bar.update(task, description=f"{spec.name} {suite}")
                 if load_error is not None:
                     data, attrs = error_payload(checkpoint=spec.name, suite=suite, domain=domain, role=role,
-                                                source="arena", settings=ident, error=load_error)
+                                                source="arena", settings=suite_settings(ident, suite), error=load_error)
                     bar.advance(task, per_suite)
                 else:
                     try:
@@ -194,12 +207,13 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
                         raise
                     except Exception as e:  # a failing checkpoint must not stop the matrix
                         cell = error_payload(checkpoint=spec.name, suite=suite, domain=domain, role=role,
-                                             source="arena", settings=ident, error=_one_line(e))
+                                             source="arena", settings=suite_settings(ident, suite),
+                                             error=_one_line(e))
                     if not w.is_main:  # rank 0 has this rank's share and writes the cell
                         w.run_main(lambda: None)
                         continue
                     data, attrs = cell
-                w.run_main(functools.partial(store.write, cell_key(spec.name, suite, sid), data,
+                w.run_main(functools.partial(store.write, cell_key(spec.name, suite, sids[suite]), data,
                                              result_type=RESULT_TYPE, result_version=RESULT_VERSION, attrs=attrs,
                                              overwrite=True, manifest_text=manifest_text))
                 computed.add((spec.name, suite))
@@ -211,7 +225,7 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
         cells = {c.key: c for c in read_cells(r)}
         for spec in specs:
             for suite in suites:
-                c = cells.get(cell_key(spec.name, suite, sid))
+                c = cells.get(cell_key(spec.name, suite, sids[suite]))
                 if c is None:
                     continue
                 ci95, chance = cell_ci95(r, c) if c.ok else None, suite_chance(suite)

@@ -15,6 +15,7 @@ from aclarena.store.manifest import (
     MANIFEST_NAME,
     CheckpointSpec,
     Manifest,
+    SuiteSpec,
     load_manifest,
     manifest_path,
     write_manifest,
@@ -53,6 +54,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--base", help="the checkpoint task vectors start from (default: the one of kind base)")
     p.add_argument("--add", action="store_true", help="add to an existing manifest")
     p.add_argument("--force", action="store_true", help="overwrite an existing manifest")
+    p.add_argument("--suite", action="append", default=[], metavar="NAME=FILE.jsonl",
+                   help="register an eval suite of your own: a JSONL task file (messages or prompt, answer); "
+                        "written as [suites.NAME] (docs/custom-suites.md); repeatable")
+    p.add_argument("--suite-domain", action="append", default=[], metavar="NAME=DOMAIN",
+                   help="the domain suite NAME measures (required for each --suite; a stage's domain)")
+    p.add_argument("--suite-role", action="append", default=[], metavar="NAME=ROLE",
+                   help="id (default), ood or general")
+    p.add_argument("--suite-scorer", action="append", default=[], metavar="NAME=SCORER",
+                   help="exact, normalized (default), regex, numeric or package.module:function")
     p.add_argument("--allow-missing", action="store_true",
                    help="accept PATHs that do not exist yet (folders still to be copied or trained)")
     p.set_defaults(func=run)
@@ -119,8 +129,9 @@ def run(args: argparse.Namespace) -> int:
         for folder in found:
             rel = os.path.relpath(folder.resolve(), run_dir.resolve())
             entries.append((folder.name, rel if not rel.startswith("..") else str(folder.resolve())))
-    if not entries:
-        raise AclarenaError("nothing to add: give NAME=PATH pairs or --from-folder DIR")
+    suites = _suites(args, run_dir, manifest)
+    if not entries and not suites:
+        raise AclarenaError("nothing to add: give NAME=PATH pairs, --from-folder DIR or --suite NAME=FILE.jsonl")
 
     names = [n for n, _ in entries]
     dupes = sorted({n for n in names if names.count(n) > 1} | {n for n in names if n in manifest})
@@ -154,6 +165,11 @@ def run(args: argparse.Namespace) -> int:
                                  f"checkpoint of the run); set it with --on {name}=NAME")
             _adapter_parent(name, fields, explicit[name])
         manifest.add(CheckpointSpec(name=name, path=path, **fields))
+    if suites:
+        from aclarena.envs.custom import register_suites
+
+        manifest.suites.update(suites)
+        register_suites(manifest, run_dir)  # every file read and checked now, before the manifest is written
     if args.base:
         manifest.base = args.base
     elif manifest.base is None:
@@ -164,14 +180,41 @@ def run(args: argparse.Namespace) -> int:
     path = write_manifest(manifest, run_dir)
 
     rows = [s.to_dict() | {"name": s.name} for s in manifest]
+    suite_rows = [s.to_dict() | {"name": s.name} for s in manifest.suites.values()]
     for note in notes:
         print(f"aclarena-diag init: note: {note}", file=sys.stderr)
     if args.json:
-        print_json({"manifest": str(path), "run": manifest.name, "base": manifest.base, "checkpoints": rows})
+        print_json({"manifest": str(path), "run": manifest.name, "base": manifest.base, "checkpoints": rows,
+                    "suites": suite_rows})
     else:
         print_table(rows, ["name", "kind", "domain", "phase", "parent", "on", "path"], title=f"{MANIFEST_NAME} written to {path}",
                     caption="guessed fields can be changed with --kind/--domain/--phase/--parent/--on NAME=VALUE")
+        if suite_rows:
+            print_table(suite_rows, ["name", "domain", "role", "scorer", "path"], title="eval suites")
     return 0
+
+
+def _suites(args: argparse.Namespace, run_dir: Path, manifest: Manifest) -> dict[str, SuiteSpec]:
+    """The suites of --suite NAME=FILE, with their --suite-domain/-role/-scorer."""
+    out: dict[str, dict[str, str]] = {}
+    for pair in args.suite:
+        name, file = _split(pair, "--suite")
+        if name in out or name in manifest.suites:
+            raise ManifestError(f"suite name {name!r} is given twice; names must be unique")
+        rel = os.path.relpath(Path(file).resolve(), run_dir.resolve())
+        out[name] = {"path": rel if not rel.startswith("..") else str(Path(file).resolve())}
+    for option, key in (("suite_domain", "domain"), ("suite_role", "role"), ("suite_scorer", "scorer")):
+        for pair in getattr(args, option):
+            name, value = _split(pair, f"--{option.replace('_', '-')}")
+            if name not in out:
+                raise AclarenaError(f"--{option.replace('_', '-')} {pair}: {name!r} is not among the suites being "
+                                    f"added ({', '.join(out) or 'none; add one with --suite NAME=FILE.jsonl'})")
+            out[name][key] = value
+    for name, fields in out.items():
+        if "domain" not in fields:
+            raise AclarenaError(f"suite {name!r} needs the domain it measures: add --suite-domain {name}=DOMAIN (the "
+                                "domain of the stage that trains it)")
+    return {name: SuiteSpec(name=name, **fields) for name, fields in out.items()}
 
 
 def _adapter_base(folder: Path, manifest: Manifest, entries: list[tuple[str, str]], run_dir: Path) -> str | None:
