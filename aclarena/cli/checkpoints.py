@@ -40,7 +40,10 @@ def run(args: argparse.Namespace) -> int:
         rows = result.rows
         shown = [r | {"parameters": human_count(r["parameters"]),
                       "status": "ok" if r["loadable"] else f"no: {r['problem']}"} for r in rows]
-        print_table(shown, ["name", "kind", "domain", "phase", "parent", "parameters", "dtype", "tokenizer", "status"],
+        columns = ["name", "kind", "domain", "phase", "parent", "parameters", "dtype", "tokenizer", "status"]
+        if any(r["quantization"] for r in rows):  # imported from GGUF: the quantization the weights went through
+            columns.insert(7, "quantization")
+        print_table(shown, columns,
                     title=f"run {result.run} ({len(rows)} checkpoints, base {result.base or '-'})")
     bad = [r for r in result.rows if not r["loadable"]]
     if bad:
