@@ -86,9 +86,10 @@ def suite_settings(identity: dict[str, Any], suite: str) -> dict[str, Any]:
 
 
 def transcript(traj: Trajectory) -> str:
-    """The generated part of a trajectory as compact text (after the opening user message)."""
+    """The generated part of a trajectory as compact text (after the task's opening messages: a system
+    prompt and a user message for the arena's tasks, a custom suite's own chat for its tasks)."""
     lines = []
-    for m in traj.messages[2:]:
+    for m in traj.messages[len(traj.task.messages):]:
         lines.append(f"[{m['role']}] {m.get('content') or ''}")
     return "\n".join(lines)
 
