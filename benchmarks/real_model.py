@@ -16,7 +16,8 @@ What it does, as a user would (docs/real-models.md), each step through ``aclaren
    issue 32 found), ``init --suite``, ``checkpoints --strict``;
 5. ``eval`` on both suites (greedy, n items each), ``forgetting``, ``probe`` (the SFT stage on arith
    prompts), ``tokens`` (KL share at high-entropy positions), ``vectors``, ``displacement``,
-   ``flips`` on arith (when some item flipped), ``export --format png,html``;
+   ``flips`` (the RL stage against the SFT stage on arith, the SFT stage against the base on capitals;
+   a pair with no flipped item is refused in one line, recorded as such), ``export --format png,html``;
 
 and writes every verb's JSON output, wall times and the command to ``--results``
 (docs/results/real_model.json). Nothing is asserted: the numbers are what was measured.
@@ -268,8 +269,10 @@ def main() -> None:
     record("tokens", *cli("tokens", "--run", str(run), "--ref", "sft-math", "--json"))
     record("vectors", *cli("vectors", "--run", str(run), "--json"))
     record("displacement", *cli("displacement", "--run", str(run), "--json"))
-    record("flips", *cli("flips", "--run", str(run), "--from", "sft-math", "--to", "rl-geo", "--suite", "arith",
-                         "--max-items", "4", "--budgets", "5,20", "--no-reverse", "--batch-size", "4", "--json"))
+    for name, early, late, suite in (("flips_arith", "sft-math", "rl-geo", "arith"),
+                                     ("flips_capitals", "base", "sft-math", "capitals")):
+        record(name, *cli("flips", "--run", str(run), "--from", early, "--to", late, "--suite", suite,
+                          "--max-items", "4", "--budgets", "5,20", "--no-reverse", "--batch-size", "4", "--json"))
     record("export", *cli("export", "--run", str(run), "--format", "png,html", "--out", str(work / "figures"),
                           "--json"))
     results["total_s"] = round(sum(s["wall_s"] for s in steps.values() if isinstance(s, dict)) + results["train_total_s"]
