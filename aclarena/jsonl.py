@@ -10,7 +10,9 @@ text, so no tokenizer or HDF5 file can take it) or that is nested deeper than
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 MAX_DEPTH = 64
@@ -64,3 +66,39 @@ def _check_text(s: str) -> None:
     except UnicodeEncodeError as e:
         raise JsonShapeError(f"a string holds a lone surrogate (\\u{ord(s[e.start]):04x}), which is not "
                              "Unicode text") from None
+
+
+def read_objects(path: str | os.PathLike[str], what: str, example: str) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of every non-blank line of a JSONL file of objects; errors are one
+    line naming the file, the line and the fix (``what`` names the file's role, ``example`` a line)."""
+    from aclarena.errors import AclarenaError
+
+    p = Path(path)
+
+    def bad(lineno: int, why: str) -> AclarenaError:
+        return AclarenaError(f"{p} line {lineno}: {why}")
+
+    if not p.is_file():
+        raise AclarenaError(f"{what} file {p} does not exist; pass a JSONL file ({example})")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise AclarenaError(f"{p} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8 JSONL") from None
+    except OSError as e:
+        raise AclarenaError(f"cannot read {p}: {e.strerror}") from None
+    rows = []
+    for lineno, line in lines(text):  # "\n" only: U+2028 and friends may sit inside strings
+        if not line.strip():
+            continue
+        try:
+            obj = loads(line)
+        except json.JSONDecodeError as e:
+            raise bad(lineno, f"not valid JSON ({e.msg} at column {e.colno}); write one JSON object per line") from None
+        except JsonShapeError as e:
+            raise bad(lineno, f"cannot be used: {e}; fix that line") from None
+        if not isinstance(obj, dict):
+            raise bad(lineno, f"must be a JSON object ({example})")
+        rows.append((lineno, obj))
+    if not rows:
+        raise AclarenaError(f"{what} file {p} is empty; write one JSON object per line ({example})")
+    return rows

@@ -218,7 +218,7 @@ def _no_per_item(run: Path) -> None:
 def _lm_eval_cells(run: Path) -> None:
     from flips_helpers import write_cells
 
-    write_cells(run, source="lm-eval")
+    write_cells(run, source="lm-eval", per_item=False)  # imported without --log_samples: nothing to pair
 
 
 def _other_tokenizer(run: Path) -> None:
@@ -279,7 +279,7 @@ FLIPS_CASES = (
     FlipsCase("a pair with no flips", 17, None, _flips_other_args("--to", "oracle-math"), "nothing flipped"),
     FlipsCase("different tokenizers", 17, _other_tokenizer, _flips_other_args("--to", "other-tok"),
               "tokenizers differ"),
-    FlipsCase("non-arena suite (lm-eval cells)", 17, _lm_eval_cells, FLIPS_ARGV, "not played in the arena"),
+    FlipsCase("lm-eval cells without per-sample scores", 17, _lm_eval_cells, FLIPS_ARGV, "no per-item outcomes"),
     # names and values
     FlipsCase("unknown --from (did-you-mean)", 17, None, _flips_other_args("--from", "seq-maht"),
               "did you mean 'seq-math'"),

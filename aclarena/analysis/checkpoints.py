@@ -10,7 +10,7 @@ from aclarena.models.checkpoint import inspect_all
 from aclarena.store import Manifest
 
 COLUMNS = ("name", "kind", "domain", "phase", "parent", "on", "source", "location", "architecture", "parameters",
-           "dtype", "tokenizer", "loadable", "problem")
+           "dtype", "tokenizer", "loadable", "problem", "quantization", "imported_from")
 
 
 @dataclass(frozen=True)
@@ -52,5 +52,18 @@ def checkpoints(run_dir: RunPath, *, allow_pickle: bool = False, manifest: Manif
             "tokenizer": info.tokenizer_fingerprint,
             "loadable": info.loadable,
             "problem": info.problem,
+            **_imported(info.location if info.source == "folder" else None),
         })
     return CheckpointsResult(run=manifest.name, base=manifest.base, rows=tuple(rows))
+
+
+def _imported(folder: str | None) -> dict[str, Any]:
+    """What a folder written by ``aclarena-diag import`` came from: its source quantization (``Q4_1``)
+    and the source file's SHA-256; None for other checkpoints."""
+    from aclarena.models.gguf_import import read_import_record
+
+    record = read_import_record(folder) if folder else None
+    if record is None:
+        return {"quantization": None, "imported_from": None}
+    return {"quantization": record.get("quantization"),
+            "imported_from": f"{record.get('format', 'gguf')} sha256:{record.get('source_sha256')}"}

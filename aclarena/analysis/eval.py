@@ -103,7 +103,7 @@ def evaluate(
     run_dir: RunPath,
     *,
     checkpoints: str | Sequence[str] | None = None,
-    suites: str = "id,ood,general",
+    suites: str | None = None,
     n: int = 100,
     samples: int = 4,
     seeds: Sequence[int] = (0,),
@@ -115,20 +115,23 @@ def evaluate(
     device_map: str | None = None,
     engine: str = "hf",
     force: bool = False,
+    allow_code: bool = False,
     show_progress: bool = False,
     manifest: Manifest | None = None,
 ) -> EvalResult:
     """Score ``checkpoints`` (default: every one of the manifest) on ``suites`` in one process.
 
-    ``suites``: ``id``, ``ood``, ``general``, ``all``, a domain (``math``) or a suite (``math/id``),
-    comma-separated. Cells already stored with these settings are reused unless ``force``. Options
+    ``suites``: ``id``, ``ood``, ``general``, ``all``, a domain (``math``), a suite (``math/id``), a suite
+    of the manifest's ``[suites.NAME]`` (a JSONL task file, docs/custom-suites.md) or ``custom`` (all of
+    those), comma-separated; default ``custom`` when the manifest has suites, else ``id,ood,general``.
+    ``allow_code`` allows a custom suite's scorer that is a Python callable. Cells already stored with these settings are reused unless ``force``. Options
     as ``aclarena-diag eval``.
     """
     with world(device) as w:
         out = score_matrix(run_dir, w, checkpoints=checkpoints, suites=suites, n=n, samples=samples, seeds=seeds,
                            temperature=temperature, top_p=top_p, batch_size=batch_size, device=device, dtype=dtype,
-                           device_map=device_map, engine=engine, force=force, show_progress=show_progress,
-                           manifest=manifest)
+                           device_map=device_map, engine=engine, force=force, allow_code=allow_code,
+                           show_progress=show_progress, manifest=manifest)
     assert out is not None  # one process is rank 0
     return out
 
@@ -138,7 +141,7 @@ def score_matrix(
     w: World,
     *,
     checkpoints: str | Sequence[str] | None = None,
-    suites: str = "id,ood,general",
+    suites: str | None = None,
     n: int = 100,
     samples: int = 4,
     seeds: Sequence[int] = (0,),
@@ -150,6 +153,7 @@ def score_matrix(
     device_map: str | None = None,
     engine: str = "hf",
     force: bool = False,
+    allow_code: bool = False,
     show_progress: bool = False,
     manifest: Manifest | None = None,
 ) -> EvalResult | None:
@@ -157,7 +161,14 @@ def score_matrix(
     each suite's episodes; rank 0 writes the cells and gets the result, the other ranks None."""
     # imported here, not at the top: the tests replace evaluate_suite and load_tokenizer in their modules
     from aclarena.envs import resolve_suites, suite_chance
-    from aclarena.envs.evaluation import EvalSettings, evaluate_suite, rollouts_per_suite, suite_domain_role
+    from aclarena.envs.custom import register_suites
+    from aclarena.envs.evaluation import (
+        EvalSettings,
+        evaluate_suite,
+        rollouts_per_suite,
+        suite_domain_role,
+        suite_settings,
+    )
     from aclarena.models.loading import LoadOptions, NonFiniteWeightsError, load_model, load_tokenizer
     from aclarena.store import ResultsStore
     from aclarena.store.capability import (
@@ -181,12 +192,14 @@ def score_matrix(
     specs = manifest.resolve_many(names) if names else list(manifest)
     if not specs:
         raise AclarenaError("the manifest has no checkpoints; add some with `aclarena-diag init`")
-    suite_list = resolve_suites(suites)
+    custom = register_suites(manifest, run_dir, allow_code=allow_code)
+    suite_list = resolve_suites(suites or ("custom" if custom else "id,ood,general"))
     settings = EvalSettings(n=n, seeds=tuple(seeds), samples=samples, temperature=temperature, top_p=top_p,
                             batch_size=batch_size)
     options = LoadOptions(dtype=dtype, device=w.device(device), device_map=device_map)
     ident = settings.identity()
     sid = settings_id(ident)
+    sids = {suite: settings_id(suite_settings(ident, suite)) for suite in suite_list}  # custom suites: + their file
     store = ResultsStore(run_dir)
 
     def plan() -> tuple[dict[str, list[str]], int]:  # rank 0 alone reads the store
@@ -198,7 +211,7 @@ def score_matrix(
         skipped = 0
         for spec in specs:
             for suite in suite_list:
-                c = existing.get(cell_key(spec.name, suite, sid))
+                c = existing.get(cell_key(spec.name, suite, sids[suite]))
                 if c is not None and c.ok and not force:
                     skipped += 1
                     continue
@@ -235,7 +248,7 @@ def score_matrix(
                 bar.update(task, description=f"{spec.name} {suite}")
                 if load_error is not None:
                     data, attrs = error_payload(checkpoint=spec.name, suite=suite, domain=domain, role=role,
-                                                source="arena", settings=ident, error=load_error)
+                                                source="arena", settings=suite_settings(ident, suite), error=load_error)
                     bar.advance(task, per_suite)
                 else:
                     try:
@@ -247,12 +260,12 @@ def score_matrix(
                         raise
                     except Exception as e:  # a failing checkpoint must not stop the matrix
                         cell = error_payload(checkpoint=spec.name, suite=suite, domain=domain, role=role,
-                                             source="arena", settings=ident, error=one_line(e))
+                                             source="arena", settings=suite_settings(ident, suite), error=one_line(e))
                     if not w.is_main or cell is None:  # rank 0 has this rank's share and writes the cell
                         w.run_main(lambda: None)
                         continue
                     data, attrs = cell
-                w.run_main(functools.partial(_write_cell, store, cell_key(spec.name, suite, sid), data, attrs, text))
+                w.run_main(functools.partial(_write_cell, store, cell_key(spec.name, suite, sids[suite]), data, attrs, text))
                 computed.add((spec.name, suite))
             del model, tokenizer
     if not w.is_main:
@@ -262,7 +275,7 @@ def score_matrix(
         cells = {c.key: c for c in read_cells(r)}
         for spec in specs:
             for suite in suite_list:
-                c = cells.get(cell_key(spec.name, suite, sid))
+                c = cells.get(cell_key(spec.name, suite, sids[suite]))
                 if c is None:
                     continue
                 ci95, chance = cell_ci95(r, c) if c.ok else None, suite_chance(suite)

@@ -594,10 +594,14 @@ def _relation(manifest: Any, early: str, late: str) -> str:
     return f"{early} and {late} are not ancestor and descendant (compared all the same)"
 
 
-def flip_items(reader: Any, manifest: Any, early: str, late: str, suite: str
+def flip_items(reader: Any, manifest: Any, early: str, late: str, suite: str, *, played: bool = True
                ) -> tuple[list[tuple[str, str]], dict[str, Any], int, list[str]]:
     """``[(item id, forgot|gained)]`` from the matrix's greedy outcomes, the cell settings, the number
-    of items compared, and the two cells' keys and write times (what the result was made from)."""
+    of items compared, and the two cells' keys and write times (what the result was made from).
+
+    ``played=False`` also takes imported cells (lm-eval per-sample scores): their items are paired by
+    ``doc_id`` when both cells score the same task with the same metric (each cell has its own
+    results file, so their settings differ by that file's hash)."""
     from aclarena.store.capability import load_matrix, read_items
 
     matrix = load_matrix(reader, manifest)
@@ -610,11 +614,16 @@ def flip_items(reader: Any, manifest: Any, early: str, late: str, suite: str
                                 f"run `aclarena-diag eval --suites {suite}` first")
         if not cell.ok:
             raise AclarenaError(f"the {suite!r} cell of {name!r} is an error ({cell.error}); rerun eval for it")
-        if cell.source != "arena":
+        if cell.source != "arena" and played:
             raise AclarenaError(f"suite {suite!r} of {name!r} was imported from {cell.source}, not played in the arena: "
                                 "flips replays items in their environment to score them; use an arena suite (math/id, ...)")
         cells[name] = cell
-    if cells[early].key.rsplit("/", 1)[-1] != cells[late].key.rsplit("/", 1)[-1]:
+    if not played and cells[early].source != "arena":
+        same = [{k: v for k, v in c.settings.items() if k != "file_sha256"} for c in cells.values()]
+        if same[0] != same[1]:
+            raise AclarenaError(f"{early!r} and {late!r} were imported on {suite!r} with different tasks or metrics "
+                                f"({same[0]} vs {same[1]}); import both with the same --lm-eval-metric")
+    elif cells[early].key.rsplit("/", 1)[-1] != cells[late].key.rsplit("/", 1)[-1]:
         raise AclarenaError(f"{early!r} and {late!r} were evaluated on {suite!r} with different settings, so their items "
                             f"differ; rerun `aclarena-diag eval --suites {suite}` with the same settings for both")
     items = {}
@@ -646,7 +655,7 @@ def paired_change(run_dir: str | Path, early: str, late: str, suites: Sequence[s
     with open_matrix(run_dir, manifest) as (reader, _):
         for suite in suites:
             try:
-                pairs, _settings, n, _made_from = flip_items(reader, manifest, early, late, suite)
+                pairs, _settings, n, _made_from = flip_items(reader, manifest, early, late, suite, played=False)
             except AclarenaError as e:
                 out[suite] = {"error": str(e)}
                 continue
@@ -655,6 +664,36 @@ def paired_change(run_dir: str | Path, early: str, late: str, suites: Sequence[s
             before = np.r_[np.ones(lost, bool), np.zeros(gained, bool)]
             out[suite] = {"lost": lost, "gained": gained, "n": n, "p_drop": mcnemar_drop_pvalue(before, ~before)}
     return out
+
+
+def imported_flips(run_dir: str | Path, early: str, late: str, suite: str) -> dict[str, Any]:
+    """The flips of an imported suite (lm-eval per-sample scores), paired by document: counts, the exact
+    McNemar p of a drop and the item ids each way. Nothing is replayed: the harness's prompts and
+    scoring are not in the run (register the task as a JSONL suite to localize its flips)."""
+    from aclarena.store import load_manifest
+    from aclarena.store.capability import open_matrix
+
+    res = paired_change(run_dir, early, late, [suite])[suite]
+    if "error" in res:
+        raise AclarenaError(res["error"])
+    manifest = load_manifest(run_dir)
+    with open_matrix(run_dir, manifest) as (reader, _):
+        pairs = flip_items(reader, manifest, early, late, suite, played=False)[0]
+    return {"early": early, "late": late, "suite": suite, "replayed": False, **res,
+            "lost_items": [i for i, kind in pairs if kind == FORGOT],
+            "gained_items": [i for i, kind in pairs if kind == GAINED]}
+
+
+def imported_suite(run_dir: str | Path, early: str, suite: str) -> str | None:
+    """The source a suite's cell of ``early`` was imported from (``lm-eval``), or None when it was
+    played (or is not there: :func:`flips` then says what is missing)."""
+    from aclarena.store import load_manifest
+    from aclarena.store.capability import open_matrix
+
+    manifest = load_manifest(run_dir)
+    with open_matrix(run_dir, manifest) as (_, matrix):
+        cell = matrix.get(manifest.resolve(early).name, suite)
+    return cell.source if cell is not None and cell.source != "arena" else None
 
 
 def _fingerprint(info: Any, manifest: Any, run_dir: str | Path) -> str:
@@ -759,6 +798,7 @@ def flips(
     force: bool = False,
     write: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
+    allow_code: bool = False,
 ) -> FlipsResult:
     """Locate and test the flips of ``suite``'s items between checkpoints ``early`` (E) and ``late`` (L).
 
@@ -766,17 +806,20 @@ def flips(
         run_dir: the run folder (aclarena.toml, results.h5 with the capability matrix).
         early, late: manifest names of E and L (any two: a pair that is not ancestor and
             descendant is compared too, and the result says so).
-        suite: an arena suite evaluated for both (``math/id``...).
+        suite: a suite evaluated for both: an arena suite (``math/id``...) or one of the manifest's
+            ``[suites.NAME]`` (:mod:`aclarena.envs.custom`).
         settings: budgets, top share, threshold, seed... (:class:`FlipSettings`).
         load: :class:`aclarena.models.loading.LoadOptions` (default: CPU, float32).
         force: recompute even when a result with the same settings is stored.
         write: store the result under ``flips/<E>/<L>/<suite>``.
         progress: called with (phase, done, total).
+        allow_code: allow a custom suite scored by a Python callable (it runs code the manifest names).
 
     Raises:
         AclarenaError: one line naming what is wrong: unknown names, no per-item outcomes,
             different tokenizers, a non-arena suite, a pair with no flips.
     """
+    from aclarena.envs.custom import register_suites
     from aclarena.models.checkpoint import inspect, require_same_tokenizer
     from aclarena.models.loading import LoadOptions, load_model, load_tokenizer
     from aclarena.store import ResultsStore, load_manifest
@@ -784,6 +827,7 @@ def flips(
 
     settings = settings or FlipSettings()
     manifest = load_manifest(run_dir)
+    register_suites(manifest, run_dir, allow_code=allow_code)
     early, late = manifest.resolve(early).name, manifest.resolve(late).name
     if early == late:
         raise AclarenaError(f"--from and --to are both {early!r}; give two checkpoints (e.g. --from seq-math --to seq-ecom)")

@@ -24,6 +24,7 @@ VERBS = (
     "study",
     "init",
     "checkpoints",
+    "import",
     "train",
     "consolidate",
     "eval",
@@ -40,6 +41,9 @@ VERBS = (
     "export",
 )
 
+# verbs whose module name differs (`import` is a Python keyword)
+MODULES = {"import": "import_"}
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -53,10 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for verb in VERBS:
+        name = f"aclarena.cli.{MODULES.get(verb, verb.replace('-', '_'))}"
         try:
-            module = importlib.import_module(f"aclarena.cli.{verb.replace('-', '_')}")
+            module = importlib.import_module(name)
         except ModuleNotFoundError as e:
-            if e.name == f"aclarena.cli.{verb.replace('-', '_')}":
+            if e.name == name:
                 continue  # verb not built yet
             raise
         module.register(sub)

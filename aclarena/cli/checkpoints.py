@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from aclarena.cli._common import add_verb, human_count, manifest_of, print_json, print_table
 
@@ -12,12 +13,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         sub,
         "checkpoints",
         help="list a run's checkpoints: lineage, size, dtype, tokenizer, loadable or why not",
+        description=(
+            "List a run's checkpoints: lineage, size, dtype, tokenizer, and whether each can be loaded or why not. "
+            "Rows that cannot be loaded are counted in a warning on stderr; the exit status is 0 unless --strict "
+            "(then 1 when any row is not loadable, after the table). A checkpoint imported from GGUF shows its "
+            "source quantization (`aclarena-diag import`)."
+        ),
         examples=(
             "aclarena-diag checkpoints --run runs/demo",
             "aclarena-diag checkpoints --run runs/demo --json",
+            "aclarena-diag checkpoints --run runs/mine --strict   # exit 1 if any checkpoint cannot be loaded",
         ),
     )
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle weights (pytorch_model.bin)")
+    p.add_argument("--strict", action="store_true", help="exit 1 when any checkpoint cannot be loaded")
     p.set_defaults(func=run)
 
 
@@ -31,6 +40,16 @@ def run(args: argparse.Namespace) -> int:
         rows = result.rows
         shown = [r | {"parameters": human_count(r["parameters"]),
                       "status": "ok" if r["loadable"] else f"no: {r['problem']}"} for r in rows]
-        print_table(shown, ["name", "kind", "domain", "phase", "parent", "parameters", "dtype", "tokenizer", "status"],
+        columns = ["name", "kind", "domain", "phase", "parent", "parameters", "dtype", "tokenizer", "status"]
+        if any(r["quantization"] for r in rows):  # imported from GGUF: the quantization the weights went through
+            columns.insert(7, "quantization")
+        print_table(shown, columns,
                     title=f"run {result.run} ({len(rows)} checkpoints, base {result.base or '-'})")
+    bad = [r for r in result.rows if not r["loadable"]]
+    if bad:
+        level = "error" if args.strict else "warning"
+        print(f"aclarena-diag checkpoints: {level}: {len(bad)} of {len(result.rows)} checkpoint(s) cannot be loaded, "
+              f"e.g. {bad[0]['name']}: {bad[0]['problem']}", file=sys.stderr)
+        if args.strict:
+            return 1
     return 0

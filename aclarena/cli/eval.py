@@ -29,12 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
             "aclarena-diag eval --run runs/demo --checkpoints base,seq-math --suites math,general -n 50 --seeds 0,1,2",
             "aclarena-diag eval --run runs/mine --import-lm-eval seq-math=lm_eval_out/results_2025.json "
             "--lm-eval-task aime24=math/id --lm-eval-task nq_open=search/id",
+            "aclarena-diag eval --run runs/real --suites capitals,arith -n 50 --samples 0   # suites of aclarena.toml",
         ),
     )
     p.add_argument("--checkpoints", metavar="A,B,...", help="checkpoints to score (default: every one in the manifest)")
-    p.add_argument("--suites", default="id,ood,general", metavar="S,...",
-                   help="suites or groups: id, ood, general, all, a domain (math) or a suite (math/id); "
-                        "default id,ood,general")
+    p.add_argument("--suites", default=None, metavar="S,...",
+                   help="suites or groups: id, ood, general, all, a domain (math), a suite (math/id), a suite of "
+                        "the manifest's [suites.NAME] (a JSONL task file, docs/custom-suites.md) or custom (all of "
+                        "those); default: custom when the manifest has suites, else id,ood,general")
     p.add_argument("-n", type=int, default=100, metavar="N", help="tasks per suite and seed (default 100)")
     p.add_argument("--samples", type=int, default=4, metavar="K",
                    help="sampled rollouts per task for avg@K (0: greedy only; the study uses 16); default 4")
@@ -49,6 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=("hf", "vllm"), default="hf",
                    help="generate with transformers (hf, default) or vLLM (GPU machines, the gpu extra)")
     p.add_argument("--force", action="store_true", help="recompute (or re-import) cells already in the store")
+    p.add_argument("--allow-code", action="store_true",
+                   help="allow a custom suite's scorer that is a Python callable (package.module:function)")
     p.add_argument("--import-lm-eval", action="append", default=[], metavar="NAME=FILE",
                    help="import an lm-evaluation-harness results JSON for checkpoint NAME (repeatable)")
     p.add_argument("--lm-eval-task", action="append", default=[], metavar="TASK=DOMAIN[/ROLE]",
@@ -97,7 +101,7 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
                           samples=args.samples, seeds=_seeds(args.seeds), temperature=args.temperature,
                           top_p=args.top_p, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
                           device_map=getattr(args, "device_map", None), engine=getattr(args, "engine", "hf"),
-                          force=args.force, show_progress=not args.json and sys.stderr.isatty(), manifest=manifest)
+                          force=args.force, allow_code=args.allow_code, show_progress=not args.json and sys.stderr.isatty(), manifest=manifest)
     if result is None:  # another rank than 0: its share is with rank 0, which writes and prints
         return 0
     rows, over_seeds = result.cells, result.over_training_seeds

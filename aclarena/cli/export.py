@@ -64,12 +64,23 @@ def run(args: argparse.Namespace) -> int:
     if not figures:
         raise AclarenaError(f"no figure matches {args.figures!r} with the results of this run; see `export --list`")
     static = [f for f in formats if f != "html"]
-    written = write_static(figures, out, static) if static else []
-    if "html" in formats:
+    written = []
+    if "html" in formats:  # first: it needs no browser, so a failed image export still leaves the report
         written.append(write_html_report(figures, out / "report.html", f"aclarena report: {manifest.name}"))
+    failed = None
+    if static:
+        try:
+            written.extend(write_static(figures, out, static))
+        except AclarenaError as e:
+            if not written:
+                raise
+            failed = e
     rows = [{"file": str(p), "bytes": p.stat().st_size} for p in written]
     if args.json:
-        print_json({"out": str(out), "figures": [f.name for f in figures], "files": rows})
+        print_json({"out": str(out), "figures": [f.name for f in figures], "files": rows,
+                    "not_written": static if failed else [], "error": str(failed) if failed else None})
     else:
         print_table(rows, ["file", "bytes"], title=f"{len(figures)} figures exported to {out}")
+    if failed is not None:
+        raise AclarenaError(f"{', '.join(static)} not written ({failed}); the files listed above were written")
     return 0

@@ -38,7 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--from", dest="early", required=True, metavar="E", help="the earlier checkpoint (solved the items)")
     p.add_argument("--to", dest="late", required=True, metavar="L", help="the later checkpoint (fails them)")
-    p.add_argument("--suite", required=True, metavar="S", help="an arena suite evaluated for both (e.g. math/id)")
+    p.add_argument("--suite", required=True, metavar="S",
+                   help="a suite evaluated for both: an arena suite (e.g. math/id) or one of the manifest's [suites.NAME]")
+    p.add_argument("--allow-code", action="store_true",
+                   help="allow a custom suite's scorer that is a Python callable (package.module:function)")
     p.add_argument("--budgets", default="0.5,1,2,5,10,20", metavar="LIST",
                    help="swap budgets in percent of the trajectory's tokens (default 0.5,1,2,5,10,20)")
     p.add_argument("--top", type=float, default=0.06, metavar="Q",
@@ -63,10 +66,30 @@ def _budgets(text: str) -> tuple[float, ...]:
         raise AclarenaError(f"--budgets must be comma-separated percentages such as 0.5,1,5,20; got {text!r}") from None
 
 
+def _print_paired(args: argparse.Namespace) -> int:
+    """An imported suite (lm-eval per-sample scores): the items lost and gained, paired by document, with
+    the exact McNemar test of a drop; no replay (the harness's prompts and scoring are not here)."""
+    from aclarena.analysis.flips import imported_flips
+
+    out = imported_flips(args.run, args.early, args.late, args.suite)
+    res = out
+    if args.json:
+        print_json(out)
+        return 0
+    print_table([out], ["suite", "n", "lost", "gained", "p_drop"],
+                title=f"items of {args.suite} solved by {args.early} and failed by {args.late} (imported per-sample scores)",
+                caption="not replayed: an imported suite has no prompts here; register the task as a JSONL suite "
+                        "([suites.NAME]) to locate and swap-test its flips")
+    print("lost: " + (", ".join(res["lost_items"][:20]) or "none") + (" ..." if len(res["lost_items"]) > 20 else ""))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    from aclarena.analysis.flips import FlipSettings, flips
+    from aclarena.analysis.flips import FlipSettings, flips, imported_suite
 
     quiet_libraries()
+    if imported_suite(args.run, args.early, args.suite) is not None:
+        return _print_paired(args)
     settings = FlipSettings(budgets=_budgets(args.budgets), top=args.top, logprob_below=args.logprob_below,
                             topk=args.topk, seed=args.seed, max_items=args.max_items, swap=not args.no_swap,
                             reverse=not args.no_reverse, batch_size=args.batch_size)
@@ -79,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             bar.update(tasks[phase], completed=done)
 
         res = flips(args.run, args.early, args.late, args.suite, settings, load=load_options(args), force=args.force,
-                    progress=report)
+                    progress=report, allow_code=args.allow_code)
     if args.json:
         print_json(res.to_dict())
         return 0

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 from aclarena.cli._common import add_verb, print_json, print_table
@@ -14,6 +15,7 @@ from aclarena.store.manifest import (
     MANIFEST_NAME,
     CheckpointSpec,
     Manifest,
+    SuiteSpec,
     load_manifest,
     manifest_path,
     write_manifest,
@@ -30,12 +32,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Write the run manifest from NAME=PATH pairs or from a folder of checkpoints. Kinds, domains and "
             "lineage are guessed from names (base, seq-<domain>, oracle-<domain>; a stage's parent is the "
-            "stage before it) and can be set with NAME=VALUE options. Check the result with `checkpoints`."
+            "stage before it) and can be set with NAME=VALUE options; each guessed domain is named in a note "
+            "on stderr. A LoRA adapter's `on` is the checkpoint its adapter_config.json names as base, and its "
+            "parent defaults to that `on` (an explicit --parent that differs is refused: the adapter's update "
+            "is measured from the weights it is applied to). A PATH that is neither a folder nor a hub id is "
+            "refused unless --allow-missing. Check the result with `checkpoints`."
         ),
         examples=(
             "aclarena-diag init --run runs/mine base=Qwen/Qwen3-8B-Base seq-math=ckpts/math seq-search=ckpts/search",
             "aclarena-diag init --run runs/mine --from-folder ckpts --phase seq-math=rl --phase seq-search=sft",
             "aclarena-diag init --run runs/mine --add mle-math=adapters/math --on mle-math=sdft --kind mle-math=consolidated",
+            "aclarena-diag init --run runs/real base=models/smollm2 stage-1=ckpts/sft stage-2=ckpts/rl "
+            "--domain stage-1=math --domain stage-2=math",
         ),
     )
     p.add_argument("pairs", nargs="*", metavar="NAME=PATH", help="checkpoints, in training order")
@@ -46,6 +54,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--base", help="the checkpoint task vectors start from (default: the one of kind base)")
     p.add_argument("--add", action="store_true", help="add to an existing manifest")
     p.add_argument("--force", action="store_true", help="overwrite an existing manifest")
+    p.add_argument("--suite", action="append", default=[], metavar="NAME=FILE.jsonl",
+                   help="register an eval suite of your own: a JSONL task file (messages or prompt, answer); "
+                        "written as [suites.NAME] (docs/custom-suites.md); repeatable")
+    p.add_argument("--suite-domain", action="append", default=[], metavar="NAME=DOMAIN",
+                   help="the domain suite NAME measures (required for each --suite; a stage's domain)")
+    p.add_argument("--suite-role", action="append", default=[], metavar="NAME=ROLE",
+                   help="id (default), ood or general")
+    p.add_argument("--suite-scorer", action="append", default=[], metavar="NAME=SCORER",
+                   help="exact, normalized (default), regex, numeric or package.module:function")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="accept PATHs that do not exist yet (folders still to be copied or trained)")
     p.set_defaults(func=run)
 
 
@@ -110,8 +129,9 @@ def run(args: argparse.Namespace) -> int:
         for folder in found:
             rel = os.path.relpath(folder.resolve(), run_dir.resolve())
             entries.append((folder.name, rel if not rel.startswith("..") else str(folder.resolve())))
-    if not entries:
-        raise AclarenaError("nothing to add: give NAME=PATH pairs or --from-folder DIR")
+    suites = _suites(args, run_dir, manifest)
+    if not entries and not suites:
+        raise AclarenaError("nothing to add: give NAME=PATH pairs, --from-folder DIR or --suite NAME=FILE.jsonl")
 
     names = [n for n, _ in entries]
     dupes = sorted({n for n in names if names.count(n) > 1} | {n for n in names if n in manifest})
@@ -126,12 +146,30 @@ def run(args: argparse.Namespace) -> int:
                 raise AclarenaError(f"--{f} {pair}: {name!r} is not among the checkpoints being added ({', '.join(names)})")
             explicit[name][f] = value
 
+    notes: list[str] = []
+    for name, path in entries:
+        if _require_present(name, path, run_dir, allow_missing=args.allow_missing) == "hub":
+            notes.append(f"{name}: {path} is no local folder; taken as a hub id")
     guesses = _guess(names, manifest)
     for name, path in entries:
         fields = {**guesses[name], **explicit[name]}
-        if (run_dir / path).joinpath("adapter_config.json").is_file() and "on" not in fields:
-            fields["on"] = _adapter_base(run_dir / path, manifest, entries, run_dir) or manifest.base or names[0]
+        if "domain" in guesses[name] and "domain" not in explicit[name]:
+            notes.append(f"{name}: domain {fields['domain']!r} guessed from the name; set it with "
+                         f"--domain {name}=DOMAIN")
+        if _local(run_dir, path).joinpath("adapter_config.json").is_file():
+            if "on" not in fields:
+                found = _adapter_base(_local(run_dir, path), manifest, entries, run_dir)
+                fields["on"] = found or manifest.base or names[0]
+                if found is None:
+                    notes.append(f"{name}: adapter applied on {fields['on']!r} (its adapter_config.json names no "
+                                 f"checkpoint of the run); set it with --on {name}=NAME")
+            _adapter_parent(name, fields, explicit[name])
         manifest.add(CheckpointSpec(name=name, path=path, **fields))
+    if suites:
+        from aclarena.envs.custom import register_suites
+
+        manifest.suites.update(suites)
+        register_suites(manifest, run_dir)  # every file read and checked now, before the manifest is written
     if args.base:
         manifest.base = args.base
     elif manifest.base is None:
@@ -142,12 +180,41 @@ def run(args: argparse.Namespace) -> int:
     path = write_manifest(manifest, run_dir)
 
     rows = [s.to_dict() | {"name": s.name} for s in manifest]
+    suite_rows = [s.to_dict() | {"name": s.name} for s in manifest.suites.values()]
+    for note in notes:
+        print(f"aclarena-diag init: note: {note}", file=sys.stderr)
     if args.json:
-        print_json({"manifest": str(path), "run": manifest.name, "base": manifest.base, "checkpoints": rows})
+        print_json({"manifest": str(path), "run": manifest.name, "base": manifest.base, "checkpoints": rows,
+                    "suites": suite_rows})
     else:
         print_table(rows, ["name", "kind", "domain", "phase", "parent", "on", "path"], title=f"{MANIFEST_NAME} written to {path}",
                     caption="guessed fields can be changed with --kind/--domain/--phase/--parent/--on NAME=VALUE")
+        if suite_rows:
+            print_table(suite_rows, ["name", "domain", "role", "scorer", "path"], title="eval suites")
     return 0
+
+
+def _suites(args: argparse.Namespace, run_dir: Path, manifest: Manifest) -> dict[str, SuiteSpec]:
+    """The suites of --suite NAME=FILE, with their --suite-domain/-role/-scorer."""
+    out: dict[str, dict[str, str]] = {}
+    for pair in args.suite:
+        name, file = _split(pair, "--suite")
+        if name in out or name in manifest.suites:
+            raise ManifestError(f"suite name {name!r} is given twice; names must be unique")
+        rel = os.path.relpath(Path(file).resolve(), run_dir.resolve())
+        out[name] = {"path": rel if not rel.startswith("..") else str(Path(file).resolve())}
+    for option, key in (("suite_domain", "domain"), ("suite_role", "role"), ("suite_scorer", "scorer")):
+        for pair in getattr(args, option):
+            name, value = _split(pair, f"--{option.replace('_', '-')}")
+            if name not in out:
+                raise AclarenaError(f"--{option.replace('_', '-')} {pair}: {name!r} is not among the suites being "
+                                    f"added ({', '.join(out) or 'none; add one with --suite NAME=FILE.jsonl'})")
+            out[name][key] = value
+    for name, fields in out.items():
+        if "domain" not in fields:
+            raise AclarenaError(f"suite {name!r} needs the domain it measures: add --suite-domain {name}=DOMAIN (the "
+                                "domain of the stage that trains it)")
+    return {name: SuiteSpec(name=name, **fields) for name, fields in out.items()}
 
 
 def _adapter_base(folder: Path, manifest: Manifest, entries: list[tuple[str, str]], run_dir: Path) -> str | None:
@@ -163,3 +230,37 @@ def _adapter_base(folder: Path, manifest: Manifest, entries: list[tuple[str, str
         if path == base_path or (run_dir / path).resolve() == Path(base_path).resolve():
             return name
     return None
+
+
+def _local(run_dir: Path, path: str) -> Path:
+    raw = os.path.expanduser(path)
+    return Path(raw) if os.path.isabs(raw) else run_dir / raw
+
+
+def _require_present(name: str, path: str, run_dir: Path, *, allow_missing: bool) -> str | None:
+    """The source PATH names (folder, adapter, hub); a PATH that names no folder and no hub id (``org/name``,
+    whose first part is no local folder) is refused unless ``allow_missing``."""
+    from aclarena.errors import CheckpointError
+    from aclarena.models.checkpoint import locate
+
+    try:
+        return locate(CheckpointSpec(name=name, path=path), run_dir)[0]
+    except CheckpointError:
+        if allow_missing:
+            return None
+        where = _local(run_dir, path)
+        if where.is_file():
+            hint = ("; a .gguf file is imported first: aclarena-diag import" if where.suffix == ".gguf"
+                    else "; give its folder")
+            raise AclarenaError(f"{name}={path}: {where} is a file, not a checkpoint folder{hint}") from None
+        raise AclarenaError(f"{name}={path}: {where} does not exist; fix the path, or pass --allow-missing if it "
+                            "will be there before the run is used") from None
+
+
+def _adapter_parent(name: str, fields: dict[str, str], explicit: dict[str, str]) -> None:
+    """An adapter's update is measured from the weights it is applied to: its parent is its `on`."""
+    if "parent" in explicit and explicit["parent"] != fields["on"]:
+        raise AclarenaError(f"--parent {name}={explicit['parent']} disagrees with the adapter's base "
+                            f"{fields['on']!r} (`on`): an adapter's parent is the checkpoint it is applied on; "
+                            f"drop --parent {name}=... or set --on {name}={explicit['parent']}")
+    fields["parent"] = fields["on"]

@@ -37,12 +37,20 @@ SUITES: dict[str, tuple[str, str]] = {
     **{f"{d}/{v}": (d, v) for d in DOMAINS for v in ("id", "ood")},
     "general": ("general", "id"),
 }
-SUITE_GROUPS = ("id", "ood", "general", "all")
+SUITE_GROUPS = ("id", "ood", "general", "all", "custom")
+
+
+def get_env(name: str) -> Environment:
+    """The environment of a domain (``math``, ``search``, ``ecom``, ``if``), ``general``, or a custom
+    suite registered from the run's manifest (:func:`aclarena.envs.custom.register_suites`)."""
+    from aclarena.envs.custom import custom_suite
+
+    custom = custom_suite(name)
+    return custom if custom is not None else _arena_env(name)
 
 
 @cache
-def get_env(name: str) -> Environment:
-    """The environment of a domain (``math``, ``search``, ``ecom``, ``if``) or ``general``."""
+def _arena_env(name: str) -> Environment:
     if name == "math":
         from aclarena.envs.math import MathEnv
 
@@ -70,7 +78,19 @@ def parse_suite(suite: str) -> tuple[str, str]:
     """``"math/id"`` -> ``("math", "id")``; ``"general"`` -> ``("general", "id")``."""
     if suite in SUITES:
         return SUITES[suite]
-    raise unknown_name("suite", suite, SUITES, hint="or a group: id, ood, general, all")
+    from aclarena.envs.custom import custom_suite
+
+    custom = custom_suite(suite)
+    if custom is not None:
+        return custom.name, custom.spec.role
+    raise unknown_name("suite", suite, [*SUITES, *_custom_names()],
+                       hint="or a group: id, ood, general, all, custom; add your own as [suites.NAME] in aclarena.toml")
+
+
+def _custom_names() -> list[str]:
+    from aclarena.envs.custom import registered
+
+    return list(registered())
 
 
 def resolve_suites(spec: str | list[str]) -> list[str]:
@@ -83,14 +103,19 @@ def resolve_suites(spec: str | list[str]) -> list[str]:
     for item in items:
         if item == "all":
             names = list(SUITES)
+        elif item == "custom":
+            names = _custom_names()
+            if not names:
+                raise AclarenaError("--suites custom: this run registers no suite of its own; add [suites.NAME] to "
+                                    "aclarena.toml (aclarena-diag init --suite NAME=FILE.jsonl)")
         elif item in ("id", "ood"):
             names = [f"{d}/{item}" for d in DOMAINS]
         elif item in DOMAINS:
             names = [f"{item}/id", f"{item}/ood"]
-        elif item in SUITES:
+        elif item in SUITES or item in _custom_names():
             names = [item]
         else:
-            raise unknown_name("suite", item, [*SUITES, *SUITE_GROUPS, *DOMAINS])
+            raise unknown_name("suite", item, [*SUITES, *SUITE_GROUPS, *DOMAINS, *_custom_names()])
         out.extend(n for n in names if n not in out)
     return out
 
@@ -98,7 +123,9 @@ def resolve_suites(spec: str | list[str]) -> list[str]:
 def suite_chance(suite: str) -> float:
     """The score of guessing on ``suite`` (``general``: 0.25, one of four options; 0 for the domains'
     suites, where a guess earns nothing). An arena suite not listed here (an imported lm-eval task) is 0."""
-    return get_env(SUITES[suite][0]).chance if suite in SUITES else 0.0
+    if suite in SUITES:
+        return get_env(SUITES[suite][0]).chance
+    return get_env(suite).chance if suite in _custom_names() else 0.0
 
 
 def sample_tasks(suite: str, n: int, seed: int = 0, split: str = "eval") -> list[Task]:

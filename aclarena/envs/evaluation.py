@@ -66,14 +66,30 @@ class EvalSettings:
 
 
 def suite_domain_role(suite: str) -> tuple[str, str]:
+    """The (domain, role) a suite's cells are tagged with; a custom suite's come from its manifest entry."""
+    from aclarena.envs.custom import custom_suite
+
+    custom = custom_suite(suite)
+    if custom is not None:
+        return custom.spec.domain, custom.spec.role
     env, variant = parse_suite(suite)
     return env, ("general" if env == "general" else variant)
 
 
+def suite_settings(identity: dict[str, Any], suite: str) -> dict[str, Any]:
+    """A suite's cell settings: the eval settings, and for a custom suite its spec and file hash
+    (an edited task file or scorer makes new cells instead of reusing the old ones)."""
+    from aclarena.envs.custom import identity as custom_identity
+
+    extra = custom_identity(suite)
+    return identity if extra is None else {**identity, **extra}
+
+
 def transcript(traj: Trajectory) -> str:
-    """The generated part of a trajectory as compact text (after the opening user message)."""
+    """The generated part of a trajectory as compact text (after the task's opening messages: a system
+    prompt and a user message for the arena's tasks, a custom suite's own chat for its tasks)."""
     lines = []
-    for m in traj.messages[2:]:
+    for m in traj.messages[len(traj.task.messages):]:
         lines.append(f"[{m['role']}] {m.get('content') or ''}")
     return "\n".join(lines)
 
@@ -99,13 +115,15 @@ def evaluate_suite(
     one process); rank 0 gets the cell and the other ranks None.
     """
     domain, role = suite_domain_role(suite)
-    n_seeds, n, k = len(settings.seeds), settings.n, settings.samples
+    drawn = {seed: sample_tasks(suite, settings.n, seed=seed, split="eval") for seed in settings.seeds}
+    # a custom suite's file may hold fewer tasks than -n: then every one of them is played
+    n_seeds, n, k = len(settings.seeds), len(drawn[settings.seeds[0]]), settings.samples
     shard = (world.rank, world.size) if world is not None and world.distributed else None
 
     def play() -> list[tuple[dict[int, Any], dict[int, float]]]:
         per_seed = []
         for seed in settings.seeds:
-            tasks = sample_tasks(suite, n, seed=seed, split="eval")
+            tasks = drawn[seed]
             trajs = generate_trajectories(model, tokenizer, tasks, do_sample=False, seed=seed,
                                           batch_size=settings.batch_size, on_batch=on_progress, shard=shard)
             greedy_out = {i: _outcome(tr) for i, tr in enumerate(trajs) if tr is not None}
@@ -132,7 +150,7 @@ def evaluate_suite(
     reasons: list[str] = []
     metric_rows: dict[str, np.ndarray] = {}
     for si, seed in enumerate(settings.seeds):
-        ids.extend(t.id for t in sample_tasks(suite, n, seed=seed, split="eval"))
+        ids.extend(t.id for t in drawn[seed])
         outcomes: dict[int, Any] = {}
         rewards: dict[int, float] = {}
         for part in parts:
@@ -148,7 +166,7 @@ def evaluate_suite(
         if k and sampled is not None:
             sampled[si] = np.array([rewards[j] for j in range(n * k)], dtype=np.float32).reshape(n, k)
     return cell_payload(checkpoint=checkpoint, suite=suite, domain=domain, role=role, source="arena",
-                        settings=settings.identity(), greedy=greedy, samples=sampled, item_ids=ids,
+                        settings=suite_settings(settings.identity(), suite), greedy=greedy, samples=sampled, item_ids=ids,
                         metrics=metric_rows, transcripts=transcripts, end_reasons=reasons)
 
 

@@ -176,6 +176,7 @@ def write_static(figures: list[BuiltFigure], out_dir: Path, formats: list[str], 
         return []
     for j in jobs:
         _check_target(Path(j["file"]))
+    require_browser(formats)
     timeout = EXPORT_TIMEOUT_S + EXPORT_TIMEOUT_PER_IMAGE_S * len(jobs)
     # the images are written in a hidden folder beside their places and moved there only when all
     # are complete: a failed export (full disk, a killed browser) leaves no partial file behind
@@ -218,6 +219,41 @@ def write_static(figures: list[BuiltFigure], out_dir: Path, formats: list[str], 
         raise AclarenaError(f"figure export failed: {why} ({attempts} tries); rerun, or export --format html")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+BROWSER_INSTALL = "apt-get install chromium"
+
+
+def find_browser() -> str | None:
+    """The Chrome/Chromium kaleido would start (``BROWSER_PATH`` first, then PATH and the usual places),
+    or None when there is none it could run."""
+    import os
+
+    try:
+        from choreographer.browsers.chromium import Chromium
+    except ImportError:  # kaleido without choreographer: let kaleido say what it needs
+        return "kaleido"
+    try:
+        path = Chromium.find_browser(skip_local=False)
+    except (OSError, RuntimeError, ValueError):  # a lookup that fails finds nothing
+        return None
+    return path if path and os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
+def require_browser(formats: list[str]) -> None:
+    """Refuse an image export before any work when no browser is there: one line naming what is
+    missing and the command that installs it."""
+    import os
+
+    from aclarena.errors import AclarenaError
+
+    if find_browser() is not None:
+        return
+    env = os.environ.get("BROWSER_PATH")
+    where = f"none (BROWSER_PATH={env} is not an executable)" if env else "none on PATH or in the usual places"
+    raise AclarenaError(f"{'/'.join(formats)} export needs Chrome or Chromium (kaleido drives it) and found "
+                        f"{where}; install one ({BROWSER_INSTALL} on Debian/Ubuntu) or set BROWSER_PATH, "
+                        "or export --format html")
 
 
 def _check_target(path: Path) -> None:

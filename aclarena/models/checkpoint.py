@@ -238,6 +238,22 @@ def pickle_files(folder: Path) -> list[Path]:
     return found
 
 
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def library_reason(e: BaseException) -> str:
+    """What a transformers / peft / torch error says, on one line: torch's weights_only refusal by the global
+    it refused (its message is seven lines of advice), any other error's lines joined, at most 300 characters."""
+    text = _ANSI_RE.sub("", str(e))
+    if "WeightsUnpickler error:" in text:
+        refused = text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0]
+        return (f"torch's weights_only loader refused it ({refused.split(' Please use')[0].rstrip('.')}): it holds "
+                "more than tensors; convert it to safetensors")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    joined = " ".join(lines) or type(e).__name__
+    return joined if len(joined) <= 300 else joined[:297] + "..."
+
+
 def check_pickle_weights(files: list[Path]) -> None:
     """Refuse pickle weights (allowed with ``--allow-pickle``) that torch's ``weights_only`` loader, which
     transformers and peft use, would refuse: one line naming the file and the global it refused.
@@ -247,7 +263,6 @@ def check_pickle_weights(files: list[Path]) -> None:
     """
     import torch
 
-    from aclarena.models.loading import library_reason
 
     for f in files:
         if f.suffix == ".json":  # the index of sharded pickles

@@ -26,6 +26,7 @@ from aclarena.models.checkpoint import (
     check_side_files,
     has_chat_template,
     inspect,
+    library_reason,
 )
 from aclarena.store.manifest import CheckpointSpec, Manifest
 
@@ -219,22 +220,6 @@ def load_tokenizer(
 
 def _has_tokenizer(folder: Path) -> bool:
     return any((folder / n).is_file() for n in ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json"))
-
-
-_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def library_reason(e: BaseException) -> str:
-    """What a transformers / peft / torch error says, on one line: torch's weights_only refusal by the global
-    it refused (its message is seven lines of advice), any other error's lines joined, at most 300 characters."""
-    text = _ANSI_RE.sub("", str(e))
-    if "WeightsUnpickler error:" in text:
-        refused = text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0]
-        return (f"torch's weights_only loader refused it ({refused.split(' Please use')[0].rstrip('.')}): it holds "
-                "more than tensors; convert it to safetensors")
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    joined = " ".join(lines) or type(e).__name__
-    return joined if len(joined) <= 300 else joined[:297] + "..."
 
 
 @contextlib.contextmanager

@@ -15,7 +15,6 @@ stored under ``probes/<name>`` in results.h5 (docs/store-format.md).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -258,31 +257,7 @@ def _check_tools(path: Path, lineno: int, tools: Any) -> list[dict[str, Any]] | 
 
 
 def _read_jsonl(path: str | os.PathLike[str], what: str, example: str) -> list[tuple[int, dict[str, Any]]]:
-    p = Path(path)
-    if not p.is_file():
-        raise AclarenaError(f"{what} file {p} does not exist; pass a JSONL file ({example})")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise AclarenaError(f"{p} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8 JSONL") from None
-    except OSError as e:
-        raise AclarenaError(f"cannot read {p}: {e.strerror}") from None
-    rows = []
-    for lineno, line in jsonl.lines(text):  # "\n" only: U+2028 and friends may sit inside strings
-        if not line.strip():
-            continue
-        try:
-            obj = jsonl.loads(line)
-        except json.JSONDecodeError as e:
-            raise _line_error(p, lineno, f"not valid JSON ({e.msg} at column {e.colno}); write one JSON object per line") from None
-        except jsonl.JsonShapeError as e:
-            raise _line_error(p, lineno, f"cannot be used: {e}; fix that line") from None
-        if not isinstance(obj, dict):
-            raise _line_error(p, lineno, f"must be a JSON object ({example})")
-        rows.append((lineno, obj))
-    if not rows:
-        raise AclarenaError(f"{what} file {p} is empty; write one JSON object per line ({example})")
-    return rows
+    return jsonl.read_objects(path, what, example)
 
 
 def read_prompts(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

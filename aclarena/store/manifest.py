@@ -16,6 +16,11 @@ Format (docs/manifest.md)::
     domain = "math"
     phase = "rl"                    # sft | rl
     parent = "base"
+
+    [suites.qa]                     # a bring-your-own eval suite (aclarena.envs.custom)
+    path = "tasks/qa.jsonl"
+    domain = "search"
+    scorer = "normalized"           # exact | normalized | regex | numeric | pkg.module:function
 """
 
 from __future__ import annotations
@@ -101,6 +106,85 @@ class CheckpointSpec:
 
 
 SPEC_KEYS = tuple(f.name for f in fields(CheckpointSpec) if f.name != "name")
+SCORERS = ("exact", "normalized", "regex", "numeric")
+SUITE_ROLES = ("id", "ood", "general")
+CALLABLE_RE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteSpec:
+    """A bring-your-own eval suite: a JSONL task file scored by one scorer (docs/custom-suites.md).
+
+    Attributes:
+        name: the handle ``eval --suites`` and ``flips --suite`` take.
+        path: the JSONL file (relative to the run folder or absolute); one task per line with
+            ``messages`` or ``prompt`` and ``answer``.
+        domain: the capability the suite measures (a stage's ``domain``, for ``forgetting``).
+        role: ``id`` (in-domain), ``ood`` or ``general``.
+        scorer: ``exact``, ``normalized`` (lower case, no punctuation or articles), ``regex``
+            (``answer`` is a pattern searched in the reply), ``numeric`` (the reply's last number),
+            or a Python callable ``pkg.module:function`` (``eval --allow-code``).
+        extract: a regular expression applied to the reply first; its first group (or the whole
+            match) is what is scored.
+        tolerance: ``numeric``: the largest accepted absolute difference (default 1e-6 relative).
+        max_new_tokens: tokens generated per reply (default 256).
+        system: a system prompt put before every task that has none (default: none, so the
+            model's chat template adds its own default, if it has one).
+        chance: the score of guessing (a multiple-choice suite: one over its options), default 0.
+    """
+
+    name: str
+    path: str
+    domain: str
+    role: str = "id"
+    scorer: str = "normalized"
+    extract: str | None = None
+    tolerance: float | None = None
+    max_new_tokens: int | None = None
+    system: str | None = None
+    chance: float | None = None
+
+    def __post_init__(self) -> None:
+        where = f"suite {self.name!r}"
+        if not isinstance(self.name, str) or not NAME_RE.match(self.name):
+            raise ManifestError(f"suite name {self.name!r} is not allowed; use letters, digits, '.', '_' and '-'")
+        for key in ("path", "domain"):
+            value = getattr(self, key)
+            if not isinstance(value, str) or not value:
+                raise ManifestError(f"{where} needs a non-empty `{key}`")
+        for key in ("extract", "system"):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, str):
+                raise ManifestError(f"{where}: `{key}` must be a string")
+        if self.role not in SUITE_ROLES:
+            raise ManifestError(f"{where} has role {self.role!r}{did_you_mean(str(self.role), SUITE_ROLES)}; "
+                                f"role must be one of {', '.join(SUITE_ROLES)}")
+        if not isinstance(self.scorer, str) or not (self.scorer in SCORERS or CALLABLE_RE.match(self.scorer)):
+            raise ManifestError(f"{where} has scorer {self.scorer!r}{did_you_mean(str(self.scorer), SCORERS)}; use "
+                                f"{', '.join(SCORERS)} or a Python callable as package.module:function")
+        if self.extract is not None:
+            try:
+                re.compile(self.extract)
+            except re.error as e:
+                raise ManifestError(f"{where}: `extract` {self.extract!r} is not a regular expression ({e})") from None
+        if self.max_new_tokens is not None and (not isinstance(self.max_new_tokens, int)
+                                                or isinstance(self.max_new_tokens, bool) or self.max_new_tokens < 1):
+            raise ManifestError(f"{where}: `max_new_tokens` must be a positive integer, got {self.max_new_tokens!r}")
+        for key, low, high in (("tolerance", 0.0, float("inf")), ("chance", 0.0, 1.0)):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)
+                                      or not low <= value <= high):
+                raise ManifestError(f"{where}: `{key}` must be a number in [{low:g}, {high:g}], got {value!r}")
+
+    @property
+    def is_callable(self) -> bool:
+        return self.scorer not in SCORERS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+SUITE_KEYS = tuple(f.name for f in fields(SuiteSpec) if f.name != "name")
 
 
 @dataclass
@@ -111,6 +195,7 @@ class Manifest:
     base: str | None = None
     description: str | None = None
     checkpoints: dict[str, CheckpointSpec] = field(default_factory=dict)
+    suites: dict[str, SuiteSpec] = field(default_factory=dict)
 
     # --- names -------------------------------------------------------------------------
     def resolve(self, name: str) -> CheckpointSpec:
@@ -210,6 +295,12 @@ class Manifest:
             for key, value in spec.to_dict().items():
                 if key != "name":
                     lines.append(f"{key} = {_toml_value(value)}")
+        for suite in self.suites.values():
+            lines.append("")
+            lines.append(f"[suites.{_toml_key(suite.name)}]")
+            for key, value in suite.to_dict().items():
+                if key != "name":
+                    lines.append(f"{key} = {_toml_value(value)}")
         return "\n".join(lines) + "\n"
 
 
@@ -243,12 +334,12 @@ def parse_manifest(text: str, source: str = MANIFEST_NAME) -> Manifest:
 
 
 def manifest_from_dict(data: Mapping[str, Any], source: str = MANIFEST_NAME) -> Manifest:
-    unknown = set(data) - {"run", "checkpoints"}
+    unknown = set(data) - {"run", "checkpoints", "suites"}
     if unknown:
         key = sorted(unknown)[0]
         raise ManifestError(
-            f"{source}: unknown table [{key}]{did_you_mean(key, ['run', 'checkpoints'])}; "
-            "a manifest has [run] and [checkpoints.NAME] tables"
+            f"{source}: unknown table [{key}]{did_you_mean(key, ['run', 'checkpoints', 'suites'])}; "
+            "a manifest has [run], [checkpoints.NAME] and [suites.NAME] tables"
         )
     run = data.get("run", {})
     if not isinstance(run, Mapping):
@@ -283,8 +374,27 @@ def manifest_from_dict(data: Mapping[str, Any], source: str = MANIFEST_NAME) -> 
         bases = [s.name for s in manifest if s.kind == "base"]
         if len(bases) == 1:
             manifest.base = bases[0]
+    manifest.suites = _suites_from(data.get("suites", {}), source)
     manifest.validate()
     return manifest
+
+
+def _suites_from(tables: Any, source: str) -> dict[str, SuiteSpec]:
+    if not isinstance(tables, Mapping):
+        raise ManifestError(f"{source}: `suites` must be tables ([suites.NAME])")
+    out = {}
+    for name, entry in tables.items():
+        if not isinstance(entry, Mapping):
+            raise ManifestError(f"{source}: suites.{name} must be a table with `path` and `domain`")
+        for key in entry:
+            if key not in SUITE_KEYS:
+                raise ManifestError(f"{source}: unknown key suites.{name}.{key}{did_you_mean(key, SUITE_KEYS)}; "
+                                    f"allowed: {', '.join(SUITE_KEYS)}")
+        for key in ("path", "domain"):
+            if key not in entry:
+                raise ManifestError(f"{source}: suites.{name} has no `{key}`; add {key} = \"...\"")
+        out[name] = SuiteSpec(name=name, **dict(entry))
+    return out
 
 
 def manifest_path(run_dir: str | os.PathLike[str]) -> Path:

@@ -79,10 +79,13 @@ def test_suite_without_per_item_outcomes(fixture_run, cli):
 
 
 def test_non_arena_suite(fixture_run, cli):
+    """Imported cells are paired by item, not replayed (issue 32); seq-math [1,1,0,0] -> seq-search [0,1,1,0]."""
     write_cells(fixture_run, source="lm-eval")
-    code, _, err = cli("flips", "--run", str(fixture_run), "--from", "seq-math", "--to", "seq-search",
-                       "--suite", "math/id")
-    assert code == 1 and "not played in the arena" in err and len(err.strip().splitlines()) == 1
+    code, out, err = cli("flips", "--run", str(fixture_run), "--from", "seq-math", "--to", "seq-search",
+                         "--suite", "math/id", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["replayed"] is False and (res["lost"], res["gained"], res["n"]) == (1, 1, 4)
 
 
 def test_different_tokenizers(fixture_run, cli):

@@ -58,7 +58,7 @@ def test_a_cycle_in_a_long_chain_is_still_found():
                          ids=["DEL", "SOH", "tab-quote-backslash", "U+2028"])
 def test_init_with_control_characters_writes_a_manifest_every_verb_reads(tmp_path, cli, path):
     run = tmp_path / "run"
-    code, _, err = cli("init", "--run", str(run), f"base={path}", "--json")
+    code, _, err = cli("init", "--run", str(run), f"base={path}", "--json", "--allow-missing")
     assert code == 0, err
     m = load_manifest(run)
     assert m.resolve("base").path == path
@@ -68,7 +68,7 @@ def test_init_with_control_characters_writes_a_manifest_every_verb_reads(tmp_pat
 def test_init_with_undecodable_bytes_is_one_line_and_leaves_nothing(tmp_path, cli):
     run = tmp_path / "run"
     undecodable = b"ckpt\xff\xfe".decode("utf-8", "surrogateescape")  # how Python hands such a file name over
-    code, _, err = cli("init", "--run", str(run), f"base={undecodable}")
+    code, _, err = cli("init", "--run", str(run), f"base={undecodable}", "--allow-missing")
     assert code == 1, err
     lines = [ln for ln in err.splitlines() if ln.startswith("aclarena-diag")]
     assert len(lines) == 1 and lines[0].startswith("aclarena-diag init: error: ") and "UTF-8" in lines[0], err

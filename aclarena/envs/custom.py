@@ -1,0 +1,349 @@
+"""Bring-your-own eval suites: a JSONL task file, scored by a chosen scorer, played like an arena suite.
+
+A run's manifest registers them (``[suites.NAME]``, :class:`aclarena.store.manifest.SuiteSpec`)::
+
+    [suites.capitals]
+    path = "tasks/capitals.jsonl"   # one task per line
+    domain = "geo"                  # the stage domain it measures (for `forgetting`)
+    role = "id"                     # id | ood | general
+    scorer = "normalized"           # exact | normalized | regex | numeric | pkg.module:function
+
+Each line holds ``messages`` (a chat ending with a user turn) or ``prompt`` (one user message),
+an ``answer`` (a string, a number, or a list of accepted answers) and optionally an ``id``; other
+keys reach a callable scorer. The model answers in one turn with its own chat template (no system
+prompt is added unless the suite or the line gives one, so a template's default system prompt
+applies). Scorers read the reply with its ``<think>`` block removed, after the suite's ``extract``
+pattern when it has one:
+
+* ``exact``: the reply equals an answer (surrounding white space ignored);
+* ``normalized``: equal after lower-casing and removing punctuation, articles and extra spaces
+  (SQuAD's normalization, Rajpurkar et al. 2016);
+* ``regex``: an answer is a regular expression found in the reply (``re.search``);
+* ``numeric``: the reply's last number equals a numeric answer within ``tolerance``;
+* ``pkg.module:function``: ``function(reply, answer, item) -> bool | float in [0, 1]``. It runs
+  code named by the manifest, so it is refused unless the verb gets ``--allow-code``.
+
+:func:`register_suites` makes a manifest's suites known to :func:`aclarena.envs.get_env`,
+:func:`aclarena.envs.sample_tasks` and :func:`aclarena.envs.resolve_suites`, so that ``eval`` writes
+their cells (with per-item outcomes and transcripts), ``forgetting`` finds them by domain and
+``flips`` replays their items, all through the arena's rollout loop. docs/custom-suites.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import math
+import os
+import random
+import re
+import string
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aclarena import jsonl
+from aclarena.envs.base import Environment, Task, Trajectory, stable_hash
+from aclarena.errors import AclarenaError, ManifestError
+from aclarena.store.manifest import Manifest, SuiteSpec
+
+DEFAULT_MAX_NEW_TOKENS = 256
+# names `--suites` already gives a meaning to (aclarena.envs.resolve_suites)
+RESERVED = ("id", "ood", "general", "all", "custom", "math", "search", "ecom", "if")
+CHAT_ROLES = ("system", "user", "assistant")
+EXAMPLE = '{"messages": [{"role": "user", "content": "..."}], "answer": "..."} or {"prompt": "...", "answer": "..."}'
+NUMBER_RE = re.compile(r"[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans({c: " " for c in string.punctuation})
+
+_registry: dict[str, CustomSuite] = {}
+
+
+@dataclass(frozen=True)
+class CustomTask(Task):
+    """A task of a custom suite: its opening chat is the line's own messages."""
+
+    @property
+    def suite(self) -> str:
+        return self.env
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(list(self.data["messages"]))  # a fresh list: an episode appends to it
+
+
+class CustomSuite(Environment):
+    """The environment of one custom suite: tasks from its file, one answer turn, its scorer."""
+
+    max_turns = 1
+
+    def __init__(self, spec: SuiteSpec, run_dir: str | os.PathLike[str], *, allow_code: bool = False) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.variants = (spec.role,)
+        self.chance = float(spec.chance or 0.0)
+        self.max_new_tokens = spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+        self.file = suite_file(spec, run_dir)
+        self.items = read_items(self.file, spec)
+        self._score = make_scorer(spec, allow_code=allow_code)
+
+    @property
+    def domain(self) -> str:
+        return self.spec.domain
+
+    def system_prompt(self, variant: str) -> str:
+        return self.spec.system or ""
+
+    def _candidate(self, rng: random.Random, variant: str) -> tuple[str, str, dict[str, Any]]:
+        raise NotImplementedError("a custom suite's tasks come from its file")
+
+    def generate(self, n: int, seed: int = 0, split: str = "eval", variant: str = "id") -> list[Task]:
+        """``min(n, items)`` tasks in file order: every item when ``n`` covers the file, else ``n``
+        items drawn with ``seed`` (the same for every checkpoint)."""
+        self.check_variant(variant)
+        if split != "eval":
+            raise AclarenaError(f"suite {self.name!r} is an eval suite (its file holds no training split)")
+        if not isinstance(n, int) or n < 0:
+            raise AclarenaError(f"the number of tasks must be a non-negative integer, got {n!r}")
+        idx = list(range(len(self.items)))
+        if n < len(idx):
+            idx = sorted(random.Random(f"{self.name}|{seed}").sample(idx, n))
+        return [self._task(self.items[i]) for i in idx]
+
+    def _task(self, item: dict[str, Any]) -> CustomTask:
+        messages = item["messages"]
+        return CustomTask(id=f"{self.name}/{item['id']}", env=self.name, variant=self.spec.role, split="eval",
+                          system=next((m["content"] for m in messages if m["role"] == "system"), ""), tools=None,
+                          prompt=next(m["content"] for m in reversed(messages) if m["role"] == "user"),
+                          key=str(item["id"]), data=item)
+
+    def score(self, task: Task, trajectory: Trajectory) -> dict[str, float]:
+        last = trajectory.steps[-1] if trajectory.steps else None
+        reply = last.content if last is not None else ""
+        got = self._score(extracted(reply, self.spec.extract), task.data.get("answer"), dict(task.data))
+        return {"reward": got}
+
+    def expert_actions(self, task: Task) -> list[str]:
+        answers = _answers(task.data.get("answer"))
+        return [str(answers[0])] if answers and self.spec.scorer != "regex" else []
+
+
+# --- files --------------------------------------------------------------------------------------
+
+
+def suite_file(spec: SuiteSpec, run_dir: str | os.PathLike[str]) -> Path:
+    raw = os.path.expanduser(spec.path)
+    return Path(raw) if os.path.isabs(raw) else Path(run_dir) / raw
+
+
+def read_items(path: Path, spec: SuiteSpec) -> list[dict[str, Any]]:
+    """The tasks of a suite file, checked line by line; errors name the file and the line."""
+    out: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for lineno, obj in jsonl.read_objects(path, f"suite {spec.name!r}", EXAMPLE):
+        def bad(what: str, lineno: int = lineno) -> AclarenaError:
+            return AclarenaError(f"{path} line {lineno}: {what}")
+
+        if "messages" in obj:
+            messages = _check_chat(obj["messages"], bad)
+        elif "prompt" in obj:
+            if not isinstance(obj["prompt"], str) or not obj["prompt"].strip():
+                raise bad('"prompt" must be a non-empty string')
+            messages = [{"role": "user", "content": obj["prompt"]}]
+        else:
+            raise bad(f'has neither "messages" nor "prompt" (keys: {", ".join(obj) or "none"}); write {EXAMPLE}')
+        if spec.system and not any(m["role"] == "system" for m in messages):
+            messages = [{"role": "system", "content": spec.system}, *messages]
+        if "answer" not in obj and not spec.is_callable:
+            raise bad(f'has no "answer"; scorer {spec.scorer!r} compares the reply with it')
+        answers = _answers(obj.get("answer"))
+        if "answer" in obj and not answers:
+            raise bad('"answer" must be a string, a number or a non-empty list of them')
+        if spec.scorer == "numeric" and any(_as_number(a) is None for a in answers):
+            raise bad(f'"answer" {obj["answer"]!r} is not a number; the numeric scorer compares numbers')
+        if spec.scorer == "regex":
+            for a in answers:
+                try:
+                    re.compile(str(a))
+                except re.error as e:
+                    raise bad(f'"answer" {a!r} is not a regular expression ({e})') from None
+        item_id = obj.get("id")
+        if item_id is None:
+            item_id = stable_hash(messages, obj.get("answer"))
+        elif not isinstance(item_id, str | int) or isinstance(item_id, bool) or "/" in str(item_id):
+            raise bad(f'"id" must be a string or an integer without "/", got {item_id!r}')
+        item_id = str(item_id)
+        if item_id in seen:
+            raise bad(f"repeats the task of line {seen[item_id]} (id {item_id!r}); give each line its own \"id\"")
+        seen[item_id] = lineno
+        out.append({**obj, "id": item_id, "messages": messages})
+    return out
+
+
+def _check_chat(messages: Any, bad: Callable[[str], AclarenaError]) -> list[dict[str, Any]]:
+    if not isinstance(messages, list) or not messages:
+        raise bad('"messages" must be a non-empty list of {"role": ..., "content": ...}')
+    out = []
+    for j, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES or not isinstance(m.get("content"), str):
+            raise bad(f'message {j} must be {{"role": one of {", ".join(CHAT_ROLES)}, "content": "text"}}')
+        out.append({"role": m["role"], "content": m["content"]})
+    if out[-1]["role"] != "user":
+        raise bad("the conversation must end with a user message (the model answers it)")
+    return out
+
+
+# --- scorers ------------------------------------------------------------------------------------
+
+Scorer = Callable[[str, Any, dict[str, Any]], float]
+
+
+def _answers(answer: Any) -> list[Any]:
+    items = answer if isinstance(answer, list) else [answer]
+    return [a for a in items if isinstance(a, str | int | float) and not isinstance(a, bool)]
+
+
+def normalize(text: str) -> str:
+    """Lower case, punctuation and the articles a/an/the removed, white space collapsed (SQuAD)."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split())
+
+
+def _as_number(x: Any) -> float | None:
+    if isinstance(x, int | float) and not isinstance(x, bool):
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, str):
+        found = NUMBER_RE.findall(x)
+        if len(found) == 1 and found[0].strip() == x.strip().replace(" ", ""):
+            return _parse(found[0])
+    return None
+
+
+def _parse(token: str) -> float | None:
+    try:
+        v = float(token.replace(",", ""))
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def last_number(text: str) -> float | None:
+    """The last number written in ``text`` (thousands separators allowed), or None."""
+    for token in reversed(NUMBER_RE.findall(text)):
+        v = _parse(token)
+        if v is not None:
+            return v
+    return None
+
+
+def extracted(reply: str, pattern: str | None) -> str:
+    """What is scored: the reply, or the first group (else the whole match) of ``pattern`` in it."""
+    if pattern is None:
+        return reply
+    m = re.search(pattern, reply)
+    if m is None:
+        return ""
+    return next((g for g in m.groups() if g is not None), m.group(0))
+
+
+def make_scorer(spec: SuiteSpec, *, allow_code: bool = False) -> Scorer:
+    """The function ``(reply, answer, item) -> score in [0, 1]`` of a suite."""
+    if spec.scorer == "exact":
+        return lambda reply, answer, item: float(any(reply.strip() == str(a).strip() for a in _answers(answer)))
+    if spec.scorer == "normalized":
+        return lambda reply, answer, item: float(any(normalize(reply) == normalize(str(a)) for a in _answers(answer)))
+    if spec.scorer == "regex":
+        return lambda reply, answer, item: float(any(re.search(str(a), reply) for a in _answers(answer)))
+    if spec.scorer == "numeric":
+        def numeric(reply: str, answer: Any, item: dict[str, Any]) -> float:
+            got = last_number(reply)
+            if got is None:
+                return 0.0
+            for a in _answers(answer):
+                want = _as_number(a)
+                tol = spec.tolerance if spec.tolerance is not None else 1e-6 * max(1.0, abs(want or 0.0))
+                if want is not None and abs(got - want) <= tol:
+                    return 1.0
+            return 0.0
+        return numeric
+    return _callable_scorer(spec, allow_code=allow_code)
+
+
+def _callable_scorer(spec: SuiteSpec, *, allow_code: bool) -> Scorer:
+    if not allow_code:
+        raise AclarenaError(f"suite {spec.name!r} is scored by the Python callable {spec.scorer}, which runs code the "
+                            "manifest names; pass --allow-code if you trust this run's aclarena.toml")
+    module_name, _, attr = spec.scorer.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise AclarenaError(f"suite {spec.name!r}: cannot import {module_name} for scorer {spec.scorer} ({e}); "
+                            "install it or put its folder on PYTHONPATH") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise AclarenaError(f"suite {spec.name!r}: {module_name} has no function {attr!r} (scorer {spec.scorer})")
+
+    def call(reply: str, answer: Any, item: dict[str, Any]) -> float:
+        value = fn(reply, answer, item)
+        if isinstance(value, bool):
+            return float(value)
+        if not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+            raise AclarenaError(f"scorer {spec.scorer} returned {value!r} for item {item.get('id')!r} of suite "
+                                f"{spec.name!r}; a scorer returns a bool or a number in [0, 1]")
+        return float(value)
+
+    return call
+
+
+# --- registry -----------------------------------------------------------------------------------
+
+
+def check_suite_names(manifest: Manifest) -> None:
+    """Refuse suite names that ``--suites`` already means something by."""
+    for name in manifest.suites:
+        if name in RESERVED:
+            raise ManifestError(f"suite name {name!r} is taken by the arena (--suites {name} means "
+                                f"{'a group of suites' if name in ('id', 'ood', 'all', 'custom') else 'its suites'}); "
+                                "choose another")
+
+
+def register_suites(manifest: Manifest, run_dir: str | os.PathLike[str], *, allow_code: bool = False) -> list[str]:
+    """Make the manifest's suites known to :mod:`aclarena.envs` (replacing any registered before);
+    every file is read and checked now. Returns their names."""
+    check_suite_names(manifest)
+    suites = {name: CustomSuite(spec, run_dir, allow_code=allow_code) for name, spec in manifest.suites.items()}
+    _registry.clear()
+    _registry.update(suites)
+    return list(suites)
+
+
+def registered() -> Mapping[str, CustomSuite]:
+    """The custom suites registered now, by name."""
+    return _registry
+
+
+def custom_suite(name: str) -> CustomSuite | None:
+    return _registry.get(name)
+
+
+def describe(suite: CustomSuite) -> dict[str, Any]:
+    """One row for a table of suites."""
+    spec = suite.spec
+    return {"suite": spec.name, "domain": spec.domain, "role": spec.role, "scorer": spec.scorer,
+            "items": len(suite.items), "file": str(suite.file), "sha256": file_sha256(suite.file)}
+
+
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def identity(name: str) -> dict[str, Any] | None:
+    """What a custom suite's cells depend on besides the eval settings: its spec and its file's bytes
+    (so an edited file or scorer is a new cell, never taken for the old one); None for arena suites."""
+    suite = _registry.get(name)
+    if suite is None:
+        return None
+    return {"suite_spec": json.loads(json.dumps(suite.spec.to_dict())), "suite_sha256": file_sha256(suite.file)}

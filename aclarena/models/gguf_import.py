@@ -1,0 +1,224 @@
+"""GGUF in: write an HF safetensors folder from a ``.gguf`` file (``aclarena-diag import``).
+
+transformers reads GGUF files itself (``from_pretrained(folder, gguf_file=...)``: the tensors are
+dequantized, llama.cpp's Q/K row permutation undone, the tokenizer rebuilt from the file's vocabulary,
+merges and chat template), but it marks the model as quantized with ``gguf`` and refuses
+``save_pretrained``. So the dequantized state dict is loaded into a model built from the same config
+without its ``quantization_config``, cast to the chosen dtype and saved with its tokenizer. The folder
+is written beside its place and renamed there only when complete.
+
+What the source was is recorded in ``aclarena-import.json``: the file's name, size and SHA-256, its
+architecture, its quantization (the file type, e.g. ``Q4_1``, and the count of tensors of each GGML
+type) and the dtype written; ``aclarena-diag checkpoints`` shows the quantization. A dequantized
+Q4 model holds exactly the values llama.cpp computes with, but not those of the float model the GGUF
+was made from: results on it describe the quantized model.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aclarena.errors import AclarenaError
+
+IMPORT_RECORD = "aclarena-import.json"
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class GgufImport:
+    """What ``import_gguf`` wrote and where it came from (also saved as ``aclarena-import.json``)."""
+
+    out: str
+    source: str
+    source_bytes: int
+    source_sha256: str
+    architecture: str | None
+    quantization: str | None
+    tensor_types: dict[str, int] = field(default_factory=dict)
+    dtype: str = "float32"
+    parameters: int = 0
+    format: str = "gguf"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def find_gguf(source: str | os.PathLike[str]) -> Path:
+    """The ``.gguf`` file ``source`` names: itself, or the one file of that kind in a folder."""
+    path = Path(source).expanduser()
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise AclarenaError(f"{path} is not a .gguf file; give a .gguf file or a folder holding one")
+        return path
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*.gguf") if p.is_file())
+        if not found:
+            raise AclarenaError(f"no .gguf file in {path}; give the file itself or a folder holding one")
+        if len(found) > 1:
+            raise AclarenaError(f"{path} holds {len(found)} .gguf files ({', '.join(p.name for p in found[:4])}); "
+                                "give the one to import")
+        return found[0]
+    raise AclarenaError(f"{path} does not exist; give a .gguf file or a folder holding one")
+
+
+def _gguf_module() -> Any:
+    try:
+        import gguf
+    except ImportError:
+        raise AclarenaError("reading GGUF files needs the gguf package: pip install 'aclarena[gguf]' "
+                            "(or pip install gguf)") from None
+    return gguf
+
+
+def describe_gguf(path: Path) -> dict[str, Any]:
+    """Architecture, file type (the quantization llama.cpp names, e.g. ``Q4_1``) and the count of
+    tensors of each GGML type, read from the file's header with the ``gguf`` package."""
+    gguf = _gguf_module()
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except (ValueError, OSError, KeyError, IndexError) as e:
+        raise AclarenaError(f"{path} is not a readable GGUF file ({type(e).__name__}: {e}); check the download") from None
+
+    def field_value(key: str) -> Any:
+        f = reader.get_field(key)
+        if f is None:
+            return None
+        try:
+            return f.contents()
+        except (ValueError, IndexError, TypeError):
+            return None
+
+    arch = field_value("general.architecture")
+    file_type = field_value("general.file_type")
+    types = Counter(gguf.GGMLQuantizationType(int(t.tensor_type)).name for t in reader.tensors)
+    quant = None
+    if isinstance(file_type, int):
+        try:
+            quant = gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+        except ValueError:
+            quant = str(file_type)
+    elif types:  # no file type: the type most tensors have
+        quant = types.most_common(1)[0][0]
+    return {"architecture": arch if isinstance(arch, str) else None, "quantization": quant,
+            "tensor_types": dict(sorted(types.items()))}
+
+
+def sha256_of(path: Path, block: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, dtype: str = "float32",
+                force: bool = False) -> GgufImport:
+    """Write the model and tokenizer of a GGUF file as an HF safetensors folder ``out``.
+
+    Args:
+        source: a ``.gguf`` file or a folder holding exactly one.
+        out: the folder to write (refused when it exists, unless ``force``).
+        dtype: ``float32`` (the dequantized values exactly), ``bfloat16`` or ``float16``.
+        force: replace an existing ``out`` (only once the new folder is complete).
+    """
+    if dtype not in DTYPES:
+        raise AclarenaError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    path = find_gguf(source)
+    out_dir = Path(out).expanduser()
+    if out_dir.exists() and not force:
+        raise AclarenaError(f"{out_dir} already exists; choose another --out or pass --force to replace it")
+    if out_dir.resolve() == path.parent.resolve() or out_dir.resolve() in path.resolve().parents:
+        raise AclarenaError(f"--out {out_dir} holds the source file; write the import to another folder")
+    info = describe_gguf(path)
+    digest = sha256_of(path)
+    model, tokenizer = _load(path)
+    rebuilt = _rebuild(model, dtype)
+    record = GgufImport(out=str(out_dir), source=str(path.resolve()), source_bytes=path.stat().st_size,
+                        source_sha256=digest, architecture=info["architecture"], quantization=info["quantization"],
+                        tensor_types=info["tensor_types"], dtype=dtype,
+                        parameters=sum(p.numel() for p in rebuilt.parameters()))
+    _write(rebuilt, tokenizer, record, out_dir)
+    return record
+
+
+def _load(path: Path) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from aclarena.progress import quiet_libraries
+
+    _gguf_module()
+    quiet_libraries()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    except (ValueError, KeyError, NotImplementedError, OSError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise AclarenaError(f"transformers cannot read {path}: {first}") from None
+    return model, tokenizer
+
+
+def _rebuild(model: Any, dtype: str) -> Any:
+    """The same weights in a model transformers will save: built from the config without its
+    ``quantization_config``, the dequantized state dict loaded strictly, cast to ``dtype``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    state = {k: v.detach().to(torch.float32) for k, v in model.state_dict().items()}
+    missing, unexpected = fresh.load_state_dict(state, strict=False)
+    tied = {k for k in missing if k.endswith("lm_head.weight") and getattr(config, "tie_word_embeddings", False)}
+    if set(missing) - tied or unexpected:
+        raise AclarenaError(f"the GGUF model's tensors do not fit its config (missing {sorted(set(missing) - tied)[:3]}, "
+                            f"unexpected {sorted(unexpected)[:3]}); this architecture cannot be imported")
+    fresh.generation_config = copy.deepcopy(model.generation_config)
+    return fresh.to(getattr(torch, dtype)).eval()
+
+
+def _write(model: Any, tokenizer: Any, record: GgufImport, out_dir: Path) -> None:
+    import tempfile
+
+    parent = out_dir.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.import-", dir=parent))
+    except OSError as e:
+        raise AclarenaError(f"cannot write in {parent}: {e.strerror or e}; choose another --out") from None
+    old = None
+    try:
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        (staging / IMPORT_RECORD).write_text(json.dumps(record.to_dict(), indent=2) + "\n", encoding="utf-8")
+        if out_dir.exists():
+            old = parent / f".{out_dir.name}.replaced-{os.getpid()}"
+            os.replace(out_dir, old)
+        os.replace(staging, out_dir)
+    except OSError as e:
+        if old is not None and not out_dir.exists():
+            os.replace(old, out_dir)
+            old = None
+        raise AclarenaError(f"cannot write {out_dir}: {e.strerror or e} (nothing was left half-written)") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def read_import_record(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The ``aclarena-import.json`` of a folder written by :func:`import_gguf`, or None."""
+    try:
+        data = json.loads((Path(folder) / IMPORT_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
