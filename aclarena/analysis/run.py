@@ -114,7 +114,7 @@ class Run:
         return displacement(self.path, checkpoints=checkpoints, tolerances=tolerances, force=force,
                             show_progress=show_progress, manifest=self.manifest)
 
-    def eval(self, *, checkpoints: str | Sequence[str] | None = None, suites: str = "id,ood,general", n: int = 100,
+    def eval(self, *, checkpoints: str | Sequence[str] | None = None, suites: str | None = None, n: int = 100,
              samples: int = 4, seeds: Sequence[int] = (0,), temperature: float = 1.0, top_p: float = 1.0,
              batch_size: int = 32, device: str = "cpu", dtype: str = "auto", force: bool = False,
              show_progress: bool = False) -> EvalResult:
