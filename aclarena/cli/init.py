@@ -148,8 +148,12 @@ def run(args: argparse.Namespace) -> int:
 
     notes: list[str] = []
     for name, path in entries:
-        if _require_present(name, path, run_dir, allow_missing=args.allow_missing) == "hub":
+        source = _require_present(name, path, run_dir, allow_missing=args.allow_missing)
+        if source == "hub":
             notes.append(f"{name}: {path} is no local folder; taken as a hub id")
+        elif source == "hub-uncached":
+            notes.append(f"{name}: {path} is no local folder; taken as a hub id, not in the local Hugging Face "
+                         f"cache yet: `hf download {path}` before the run is used")
     guesses = _guess(names, manifest)
     for name, path in entries:
         fields = {**guesses[name], **explicit[name]}
@@ -238,10 +242,10 @@ def _local(run_dir: Path, path: str) -> Path:
 
 
 def _require_present(name: str, path: str, run_dir: Path, *, allow_missing: bool) -> str | None:
-    """The source PATH names (folder, adapter, hub); a PATH that names no folder and no hub id (``org/name``,
-    whose first part is no local folder) is refused unless ``allow_missing``."""
+    """The source PATH names (folder, adapter, hub, hub-uncached); a PATH that names no folder and no hub id
+    (``org/name``, whose first part is no local folder) is refused unless ``allow_missing``."""
     from aclarena.errors import CheckpointError
-    from aclarena.models.checkpoint import locate
+    from aclarena.models.checkpoint import HUB_ID_RE, locate
 
     try:
         return locate(CheckpointSpec(name=name, path=path), run_dir)[0]
@@ -249,6 +253,8 @@ def _require_present(name: str, path: str, run_dir: Path, *, allow_missing: bool
         if allow_missing:
             return None
         where = _local(run_dir, path)
+        if HUB_ID_RE.match(path) and not (run_dir / path.split("/")[0]).exists():
+            return "hub-uncached"  # loaders refuse it, in one line, until it is downloaded
         if where.is_file():
             hint = ("; a .gguf file is imported first: aclarena-diag import" if where.suffix == ".gguf"
                     else "; give its folder")
