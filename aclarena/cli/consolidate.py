@@ -12,7 +12,6 @@ settings: docs/consolidation.md.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from aclarena.cli._common import add_verb, manifest_of, print_json, print_table, progress
@@ -123,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run)
     notes: list[str] = []
     produced: list[dict[str, Any]] = []
-    show = not args.json and sys.stderr.isatty()
+    show = not args.json
     with progress(enabled=show) as bar:
         task = bar.add_task(f"consolidate {method.name}", total=len(lineages))
         for lin in lineages:

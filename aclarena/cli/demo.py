@@ -94,15 +94,13 @@ def _require(name: str, code: int, data: Any, err: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from aclarena.cli.train import print_phase_table
+    from aclarena.progress import status
     from aclarena.train.config import load_config
     from aclarena.train.curriculum import run_curriculum
     from aclarena.train.presets import preset_path
 
     t_start = time.monotonic()
-    console = Console(stderr=True)
     out = Path(args.out)
     path = preset_path(args.preset)
     cfg = load_config(path, overrides=args.trl)
@@ -115,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     n = args.n if args.n is not None else (50 if args.preset == "mini" else 4)
     if n < 1:
         raise AclarenaError(f"-n must be >= 1, got {n}")
-    show = not args.json and sys.stderr.isatty()
+    show = not args.json
     steps: dict[str, float] = {}
 
     t = time.monotonic()
@@ -133,11 +131,9 @@ def run(args: argparse.Namespace) -> int:
 
     def step(name: str, argv: list[str], what: str, *, required: bool = True) -> Any:
         t0 = time.monotonic()
-        with console.status(f"demo: {what}", spinner="dots") if show else contextlib.nullcontext():
+        with status(f"demo: {what}", enabled=show):
             code, data, err = verb(argv)
         steps[name] = steps.get(name, 0.0) + time.monotonic() - t0
-        if not show and not args.json:
-            print(f"  {what}: {time.monotonic() - t0:.1f} s", file=sys.stderr)
         if required:
             return _require(name, code, data, err)
         return data if code == 0 else {"error": err.splitlines()[-1] if err else f"exit code {code}"}

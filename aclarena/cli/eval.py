@@ -157,7 +157,7 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
     manifest_text = _manifest_text(args.run)
     computed: set[tuple[str, str]] = set()
     per_suite = rollouts_per_suite(settings)
-    with progress(enabled=not args.json and sys.stderr.isatty() and w.is_main) as bar:
+    with progress(enabled=not args.json and w.is_main) as bar:
         task = bar.add_task("eval", total=sum(len(v) for v in todo.values()) * per_suite)
         for spec in specs:
             pending = todo.get(spec.name, [])

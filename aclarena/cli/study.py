@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise AclarenaError(f"--config {path}: no such file; name a curriculum TOML such as examples/mini.toml")
     cfg = load_config(path)
-    show = not args.json and sys.stderr.isatty()
+    show = not args.json
     methods = parse_consolidations(args.consolidations, args.full)
 
     def on_start(name: str) -> None:
