@@ -18,13 +18,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aclarena.analysis._common import RunPath
 from aclarena.analysis.checkpoints import CheckpointsResult, checkpoints
 from aclarena.analysis.compare import CompareResult, compare
 from aclarena.analysis.forgetting import ForgettingResult, forgetting
 from aclarena.store import Manifest, ResultsStore, load_manifest
+
+if TYPE_CHECKING:
+    from aclarena.analysis.flips import FlipSettings
 
 
 class Run:
@@ -98,7 +101,7 @@ class Run:
         """The study-shaped comparison of consolidation methods: a :class:`~aclarena.analysis.compare.CompareResult`."""
         return compare(self.path, router=router, score=score, settings=settings, manifest=self.manifest)
 
-    def flips(self, early: str, late: str, suite: str, *, settings: Any = None, force: bool = False,
+    def flips(self, early: str, late: str, suite: str, *, settings: FlipSettings | None = None, force: bool = False,
               device: str = "cpu", dtype: str = "auto", allow_pickle: bool = False) -> Any:
         """The items ``early`` solved and ``late`` fails on ``suite``, where their paths part, and the swap
         test: a :class:`~aclarena.analysis.flips.FlipsResult` (``settings``: a

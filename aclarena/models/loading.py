@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aclarena.errors import CheckpointError, ConfigError, did_you_mean
 from aclarena.models.checkpoint import (
@@ -151,7 +151,8 @@ def _load_full(info: CheckpointInfo, opts: LoadOptions, device: str) -> PreTrain
     except (OSError, ValueError, RuntimeError, KeyError) as e:
         raise CheckpointError(f"checkpoint {info.name!r} cannot be loaded from {info.location}: {_first_line(e)}") from None
     if opts.device_map is None:
-        model.to(device)
+        # transformers' `to` is wrapped by a decorator whose stub loses the bound self
+        model.to(device)  # type: ignore[arg-type]
     return model
 
 
@@ -173,7 +174,8 @@ def _load_adapter(
         ) from None
     if opts.merge_adapter:
         return model.merge_and_unload()
-    return model
+    # an unmerged PeftModel forwards the PreTrainedModel interface every caller uses (forward, generate, config)
+    return cast("PreTrainedModel", model)
 
 
 def load_tokenizer(
