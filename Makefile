@@ -58,10 +58,10 @@ browser:
 
 # README's and docs' result tables, regenerated from the committed files under docs/results/
 docs-results: install
-	$(PY) -m aclarena.docs_results
+	$(PY) tools/docs_results.py
 
 lint: install-dev
-	$(VENV)/bin/ruff check aclarena tests benchmarks examples
+	$(VENV)/bin/ruff check aclarena tests benchmarks experiments tools examples
 	$(VENV)/bin/mypy
 
 clean:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 MAX_DEPTH = 64
@@ -18,6 +19,26 @@ MAX_DEPTH = 64
 
 class JsonShapeError(ValueError):
     """A JSON value that parses but cannot be used: lone surrogates or nesting too deep."""
+
+
+class StrictJsonError(ValueError):
+    """A result file that is not strict JSON (one line: which file and what is wrong)."""
+
+
+def strict_json(path: Path) -> Any:
+    """Read ``path`` as strict JSON: NaN and infinities are refused (they are not JSON).
+
+    Raises:
+        StrictJsonError: not JSON, or a NaN / infinity in it.
+    """
+
+    def refuse(name: str) -> Any:
+        raise StrictJsonError(f"{path}: {name} is not strict JSON; write null for a missing number")
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
+    except json.JSONDecodeError as e:
+        raise StrictJsonError(f"{path}: not JSON ({e.msg} at line {e.lineno}); regenerate it") from None
 
 
 def lines(text: str) -> Iterator[tuple[int, str]]:

@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
                  f"evaluating {o['checkpoint']} in its domain", required=False)
     results["compare"] = step("compare", ["compare", "--run", run_dir], "comparison table", required=False)
     summary = _plain(build_summary(rows, results, stage_ends, steps, time.monotonic() - t_start, args.preset, n))
-    from aclarena.docs_results import made_by
+    from aclarena.reproducibility import made_by
 
     cmd = f"aclarena-diag demo --preset {args.preset} --seed {cfg.seed} -n {n}" + (" --full" if args.full else "")
     summary["made_by"] = made_by(cmd)  # docs/results/demo.json is this file: its tables cite the command

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
 
 def print_validation(v: dict[str, Any]) -> None:
     """The held-out validation table, or the one line saying why there is none."""
-    from aclarena.docs_results import PREDICTOR_LABELS
+    from aclarena.diagnostics.early_warning import PREDICTOR_LABELS
 
     if v.get("status") != "ok":
         print(f"held-out validation of the early warning: not run: {v.get('reason')}")

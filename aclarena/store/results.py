@@ -28,7 +28,7 @@ from typing import Any
 
 import h5py
 
-from aclarena import __version__
+from aclarena._version import __version__
 from aclarena.errors import StoreError
 from aclarena.store.encoding import RaggedView, encoding_of, read_elem, write_elem
 

@@ -24,7 +24,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from aclarena import __version__
+from aclarena._version import __version__
 from aclarena.errors import StoreError
 from aclarena.store.encoding import encoding_of
 from aclarena.store.results import _now, _os_error, check_root, damaged

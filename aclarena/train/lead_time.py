@@ -239,9 +239,9 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
         CONFIG_COPY,
         WORK,
         _location,
-        _read_template,
-        _run_job,
         plan,
+        read_template,
+        run_job,
     )
     from aclarena.train.monitor import PROBE_PREFIX, RAZOR_PREFIX, domain_probe
     from aclarena.train.naming import phase_names, replicate_suffix
@@ -306,7 +306,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     # RL's Razor as the paper defines it: the stage start's generations on the trained stage's own prompts
     razor = domain_probe(run, first.parent, start, settings.stage, name=f"{RAZOR_PREFIX}{settings.stage}{suffix}", n=probe_n,
                          max_new_tokens=probe_tokens, split="train")
-    chat_template = _read_template(cfg)
+    chat_template = read_template(cfg)
     offsets: dict[str, int] = {}
     steps_total = 0
     monitors: list[DriftMonitorCallback] = []
@@ -330,7 +330,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
                 monitors.append(monitor)
                 gts.append(gt)
                 out_folder = scratch / name
-                trained = _run_job(cfg, job, run, folders, [monitor, gt], chat_template, folder=out_folder,
+                trained = run_job(cfg, job, run, folders, [monitor, gt], chat_template, folder=out_folder,
                                    work=scratch / f"{name}.work")
                 folders[name] = str(out_folder)
                 offsets[name] = steps_total

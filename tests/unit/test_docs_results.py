@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aclarena.docs_results import REPO, ResultsError, blocks, main, regenerate, render_block
+from tools.docs_results import REPO, ResultsError, blocks, main, regenerate, render_block
 
 SUMMARY = {
     "made_by": {"command": "aclarena-diag demo --seed 0", "date": "2026-12-01", "machine": "2 CPU cores"},
@@ -95,7 +95,7 @@ def test_unknown_table_and_source_outside_results(tmp_path):
 
 
 def test_repo_root_is_this_checkout():
-    assert (REPO / "aclarena" / "docs_results.py").is_file()
+    assert (REPO / "tools" / "docs_results.py").is_file() and (REPO / "pyproject.toml").is_file()
 
 
 FINDINGS = {
@@ -141,7 +141,7 @@ def test_findings_and_validation_tables(tmp_path):
 
 
 def test_demo_renderers_show_every_part_of_the_summary():
-    from aclarena.docs_results import demo_displacement, demo_forgetting, demo_times, demo_tokens
+    from tools.docs_results import demo_displacement, demo_forgetting, demo_times, demo_tokens
 
     summary = {
         "ecom_effect": {"before": "seq-search", "after": "seq-ecom", "math/id": {"before": 0.2, "after": 0.1},
@@ -169,7 +169,7 @@ def test_demo_renderers_show_every_part_of_the_summary():
 
 
 def test_demo_tables_show_intervals_and_the_paired_test():
-    from aclarena.docs_results import demo_forgetting, demo_stages
+    from tools.docs_results import demo_forgetting, demo_stages
 
     eff = {"before": "seq-search", "after": "seq-ecom",
            "search/id": {"before": 0.5, "after": 0.26, "before_ci95": [0.4, 0.59], "after_ci95": [0.18, 0.34],
