@@ -12,7 +12,7 @@ in ``--steps`` need their own ``--out``. ``--lora-r R`` trains a LoRA adapter (r
 linear layer) on the frozen start instead of every weight, and scores it merged (the merged model is
 saved beside the adapter, in ``merged/``, so a later stage can start from it): LoRA learns less and
 forgets less (Biderman et al., arXiv 2405.09673); at 3.4M parameters it did not keep math over the
-search stage (docs/training.md, "third pass").
+search stage (docs/experiments/mini-base.md, "third pass").
 
     python experiments/stage_lr.py --start runs/retune/checkpoints/seq-search --domain ecom \
         --steps 40 --batch 4 --lr 5e-5 --score search,math,ecom --out runs/stage-lr --results R.jsonl

@@ -238,6 +238,18 @@ def monitor_validation(data: Mapping[str, Any]) -> str:
     return table
 
 
+def test_tiers(data: Mapping[str, Any]) -> str:
+    """Each test tier's command, its test counts and its wall time."""
+    rows = []
+    for r in data["tiers"]:
+        counts = ("-" if r.get("passed") is None
+                  else f"{r['passed']} passed, {r.get('skipped', 0)} skipped, {r.get('deselected', 0)} deselected")
+        rows.append([r["tier"], f"`{r['command']}`", counts, f"{_num(r.get('seconds'), 0)} s", r.get("source", "")])
+    return _table(["tier", "command", "tests", "wall time", "source"], rows)
+
+
+TESTS_CMD = "python -m pytest tests/unit, then make test-fast, timed (docs/testing.md)"
+
 RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "demo-stages": (demo_stages, DEMO_CMD),
     "demo-lead-time": (demo_lead_time, DEMO_CMD),
@@ -249,6 +261,7 @@ RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "findings": (findings_table, STUDY_CMD),
     "monitor-validation": (monitor_validation, STUDY_CMD),
     "study-times": (study_times, STUDY_CMD),
+    "test-tiers": (test_tiers, TESTS_CMD),
 }
 
 

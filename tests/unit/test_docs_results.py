@@ -183,3 +183,14 @@ def test_demo_tables_show_intervals_and_the_paired_test():
                                       "parent_score": 0.0, "after_sft": 0.46, "score": 0.5, "score_ci95": [0.4, 0.59],
                                       "oracle": 0.8, "oracle_ci95": None, "general": None}]})
     assert "| seq-search | search/id | 0.00 | 0.46 | 0.50 [0.40, 0.59] | 0.80 | - |" in stages
+
+
+def test_test_tiers_table():
+    from tools.docs_results import test_tiers
+
+    table = test_tiers({"tiers": [
+        {"tier": "unit", "command": "pytest tests/unit", "passed": 10, "skipped": 1, "deselected": 0, "seconds": 61.35,
+         "source": "measured"},
+        {"tier": "full", "command": "make test", "passed": None, "seconds": 1030, "source": "CI"}]})
+    assert "| unit | `pytest tests/unit` | 10 passed, 1 skipped, 0 deselected | 61 s | measured |" in table
+    assert "| full | `make test` | - | 1030 s | CI |" in table
