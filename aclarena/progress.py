@@ -74,7 +74,9 @@ class LogProgress:
         self.interval = log_interval() if interval is None else float(interval)
         if not self.interval > 0:
             raise ValueError(f"interval must be > 0 seconds, got {self.interval!r}")
-        self._stream = stream
+        # bound now: a caller may redirect sys.stderr while the work runs (the demo captures each step's
+        # stderr to read its error line), and the lines belong on the stream the user watches
+        self._stream = stream if stream is not None else sys.stderr
         self._tasks: dict[int, _Task] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -166,8 +168,7 @@ class LogProgress:
         self._say(f"{word}: {t.description}: {done} steps in {_seconds(elapsed)} ({rate:.3g} steps/s)")
 
     def _say(self, text: str) -> None:
-        stream = self._stream if self._stream is not None else sys.stderr
-        print(f"[aclarena {time.strftime('%H:%M:%S')}] {text}", file=stream, flush=True)
+        print(f"[aclarena {time.strftime('%H:%M:%S')}] {text}", file=self._stream, flush=True)
 
 
 def _n(x: float | None) -> str:

@@ -54,3 +54,13 @@ def test_scripts_use_public_names_and_leave_sys_path_alone():
     assert not private, private
     assert not patched, patched
     assert (REPO / "experiments" / "README.md").is_file()
+
+
+def test_the_dashboard_reads_findings_as_strict_json_without_the_tool(tmp_path):
+    from aclarena.dashboard.findings import FILE, load_findings
+
+    (tmp_path / FILE).write_text('{"rows": [], "x": NaN}', encoding="utf-8")
+    data, err = load_findings(tmp_path)
+    assert data is None and err is not None and "NaN is not strict JSON" in err and "\n" not in err
+    (tmp_path / FILE).write_text('{"rows": [{"finding": "f"}]}', encoding="utf-8")
+    assert load_findings(tmp_path) == ({"rows": [{"finding": "f"}]}, None)

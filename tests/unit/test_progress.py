@@ -99,3 +99,16 @@ def test_bad_interval_names_the_variable(monkeypatch, text):
     monkeypatch.setenv(pg.INTERVAL_ENV, text)
     with pytest.raises(AclarenaError, match=pg.INTERVAL_ENV):
         pg.log_interval()
+
+
+def test_lines_go_to_the_stderr_of_the_start_even_when_it_is_redirected(monkeypatch, capsys):
+    """The demo redirects stderr while each step runs (to read its error line); its status lines must not land there."""
+    import contextlib
+
+    monkeypatch.setenv(pg.INTERVAL_ENV, "0.03")
+    captured = io.StringIO()
+    with pg.status("demo: a step"), contextlib.redirect_stderr(captured):
+        time.sleep(0.12)
+    assert captured.getvalue() == ""
+    err = capsys.readouterr().err
+    assert "start: demo: a step" in err and "demo: a step: running" in err and "end: demo: a step" in err
