@@ -11,7 +11,7 @@ PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv install install-dev browser lint clean docs-results
+.PHONY: demo test test-fast venv install install-dev browser lint clean docs-results
 
 demo: install
 	$(VENV)/bin/aclarena-diag demo
@@ -19,6 +19,11 @@ demo: install
 # lint first: ruff (bugbear, blind except, complexity) and mypy gate the tests, here and in CI (.ci/run)
 test: install-dev browser lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# the quick loop while editing: unit and integration tests without the slow and browser ones, no lint
+# (tiers and their measured times: docs/testing.md)
+test-fast: install-dev
+	$(PY) -m pytest -m "not slow and not browser" tests/unit tests/integration $(PYTEST_ARGS)
 
 venv: $(VENV)/.torch-stamp
 
@@ -53,10 +58,10 @@ browser:
 
 # README's and docs' result tables, regenerated from the committed files under docs/results/
 docs-results: install
-	$(PY) -m aclarena.docs_results
+	$(PY) tools/docs_results.py
 
 lint: install-dev
-	$(VENV)/bin/ruff check aclarena tests benchmarks examples
+	$(VENV)/bin/ruff check aclarena tests benchmarks experiments tools examples
 	$(VENV)/bin/mypy
 
 clean:

@@ -22,6 +22,26 @@ class JsonShapeError(ValueError):
     """A JSON value that parses but cannot be used: lone surrogates or nesting too deep."""
 
 
+class StrictJsonError(ValueError):
+    """A result file that is not strict JSON (one line: which file and what is wrong)."""
+
+
+def strict_json(path: Path) -> Any:
+    """Read ``path`` as strict JSON: NaN and infinities are refused (they are not JSON).
+
+    Raises:
+        StrictJsonError: not JSON, or a NaN / infinity in it.
+    """
+
+    def refuse(name: str) -> Any:
+        raise StrictJsonError(f"{path}: {name} is not strict JSON; write null for a missing number")
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
+    except json.JSONDecodeError as e:
+        raise StrictJsonError(f"{path}: not JSON ({e.msg} at line {e.lineno}); regenerate it") from None
+
+
 def lines(text: str) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` of JSON Lines text, split on ``\\n`` only (a ``\\r`` before it dropped)."""
     for lineno, line in enumerate(text.split("\n"), start=1):

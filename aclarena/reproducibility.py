@@ -15,7 +15,8 @@ unless the user set them. ``aclarena-diag`` calls it first thing; a Python progr
 with aclarena calls it before importing torch (or sets the variables itself).
 ``ACLARENA_CPU_KERNELS=native`` keeps each library's own choice (faster on AVX-512 hosts, and
 then reproducible only on CPUs of the same generation). :func:`environment` is what each finished
-phase records in its marker, so two runs that differ can be told apart.
+phase records in its marker, so two runs that differ can be told apart; :func:`made_by` is what a
+result file (``summary.json``, ``findings.json``) records of the command, date and machine.
 """
 
 from __future__ import annotations
@@ -49,6 +50,25 @@ def pin_cpu_kernels(environ: dict[str, str] | None = None) -> dict[str, str]:
             env[k] = v
             done[k] = v
     return done
+
+
+def made_by(command: str) -> dict[str, Any]:
+    """Where a result file's numbers come from: the command, the UTC date, the machine and the versions
+    (stored as ``made_by`` in ``summary.json`` and ``findings.json``; the docs' tables cite it)."""
+    import datetime
+
+    from aclarena._version import __version__
+
+    machine = f"{os.cpu_count()} CPU cores, {platform.machine()}"
+    try:
+        import torch
+
+        machine += f", torch {torch.__version__} ({torch.get_num_threads()} threads"
+        machine += ", CUDA)" if torch.cuda.is_available() else ", CPU)"
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    return {"command": command, "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+            "machine": machine, "aclarena": __version__}
 
 
 def environment() -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Dashboard latency in the browser: from a control change to the updated figure (issue 19 targets).
 
-    python benchmarks/dashboard_latency.py                 # every part, 12 changes each
-    python benchmarks/dashboard_latency.py --part tokens-big --changes 20
+    PYTHONPATH=tests python benchmarks/dashboard_latency.py                 # every part, 12 changes each
+    PYTHONPATH=tests python benchmarks/dashboard_latency.py --part tokens-big --changes 20
 
 Headless Debian Chromium (Playwright) drives the app served by werkzeug in this process.
 A change is a click on a control (a dropdown option, a radio or a checkbox); a capture-phase
@@ -32,7 +32,6 @@ import io
 import logging
 import os
 import statistics
-import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -40,9 +39,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "tests"))
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]

@@ -61,7 +61,6 @@ def report(summary: dict, wall: float | None, preset: str) -> None:
 
 def eval_throughput(run: Path, checkpoint: str, suites: list[str], n: int, batch: int) -> None:
     """Greedy eval tokens/s, one prompt at a time vs batched by length; the trajectories must be equal."""
-    sys.path.insert(0, str(REPO))
     from aclarena.reproducibility import pin_cpu_kernels
 
     pin_cpu_kernels()

@@ -1,7 +1,7 @@
 """Data-parallel `tokens`: 2 processes under torchrun vs 1 process, measured side by side in one run.
 
-    python benchmarks/distributed_scoring.py                # ~3-6 min on 2 CPU cores
-    python benchmarks/distributed_scoring.py --sequences 32 --checkpoints 2
+    PYTHONPATH=tests python benchmarks/distributed_scoring.py                # ~3-6 min on 2 CPU cores
+    PYTHONPATH=tests python benchmarks/distributed_scoring.py --sequences 32 --checkpoints 2
 
 A run with a Qwen3-shaped model (hidden 256, 4 layers, the fixture tokenizer's 512-token
 vocabulary) and ``--checkpoints`` later checkpoints is probed once (not timed); then
@@ -28,8 +28,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 
 def build_run(root: Path, n_ckpts: int, n_seqs: int, new_tokens: int) -> None:

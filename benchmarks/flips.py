@@ -1,7 +1,7 @@
 """Cost of ``flips`` per flipped item, phase by phase, on a constructed case (issue 17).
 
-    python benchmarks/flips.py                    # 8 items, 6 budgets (~5-10 min on 2 shared CPU cores)
-    python benchmarks/flips.py --items 4 --budgets 0.5,5,20
+    PYTHONPATH=tests python benchmarks/flips.py                    # 8 items, 6 budgets (~5-10 min on 2 shared CPU cores)
+    PYTHONPATH=tests python benchmarks/flips.py --items 4 --budgets 0.5,5,20
 
 The case is the test suite's (tests/flips_helpers.py): a tiny untied Qwen3 E and an L equal
 to it except at one critical and four harmless decisions per item, every item forgotten
@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 WORDS = ["the total", "the capital", "cancel my order", "the first tower", "a refund", "the river",
          "the population", "the second item", "the shipping address", "the product price", "a search tool",

@@ -3,7 +3,7 @@ models built from configs (random weights, nothing downloaded), and the task-vec
 
     bash benchmarks/gpu_check.sh                      # one H200: at most ~8 minutes
     python benchmarks/gpu_check.py --dry-run          # the plan (configs, sizes, FLOPs) without a model
-    python benchmarks/gpu_check.py --tiny             # the same code path on CPU with tiny models (CI)
+    PYTHONPATH=tests python benchmarks/gpu_check.py --tiny             # the same code path on CPU with tiny models (CI)
 
 For each model (``0.6b``: Qwen3-0.6B's shape, 0.6 B parameters; ``8b``: Qwen3-8B's shape, 8.2 B)
 two random bf16 models are built on the GPU (a reference and a perturbed "later checkpoint"),
@@ -38,7 +38,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 H200_BF16_PEAK_TFLOPS = 989.0
 
@@ -296,7 +295,6 @@ def check_cli(device: str, workdir: Path) -> dict:
     import contextlib
     import io
 
-    sys.path.insert(0, str(ROOT / "tests"))
     from fixtures import make_run, make_tokenizer
     from tokens_helpers import PROMPTS, write_jsonl
 

@@ -1,8 +1,8 @@
 """Benchmark: the streaming checkpoint merge against loading every checkpoint whole, side by side.
 
-    python benchmarks/merging.py                      # K = 3 models + base of ~330 MB (fp32, 83M parameters)
-    python benchmarks/merging.py --hidden 512 --layers 6 --k 4
-    python benchmarks/merging.py --mergekit /path/to/venv/bin/mergekit-yaml   # also time mergekit (own venv)
+    PYTHONPATH=tests python benchmarks/merging.py                      # K = 3 models + base of ~330 MB (fp32, 83M parameters)
+    PYTHONPATH=tests python benchmarks/merging.py --hidden 512 --layers 6 --k 4
+    PYTHONPATH=tests python benchmarks/merging.py --mergekit /path/to/venv/bin/mergekit-yaml   # also time mergekit (own venv)
 
 Each step runs in a fresh subprocess so that its peak RSS (``ru_maxrss``) is its own; steps
 alternate and the best time of ``--repeats`` rounds is kept. Steps:
@@ -32,8 +32,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 
 def make(root: Path, k: int, hidden: int, layers: int) -> None:

@@ -1,7 +1,7 @@
 """Benchmark: MLE serving on CPU with peft multi-adapter, against the bare backbone, side by side.
 
-    python benchmarks/mle_serving.py                       # the mini arena's model size (hidden 256, 4 layers)
-    python benchmarks/mle_serving.py --hidden 512 --layers 8 --rank 16
+    PYTHONPATH=tests python benchmarks/mle_serving.py                       # the mini arena's model size (hidden 256, 4 layers)
+    PYTHONPATH=tests python benchmarks/mle_serving.py --hidden 512 --layers 8 --rank 16
 
 Measures, in one process with the steps interleaved (other processes share the machine; the
 best of ``--repeats`` rounds is kept for each):
@@ -22,13 +22,10 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 
 def main() -> None:

@@ -27,13 +27,11 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def tiny_run(where: Path) -> Path:
@@ -82,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from aclarena.train.callbacks import DriftMonitorCallback
-    from aclarena.train.curriculum import CHECKPOINTS, _read_template, _run_job, plan
+    from aclarena.train.curriculum import CHECKPOINTS, plan, read_template, run_job
     from aclarena.train.monitor import PROBE_PREFIX, MonitorSpec, domain_probe
     from aclarena.train.phases import quiet
 
@@ -105,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                     if j.spec is not None else j for k, j in jobs.items()}
         if args.phases is not None:
             names = [n for n in names if jobs[n].phase in args.phases.split(",")]
-        template = _read_template(cfg)
+        template = read_template(cfg)
 
         t0 = time.perf_counter()
         probes = [domain_probe(run, ckpt, run / CHECKPOINTS / ckpt, d, name=f"{PROBE_PREFIX}{d}", n=spec.probe_n,
@@ -127,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             out = tmp / f"{name}-{'on' if monitored else 'off'}-{rep}"
             torch.manual_seed(0)
             w0, c0 = time.perf_counter(), time.process_time()
-            res = _run_job(cfg, job, run, folders, cbs, template if job.parent == "base" else None, folder=out,
+            res = run_job(cfg, job, run, folders, cbs, template if job.parent == "base" else None, folder=out,
                            work=tmp / f"{out.name}.work")
             wall, cpu = time.perf_counter() - w0, time.process_time() - c0
             row = {"phase": name, "monitor": monitored, "rep": rep, "steps": res.steps, "train_s": res.time_s,

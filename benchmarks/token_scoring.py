@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 VOCAB, HIDDEN, LAYERS, BATCH, SEQ = 151_936, 1024, 2, 2, 1024
 

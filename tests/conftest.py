@@ -17,6 +17,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# No progress lines on a piped stderr (aclarena.progress): the bad-input tests read exactly one line there.
+# tests/integration/test_progress_logs.py turns them on and checks them.
+os.environ.setdefault("ACLARENA_PROGRESS_INTERVAL", "0")
 
 sys.path.insert(0, str(Path(__file__).parent))
 

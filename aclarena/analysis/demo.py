@@ -124,7 +124,7 @@ def run_demo(
     stage_ends = [r["name"] for r in rows if r["kind"] == "stage" and _is_stage_end(r["name"], rows)]
     results = _analyses(run_dir, rows, stage_ends, steps, preset=preset, n=n, full=full, report=report)
     summary = _plain(build_summary(rows, results, stage_ends, steps, time.monotonic() - t_start, preset, n))
-    from aclarena.docs_results import made_by
+    from aclarena.reproducibility import made_by
 
     cmd = f"aclarena-diag demo --preset {preset} --seed {cfg.seed} -n {n}" + (" --full" if full else "")
     summary["made_by"] = made_by(cmd)  # docs/results/demo.json is this file: its tables cite the command

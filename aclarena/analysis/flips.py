@@ -58,6 +58,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from aclarena.envs.base import Environment, Task, Trajectory
+    from aclarena.models.checkpoint import CheckpointInfo
+    from aclarena.models.loading import LoadOptions
+    from aclarena.store.manifest import Manifest
+    from aclarena.store.results import StoreReader
 
 FORGOT, GAINED = "forgot", "gained"
 # online KL (one decoding step) and teacher-forced KL differ by float32 rounding only
@@ -586,7 +590,7 @@ def swap_test(
 # --- from a run ------------------------------------------------------------------------------
 
 
-def _relation(manifest: Any, early: str, late: str) -> str:
+def _relation(manifest: Manifest, early: str, late: str) -> str:
     if early in manifest.ancestors(late):
         return f"{late} descends from {early}"
     if late in manifest.ancestors(early):
@@ -594,7 +598,7 @@ def _relation(manifest: Any, early: str, late: str) -> str:
     return f"{early} and {late} are not ancestor and descendant (compared all the same)"
 
 
-def flip_items(reader: Any, manifest: Any, early: str, late: str, suite: str, *, played: bool = True
+def flip_items(reader: StoreReader, manifest: Manifest, early: str, late: str, suite: str, *, played: bool = True
                ) -> tuple[list[tuple[str, str]], dict[str, Any], int, list[str]]:
     """``[(item id, forgot|gained)]`` from the matrix's greedy outcomes, the cell settings, the number
     of items compared, and the two cells' keys and write times (what the result was made from).
@@ -696,7 +700,7 @@ def imported_suite(run_dir: str | Path, early: str, suite: str) -> str | None:
     return cell.source if cell is not None and cell.source != "arena" else None
 
 
-def _fingerprint(info: Any, manifest: Any, run_dir: str | Path) -> str:
+def _fingerprint(info: CheckpointInfo, manifest: Manifest, run_dir: str | Path) -> str:
     from aclarena.models.checkpoint import inspect
     from aclarena.models.tensors import checkpoint_fingerprint
 
@@ -794,7 +798,7 @@ def flips(
     suite: str,
     settings: FlipSettings | None = None,
     *,
-    load: Any = None,
+    load: LoadOptions | None = None,
     force: bool = False,
     write: bool = True,
     progress: Callable[[str, int, int], None] | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from aclarena.diagnostics.cl_metrics import METRIC_LABELS, CLReport, cl_report, 
 from aclarena.envs import suite_chance
 from aclarena.store import Manifest
 from aclarena.store.capability import at_chance, at_chance_line, cell_ci95, chain_data, open_matrix
+
+if TYPE_CHECKING:
+    from aclarena.store.results import StoreReader
 
 LABELS = METRIC_LABELS  # one home: aclarena.diagnostics.cl_metrics
 
@@ -128,7 +131,7 @@ def forgetting(run_dir: RunPath, *, chain: str | None = None, suite_of: Mapping[
                             along_chain=tuple(suites), consolidated=tuple(consolidated), notes=tuple(notes))
 
 
-def _at_chance_along(reader: Any, matrix: Any, chain: list[str]) -> dict[str, list[str]]:
+def _at_chance_along(reader: StoreReader, matrix: Any, chain: list[str]) -> dict[str, list[str]]:
     """Suite -> the checkpoints of ``chain`` whose score's 95% interval holds the suite's guessing score."""
     out: dict[str, list[str]] = {}
     for suite in matrix.suites:

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aclarena.errors import AclarenaError
 from aclarena.progress import progress
+
+if TYPE_CHECKING:
+    from aclarena.distributed import World
+    from aclarena.models.loading import LoadOptions
+    from aclarena.probes.generation import GenerationSettings
+    from aclarena.store.manifest import Manifest
 
 DEFAULT_DOMAIN_N = 32
 
@@ -36,7 +42,7 @@ def _domain_prompts(domain: str, n: int, seed: int, ref: str) -> list[dict[str, 
 
 def make_probe(
     run_dir: str | os.PathLike[str],
-    manifest: Any,
+    manifest: Manifest,
     ref: str,
     name: str,
     *,
@@ -44,10 +50,10 @@ def make_probe(
     domain: str | None = None,
     traces_file: str | None = None,
     n: int | None = None,
-    settings: Any = None,
-    load: Any = None,
+    settings: GenerationSettings | None = None,
+    load: LoadOptions | None = None,
     show_progress: bool = True,
-    world: Any = None,
+    world: World | None = None,
     engine: str = "hf",
 ) -> Any:
     """Build (not store) a probe set: generate with ``ref`` or import traces (``probe`` and ``tokens`` use it).

@@ -21,11 +21,14 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from aclarena.errors import AclarenaError
+
+if TYPE_CHECKING:
+    from aclarena.store.manifest import Manifest
 
 #: Models above this many parameters are not loaded by the dashboard (CPU, interactive).
 MAX_PARAMETERS = 500_000_000
@@ -54,7 +57,7 @@ class PromptScores:
     notes: list[str] = field(default_factory=list)
 
 
-def model_size(name: str, manifest: Any, run_dir: str | os.PathLike[str]) -> int:
+def model_size(name: str, manifest: Manifest, run_dir: str | os.PathLike[str]) -> int:
     """Parameters of checkpoint ``name`` read without loading it (an adapter counts its base); a
     :class:`PromptRefused` when it is not a local checkpoint with weights."""
     from aclarena.models.checkpoint import config_parameters, inspect
@@ -92,7 +95,7 @@ class ModelCache:
         self.lock = threading.Lock()
         self.loads = 0
 
-    def get(self, name: str, manifest: Any, run_dir: str | os.PathLike[str]) -> Any:
+    def get(self, name: str, manifest: Manifest, run_dir: str | os.PathLike[str]) -> Any:
         from aclarena.models.checkpoint import inspect
         from aclarena.models.loading import LoadOptions, load_model
 

@@ -32,6 +32,7 @@ from aclarena.store import Manifest, ResultsStore, load_manifest
 if TYPE_CHECKING:
     from aclarena.analysis.consolidate import ConsolidateOptions, ConsolidateResult
     from aclarena.analysis.eval import EvalResult
+    from aclarena.analysis.flips import FlipSettings
 
 
 class Run:
@@ -149,7 +150,7 @@ class Run:
         """The study-shaped comparison of consolidation methods: a :class:`~aclarena.analysis.compare.CompareResult`."""
         return compare(self.path, router=router, score=score, settings=settings, manifest=self.manifest)
 
-    def flips(self, early: str, late: str, suite: str, *, settings: Any = None, force: bool = False,
+    def flips(self, early: str, late: str, suite: str, *, settings: FlipSettings | None = None, force: bool = False,
               device: str = "cpu", dtype: str = "auto", allow_pickle: bool = False) -> Any:
         """The items ``early`` solved and ``late`` fails on ``suite``, where their paths part, and the swap
         test: a :class:`~aclarena.analysis.flips.FlipsResult` (``settings``: a

@@ -602,7 +602,7 @@ def write_findings(result: StudyResult, *, command: str) -> Path:
     """``findings.json`` in the run folder, strict JSON, written whole then renamed."""
     import json
 
-    from aclarena.docs_results import made_by
+    from aclarena.reproducibility import made_by
 
     data = {**result.to_json(), "made_by": made_by(command)}
     path = result.out / FINDINGS_FILE

@@ -14,7 +14,7 @@ import importlib
 import sys
 import traceback
 
-from aclarena import __version__
+from aclarena._version import __version__
 from aclarena.distributed import DISTRIBUTED_VERBS, env_world, report_failure
 from aclarena.errors import AclarenaError
 

@@ -135,5 +135,5 @@ def human_count(n: int | None) -> str:
 
 
 def progress_enabled(args: argparse.Namespace) -> bool:
-    """Progress bars for a table on a terminal; none for --json or when stderr is piped."""
-    return not getattr(args, "json", False) and sys.stderr.isatty()
+    """Progress for a table: a bar on a terminal, log lines when stderr is piped; none for --json."""
+    return not getattr(args, "json", False)

@@ -21,6 +21,10 @@ folder) and, where it prints results, `--json`. Exit codes: 0 success, 1 bad inp
 line saying what is wrong and how to fix it), 2 usage error, 3 internal error (rerun with
 `aclarena-diag --debug VERB ...` for the traceback), 130 interrupted (finished results are
 kept; rerun to resume).
+
+Progress goes to stderr: a bar on a terminal; in a log (stderr not a terminal: a file, CI, `nohup`)
+a line when each phase starts and ends and, in between, one every `ACLARENA_PROGRESS_INTERVAL`
+seconds (30; 0 for none) with step, total and rate; nothing with `--json`.
 """
 
 

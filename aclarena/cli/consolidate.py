@@ -12,7 +12,6 @@ settings: docs/consolidation.md. The work is :func:`aclarena.analysis.consolidat
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from aclarena.cli._common import add_verb, manifest_of, print_json, print_table
@@ -103,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from aclarena.analysis.consolidate import consolidate
 
     result = consolidate(args.run, args.method, seeds=args.seeds, options=_options(args), force=args.force,
-                         show_progress=not args.json and sys.stderr.isatty(), manifest=manifest_of(args))
+                         show_progress=not args.json, manifest=manifest_of(args))
     produced, notes = result.outputs, result.notes
     if args.json:
         print_json(result.to_dict())

@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import math
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,12 +52,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from aclarena.analysis.demo import run_demo
+    from aclarena.progress import status
 
-    console = Console(stderr=True)
-    show = not args.json and sys.stderr.isatty()
+    show = not args.json
 
     def on_trained(rows: list[dict[str, Any]]) -> None:
         if not args.json:
@@ -66,11 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
     @contextlib.contextmanager
     def report(what: str) -> Iterator[None]:
-        t0 = time.monotonic()
-        with console.status(f"demo: {what}", spinner="dots") if show else contextlib.nullcontext():
+        with status(f"demo: {what}", enabled=show):  # a spinner on a terminal, start/end lines in a log
             yield
-        if not show and not args.json:
-            print(f"  {what}: {time.monotonic() - t0:.1f} s", file=sys.stderr)
 
     result = run_demo(args.out, preset=args.preset, seed=args.seed, n=args.n, trl=args.trl, full=args.full,
                       show_progress=show, on_trained=on_trained, report=report)

@@ -101,7 +101,7 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
                           samples=args.samples, seeds=_seeds(args.seeds), temperature=args.temperature,
                           top_p=args.top_p, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
                           device_map=getattr(args, "device_map", None), engine=getattr(args, "engine", "hf"),
-                          force=args.force, allow_code=args.allow_code, show_progress=not args.json and sys.stderr.isatty(), manifest=manifest)
+                          force=args.force, allow_code=args.allow_code, show_progress=not args.json, manifest=manifest)
     if result is None:  # another rank than 0: its share is with rank 0, which writes and prints
         return 0
     rows, over_seeds = result.cells, result.over_training_seeds

@@ -210,7 +210,7 @@ def run_lead_time(args: argparse.Namespace) -> int:
     quiet_libraries()
     settings = LeadTimeSettings(stage=args.stage, eval_every=args.eval_every, every_n_steps=args.every, n=args.n,
                                 alpha=args.alpha, replicate=args.replicate)
-    result = measure_lead_time(args.run, settings, force=args.force, show_progress=not args.json and sys.stderr.isatty())
+    result = measure_lead_time(args.run, settings, force=args.force, show_progress=not args.json)
     if args.json:
         print_json(result)
         return 0

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise AclarenaError(f"--config {path}: no such file; name a curriculum TOML such as examples/mini.toml")
     cfg = load_config(path)
-    show = not args.json and sys.stderr.isatty()
+    show = not args.json
     methods = parse_consolidations(args.consolidations, args.full)
 
     def on_start(name: str) -> None:
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
 def print_validation(v: dict[str, Any]) -> None:
     """The held-out validation table, or the one line saying why there is none."""
-    from aclarena.docs_results import PREDICTOR_LABELS
+    from aclarena.diagnostics.early_warning import PREDICTOR_LABELS
 
     if v.get("status") != "ok":
         print(f"held-out validation of the early warning: not run: {v.get('reason')}")

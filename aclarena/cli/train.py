@@ -10,7 +10,6 @@ the config, the names and the scale path (``accelerate launch``, vLLM).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +72,7 @@ def train_from_args(args: argparse.Namespace, *, config_path: str, out: str, sho
 
 def run(args: argparse.Namespace) -> int:
     run_ = train_from_args(args, config_path=args.config, out=args.out,
-                           show_progress=not args.json and sys.stderr.isatty())
+                           show_progress=not args.json)
     rows = run_.rows()
     if args.json:
         print_json({"out": str(run_.out), "wall_s": run_.wall_s, "phases": rows})

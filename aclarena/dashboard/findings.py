@@ -19,14 +19,14 @@ FILE = "findings.json"
 
 def load_findings(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     """(findings, None), (None, None) without a file, or (None, a one-line error)."""
-    from aclarena.docs_results import ResultsError, strict_json
+    from aclarena.jsonl import StrictJsonError, strict_json
 
     path = Path(run_dir) / FILE
     if not path.is_file():
         return None, None
     try:
         data = strict_json(path)
-    except (ResultsError, OSError, UnicodeDecodeError) as e:
+    except (StrictJsonError, OSError, UnicodeDecodeError) as e:
         return None, f"{e}".strip() or f"{path}: unreadable"
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         return None, f"{path}: no `rows` list; rerun aclarena-diag study to rewrite it"
@@ -60,7 +60,7 @@ def findings_rows(data: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def _validation(v: Any) -> Any:
-    from aclarena.docs_results import PREDICTOR_LABELS
+    from aclarena.diagnostics.early_warning import PREDICTOR_LABELS
 
     if not isinstance(v, dict):
         return html.P("Held-out validation of the early warning: not in this findings.json.", className="note",

@@ -363,6 +363,19 @@ def drop_reachable(solved_at_start: int, alpha: float, tests: int) -> bool:
     return bool(0.5 ** int(solved_at_start) < alpha / max(1, int(tests)))
 
 
+#: the lead-time predictors' names as tables and the dashboard word them (the predictors of
+#: aclarena.train.lead_time.PREDICTORS)
+PREDICTOR_LABELS = {
+    "kl_high": "token drift at high-entropy positions",
+    "flip_high": "flip rate at high-entropy positions",
+    "kl_all": "whole-sequence KL",
+    "fkl": "forward KL to the stage start",
+    "fkl_current": "forward KL on the current task",
+    "razor_fkl": "forward KL on the current task (RL's Razor)",
+    "loss": "training loss",
+}
+
+
 def drop_label(drop_step: int | None, reachable: bool | None = None) -> str:
     """A drop step as the tables print it: the step, ``none`` (the test found no drop), or ``unreachable``.
 

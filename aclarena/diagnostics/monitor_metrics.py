@@ -43,7 +43,7 @@ ACTIONS = ("log", "save", "stop")
 
 def default_rules() -> dict[str, MetricRule]:
     """The default rules (docs/monitor.md). ``fkl``'s limit is the threshold fitted on seed 0 of the mini
-    study's held-out validation (first recipe, search stage; docs/results/findings_recipe1.json),
+    study's held-out validation (first recipe, search stage; docs/results/archive/earlier-studies/findings_recipe1.json),
     reported there on seeds 1-2; ``fkl_high``'s and the trend settings are provisional, read off one mini run.
 
     Forward-KL metrics start at exactly 0 at the stage start, so they get absolute thresholds;

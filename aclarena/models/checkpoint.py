@@ -93,7 +93,7 @@ class CheckpointInfo:
     def dtype(self) -> str | None:
         if not self.tensors:
             return None
-        counts = Counter()
+        counts: Counter[str] = Counter()
         for t in self.tensors.values():
             counts[t.dtype] += t.numel
         code = counts.most_common(1)[0][0]
@@ -1016,13 +1016,14 @@ def config_parameters(config: dict[str, Any]) -> int | None:
     grouped key/value heads, a gated MLP (three matrices; experts multiply it) and the norms, so it
     is exact for Llama/Qwen-style models up to biases and a little high for two-matrix MLPs: what a
     size limit checked before loading needs."""
-    cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = config.get("text_config")
+    cfg: dict[str, Any] = text if isinstance(text, dict) else config
 
     def first(*keys: str) -> int | None:
         for k in keys:
             v = cfg.get(k)
-            if _is_int(v) and v > 0:
-                return int(v)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
         return None
 
     hidden = first("hidden_size", "n_embd", "d_model")

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aclarena.errors import AclarenaError, CheckpointError, ConfigError, did_you_mean
 from aclarena.models.checkpoint import (
@@ -157,7 +157,8 @@ def _load_full(info: CheckpointInfo, opts: LoadOptions, device: str) -> PreTrain
         raise CheckpointError(f"{what}: the weights lack {len(missing)} tensor(s) its config.json needs (e.g. "
                               f"{missing[0]}); fix config.json or re-save the checkpoint")
     if opts.device_map is None:
-        model.to(device)
+        # transformers' `to` is wrapped by a decorator whose stub loses the bound self
+        model.to(device)  # type: ignore[arg-type]
     return model
 
 
@@ -175,7 +176,8 @@ def _load_adapter(
         model = PeftModel.from_pretrained(base, info.location, adapter_name=info.name, is_trainable=False)
     if opts.merge_adapter:
         return model.merge_and_unload()
-    return model
+    # an unmerged PeftModel forwards the PreTrainedModel interface every caller uses (forward, generate, config)
+    return cast("PreTrainedModel", model)
 
 
 def load_tokenizer(

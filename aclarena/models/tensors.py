@@ -315,7 +315,7 @@ class TensorReader:
         nbytes = (stop - start) * loc.row_bytes
         buf = torch.empty(nbytes, dtype=torch.uint8) if out is None else out[:nbytes]
         if nbytes:
-            _pread_into(self._fd(loc.file), memoryview(buf.numpy()).cast("B"), loc.offset + start * loc.row_bytes, loc.file)
+            _pread_into(self._fd(loc.file), buf.numpy().data.cast("B"), loc.offset + start * loc.row_bytes, loc.file)
         return buf.view(TORCH_DTYPES[loc.dtype]).view(stop - start, *loc.row_shape)
 
     def read(self, name: str) -> list[torch.Tensor]:
@@ -489,11 +489,11 @@ def read_lora(info: CheckpointInfo) -> dict[str, LoraFactors]:
                 module, ab = parsed
                 parts.setdefault(module, {})[ab] = t
     out: dict[str, LoraFactors] = {}
-    for module, ab in parts.items():
-        if set(ab) != {"A", "B"}:
-            missing = ({"A", "B"} - set(ab)).pop()
+    for module, factors in parts.items():
+        if set(factors) != {"A", "B"}:
+            missing = ({"A", "B"} - set(factors)).pop()
             raise CheckpointError(f"adapter {info.name!r} has no lora_{missing} for {module}; re-save the adapter")
-        a, b = ab["A"], ab["B"]
+        a, b = factors["A"], factors["B"]
         if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[1]:
             raise CheckpointError(
                 f"adapter {info.name!r}: {module} has lora_A {list(a.shape)} and lora_B {list(b.shape)}, which do not "

@@ -24,6 +24,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
@@ -81,7 +82,7 @@ class ShardedWriter:
         self._next = 0
         self._partial = 0
         self._where: dict[str, tuple[int, torch.dtype, tuple[int, ...]]] = {}
-        self._handles: list[tuple[Path, object]] = []
+        self._handles: list[tuple[Path, BinaryIO]] = []
         self._total = 0
         self.folder.mkdir(parents=True, exist_ok=True)
         meta = {"format": "pt", **(metadata or {})}
@@ -131,7 +132,7 @@ class ShardedWriter:
         buf = data.reshape(-1).view(torch.uint8) if data.numel() else torch.empty(0, dtype=torch.uint8)
         tmp, fh = self._handles[i]
         try:
-            fh.write(memoryview(buf.numpy()).cast("B"))  # type: ignore[attr-defined]
+            fh.write(buf.numpy().data.cast("B"))
         except OSError as e:
             self.abort()
             raise CheckpointError(f"cannot write {tmp.parent}: {e.strerror or e} (disk full?); free space and rerun") from None
@@ -148,9 +149,9 @@ class ShardedWriter:
             raise ValueError(f"writer closed before {missing} was written")
         try:
             for _tmp, fh in self._handles:
-                fh.flush()  # type: ignore[attr-defined]
-                os.fsync(fh.fileno())  # type: ignore[attr-defined]
-                fh.close()  # type: ignore[attr-defined]
+                fh.flush()
+                os.fsync(fh.fileno())
+                fh.close()
             for (tmp, _), name in zip(self._handles, self.files, strict=True):
                 os.replace(tmp, self.folder / name)
             if len(self.files) > 1:
@@ -166,7 +167,7 @@ class ShardedWriter:
         """Close and delete the temporary shard files."""
         for tmp, fh in self._handles:
             try:
-                fh.close()  # type: ignore[attr-defined]
+                fh.close()
             finally:
                 tmp.unlink(missing_ok=True)
         self._handles = []

@@ -28,12 +28,11 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from aclarena.errors import ManifestError, did_you_mean, unknown_name
 

@@ -21,12 +21,15 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from aclarena.errors import AclarenaError, StoreError, did_you_mean
 from aclarena.store.series import SeriesReader, SeriesWriter
+
+if TYPE_CHECKING:
+    from aclarena.store.results import StoreReader
 
 PREFIX = "monitor/"
 #: results.h5 group of the lead-time tables (``monitor/lead-time/<stage>``).
@@ -110,7 +113,7 @@ def monitor_phases(reader: SeriesReader) -> dict[str, list[str]]:
             for p in sorted(phases, key=latest.__getitem__)}
 
 
-def lead_time_results(reader: Any) -> dict[str, dict[str, Any]]:
+def lead_time_results(reader: StoreReader) -> dict[str, dict[str, Any]]:
     """The stored ``monitor --lead-time`` results of a results.h5 reader, by stage ({} when none)."""
     if reader is None or not reader.has(LEAD_KEY):
         return {}
@@ -229,7 +232,7 @@ class MonitorStore:
             self._fail(e, "cannot open")
         return self._writer is not None
 
-    def append(self, name: str, rows: Mapping[str, Any] | list[Mapping[str, Any]]) -> None:
+    def append(self, name: str, rows: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         if self._writer is None:
             return
         try:

@@ -22,13 +22,13 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import h5py
 
-from aclarena import __version__
+from aclarena._version import __version__
 from aclarena.errors import StoreError
 from aclarena.store.encoding import RaggedView, encoding_of, read_elem, write_elem
 
@@ -391,7 +391,7 @@ class ResultsStore:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _norm(key: str) -> str:

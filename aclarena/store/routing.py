@@ -6,9 +6,12 @@ the dashboard's Router page and by ``export``. docs/store-format.md lists the el
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from aclarena.store.results import StoreReader
 
 RESULT_TYPE = "routing"
 RESULT_VERSION = "0.1.0"
@@ -17,7 +20,7 @@ ROOT = "routing"
 ORDER = ("rule", "learned", "bandit")
 
 
-def read_reports(reader: Any) -> dict[str, dict[str, Any]]:
+def read_reports(reader: StoreReader) -> dict[str, dict[str, Any]]:
     """``{router: {"accuracy": {...columns}, "labels", "confusion", "mixed", "attrs"}}`` from an open store.
 
     Each element is checked for the shape docs/store-format.md gives it (what the Router page and
@@ -42,7 +45,7 @@ def _expect(ok: bool, what: str) -> None:
         raise ValueError(what)  # one line naming the key, by ``reader.damaged``
 
 
-def _read_report(reader: Any, key: str, attrs: dict[str, Any]) -> dict[str, Any]:
+def _read_report(reader: StoreReader, key: str, attrs: dict[str, Any]) -> dict[str, Any]:
     acc = reader.read(f"{key}/accuracy")
     missing = [c for c in ACCURACY_COLUMNS if c not in getattr(acc, "columns", {})]
     _expect(not missing, f"accuracy has no column {', '.join(missing)}")

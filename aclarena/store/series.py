@@ -17,14 +17,14 @@ import contextlib
 import fcntl
 import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 
-from aclarena import __version__
+from aclarena._version import __version__
 from aclarena.errors import StoreError
 from aclarena.store.encoding import encoding_of
 from aclarena.store.results import _now, _os_error, check_root, damaged
@@ -158,12 +158,11 @@ class SeriesWriter:
         except (OSError, RuntimeError):
             return True
 
-    def append(self, name: str, rows: Mapping[str, Any] | list[Mapping[str, Any]]) -> None:
+    def append(self, name: str, rows: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Append one row (a mapping) or several rows to series ``name`` and flush."""
         if self._f is None:
             raise StoreError("series writer is closed")
-        if isinstance(rows, Mapping):
-            rows = [rows]
+        rows = [rows] if isinstance(rows, Mapping) else list(rows)
         if not rows:
             return
         cols = self.schema.get(name)

@@ -293,8 +293,8 @@ class DriftMonitorCallback(TrainerCallback):
             self.store.declare(self.series["sessions"], SESSION_COLUMNS)
             self.store.declare(self.series["train"], TRAIN_COLUMNS)
             self.store.declare(self.series["events"], EVENT_COLUMNS)
-            for p in names:
-                self.store.declare(self.series[f"probe:{p}"], probe_columns())
+            for probe_name in names:
+                self.store.declare(self.series[f"probe:{probe_name}"], probe_columns())
         self._handler: Any = None
         self._args: Any = None
         self._emitting = False
@@ -411,7 +411,7 @@ class DriftMonitorCallback(TrainerCallback):
             del ref_model
         self._first_step = int(state.global_step)
         if self.store is not None:
-            self._replay(int(state.global_step))
+            self._replay(self.store, int(state.global_step))
             if not self.store.acquire():
                 return
             self.store.append(self.series["sessions"], {
@@ -419,14 +419,14 @@ class DriftMonitorCallback(TrainerCallback):
                 "settings": settings_bytes(self.settings())})
         self._active = True
 
-    def _replay(self, start_step: int) -> None:
+    def _replay(self, store: MonitorStore, start_step: int) -> None:
         """Pick the session number and, when resuming, feed the earlier points to the rules."""
         from aclarena.store import SERIES_NAME, SeriesReader
 
-        if not (Path(self.store.run_dir) / SERIES_NAME).is_file():
+        if not (Path(store.run_dir) / SERIES_NAME).is_file():
             return
         try:
-            with SeriesReader(self.store.run_dir) as r:
+            with SeriesReader(store.run_dir) as r:
                 have = set(r.names())
                 if self.series["sessions"] not in have:
                     return
@@ -572,7 +572,7 @@ class DriftMonitorCallback(TrainerCallback):
             ref = self._ref[p.name]
             start = self._start[p.name]
             # one forward pass of the live model serves both comparisons (same probe, same batch plan)
-            shared = [] if start is not ref and start.plan.batches == ref.plan.batches else None
+            shared: list[Any] | None = [] if start is not ref and start.plan.batches == ref.plan.batches else None
             s = score(model, ref, p, name="the trained model", hidden_cache=shared)
             f = s if start is ref else score(model, start, p, name="the trained model", hidden_cache=shared)
             out[p.name] = probe_metrics(s.ref.entropy, s.ref.logprob, s.ref.top1, s.kl, s.js, s.logprob, s.top1,

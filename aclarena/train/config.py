@@ -39,13 +39,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-import tomllib
 
 from aclarena.envs import DOMAINS
 from aclarena.errors import ConfigError, did_you_mean

@@ -201,7 +201,7 @@ def run_curriculum(
     run = CurriculumRun(out=out)
     if config_text is not None and is_main_process():
         _write_text(out / CONFIG_COPY, config_text)
-    chat_template = _read_template(cfg)
+    chat_template = read_template(cfg)
     folders: dict[str, str] = {}
     monitor = None
     if cfg.monitor is not None:  # [monitor]: a drift monitor on the later stages (aclarena.train.monitor)
@@ -228,7 +228,7 @@ def run_curriculum(
                 cbs = [_progress_callback(bar, task, label)] if show_progress else []
                 cbs += list(callbacks(job)) if callbacks is not None else []
                 cbs += monitor(job) if monitor is not None else []
-                result = _run_job(cfg, job, out, folders, cbs, chat_template)
+                result = run_job(cfg, job, out, folders, cbs, chat_template)
                 bar.update(task, completed=result.steps, total=max(1, result.steps),
                            description=f"{label} {'(already finished)' if result.skipped else ''}".rstrip())
                 status = "finished" if result.skipped else (
@@ -257,7 +257,8 @@ def _write_text(path: Path, text: str) -> None:
     write_text_atomic(path, text)
 
 
-def _read_template(cfg: CurriculumConfig) -> str | None:
+def read_template(cfg: CurriculumConfig) -> str | None:
+    """The text of the base's ``chat_template`` file, or None when the config names none."""
     if cfg.base.chat_template is None:
         return None
     p = Path(cfg.base.chat_template)
@@ -297,8 +298,8 @@ def _positions(folder: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _run_job(cfg: CurriculumConfig, job: Job, out: Path, folders: dict[str, str], callbacks: list[Any],
-             chat_template: str | None, *, folder: Path | None = None, work: Path | None = None) -> PhaseResult:
+def run_job(cfg: CurriculumConfig, job: Job, out: Path, folders: dict[str, str], callbacks: list[Any],
+            chat_template: str | None, *, folder: Path | None = None, work: Path | None = None) -> PhaseResult:
     """Train one job into ``folder`` (default ``out/checkpoints/<name>``; the lead-time measurement
     retrains a stage into a scratch folder instead)."""
     folder = folder if folder is not None else output_folder(out, job.name, what="checkpoint name", folder=CHECKPOINTS)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -180,13 +181,15 @@ GENERIC_TOOLS = {
 WEATHER = ("sunny", "rainy", "cloudy", "windy", "snowy")
 
 
-def _generic_tool_chat(rng: Any, names: list[str], cities: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _generic_tool_chat(rng: random.Random, names: list[str], cities: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A chat in which the assistant calls a generic tool (none of the arena's) and answers from its result."""
     from aclarena.envs.base import tool_schema
 
     offered = rng.sample(sorted(GENERIC_TOOLS), rng.randint(1, len(GENERIC_TOOLS)))
     tool = rng.choice(offered)
     tools = [tool_schema(t, GENERIC_TOOLS[t][0], GENERIC_TOOLS[t][1]) for t in offered]
+    args: dict[str, str]
+    result: dict[str, Any]
     if tool == "lookup_phone":
         who = rng.choice(names)
         args, result = {"name": who}, {"name": who, "phone": f"555-{rng.randint(0, 9999):04d}"}
@@ -200,7 +203,7 @@ def _generic_tool_chat(rng: Any, names: list[str], cities: list[str]) -> tuple[l
         city = rng.choice(cities)
         args, result = {"city": city}, {"city": city, "time": f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"}
         ask, answer = f"What time is it in {city}?", f"It is {result['time']} in {city}."
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a helpful assistant. Use the tools when they help."},
         {"role": "user", "content": ask},
         {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
@@ -211,7 +214,7 @@ def _generic_tool_chat(rng: Any, names: list[str], cities: list[str]) -> tuple[l
     return messages, tools
 
 
-def _arithmetic_text(rng: Any) -> str:
+def _arithmetic_text(rng: random.Random) -> str:
     """An arithmetic fact, in words or symbols (what a base model knows; not the math task's format)."""
     a, b = rng.randint(0, 20), rng.randint(0, 20)
     op = rng.choice(("+", "-", "*"))

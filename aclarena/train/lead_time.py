@@ -38,7 +38,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from transformers import TrainerCallback
@@ -56,6 +56,9 @@ from aclarena.diagnostics.early_warning import (
 from aclarena.errors import AclarenaError
 from aclarena.store.monitor_series import LEAD_KEY, LEAD_LABEL_PREFIX
 from aclarena.train.callbacks import DriftMonitorCallback, MonitorStore, default_rules
+
+if TYPE_CHECKING:
+    from aclarena.train.curriculum import Job
 
 LEAD_TYPE = "monitor-lead-time"
 LEAD_VERSION = "0.1.0"
@@ -144,12 +147,13 @@ class GroundTruthCallback(TrainerCallback):
         was_training = model.training
         model.eval()
         try:
-            rows = []
+            rows: list[dict[str, Any]] = []
             for suite in self.suites:
                 tasks = sample_tasks(suite, self.n, seed=self.seed, split="eval")
                 trajs = generate_trajectories(model, self._tok, tasks, do_sample=False, seed=self.seed,
                                               batch_size=self.batch_size)
-                ok = np.asarray([t.reward >= 1.0 for t in trajs], dtype=bool)
+                # without a shard every task has its trajectory (None marks other ranks' shares)
+                ok = np.asarray([t.reward >= 1.0 for t in trajs if t is not None], dtype=np.bool_)
                 rows.append({"session": self.monitor.session if self.monitor is not None else 0, "step": step, "time": time.time(), "suite": suite.encode(), "n": len(ok),
                              "correct": int(ok.sum()), "accuracy": float(ok.mean()) if len(ok) else math.nan,
                              "outcomes": "".join("1" if x else "0" for x in ok).encode()})
@@ -204,7 +208,7 @@ def planned_tests(phase_steps: Sequence[int | None], eval_every: int) -> int | N
     return max(1, len(steps) - 1)
 
 
-def _phase_steps(job: Any) -> int | None:
+def _phase_steps(job: Job) -> int | None:
     value = (job.spec.trl or {}).get("max_steps") if job.spec is not None else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
@@ -235,9 +239,9 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
         CONFIG_COPY,
         WORK,
         _location,
-        _read_template,
-        _run_job,
         plan,
+        read_template,
+        run_job,
     )
     from aclarena.train.monitor import PROBE_PREFIX, RAZOR_PREFIX, domain_probe
     from aclarena.train.naming import phase_names, replicate_suffix
@@ -267,6 +271,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     names = phase_names("seq", stage, r)
     earlier = [(s.domain, phase_names("seq", s, r)[-1]) for s in cfg.stages[:i]]
     first = jobs[names[0]]
+    assert first.parent is not None  # a stage after the first starts from a checkpoint of the plan
     needed = [first.parent, *[c for _, c in earlier]]
     for name in needed:
         if finished(run / CHECKPOINTS / name) is None:
@@ -299,10 +304,9 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     folders = {n: str(run / CHECKPOINTS / n) for n in needed}
     start = _location(run, f"{CHECKPOINTS}/{first.parent}")
     # RL's Razor as the paper defines it: the stage start's generations on the trained stage's own prompts
-    assert first.parent is not None  # a stage after the first starts from a checkpoint of the plan
     razor = domain_probe(run, first.parent, start, settings.stage, name=f"{RAZOR_PREFIX}{settings.stage}{suffix}", n=probe_n,
                          max_new_tokens=probe_tokens, split="train")
-    chat_template = _read_template(cfg)
+    chat_template = read_template(cfg)
     offsets: dict[str, int] = {}
     steps_total = 0
     monitors: list[DriftMonitorCallback] = []
@@ -326,11 +330,11 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
                 monitors.append(monitor)
                 gts.append(gt)
                 out_folder = scratch / name
-                result = _run_job(cfg, job, run, folders, [monitor, gt], chat_template, folder=out_folder,
-                                  work=scratch / f"{name}.work")
+                trained = run_job(cfg, job, run, folders, [monitor, gt], chat_template, folder=out_folder,
+                                   work=scratch / f"{name}.work")
                 folders[name] = str(out_folder)
                 offsets[name] = steps_total
-                steps_total += result.steps
+                steps_total += trained.steps
                 bar.advance(task)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -44,11 +44,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aclarena.diagnostics.early_warning import MetricRule, TrendRule
 from aclarena.envs import DOMAINS
 from aclarena.errors import AclarenaError, ConfigError, did_you_mean
+
+if TYPE_CHECKING:
+    from aclarena.train.config import CurriculumConfig
+    from aclarena.train.curriculum import Job
 
 MONITOR_KEYS = ("stages", "domains", "probes", "probe_n", "probe_max_new_tokens", "probe_seed", "every_n_steps", "high",
                 "on_warning", "on_store_error", "batch_size", "thresholds", "trend", "razor")
@@ -142,7 +146,7 @@ def build_rules(thresholds: Mapping[str, Any], trend: Mapping[str, Any]) -> dict
                                                     f"allowed: {', '.join(TREND_KEYS)}")
     if trend:
         base = next((r.trend for r in rules.values() if r.trend is not None), TrendRule())
-        shared = {k: trend[k] for k in ("alpha", "z", "warmup", "rel_std") if k in trend}
+        shared: dict[str, Any] = {k: trend[k] for k in ("alpha", "z", "warmup", "rel_std") if k in trend}
         min_std = trend.get("min_std", {})
         if isinstance(min_std, int | float) and not isinstance(min_std, bool):
             min_std = {m: float(min_std) for m in known}
@@ -163,7 +167,8 @@ def build_rules(thresholds: Mapping[str, Any], trend: Mapping[str, Any]) -> dict
                 continue
             t = old.trend or base
             try:
-                t = dataclasses.replace(t, **shared, **({"min_std": float(min_std[m])} if m in min_std else {}))
+                changes = shared | ({"min_std": float(min_std[m])} if m in min_std else {})
+                t = dataclasses.replace(t, **changes)
             except (ValueError, TypeError) as e:
                 raise MonitorFieldError(("trend",), f"[monitor.trend]: {e}") from None
             rules[m] = dataclasses.replace(old, trend=t)
@@ -250,8 +255,10 @@ def domain_probe(run_dir: str | os.PathLike[str], checkpoint: str, folder: str |
     tok.padding_side = "left"
     prompts = sample_prompts(domain, n, seed, split=split, suite="id")
     settings = GenerationSettings(max_new_tokens=max_new_tokens, temperature=0.0, seed=seed, batch_size=batch_size)
-    probe = generate_probe_set(model, tok, prompts, name=name, reference=checkpoint, settings=settings,
-                               max_length=model_max_length(model), source="domain")
+    made = generate_probe_set(model, tok, prompts, name=name, reference=checkpoint, settings=settings,
+                              max_length=model_max_length(model), source="domain")
+    assert made is not None  # None only for the other ranks of a `world`, and none is given here
+    probe = made
     probe.settings.update(want)
     probe.settings["tokenizer"] = tokenizer_fingerprint(folder)
     del model
@@ -264,26 +271,27 @@ def domain_probe(run_dir: str | os.PathLike[str], checkpoint: str, folder: str |
 # --- the factory the curriculum runner calls ----------------------------------------------------
 
 
-def monitor_factory(cfg: Any, out: str | os.PathLike[str], jobs: Sequence[Any],
-                    folders: Callable[[str], str]) -> Callable[[Any], list[Any]]:
+def monitor_factory(cfg: CurriculumConfig, out: str | os.PathLike[str], jobs: Sequence[Job],
+                    folders: Callable[[str], str]) -> Callable[[Job], list[Any]]:
     """``factory(job) -> [DriftMonitorCallback]`` for :func:`aclarena.train.curriculum.run_curriculum`.
 
     ``folders(name)`` gives a trained checkpoint's location (a folder under ``out`` or the HF base).
     """
-    spec: MonitorSpec = cfg.monitor
+    spec = cfg.monitor
+    assert spec is not None  # built only for a curriculum with a [monitor] table
     out = Path(out)
     by_name = {j.name: j for j in jobs}
     order = [s.domain for s in cfg.stages]
     monitored = set(spec.stages) if spec.stages is not None else set(order[1:])
 
-    def factory(job: Any) -> list[Any]:
+    def factory(job: Job) -> list[Any]:
         from aclarena.probes.probe_set import read_probe_set
         from aclarena.store import ResultsStore
         from aclarena.train.callbacks import DriftMonitorCallback
         from aclarena.train.naming import phase_names, replicate_suffix
         from aclarena.train.phases import finished, is_main_process, wait_for_everyone
 
-        if job.kind != "stage" or job.domain not in monitored:
+        if job.kind != "stage" or job.domain is None or job.domain not in monitored:
             return []
         if finished(out / "checkpoints" / job.name, job.fingerprint) is not None:
             return []
@@ -331,7 +339,7 @@ def monitor_factory(cfg: Any, out: str | os.PathLike[str], jobs: Sequence[Any],
     return factory
 
 
-def with_on_warning(cfg: Any, action: str) -> Any:
+def with_on_warning(cfg: CurriculumConfig, action: str) -> CurriculumConfig:
     """``cfg`` with its monitor acting ``action`` on warnings (a default monitor when it has none)."""
     spec = cfg.monitor if cfg.monitor is not None else MonitorSpec()
     if action not in ("log", "save", "stop"):

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aclarena.train.config import StageSpec
 
 
 def replicate_suffix(replicate: int) -> str:
     return f"-s{replicate}" if replicate else ""
 
 
-def phase_names(prefix: str, stage: Any, replicate: int = 0) -> list[str]:
+def phase_names(prefix: str, stage: StageSpec, replicate: int = 0) -> list[str]:
     """Names of a stage's phases, in order: ``[seq-d-sft, seq-d]`` or ``[seq-d]``."""
     suffix = replicate_suffix(replicate)
     kinds = [p.kind for p in stage.phases]

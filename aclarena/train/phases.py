@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aclarena.errors import AclarenaError, CheckpointError, ConfigError
 
@@ -590,7 +590,8 @@ def run_rl(
         kwargs["rollout_func"] = data.rollout
     if peft_config is not None:
         kwargs["peft_config"] = peft_config
-    trainer = GRPOTrainer(model=model, reward_funcs=data.reward_funcs, args=args, train_dataset=data.dataset,
+    # trl annotates rewards as list[float | None]; ours return list[float] (the list is invariant)
+    trainer = GRPOTrainer(model=model, reward_funcs=cast(Any, data.reward_funcs), args=args, train_dataset=data.dataset,
                           processing_class=tokenizer, callbacks=list(callbacks), **kwargs)
     return _train_and_save(trainer, tokenizer, out, work, what=f"training {out.name}", meta=meta or {},
                            fingerprint=fingerprint, keep_work=keep_trainer_checkpoints)

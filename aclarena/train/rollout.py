@@ -23,7 +23,7 @@ the rollout knows which task (database, hidden answer) an entry is.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aclarena.envs.base import Task
 from aclarena.envs.rollout import Episode, context_limit, end_of_turn, env_of, stop_token_ids
@@ -45,7 +45,8 @@ def prompt_row(task: Task) -> dict[str, Any]:
 
 def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], tools: Any, gen: bool) -> str:
     clean = [{k: v for k, v in m.items() if k != "task_id"} for m in messages]
-    return tokenizer.apply_chat_template(clean, tools=tools, add_generation_prompt=gen, tokenize=False)
+    # tokenize=False: the rendered text (transformers annotates every return form together)
+    return cast(str, tokenizer.apply_chat_template(clean, tools=tools, add_generation_prompt=gen, tokenize=False))
 
 
 class ArenaRollout:
@@ -149,7 +150,7 @@ class ArenaRollout:
                 cut = next((j + 1 for j, t in enumerate(toks) if t in stop_set), len(toks))
                 toks = toks[:cut]
                 ended = bool(toks) and toks[-1] in stop_set
-                text = tokenizer.decode(toks[:-1] if ended else toks, skip_special_tokens=False)
+                text = cast(str, tokenizer.decode(toks[:-1] if ended else toks, skip_special_tokens=False))  # one sequence
                 completion[i].extend(toks)
                 logprobs[i].extend(float(x) for x in picked[row, : len(toks)])
                 mask[i].extend([1] * len(toks))

@@ -34,14 +34,12 @@ class FieldError(ConfigError):
 def trl_fields(kind: str) -> Mapping[str, Any]:
     """``{field: default}`` of trl's ``SFTConfig`` (``kind="sft"``), ``GRPOConfig`` (``"rl"``) or
     ``DistillationConfig`` (``"distill"``)."""
-    if kind == "sft":
-        from trl import SFTConfig as cls
-    elif kind == "rl":
-        from trl import GRPOConfig as cls
-    elif kind == "distill":
-        from trl import DistillationConfig as cls
-    else:
+    import trl
+
+    classes = {"sft": "SFTConfig", "rl": "GRPOConfig", "distill": "DistillationConfig"}
+    if kind not in classes:
         raise ValueError(f"`kind` must be 'sft', 'rl' or 'distill', got {kind!r}")
+    cls = getattr(trl, classes[kind])
     return MappingProxyType({f.name: f.default for f in dataclasses.fields(cls)})
 
 

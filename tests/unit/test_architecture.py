@@ -152,11 +152,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
 # data-parallel world, strict JSON lines, the CPU kernel pin, and the version (its own module, issue 34).
 HELPERS = frozenset({"aclarena.errors", "aclarena.progress", "aclarena.distributed", "aclarena.jsonl",
                      "aclarena.reproducibility", "aclarena._version", "aclarena.version"})
-# The arrows that still point up, each with why. The first two are being removed in issue 34 (engineer i34b
-# moves the results renderer to tools/ and __version__ into its own module): drop them when that is merged.
+# The arrows that still point up, each with why.
 KNOWN_UPWARD: tuple[tuple[str, str, str], ...] = (
-    (r"aclarena\..*", r"aclarena\.docs_results", "issue 34: the README results renderer moves out of the package"),
-    (r"aclarena\.store\..*", r"aclarena", "issue 34: store/ takes aclarena.__version__ from the top package"),
     (r"aclarena\.dashboard\.pages\.tokens", r"aclarena\.analysis\.prompt",
      "issue 34 (found by this test): the Tokens page scores a typed prompt live through the analysis layer"),
 )
@@ -264,7 +261,7 @@ def test_every_package_of_the_table_has_its_rule():
     packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert packages == set(MAY_IMPORT), "a new subpackage needs its row in design.md and in MAY_IMPORT"
     tops = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
-    assert {f"aclarena.{t}" for t in tops} - HELPERS <= {"aclarena.docs_results"}, \
+    assert {f"aclarena.{t}" for t in tops} - HELPERS == set(), \
         "a new top-level module is a helper (add it to HELPERS) or belongs in a subpackage"
 
 
@@ -300,6 +297,6 @@ def test_store_never_reaches_torch():
         m = todo.pop()
         if m not in reached:
             reached.add(m)
-            todo += [d for d in graph[m] if d != "aclarena.docs_results"]
+            todo += graph[m]
     torch_users = sorted(m for m in reached if "torch" in {n.split(".")[0] for n in _imports(mods[m])})
     assert torch_users == [], f"store/ reaches torch through {torch_users}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aclarena.docs_results import REPO, ResultsError, blocks, main, regenerate, render_block
+from tools.docs_results import REPO, ResultsError, blocks, main, regenerate, render_block
 
 SUMMARY = {
     "made_by": {"command": "aclarena-diag demo --seed 0", "date": "2026-12-01", "machine": "2 CPU cores"},
@@ -95,7 +95,7 @@ def test_unknown_table_and_source_outside_results(tmp_path):
 
 
 def test_repo_root_is_this_checkout():
-    assert (REPO / "aclarena" / "docs_results.py").is_file()
+    assert (REPO / "tools" / "docs_results.py").is_file() and (REPO / "pyproject.toml").is_file()
 
 
 FINDINGS = {
@@ -141,7 +141,7 @@ def test_findings_and_validation_tables(tmp_path):
 
 
 def test_demo_renderers_show_every_part_of_the_summary():
-    from aclarena.docs_results import demo_displacement, demo_forgetting, demo_times, demo_tokens
+    from tools.docs_results import demo_displacement, demo_forgetting, demo_times, demo_tokens
 
     summary = {
         "ecom_effect": {"before": "seq-search", "after": "seq-ecom", "math/id": {"before": 0.2, "after": 0.1},
@@ -169,7 +169,7 @@ def test_demo_renderers_show_every_part_of_the_summary():
 
 
 def test_demo_tables_show_intervals_and_the_paired_test():
-    from aclarena.docs_results import demo_forgetting, demo_stages
+    from tools.docs_results import demo_forgetting, demo_stages
 
     eff = {"before": "seq-search", "after": "seq-ecom",
            "search/id": {"before": 0.5, "after": 0.26, "before_ci95": [0.4, 0.59], "after_ci95": [0.18, 0.34],
@@ -183,3 +183,14 @@ def test_demo_tables_show_intervals_and_the_paired_test():
                                       "parent_score": 0.0, "after_sft": 0.46, "score": 0.5, "score_ci95": [0.4, 0.59],
                                       "oracle": 0.8, "oracle_ci95": None, "general": None}]})
     assert "| seq-search | search/id | 0.00 | 0.46 | 0.50 [0.40, 0.59] | 0.80 | - |" in stages
+
+
+def test_test_tiers_table():
+    from tools.docs_results import test_tiers
+
+    table = test_tiers({"tiers": [
+        {"tier": "unit", "command": "pytest tests/unit", "passed": 10, "skipped": 1, "deselected": 0, "seconds": 61.35,
+         "source": "measured"},
+        {"tier": "full", "command": "make test", "passed": None, "seconds": 1030, "source": "CI"}]})
+    assert "| unit | `pytest tests/unit` | 10 passed, 1 skipped, 0 deselected | 61 s | measured |" in table
+    assert "| full | `make test` | - | 1030 s | CI |" in table

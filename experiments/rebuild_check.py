@@ -1,9 +1,9 @@
-"""Benchmark: does a pretraining command rebuild the same base? Compare a rebuilt base with a reference.
+"""Experiment: does a pretraining command rebuild the same base? Compare a rebuilt base with a reference.
 
-    python benchmarks/rebuild_check.py --reference aclarena/models/mini_base \\
-        --rebuilt runs/mini-base/checkpoints/base --out docs/results/mini_base_rebuild.json
-    python benchmarks/rebuild_check.py --reference docs/results/mini_base_8m_pretraining_log.json \\
-        --rebuilt runs/sweep/8m/run/checkpoints/base --out docs/results/sweep_8m_rebuild.json
+    python experiments/rebuild_check.py --reference aclarena/models/mini_base \\
+        --rebuilt runs/mini-base/checkpoints/base --out docs/results/archive/mini-base/mini_base_rebuild.json
+    python experiments/rebuild_check.py --reference docs/results/archive/mini-base/mini_base_8m_pretraining_log.json \\
+        --rebuilt runs/sweep/8m/run/checkpoints/base --out docs/results/archive/mini-base/sweep_8m_rebuild.json
 
 The reference is a base folder (the shipped base, or any ``checkpoints/base`` of ``train``) or only
 its committed trainer log (``train_log.json``, when the folder is gone). Every file the reference

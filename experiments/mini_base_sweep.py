@@ -1,9 +1,9 @@
-"""Benchmark: can a mini base learn the arena? Pretrain, then one SFT oracle per domain, then score.
+"""Experiment: can a mini base learn the arena? Pretrain, then one SFT oracle per domain, then score.
 
-    python benchmarks/mini_base_sweep.py --size 3m --out runs/sweep           # the shipped size
-    python benchmarks/mini_base_sweep.py --size 8m --size 20m --out runs/sweep
-    python benchmarks/mini_base_sweep.py --base runs/mini-base/checkpoints/base --size 3m --out runs/sweep
-    python benchmarks/mini_base_sweep.py --size 3m --data-scale 4 --out runs/sweep-data   # 4x the data
+    python experiments/mini_base_sweep.py --size 3m --out runs/sweep           # the shipped size
+    python experiments/mini_base_sweep.py --size 8m --size 20m --out runs/sweep
+    python experiments/mini_base_sweep.py --base runs/mini-base/checkpoints/base --size 3m --out runs/sweep
+    python experiments/mini_base_sweep.py --size 3m --data-scale 4 --out runs/sweep-data   # 4x the data
 
 For each size: the base is pretrained with the project's own code and data (``aclarena-diag
 train`` on examples/mini-base.toml with that size's architecture; ``--base`` reuses a finished

@@ -1,7 +1,7 @@
 """pass@k of a run's checkpoints on a domain's train tasks: can a rejection-sampling SFT phase (or an
 RL-only stage) start there? (issue 31, item 2)
 
-    python benchmarks/rs_passk.py --run runs/demo --pairs seq-math:search,base:math -n 50 -k 4 \\
+    python experiments/rs_passk.py --run runs/demo --pairs seq-math:search,base:math -n 50 -k 4 \\
         --out docs/results/rs_sft_passk.json
 
 Samples ``k`` trajectories per task (temperature 1, the arena's rollout loop) from each start with
@@ -35,7 +35,7 @@ def main() -> None:
     from aclarena.train.data import rejection_phase_data
     from aclarena.train.phases import load_start
 
-    out: dict[str, object] = {"command": "python benchmarks/rs_passk.py " + " ".join(
+    out: dict[str, object] = {"command": "python experiments/rs_passk.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" if len(k) > 1 else f"-{k} {v}" for k, v in vars(args).items()),
         "load_average": os.getloadavg()[0], "pairs": {}}
     for pair in args.pairs.split(","):

@@ -1,8 +1,8 @@
-"""Benchmark: after how many steps does a small Qwen3 learn to copy (an induction head), by head size?
+"""Experiment: after how many steps does a small Qwen3 learn to copy (an induction head), by head size?
 
-    python benchmarks/copy_emergence.py --hidden 64 --layers 2 --heads 8 --steps 2500    # head_dim 8
-    python benchmarks/copy_emergence.py --hidden 64 --layers 2 --heads 2 --steps 2500    # head_dim 32
-    python benchmarks/copy_emergence.py --hidden 256 --layers 4 --heads 8 --steps 1500   # the shipped size
+    python experiments/copy_emergence.py --hidden 64 --layers 2 --heads 8 --steps 2500    # head_dim 8
+    python experiments/copy_emergence.py --hidden 64 --layers 2 --heads 2 --steps 2500    # head_dim 32
+    python experiments/copy_emergence.py --hidden 256 --layers 4 --heads 8 --steps 1500   # the shipped size
 
 Every tool domain of the mini arena needs copying (a name from the question into a tool argument,
 an id out of a tool result), and a transformer trained from scratch copies only once it has formed
@@ -50,7 +50,7 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=2500)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--results", default="docs/results/copy_emergence.jsonl")
+    p.add_argument("--results", default="docs/results/archive/mini-base/copy_emergence.jsonl")
     args = p.parse_args()
 
     import torch

@@ -7,19 +7,20 @@ comments that name the table and the file it comes from::
     | stage | ... |
     <!-- /results -->
 
-``python -m aclarena.docs_results`` (``make docs-results``) re-renders every block from its
+``python tools/docs_results.py`` (``make docs-results``) re-renders every block from its
 file; ``--check`` only says which blocks differ (exit 1), which is what the unit test runs. The
 files under ``docs/results/`` are strict JSON (no NaN or infinities) written by the commands
 that measured them: ``summary.json`` of ``aclarena-diag demo`` (copy it to
 ``docs/results/demo.json``) and ``findings.json`` of ``aclarena-diag study``
 (``docs/results/findings.json``). A block whose file is not committed says which file and
 command would fill it, instead of numbers nobody can trace.
+
+A repository tool, not part of the installed package: ``REPO`` is the checkout this file sits in.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -28,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aclarena.diagnostics.early_warning import drop_label
+from aclarena import jsonl
+from aclarena.diagnostics.early_warning import PREDICTOR_LABELS, drop_label
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = "docs/results"
@@ -43,53 +45,17 @@ DEMO_CMD = ("aclarena-diag demo --out runs/demo && cp runs/demo/summary.json doc
 STUDY_CMD = ("aclarena-diag study --run runs/study --seeds 3 && cp runs/study/findings.json "
              "docs/results/findings.json && make docs-results")
 
-# the lead-time predictors' names, as the README words them (aclarena.train.lead_time.PREDICTORS)
-PREDICTOR_LABELS = {
-    "kl_high": "token drift at high-entropy positions",
-    "flip_high": "flip rate at high-entropy positions",
-    "kl_all": "whole-sequence KL",
-    "fkl": "forward KL to the stage start",
-    "fkl_current": "forward KL on the current task",
-    "razor_fkl": "forward KL on the current task (RL's Razor)",
-    "loss": "training loss",
-}
-
-
-def made_by(command: str) -> dict[str, Any]:
-    """Where a result file's numbers come from: the command, the UTC date, the machine and the versions
-    (stored as ``made_by`` in ``summary.json`` and ``findings.json``; the tables cite it)."""
-    import datetime
-    import os
-    import platform
-
-    machine = f"{os.cpu_count()} CPU cores, {platform.machine()}"
-    try:
-        import torch
-
-        machine += f", torch {torch.__version__} ({torch.get_num_threads()} threads"
-        machine += ", CUDA)" if torch.cuda.is_available() else ", CPU)"
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
-    from aclarena import __version__
-
-    return {"command": command, "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
-            "machine": machine, "aclarena": __version__}
-
 
 class ResultsError(ValueError):
     """A result file or a marker block that cannot be rendered (one line: what and where)."""
 
 
 def strict_json(path: Path) -> Any:
-    """Read ``path`` as strict JSON: NaN and infinities are refused (they are not JSON)."""
-
-    def refuse(name: str) -> Any:
-        raise ResultsError(f"{path}: {name} is not strict JSON; write null for a missing number")
-
+    """Read ``path`` as strict JSON (:func:`aclarena.jsonl.strict_json`), failing as a :class:`ResultsError`."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
-    except json.JSONDecodeError as e:
-        raise ResultsError(f"{path}: not JSON ({e.msg} at line {e.lineno}); regenerate it") from None
+        return jsonl.strict_json(path)
+    except jsonl.StrictJsonError as e:
+        raise ResultsError(str(e)) from None
 
 
 def _num(x: Any, digits: int = 2) -> str:
@@ -272,6 +238,18 @@ def monitor_validation(data: Mapping[str, Any]) -> str:
     return table
 
 
+def test_tiers(data: Mapping[str, Any]) -> str:
+    """Each test tier's command, its test counts and its wall time."""
+    rows = []
+    for r in data["tiers"]:
+        counts = ("-" if r.get("passed") is None
+                  else f"{r['passed']} passed, {r.get('skipped', 0)} skipped, {r.get('deselected', 0)} deselected")
+        rows.append([r["tier"], f"`{r['command']}`", counts, f"{_num(r.get('seconds'), 0)} s", r.get("source", "")])
+    return _table(["tier", "command", "tests", "wall time", "source"], rows)
+
+
+TESTS_CMD = "python -m pytest tests/unit, then make test-fast, timed (docs/testing.md)"
+
 RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "demo-stages": (demo_stages, DEMO_CMD),
     "demo-lead-time": (demo_lead_time, DEMO_CMD),
@@ -283,6 +261,7 @@ RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "findings": (findings_table, STUDY_CMD),
     "monitor-validation": (monitor_validation, STUDY_CMD),
     "study-times": (study_times, STUDY_CMD),
+    "test-tiers": (test_tiers, TESTS_CMD),
 }
 
 
@@ -349,7 +328,7 @@ def regenerate(repo: Path = REPO, files: Sequence[Path] | None = None) -> list[P
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m aclarena.docs_results", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python tools/docs_results.py", description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only report stale blocks (exit 1 if any)")
     ap.add_argument("--repo", default=str(REPO), help="repository root (default: this checkout)")
     args = ap.parse_args(argv)

@@ -1,11 +1,11 @@
-"""Benchmark: the demo (its recipe, examples/mini.toml, and every analysis) from another base folder.
+"""Experiment: the demo (its recipe, examples/mini.toml, and every analysis) from another base folder.
 
 ``aclarena-diag demo`` always starts from the shipped base. To ask what the same recipe does from a
 candidate base (a sweep size, more pretraining data) before shipping it, this writes examples/mini.toml
 with ``[base] model = BASE`` to the run folder and runs the demo verb on it, unchanged otherwise.
 The summary's ``made_by`` is rewritten to this command, since the verb would name the preset.
 
-    python benchmarks/demo_from_base.py --base runs/sweep-data/3m-x4/run/checkpoints/base \
+    python experiments/demo_from_base.py --base runs/sweep-data/3m-x4/run/checkpoints/base \
         --out runs/demo-x4 --name mini-x4 -n 100
 """
 
@@ -49,7 +49,7 @@ def main() -> int:
     summary = out / "summary.json"
     if summary.is_file():
         data = json.loads(summary.read_text(encoding="utf-8"))
-        data["made_by"]["command"] = f"python benchmarks/demo_from_base.py --base {args.base} --out {args.out} --name {args.name} -n {args.n}"
+        data["made_by"]["command"] = f"python experiments/demo_from_base.py --base {args.base} --out {args.out} --name {args.name} -n {args.n}"
         summary.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return code
 

@@ -1,4 +1,4 @@
-"""Benchmark: is `general` lost as knowledge or as format? The suite two ways, per checkpoint.
+"""Experiment: is `general` lost as knowledge or as format? The suite two ways, per checkpoint.
 
 The general suite (:mod:`aclarena.envs.general`, four options, chance 0.25) scores a greedy reply
 that must say ``Answer: <letter>`` within 8 tokens. After a math stage the reply is arithmetic, so the
@@ -8,19 +8,17 @@ multiple-choice suites such as MMLU in lm-evaluation-harness), on the same tasks
 first score with none in the second is format takeover, not forgotten facts. Both come with 95%
 bootstrap intervals; a score whose interval holds 0.25 is not knowledge.
 
-    python benchmarks/general_letter.py aclarena/models/mini_base runs/x/math/math-lr0.001 \
-        --results docs/results/general_letter.jsonl
+    python experiments/general_letter.py aclarena/models/mini_base runs/x/math/math-lr0.001 \
+        --results docs/results/archive/mini-base/general_letter.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mini_base_sweep import bootstrap, score  # noqa: E402
+# a sibling script: `python experiments/X.py` puts this folder first on the path
+from mini_base_sweep import bootstrap, score
 
 CHANCE = 0.25
 

@@ -5,8 +5,8 @@ over the search stage (seq-math -> seq-search): items lost and gained and the on
 a drop (`aclarena.analysis.flips.paired_change`, the demo's test). Reads the run's results.h5;
 loads no model.
 
-    python benchmarks/study_paired.py --run runs/study2 --seeds 3 --out docs/results/study_paired.json
-    python benchmarks/study_paired.py --run runs/seed1 --seeds 1 --out R.json   # one curriculum of `train`
+    python experiments/study_paired.py --run runs/study2 --seeds 3 --out docs/results/archive/earlier-studies/study_paired.json
+    python experiments/study_paired.py --run runs/seed1 --seeds 1 --out R.json   # one curriculum of `train`
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import argparse
 import json
 
 from aclarena.analysis.flips import paired_change
-from aclarena.docs_results import made_by
+from aclarena.reproducibility import made_by
 from aclarena.train.naming import replicate_suffix
 
 PAIRS = (("seq-search", "seq-ecom", "search/id"), ("seq-search", "seq-ecom", "math/id"),
@@ -35,7 +35,7 @@ def main() -> int:
             got = paired_change(args.run, early + sfx, late + sfx, [suite])[suite]
             rows.append({"seed": seed, "early": early + sfx, "late": late + sfx, "suite": suite, **got})
             print(json.dumps(rows[-1]))
-    cmd = f"python benchmarks/study_paired.py --run {args.run} --seeds {args.seeds} --out {args.out}"
+    cmd = f"python experiments/study_paired.py --run {args.run} --seeds {args.seeds} --out {args.out}"
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(json.dumps({"rows": rows, "made_by": made_by(cmd)}, indent=1) + "\n")
     return 0

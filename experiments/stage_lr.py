@@ -1,4 +1,4 @@
-"""Benchmark: how hard does one later stage's SFT hit an earlier skill, by learning rate?
+"""Experiment: how hard does one later stage's SFT hit an earlier skill, by learning rate?
 
 Starts from a finished checkpoint (e.g. a curriculum's seq-search), runs one SFT phase of another
 domain's expert conversations (the stage's own code, ``aclarena.train.phases.run_sft``) and scores
@@ -12,9 +12,9 @@ in ``--steps`` need their own ``--out``. ``--lora-r R`` trains a LoRA adapter (r
 linear layer) on the frozen start instead of every weight, and scores it merged (the merged model is
 saved beside the adapter, in ``merged/``, so a later stage can start from it): LoRA learns less and
 forgets less (Biderman et al., arXiv 2405.09673); at 3.4M parameters it did not keep math over the
-search stage (docs/training.md, "third pass").
+search stage (docs/experiments/mini-base.md, "third pass").
 
-    python benchmarks/stage_lr.py --start runs/retune/checkpoints/seq-search --domain ecom \
+    python experiments/stage_lr.py --start runs/retune/checkpoints/seq-search --domain ecom \
         --steps 40 --batch 4 --lr 5e-5 --score search,math,ecom --out runs/stage-lr --results R.jsonl
 """
 
@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mini_base_sweep import bootstrap, score  # noqa: E402
+# a sibling script: `python experiments/X.py` puts this folder first on the path
+from mini_base_sweep import bootstrap, score
 
 
 def paired(scores: dict) -> dict:

@@ -1,0 +1,68 @@
+"""Progress in a log (issue 34): `train` with stderr piped prints phase start/end lines and periodic
+step/total/rate lines, where a rich bar would print nothing."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+from train_helpers import BASE, REPO, cli_env, train_cmd
+
+# the tiny base (4 steps) and one SFT-only math stage (3 steps): two trained phases, nothing downloaded
+CONFIG = BASE.format(rl_steps=1) + """
+[[stages]]
+domain = "math"
+phases = ["sft"]
+[stages.sft]
+n = 8
+"""
+
+STEP_LINE = re.compile(r"^\[aclarena \d\d:\d\d:\d\d\] (.+): step (\d+)/(\d+) \(\d+%\), ([0-9.e+-]+) steps/s, elapsed ")
+
+
+@pytest.mark.slow  # two trained phases in a subprocess: 30 s alone on 2 cores, two minutes on a loaded machine
+def test_train_piped_prints_progress_lines(tmp_path):
+    config = tmp_path / "small.toml"
+    config.write_text(CONFIG, encoding="utf-8")
+    env = cli_env()
+    env["ACLARENA_PROGRESS_INTERVAL"] = "0.2"
+    proc = subprocess.run(train_cmd(config, tmp_path / "run"), cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("[aclarena ")]
+    text = "\n".join(lines)
+    # one start and one end line per trained phase, and for the whole curriculum
+    for phase in ("base (pretrain)", "seq-math (sft)"):
+        assert sum(f"] start: {phase}" in ln for ln in lines) == 1, text
+        ends = [ln for ln in lines if f"] end: {phase}" in ln]
+        assert len(ends) == 1, text
+    seq_end = next(ln for ln in lines if "] end: seq-math (sft)" in ln)
+    assert re.search(r": 3/3 steps in [0-9.]+s", seq_end), seq_end
+    assert any("] start: small: 2 phases (2 steps)" in ln for ln in lines), text
+    assert any(re.search(r"\] end: small: 2 phases: 2/2 steps in ", ln) for ln in lines), text
+    # periodic lines carry step, total and a rate; the phase's last logged loss rides in its description
+    steps = [m for ln in lines if (m := STEP_LINE.match(ln))]
+    assert steps, text
+    assert all(int(m.group(2)) <= int(m.group(3)) and float(m.group(4)) >= 0 for m in steps), text
+    # the start of a phase comes before its end, and the curriculum ends last
+    order = [ln.split("] ", 1)[1] for ln in lines if "] start: " in ln or "] end: " in ln]
+    assert order[0].startswith("start: small") and order[-1].startswith("end: small"), order
+    first = {word: next(i for i, s in enumerate(order) if s.startswith(f"{word}: seq-math (sft)"))
+             for word in ("start", "end")}
+    assert first["start"] < first["end"], order
+
+
+def test_vectors_piped_start_and_end_lines(fixture_run, cli, monkeypatch):
+    """The same in-process with a cheap verb: each task of a gram pass starts and ends once; --json is quiet."""
+    monkeypatch.setenv("ACLARENA_PROGRESS_INTERVAL", "30")
+    code, _, err = cli("vectors", "--run", str(fixture_run))
+    assert code == 0, err
+    lines = [ln.split("] ", 1)[1] for ln in err.splitlines() if ln.startswith("[aclarena ")]
+    starts = [ln[len("start: "):] for ln in lines if ln.startswith("start: ")]
+    ends = [ln for ln in lines if ln.startswith("end: ")]
+    assert any(s.startswith("task vectors: tensors") for s in starts), lines
+    assert len(starts) == len(ends) >= 2, lines
+    assert all(re.search(r": (\d+)/\1 steps in [0-9.]+s \(", ln) for ln in ends), lines  # every task completed
+    code, _, err = cli("vectors", "--run", str(fixture_run), "--json", "--force")
+    assert code == 0 and "[aclarena " not in err, err
