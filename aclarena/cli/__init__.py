@@ -26,6 +26,7 @@ VERBS = (
     "checkpoints",
     "train",
     "consolidate",
+    "repair",
     "eval",
     "forgetting",
     "compare",
