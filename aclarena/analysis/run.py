@@ -95,9 +95,12 @@ class Run:
         a :class:`~aclarena.analysis.forgetting.ForgettingResult` (``.metrics``)."""
         return forgetting(self.path, chain=chain, suite_of=suite_of, settings=settings, manifest=self.manifest)
 
-    def compare(self, *, router: str = "rule", score: str = "greedy", settings: str | None = None) -> CompareResult:
-        """The study-shaped comparison of consolidation methods: a :class:`~aclarena.analysis.compare.CompareResult`."""
-        return compare(self.path, router=router, score=score, settings=settings, manifest=self.manifest)
+    def compare(self, *, router: str = "rule", score: str = "greedy", settings: str | None = None,
+                repair_pair: tuple[str, str] | None = None) -> CompareResult:
+        """The study-shaped comparison of consolidation methods: a :class:`~aclarena.analysis.compare.CompareResult`
+        (``.repairs``: the four-part score of each repair, or of every consolidation against ``repair_pair``)."""
+        return compare(self.path, router=router, score=score, settings=settings, manifest=self.manifest,
+                       repair_pair=repair_pair)
 
     def flips(self, early: str, late: str, suite: str, *, settings: Any = None, force: bool = False,
               device: str = "cpu", dtype: str = "auto", allow_pickle: bool = False) -> Any:

@@ -138,3 +138,36 @@ def test_checkpoints_of_different_shapes_are_refused(fixture_run, cli, tokenizer
     assert code == 1 and len(err.strip().splitlines()) == 1, err
     assert "wide" in err
     assert _snapshot(fixture_run) == before
+
+
+def test_compare_scores_repairs_in_four_parts(fixture_run, cli):
+    from consolidation_helpers import write_cells
+
+    assert cli("repair", "--run", str(fixture_run), "--from", "seq-math", "--to", "seq-search", "--method", "dg-hard",
+               "--name", "dg")[0] == 0
+    n = 40
+
+    def items(k: int) -> list[float]:
+        return [1.0] * k + [0.0] * (n - k)
+
+    write_cells(fixture_run, {
+        "seq-math": {"math/id": items(36), "search/id": items(4), "general": items(10)},
+        "seq-search": {"math/id": items(8), "search/id": items(32), "general": items(10)},
+        "dg": {"math/id": items(22), "search/id": items(25), "general": items(9)},
+    })
+    code, out, err = cli("compare", "--run", str(fixture_run), "--json")
+    assert code == 0, err
+    (row,) = json.loads(out)["repair_scores"]
+    assert (row["checkpoint"], row["from"], row["to"]) == ("dg", "seq-math", "seq-search")
+    assert row["partition"] == {"math/id": "damaged", "search/id": "target", "general": "unchanged"}
+    assert row["healing"]["value"] == pytest.approx((22 - 8) / (36 - 8))
+    assert row["target_retention"]["value"] == pytest.approx((25 - 4) / (32 - 4))
+    assert row["non_damage"]["value"] == pytest.approx(9 / 10)
+    assert row["preservation"]["value"] is None and row["preservation"]["suites"] == []
+    lo, hi = row["healing"]["ci95"]
+    assert lo < row["healing"]["value"] < hi
+    # the same score of the merge-free pair, asked for explicitly, and the table
+    code, out, _ = cli("compare", "--run", str(fixture_run), "--repair-stage", "seq-math,seq-search")
+    assert code == 0 and "four-part score" in out and "0.50 [" in out
+    code, _, err = cli("compare", "--run", str(fixture_run), "--repair-stage", "seq-math")
+    assert code == 1 and "OLD,NEW" in err
