@@ -15,7 +15,7 @@ from aclarena.analysis._common import RunPath, frame, manifest_or_load
 from aclarena.errors import unknown_name
 from aclarena.store import Manifest
 from aclarena.store.capability import open_matrix
-from aclarena.store.comparison import Comparison, comparison
+from aclarena.store.comparison import Comparison, comparison, repair_scores
 
 SCORES = {"greedy": "mean", "avg": "avg_k_mean"}
 NO_METHODS = "no consolidated models yet: run `aclarena-diag consolidate --method ...`"
@@ -60,7 +60,6 @@ def compare(run_dir: RunPath, *, router: str = "rule", score: str = "greedy", se
 
     ``repairs``: the four-part score (:mod:`aclarena.diagnostics.repair_score`) of every repair against
     its own stage, or, with ``repair_pair`` (OLD, NEW), of every consolidated checkpoint against that stage."""
-    from aclarena.analysis.repair import repair_scores
     from aclarena.consolidate.routers import ROUTERS
 
     if router not in ROUTERS:

@@ -171,3 +171,17 @@ def test_compare_scores_repairs_in_four_parts(fixture_run, cli):
     assert code == 0 and "four-part score" in out and "0.50 [" in out
     code, _, err = cli("compare", "--run", str(fixture_run), "--repair-stage", "seq-math")
     assert code == 1 and "OLD,NEW" in err
+    # the Consolidation page and the exported figure show the same score
+    from aclarena.dashboard.pages import consolidation as cpage
+    from aclarena.figures import build_figures
+    from aclarena.store import ResultsStore
+
+    c = cpage.content(fixture_run)
+    (shown,) = c["repairs"]
+    assert shown["label"] == "dg" and shown["cells"][0].startswith("0.50 [")
+    assert shown["cells"][1] == "-"
+    bars = {t.name: t for t in c["repair_figure"].data}
+    assert bars["healing"].y[0] == pytest.approx(0.5)
+    with ResultsStore(fixture_run).reader() as r:
+        figs = build_figures(r, load_manifest(fixture_run), "consolidation/repair")
+    assert [f.name for f in figs] == ["consolidation-repair"]
