@@ -16,7 +16,12 @@ ROUTER_OPTIONS = [{"label": r, "value": r} for r in ("rule", "learned", "bandit"
 
 def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: str = "bars") -> dict[str, Any]:
     """The comparison rows and the chosen figure (callbacks return these; tests call it directly)."""
-    from aclarena.figures.consolidation import comparison_heatmap, method_bars, method_radar, repair_score_bars
+    from aclarena.figures.consolidation import (
+        comparison_heatmap,
+        method_bars,
+        method_radar,
+        repair_score_bars,
+    )
     from aclarena.store.capability import load_matrix
     from aclarena.store.comparison import comparison, repair_scores
 
