@@ -662,7 +662,9 @@ def paired_change(run_dir: str | Path, early: str, late: str, suites: Sequence[s
             if chance:
                 # beside the counts: the flips guessing alone does not explain (arXiv 2510.17776)
                 f, b = chance_adjusted(lost, gained, wrong_both, n, chance)
-                out[suite] |= {"chance": chance, "lost_chance_adjusted": f * n, "gained_chance_adjusted": b * n}
+                # None where a checkpoint scores clearly below guessing (the know-or-guess model does not hold)
+                out[suite] |= {"chance": chance, "lost_chance_adjusted": None if math.isnan(f) else f * n,
+                               "gained_chance_adjusted": None if math.isnan(b) else b * n}
     return out
 
 

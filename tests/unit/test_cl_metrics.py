@@ -139,6 +139,9 @@ def test_chance_adjusted_transitions_remove_what_guessing_makes():
     assert f == pytest.approx(0.12, abs=0.01) and abs(b) < 0.01
     # with no chance the adjustment is the plain share; counts must fit
     assert chance_adjusted(10, 5, 30, 100, 0.0) == (0.1, 0.05)
+    # a checkpoint far below guessing (0 of 100 on four options) does not guess: undefined
+    assert all(np.isnan(chance_adjusted(0, 0, 100, 100, 0.25)))
+    assert not any(np.isnan(chance_adjusted(5, 5, 70, 100, 0.25)))  # 25 correct each time: at chance
     with pytest.raises(ValueError):
         chance_adjusted(60, 50, 10, 100, 0.25)
     with pytest.raises(ValueError):
