@@ -58,18 +58,30 @@ def main() -> None:
     commands: list[str] = []
     t0 = time.perf_counter()
     made: list[dict[str, Any]] = []
+    from aclarena.store import load_manifest
+
+    m = load_manifest(run)
+    have = {s.name for s in m if (Path(run) / s.path).exists()}
+    new_domain = m.resolve(NEW).domain
+    has_oracle = any(s.kind == "oracle" and s.domain == new_domain and s.name in have for s in m)
+    notes = []
+    for method in ("merge-uniform", "merge-ties"):  # the demo's merges, made the demo's way (read back if there)
+        _, cmd = verb(["consolidate", "--run", run, "--method", method])
+        commands.append(cmd)
     for name, extra in REPAIRS:
+        if "cosine" in extra and not has_oracle:
+            notes.append(f"{name} skipped: no trained {new_domain} oracle in the run (cosine selection needs it)")
+            continue
         res, cmd = verb(["repair", "--run", run, "--from", OLD, "--to", NEW, "--name", name, *extra])
         commands.append(cmd)
         made.extend(res["outputs"])
     repairs = [o["checkpoint"] for o in made]
-    from aclarena.store import load_manifest
-
     m = load_manifest(run)
     merges = [s.name for s in m if s.kind == "consolidated" and (s.method or "").startswith("merge-")]
-    oracles = [s.name for s in m if s.kind == "oracle"]
+    oracles = [s.name for s in m if s.kind == "oracle" and (Path(run) / s.path).exists()]
     t_repair = time.perf_counter() - t0
-    _, cmd = verb(["eval", "--run", run, "--checkpoints", ",".join([OLD, NEW, *repairs, *merges]), "--suites", SUITES,
+    _, cmd = verb(["eval", "--run", run, "--checkpoints", ",".join([OLD, NEW, *repairs, *merges, *oracles]),
+                   "--suites", SUITES,
                     "-n", "100", "--samples", "0", "--seeds", "0"])
     commands.append(cmd)
     cmp, cmd = verb(["compare", "--run", run, "--repair-stage", f"{OLD},{NEW}"])
@@ -94,7 +106,7 @@ def main() -> None:
                 "against the demo's merges and the oracles",
         "run": run, "from": OLD, "to": NEW, "suites": SUITES.split(","), "eval": {"n": 100, "samples": 0, "seeds": [0]},
         "commands": commands, "repairs": made, "merges": merges, "oracles": oracles,
-        "scores": scores, "four_part": cmp["repair_scores"],
+        "scores": scores, "four_part": cmp["repair_scores"], "notes": notes,
         "seconds": {"repairs": round(t_repair, 1), "total": round(time.perf_counter() - t0, 1)},
     }
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -39,10 +39,16 @@ from typing import Any
 
 import torch
 
-from aclarena.consolidate.checkpoint_merge import MARKER, _extra_tensors, check_mergeable, read_marker
+from aclarena.consolidate.checkpoint_merge import (
+    _extra_tensors,
+    check_mergeable,
+    publish,
+    read_marker,
+    temporary_folder,
+)
 from aclarena.diagnostics import repair as R
 from aclarena.diagnostics.task_vectors import group_of
-from aclarena.errors import AclarenaError, CheckpointError
+from aclarena.errors import AclarenaError
 from aclarena.models.checkpoint import CheckpointInfo
 from aclarena.models.tensors import TensorReader
 from aclarena.models.writing import ShardedWriter, copy_model_files
@@ -274,13 +280,7 @@ def repair_checkpoints(
                 chosen = set(layers)
                 hit = [n for n in hit if group_of(n) in chosen]
         repaired = set(hit)
-        tmp = out.parent / f".{out.name}.tmp"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise CheckpointError(f"cannot create {out.parent}: {e.strerror or e}; choose a writable --run") from None
+        tmp = temporary_folder(out)
         layout = [(n, reader.dtypes(n)[1], reader.shape(n)) for n in names]
         extras = _extra_tensors(new, reader)
         layout += [(n, t.dtype, tuple(t.shape)) for n, t in extras.items()]
@@ -320,13 +320,10 @@ def repair_checkpoints(
     result = RepairResult(out, spec, old.name, new.name, len(layout), len(repaired), written, seconds,
                           removed / total if total > 0 else 0.0,
                           kept / n_dir if n_dir and spec.method != "layer-rollback" else None, layers)
-    (tmp / MARKER).write_text(json.dumps({
+    publish(tmp, out, {
         "fingerprint": fp, "lineage": result.lineage(),
         "repair": {"n_repaired": result.n_repaired, "energy_removed": result.energy_removed,
                    "directions_kept": result.directions_kept, "layers": layers},
         "n_tensors": result.n_tensors, "bytes": written, "seconds": round(seconds, 3),
-    }, indent=2) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+    })
     return result
