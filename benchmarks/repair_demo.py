@@ -3,7 +3,7 @@
     python benchmarks/repair_demo.py --run runs/demo-i35 --out docs/results/repair_demo.json
 
 On a copy of a finished demo run: every repair of seq-ecom from seq-search (svd-restore at
-r = 10, 25, 50; dg-hard; layer-rollback of one of the four layers, chosen first, by largest
+r = 1, 2, 5, 10, 25, 50; dg-hard; layer-rollback of one of the four layers, chosen first, by largest
 displacement and by lowest cosine with the e-commerce oracle), ``eval`` of the repairs on math/id,
 search/id, ecom/id and general with the demo's settings (n = 100, greedy, seed 0: the cells of
 seq-search, seq-ecom, the merges and the oracles are read back, not recomputed), then ``compare``
@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 OLD, NEW = "seq-search", "seq-ecom"
 SUITES = "math/id,search/id,ecom/id,general"
 REPAIRS = (
-    ("ecom-svd", ["--method", "svd-restore", "--rank-percent", "10,25,50"]),
+    ("ecom-svd", ["--method", "svd-restore", "--rank-percent", "1,2,5,10,25,50"]),
     ("ecom-dg", ["--method", "dg-hard"]),
     ("ecom-roll-first", ["--method", "layer-rollback", "--select", "first", "--count", "1"]),
     ("ecom-roll-disp", ["--method", "layer-rollback", "--select", "displacement", "--count", "1"]),
