@@ -2,11 +2,13 @@
 
     python benchmarks/repair_demo.py --run runs/demo-i35 --out docs/results/repair_demo.json
 
-On a copy of a finished demo run: every repair of seq-ecom from seq-search (svd-restore at
-r = 1, 2, 5, 10, 25, 50; dg-hard; layer-rollback of one of the four layers, chosen first, by largest
-displacement and by lowest cosine with the e-commerce oracle), ``eval`` of the repairs on math/id,
-search/id, ecom/id and general with the demo's settings (n = 100, greedy, seed 0: the cells of
-seq-search, seq-ecom, the merges and the oracles are read back, not recomputed), then ``compare``
+On a copy of a demo run (its checkpoints and aclarena.toml are enough): the demo's two merges
+(``consolidate --method merge-uniform`` / ``merge-ties``, as the demo makes them), every repair of seq-ecom from seq-search (svd-restore at
+r = 10, 25, 50 by default (``--percents``); dg-hard; layer-rollback of one of the four layers, chosen first, by largest
+displacement and by lowest cosine with the e-commerce oracle, skipped while the run has no trained
+e-commerce oracle), ``eval`` of the repairs on math/id,
+search/id, ecom/id and general with the demo's settings (n = 100, greedy, seed 0; cells already in
+the store are read back, not recomputed), then ``compare``
 with every consolidated model (repairs and the demo's merges) scored against the stage
 seq-search -> seq-ecom. The JSON holds the commands, each model's score per suite with its 95%
 bootstrap interval over items, the four-part scores and what each repair changed in the weights.
@@ -29,7 +31,7 @@ sys.path.insert(0, str(REPO))
 OLD, NEW = "seq-search", "seq-ecom"
 SUITES = "math/id,search/id,ecom/id,general"
 REPAIRS = (
-    ("ecom-svd", ["--method", "svd-restore", "--rank-percent", "1,2,5,10,25,50"]),
+    ("ecom-svd", ["--method", "svd-restore", "--rank-percent", "{percents}"]),
     ("ecom-dg", ["--method", "dg-hard"]),
     ("ecom-roll-first", ["--method", "layer-rollback", "--select", "first", "--count", "1"]),
     ("ecom-roll-disp", ["--method", "layer-rollback", "--select", "displacement", "--count", "1"]),
@@ -53,6 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--percents", default="10,25,50", help="svd-restore's rank percents (default 10,25,50)")
     args = ap.parse_args()
     run = args.run
     commands: list[str] = []
@@ -72,6 +75,7 @@ def main() -> None:
         if "cosine" in extra and not has_oracle:
             notes.append(f"{name} skipped: no trained {new_domain} oracle in the run (cosine selection needs it)")
             continue
+        extra = [x.format(percents=args.percents) for x in extra]
         res, cmd = verb(["repair", "--run", run, "--from", OLD, "--to", NEW, "--name", name, *extra])
         commands.append(cmd)
         made.extend(res["outputs"])
