@@ -15,7 +15,7 @@ from aclarena.analysis._common import RunPath, frame, manifest_or_load
 from aclarena.errors import unknown_name
 from aclarena.store import Manifest
 from aclarena.store.capability import open_matrix
-from aclarena.store.comparison import Comparison, comparison
+from aclarena.store.comparison import Comparison, comparison, repair_scores
 
 SCORES = {"greedy": "mean", "avg": "avg_k_mean"}
 NO_METHODS = "no consolidated models yet: run `aclarena-diag consolidate --method ...`"
@@ -27,6 +27,7 @@ class CompareResult:
 
     comparison: Comparison
     writes: tuple[str, ...] = field(default=())
+    repairs: list[Any] = field(default_factory=list)  # RepairScoreRow: the four-part score of each repair
 
     @property
     def suites(self) -> list[str]:
@@ -49,13 +50,16 @@ class CompareResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (strict JSON): what ``aclarena-diag compare --json`` prints."""
-        return self.comparison.to_json()
+        return self.comparison.to_json() | {"repair_scores": [r.to_dict() for r in self.repairs]}
 
 
 def compare(run_dir: RunPath, *, router: str = "rule", score: str = "greedy", settings: str | None = None,
-            manifest: Manifest | None = None) -> CompareResult:
+            manifest: Manifest | None = None, repair_pair: tuple[str, str] | None = None) -> CompareResult:
     """The comparison table of the run in ``run_dir``: ``score`` is greedy accuracy or ``avg`` (avg@k);
-    ``router`` (rule, learned, bandit) makes the MLE row; ``settings`` keeps one eval settings id."""
+    ``router`` (rule, learned, bandit) makes the MLE row; ``settings`` keeps one eval settings id.
+
+    ``repairs``: the four-part score (:mod:`aclarena.diagnostics.repair_score`) of every repair against
+    its own stage, or, with ``repair_pair`` (OLD, NEW), of every consolidated checkpoint against that stage."""
     from aclarena.consolidate.routers import ROUTERS
 
     if router not in ROUTERS:
@@ -65,4 +69,5 @@ def compare(run_dir: RunPath, *, router: str = "rule", score: str = "greedy", se
     manifest = manifest_or_load(run_dir, manifest)
     with open_matrix(run_dir, manifest, settings=settings) as (r, matrix):
         cmp = comparison(matrix, manifest, r, router=router, what=SCORES[score])
-    return CompareResult(cmp)
+        repairs = repair_scores(r, matrix, manifest, pair=repair_pair)
+    return CompareResult(cmp, repairs=repairs)

@@ -599,9 +599,10 @@ def _relation(manifest: Manifest, early: str, late: str) -> str:
 
 
 def flip_items(reader: StoreReader, manifest: Manifest, early: str, late: str, suite: str, *, played: bool = True
-               ) -> tuple[list[tuple[str, str]], dict[str, Any], int, list[str]]:
+               ) -> tuple[list[tuple[str, str]], dict[str, Any], int, list[str], int]:
     """``[(item id, forgot|gained)]`` from the matrix's greedy outcomes, the cell settings, the number
-    of items compared, and the two cells' keys and write times (what the result was made from).
+    of items compared, the two cells' keys and write times (what the result was made from), and the
+    number of items both fail (for the chance adjustment).
 
     ``played=False`` also takes imported cells (lm-eval per-sample scores): their items are paired by
     ``doc_id`` when both cells score the same task with the same metric (each cell has its own
@@ -642,7 +643,8 @@ def flip_items(reader: StoreReader, manifest: Manifest, early: str, late: str, s
     common = [i for i in e if i in l_]
     out = [(i, FORGOT) for i in common if e[i] >= 0.5 > l_[i]] + [(i, GAINED) for i in common if l_[i] >= 0.5 > e[i]]
     made_from = [f"{c.key}@{c.computed_at!r}" for c in cells.values()]
-    return out, cells[early].settings, len(common), made_from
+    wrong_both = sum(1 for i in common if e[i] < 0.5 and l_[i] < 0.5)
+    return out, cells[early].settings, len(common), made_from, wrong_both
 
 
 def paired_change(run_dir: str | Path, early: str, late: str, suites: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -650,7 +652,9 @@ def paired_change(run_dir: str | Path, early: str, late: str, suites: Sequence[s
     fails (``lost``), the reverse (``gained``), the items compared (``n``) and the one-sided exact
     McNemar p of a drop (``p_drop``, the monitor's ground-truth test); ``{"error": line}`` for a
     suite that cannot be paired (no cell, no per-item outcomes, other settings)."""
+    from aclarena.diagnostics.cl_metrics import chance_adjusted
     from aclarena.diagnostics.early_warning import mcnemar_drop_pvalue
+    from aclarena.envs import suite_chance
     from aclarena.store import load_manifest
     from aclarena.store.capability import open_matrix
 
@@ -659,7 +663,8 @@ def paired_change(run_dir: str | Path, early: str, late: str, suites: Sequence[s
     with open_matrix(run_dir, manifest) as (reader, _):
         for suite in suites:
             try:
-                pairs, _settings, n, _made_from = flip_items(reader, manifest, early, late, suite, played=False)
+                pairs, _settings, n, _made_from, wrong_both = flip_items(reader, manifest, early, late, suite,
+                                                                         played=False)
             except AclarenaError as e:
                 out[suite] = {"error": str(e)}
                 continue
@@ -667,6 +672,13 @@ def paired_change(run_dir: str | Path, early: str, late: str, suites: Sequence[s
             gained = len(pairs) - lost
             before = np.r_[np.ones(lost, bool), np.zeros(gained, bool)]
             out[suite] = {"lost": lost, "gained": gained, "n": n, "p_drop": mcnemar_drop_pvalue(before, ~before)}
+            chance = suite_chance(suite)
+            if chance:
+                # beside the counts: the flips guessing alone does not explain (arXiv 2510.17776)
+                f, b = chance_adjusted(lost, gained, wrong_both, n, chance)
+                # None where a checkpoint scores clearly below guessing (the know-or-guess model does not hold)
+                out[suite] |= {"chance": chance, "lost_chance_adjusted": None if math.isnan(f) else f * n,
+                               "gained_chance_adjusted": None if math.isnan(b) else b * n}
     return out
 
 
@@ -837,7 +849,7 @@ def flips(
         raise AclarenaError(f"--from and --to are both {early!r}; give two checkpoints (e.g. --from seq-math --to seq-ecom)")
     relation = _relation(manifest, early, late)
     with open_matrix(run_dir, manifest) as (reader, _):
-        pairs, cell_settings, n_common, made_from = flip_items(reader, manifest, early, late, suite)
+        pairs, cell_settings, n_common, made_from, _ = flip_items(reader, manifest, early, late, suite)
     if not pairs:
         raise AclarenaError(f"{early!r} and {late!r} solve the same items of {suite!r} ({n_common} compared): nothing "
                             "flipped; pick another pair or suite, or evaluate more items (eval -n)")

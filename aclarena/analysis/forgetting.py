@@ -80,6 +80,7 @@ def forgetting(run_dir: RunPath, *, chain: str | None = None, suite_of: Mapping[
     with open_matrix(run_dir, manifest, settings=settings) as (r, matrix):
         data = chain_data(matrix, manifest, r, chain=chain, suite_of=dict(suite_of or {}))
         guessed = _at_chance_along(r, matrix, data.chain)
+        chance_flips = _chance_transitions(r, matrix, data.chain)
     rep = cl_report(data.R, data.tasks, base=data.base, oracle=data.oracle, items=data.items)
     summary = {k: nan_none(v) for k, v in rep.summary().items()}
     T = len(data.tasks)
@@ -113,7 +114,9 @@ def forgetting(run_dir: RunPath, *, chain: str | None = None, suite_of: Mapping[
                        "peak_at": data.chain[int(np.nanargmax(col))] if finite.size else None,
                        "final": nan_none(float(col[-1])),
                        "peak_drop": nan_none(peak_drop(col)) if not np.isnan(col).any() else None,
-                       "at_chance": guessed.get(suite, [])})
+                       "at_chance": guessed.get(suite, []),
+                       "chance": suite_chance(suite),
+                       "transitions": chance_flips.get(suite, [])})
     consolidated = []
     for name, row in data.consolidated.items():
         R_alt = data.R.copy()
@@ -129,6 +132,43 @@ def forgetting(run_dir: RunPath, *, chain: str | None = None, suite_of: Mapping[
     return ForgettingResult(chain=tuple(data.chain), stages=tuple(data.stages), tasks=tuple(data.tasks),
                             suites=tuple(data.suites), R=data.R, report=rep, metrics=summary, domains=tuple(domains),
                             along_chain=tuple(suites), consolidated=tuple(consolidated), notes=tuple(notes))
+
+
+def _chance_transitions(reader: StoreReader, matrix: Any, chain: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Suite (with a guessing score) -> per consecutive pair of ``chain``: items forgotten and gained, plain and
+    chance-adjusted (:func:`aclarena.diagnostics.cl_metrics.chance_adjusted`), on the items both were scored on."""
+    from aclarena.diagnostics.cl_metrics import sample_transitions
+    from aclarena.store.capability import read_items
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    for suite in matrix.suites:
+        chance = suite_chance(suite)
+        if not chance:
+            continue
+        per: dict[str, dict[str, float]] = {}
+        for ck in chain:
+            c = matrix.get(ck, suite)
+            got = read_items(reader, c) if c is not None and c.ok else None
+            if got is not None:
+                scores = got[1].mean(axis=0) if got[1].ndim == 2 else got[1]
+                per[ck] = dict(zip(got[0], scores.tolist(), strict=True))
+        rows = []
+        for a, b in zip(chain, chain[1:], strict=False):
+            if a not in per or b not in per:
+                continue
+            ids = [i for i in per[a] if i in per[b]]
+            if not ids:
+                continue
+            tr = sample_transitions([per[a][i] for i in ids], [per[b][i] for i in ids])
+            f, bt = tr.chance_adjusted(chance)
+            rows.append({"from": a, "to": b, "n": tr.n_items, "forgotten": tr.forgotten, "gained": tr.gained,
+                         "sample_forgetting": nan_none(tr.forgetting),
+                         "sample_forgetting_chance_adjusted": nan_none(f),
+                         "sample_backward_transfer": nan_none(tr.backward_transfer),
+                         "sample_backward_transfer_chance_adjusted": nan_none(bt)})
+        if rows:
+            out[suite] = rows
+    return out
 
 
 def _at_chance_along(reader: StoreReader, matrix: Any, chain: list[str]) -> dict[str, list[str]]:

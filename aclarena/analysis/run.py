@@ -10,6 +10,7 @@
     run.forgetting().metrics               # ACC, BWT, FWT, ...
     run.flips("seq-math", "seq-ecom", "math/id").to_pandas()   # why items were forgotten
     run.signatures().to_pandas()           # drift signature of every SFT/RL phase, stage, consolidation
+    run.repair("seq-search", "seq-ecom", method="dg-hard", name="ecom-dg")   # training-free repair
 
 Each method calls the same analysis as the matching ``aclarena-diag`` verb, with the same
 defaults, and returns its typed result (``.to_pandas()``, ``.to_dict()``, ``.writes``). Torch is
@@ -146,9 +147,12 @@ class Run:
         a :class:`~aclarena.analysis.forgetting.ForgettingResult` (``.metrics``)."""
         return forgetting(self.path, chain=chain, suite_of=suite_of, settings=settings, manifest=self.manifest)
 
-    def compare(self, *, router: str = "rule", score: str = "greedy", settings: str | None = None) -> CompareResult:
-        """The study-shaped comparison of consolidation methods: a :class:`~aclarena.analysis.compare.CompareResult`."""
-        return compare(self.path, router=router, score=score, settings=settings, manifest=self.manifest)
+    def compare(self, *, router: str = "rule", score: str = "greedy", settings: str | None = None,
+                repair_pair: tuple[str, str] | None = None) -> CompareResult:
+        """The study-shaped comparison of consolidation methods: a :class:`~aclarena.analysis.compare.CompareResult`
+        (``.repairs``: the four-part score of each repair, or of every consolidation against ``repair_pair``)."""
+        return compare(self.path, router=router, score=score, settings=settings, manifest=self.manifest,
+                       repair_pair=repair_pair)
 
     def flips(self, early: str, late: str, suite: str, *, settings: FlipSettings | None = None, force: bool = False,
               device: str = "cpu", dtype: str = "auto", allow_pickle: bool = False) -> Any:
@@ -160,3 +164,18 @@ class Run:
 
         return flips(self.path, early, late, suite, settings,
                      load=LoadOptions(dtype=dtype, device=device, allow_pickle=allow_pickle), force=force)
+
+    def repair(self, old: str, new: str, *, method: str, name: str,
+               percents: str | float | Sequence[float] | None = None, modules: str | Sequence[str] = (),
+               layers: str | Sequence[int] | None = None, select: str | None = None, fraction: float = 0.25,
+               count: int | None = None, compute_dtype: str = "float32", force: bool = False) -> Any:
+        """Repair what the stage from ``old`` to ``new`` forgot, from the two checkpoints (no training): a
+        :class:`~aclarena.analysis.repair.RepairRunResult`; the outputs join the manifest as consolidated
+        checkpoints. Options as ``aclarena-diag repair``."""
+        from aclarena.analysis.repair import repair
+
+        result = repair(self.path, old=old, new=new, method=method, name=name, percents=percents, modules=modules,
+                        layers=layers, select=select, fraction=fraction, count=count, compute_dtype=compute_dtype,
+                        force=force)
+        self.manifest = load_manifest(self.path)
+        return result

@@ -27,6 +27,7 @@ VERBS = (
     "import",
     "train",
     "consolidate",
+    "repair",
     "eval",
     "forgetting",
     "compare",

@@ -30,14 +30,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                    "(default rule)")
     p.add_argument("--score", default="greedy", choices=("greedy", "avg"), help="greedy accuracy or avg@k (default greedy)")
     p.add_argument("--settings", metavar="ID", help="use only capability cells of this eval settings id")
+    p.add_argument("--repair-stage", metavar="OLD,NEW",
+                   help="score every consolidated model against the stage OLD -> NEW with the four-part repair score "
+                        "(default: each repair against its own stage)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from aclarena.analysis.compare import NO_METHODS, compare
+    from aclarena.errors import AclarenaError
 
+    pair = None
+    if args.repair_stage is not None:
+        parts = [p.strip() for p in args.repair_stage.split(",")]
+        if len(parts) != 2 or not all(parts):
+            raise AclarenaError(f"--repair-stage {args.repair_stage!r} must be OLD,NEW, e.g. seq-search,seq-ecom")
+        pair = (parts[0], parts[1])
     result = compare(args.run, router=args.router, score=args.score, settings=args.settings,
-                     manifest=manifest_of(args))
+                     manifest=manifest_of(args), repair_pair=pair)
     cmp = result.comparison
     if args.json:
         print_json(result.to_dict())
@@ -52,6 +62,26 @@ def run(args: argparse.Namespace) -> int:
     print_table(rows, ["model", *cmp.suites], headers=heads,
                 title=f"consolidation methods ({cmp.score}; mean ± std over replicates)",
                 caption="in-domain suites first, then out-of-domain; reference rows: oracles, sequential end point")
+    if result.repairs:
+        print_table([_score_row(r) for r in result.repairs],
+                    ["checkpoint", "stage", "healing", "preservation", "non_damage", "target_retention"],
+                    title="repairs: four-part score (value [95% bootstrap interval]; suites in docs/consolidation.md)",
+                    caption="healing: share of the stage's loss won back; preservation: share of its held-out gains "
+                            "kept; non-damage: accuracy kept where it changed nothing; target retention: share of "
+                            "its own gain kept")
     for n in [*cmp.notes, *([] if result.has_methods else [NO_METHODS])]:
         print(f"note: {n}")
     return 0
+
+
+def _score_row(r: Any) -> dict[str, Any]:
+    import math
+
+    from aclarena.diagnostics.repair_score import PARTS
+
+    row: dict[str, Any] = {"checkpoint": r.checkpoint, "stage": f"{r.old} -> {r.new}"}
+    for p in PARTS:
+        part = r.score.part(p)
+        row[p] = "-" if math.isnan(part.value) else (
+            f"{part.value:.2f} [{part.ci[0]:.2f}, {part.ci[1]:.2f}] ({len(part.suites)} suites)")
+    return row

@@ -57,6 +57,14 @@ def run(args: argparse.Namespace) -> int:
     rows = [{"suite": s["suite"], **dict(zip(out["chain"], s["scores"], strict=True)), "peak_at": s["peak_at"],
              "peak_drop": s["peak_drop"]} for s in out["along_chain"]]
     print_table(rows, cols, title="every suite along the chain", caption="peak_drop = best before the end - final")
+    flips = [{"suite": s["suite"], "chance": s["chance"], **t} for s in out["along_chain"] for t in s["transitions"]]
+    if flips:
+        print_table(flips, ["suite", "chance", "from", "to", "n", "forgotten", "gained", "sample_forgetting",
+                            "sample_forgetting_chance_adjusted", "sample_backward_transfer",
+                            "sample_backward_transfer_chance_adjusted"],
+                    title="sample-wise flips on suites a guess can solve, plain and chance-adjusted",
+                    caption="chance-adjusted: flips guessing alone explains removed (arXiv 2510.17776; "
+                            "docs/cl-metrics.md)")
     if out["consolidated"]:
         print_table(out["consolidated"], ["checkpoint", "average_accuracy", "backward_transfer", "forgetting_max",
                                           "retention_vs_oracle"],

@@ -140,6 +140,26 @@ def fingerprint(spec: MergeSpec, infos: Sequence[CheckpointInfo], base: Checkpoi
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def temporary_folder(out: Path) -> Path:
+    """The folder an output is written into before it is complete (any leftover of a killed run removed)."""
+    tmp = out.parent / f".{out.name}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CheckpointError(f"cannot create {out.parent}: {e.strerror or e}; choose a writable --run") from None
+    return tmp
+
+
+def publish(tmp: Path, out: Path, marker: dict[str, Any]) -> None:
+    """Write ``marker`` into the finished ``tmp`` and rename it to ``out`` (replacing an earlier output)."""
+    (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+
+
 def read_marker(folder: Path) -> dict[str, Any] | None:
     """A finished merge's marker, or None when there is none or it is not of the marker's shape
     (then the merge is redone into the folder, as for a marker of other settings)."""
@@ -212,13 +232,7 @@ def merge_checkpoints(
                            int(marker.get("n_tensors", 0)), int(marker.get("bytes", 0)), 0.0, reused=True,
                            updates_from=marker.get("updates_from"))
     t0 = time.perf_counter()
-    tmp = out.parent / f".{out.name}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CheckpointError(f"cannot create {out.parent}: {e.strerror or e}; choose a writable --run") from None
+    tmp = temporary_folder(out)
     n_base = 1 if spec.needs_base else 0
     with TensorReader(everything) as reader:
         ref = n_base  # the first merged model decides stored dtypes and extra tensors
@@ -243,14 +257,11 @@ def merge_checkpoints(
     result = MergeResult(out, spec, [i.name for i in infos], base.name if base is not None and spec.needs_base else None,
                          len(layout), total, seconds, copied=copied,
                          updates_from=[s.name for s in starts] if starts is not None else None)
-    (tmp / MARKER).write_text(json.dumps({
+    publish(tmp, out, {
         "fingerprint": fp, "merge": spec.identity(), "sources": result.sources, "base": result.base,
         "updates_from": result.updates_from,
         "n_tensors": result.n_tensors, "bytes": total, "seconds": round(seconds, 3),
-    }, indent=2) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+    })
     return result
 
 

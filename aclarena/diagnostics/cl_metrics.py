@@ -22,7 +22,22 @@ stage order: ``R[i, j]`` is the score on task ``j``'s in-domain suite after stag
   al., 2017, iCaRL);
 * sample-wise forgetting and backward transfer: between two evaluations of the same
   items, the share of items that go correct -> wrong, and wrong -> correct (item-level
-  forgetting events, after Toneva et al., 2019).
+  forgetting events, after Toneva et al., 2019);
+* chance-adjusted sample-wise forgetting and backward transfer, for suites a guess can
+  solve with probability ``c`` (``general``: four options, ``c = 1/4``), after Harmon et al.,
+  2025, "Mapping Post-Training Forgetting in Language Models at Scale" (arXiv 2510.17776):
+  flips that guessing alone makes are subtracted. Under the paper's response model (on each
+  item a model either knows the answer or guesses uniformly, guesses independent between the
+  two evaluations), with ``p10``, ``p01``, ``p00`` the shares of items correct -> wrong,
+  wrong -> correct and wrong both times, the share that was *known* before and not after is
+  ``F_true = (p10 (1 − c) − c p00) / (1 − c)²`` and the reverse
+  ``BT_true = (p01 (1 − c) − c p00) / (1 − c)²`` (:func:`chance_adjusted`; derivation in
+  docs/cl-metrics.md). With ``c = 0`` they are the plain shares. The search corpus held the
+  paper's abstract and summaries, not its equation; this is the estimator its response model
+  gives, and it can come out below 0 on a small sample (reported as is). It is NaN where either
+  checkpoint scores clearly below guessing (one-sided exact binomial p < 0.025 against ``c``):
+  such a checkpoint does not pick among the options (its replies miss the format), so the
+  know-or-guess model does not describe it.
 
 Missing cells are NaN and make the metrics that need them NaN.
 """
@@ -145,9 +160,47 @@ class SampleTransitions:
         return self.gained / self.n_items if self.n_items else float("nan")
 
     @property
+    def wrong_both(self) -> int:
+        """Items wrong before and after."""
+        return self.n_items - self.correct_before - self.gained
+
+    def chance_adjusted(self, chance: float) -> tuple[float, float]:
+        """(F_true, BT_true): :func:`chance_adjusted` of these counts."""
+        return chance_adjusted(self.forgotten, self.gained, self.wrong_both, self.n_items, chance)
+
+    @property
     def forgetting_of_correct(self) -> float:
         """Share of the items correct before that are wrong after."""
         return self.forgotten / self.correct_before if self.correct_before else float("nan")
+
+
+def _below_chance(correct: int, n: int, chance: float, alpha: float = 0.025) -> bool:
+    """Whether ``correct`` of ``n`` is below guessing at one-sided exact level ``alpha``: ``P(X <= correct) < alpha``
+    for ``X ~ Binomial(n, chance)``."""
+    from aclarena.diagnostics.binomial import binomial_tail
+
+    return 1.0 - binomial_tail(correct + 1, n, chance) < alpha if correct < n else False
+
+
+def chance_adjusted(forgotten: int, gained: int, wrong_both: int, n_items: int, chance: float) -> tuple[float, float]:
+    """Chance-adjusted sample-wise forgetting and backward transfer, as shares of the ``n_items`` items.
+
+    ``F_true = (p10 (1 − c) − c p00) / (1 − c)²`` and ``BT_true = (p01 (1 − c) − c p00) / (1 − c)²`` with
+    ``p10 = forgotten / n``, ``p01 = gained / n``, ``p00 = wrong_both / n`` and ``c = chance`` (module docstring);
+    NaN when either checkpoint scores clearly below ``c``.
+    """
+    if not 0.0 <= chance < 1.0:
+        raise ValueError(f"`chance` must be in [0, 1), got {chance!r}")
+    if n_items <= 0:
+        return float("nan"), float("nan")
+    if min(forgotten, gained, wrong_both) < 0 or forgotten + gained + wrong_both > n_items:
+        raise ValueError(f"counts {forgotten}, {gained}, {wrong_both} do not fit in {n_items} items")
+    if chance > 0 and (_below_chance(n_items - gained - wrong_both, n_items, chance)
+                       or _below_chance(n_items - forgotten - wrong_both, n_items, chance)):
+        return float("nan"), float("nan")
+    p10, p01, p00 = forgotten / n_items, gained / n_items, wrong_both / n_items
+    q = 1.0 - chance
+    return (p10 * q - chance * p00) / q**2, (p01 * q - chance * p00) / q**2
 
 
 def sample_transitions(before: np.ndarray | Sequence[float], after: np.ndarray | Sequence[float],

@@ -6,6 +6,8 @@
 * ``consolidation/bars``: each method's score per suite as grouped bars, with error bars
   (std over replicates), the oracles' in-domain scores as a dashed reference.
 * ``consolidation/radar``: each method's in-domain profile on one polar chart.
+* ``consolidation/repair``: the four-part score of each repair (healing, preservation,
+  non-damage, target retention) as grouped bars with 95% bootstrap intervals.
 * ``router/accuracy``: each router's accuracy per context type, with chance marked.
 * ``router/confusion``: each router's confusion matrix (experts and ``none``).
 """
@@ -160,6 +162,42 @@ def _radar(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go
     if cmp is None or not any(r.role in ("method", "mle") for r in cmp.rows):
         return []
     return [("", method_radar(cmp))]
+
+
+def repair_score_bars(rows: Sequence[Any]) -> go.Figure:
+    """One group of bars per repair (:class:`aclarena.store.comparison.RepairScoreRow`), one bar per part,
+    error bars = the 95% bootstrap interval; parts without suites are left out (no bar)."""
+    from aclarena.diagnostics.repair_score import PARTS
+
+    fig = go.Figure()
+    labels = [r.checkpoint for r in rows]
+    for k, part in enumerate(PARTS):
+        ps = [r.score.part(part) for r in rows]
+        y = [_nan_none(p.value) for p in ps]
+        plus = [_nan_zero(p.ci[1] - p.value) for p in ps]
+        minus = [_nan_zero(p.value - p.ci[0]) for p in ps]
+        text = [f"{len(p.suites)} suites: {', '.join(p.suites)}" for p in ps]
+        fig.add_trace(go.Bar(name=part.replace("_", " "), x=labels, y=y, marker_color=PALETTE[k], text=text,
+                             textposition="none", hovertemplate="%{x}<br>%{fullData.name}: %{y:.2f}<br>%{text}"
+                             "<extra></extra>",
+                             error_y={"type": "data", "symmetric": False, "array": plus, "arrayminus": minus}))
+    fig.add_hline(y=1.0, line_dash="dash", line_color="#444", annotation_text="1 = all recovered / kept")
+    fig.add_hline(y=0.0, line_color="#888")
+    fig.update_layout(barmode="group", title="Repairs: four-part score (95% bootstrap intervals)",
+                      yaxis_title="share", legend_title_text="part", margin={"t": 60})
+    return fig
+
+
+@register_figure("consolidation/repair", "Repairs: four-part score", width=1000, height=520)
+def _repair(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
+    from aclarena.store.capability import load_matrix
+    from aclarena.store.comparison import repair_scores
+
+    if reader is None:
+        return []
+    matrix = load_matrix(reader, manifest)
+    rows = repair_scores(reader, matrix, manifest) if matrix.cells else []
+    return [("", repair_score_bars(rows))] if rows else []
 
 
 @register_figure("router/accuracy", "Routing accuracy per context type", width=1000, height=520)

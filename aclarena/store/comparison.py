@@ -10,6 +10,9 @@ Assembled from the capability matrix (:mod:`aclarena.store.capability`) and the 
   no expert, the ``backbone`` fallback), as recorded by ``consolidate --method mle`` under
   ``consolidate/mle[-s<r>]``; its score on a suite is that checkpoint's.
 
+The four-part score of a repair (:mod:`aclarena.diagnostics.repair_score`) is assembled here
+too (:func:`repair_scores`), from the per-item outcomes of the capability cells.
+
 Columns: the in-domain suites of the curriculum's domains, then the other suites
 (out-of-domain and general). A cell is the mean over the row's replicates of each
 replicate's score, with the standard deviation over replicates (ddof 1) when there are
@@ -223,3 +226,113 @@ def _mle_rows(matrix: CapabilityMatrix, manifest: Manifest, mle: dict[str, dict[
         rows.append(CompareRow(f"{g} ({router} router)", "mle", "mle", tuple(dict.fromkeys(members)), cells))
     return rows
 
+
+# --- the four-part score ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepairScoreRow:
+    """The four-part score of ``checkpoint`` against the stage ``old`` -> ``new``
+    (:mod:`aclarena.diagnostics.repair_score`): per part its value, interval and suites."""
+
+    checkpoint: str
+    method: str | None
+    old: str
+    new: str
+    score: Any  # RepairScore
+
+    def to_dict(self) -> dict[str, Any]:
+        from aclarena.diagnostics.repair_score import PARTS
+
+        def num(x: float) -> float | None:
+            return None if math.isnan(x) else float(x)
+
+        parts = {}
+        for p in PARTS:
+            part = self.score.part(p)
+            parts[p] = {"value": num(part.value), "ci95": [num(part.ci[0]), num(part.ci[1])],
+                        "suites": list(part.suites), "dropped_resamples": part.dropped}
+        return {"checkpoint": self.checkpoint, "method": self.method, "from": self.old, "to": self.new, **parts,
+                "partition": dict(self.score.partition),
+                "stage_effect": {s: {"new_minus_old": num(d), "ci95": [num(lo), num(hi)]}
+                                 for s, (d, lo, hi) in self.score.effects.items()},
+                "n_items": dict(self.score.n_items)}
+
+
+def lineage_of(reader: StoreReader | None, name: str) -> tuple[str, str] | None:
+    """(from, to) of a repair recorded under ``consolidate/<name>``; None when there is none."""
+    key = f"{MLE_ROOT}/{name}/settings"
+    if reader is None or not reader.has(key):
+        return None
+    settings = reader.read(key)
+    if isinstance(settings, dict) and isinstance(settings.get("from"), str) and isinstance(settings.get("to"), str):
+        return settings["from"], settings["to"]
+    return None
+
+
+def _items_of(reader: StoreReader | None, matrix: CapabilityMatrix, checkpoint: str, suite: str) -> dict[str, float] | None:
+    from aclarena.store.capability import read_items
+
+    cell = matrix.get(checkpoint, suite)
+    if reader is None or cell is None or not cell.ok:
+        return None
+    got = read_items(reader, cell)
+    if got is None or got[1].size == 0:
+        return None
+    ids, scores = got
+    per_item = scores.mean(axis=0) if scores.ndim == 2 else scores
+    return dict(zip(ids, (float(v) for v in per_item), strict=True))
+
+
+def score_against(reader: StoreReader | None, matrix: CapabilityMatrix, manifest: Manifest, checkpoint: str, old: str, new: str, *,
+                  n_boot: int = 1000, seed: int = 0) -> RepairScoreRow | None:
+    """The four-part score of ``checkpoint`` against the stage ``old`` -> ``new`` over every suite all three were
+    evaluated on (items matched by id); target suites: the in-domain suites of NEW's domain. None when no suite
+    has all three."""
+    from aclarena.diagnostics.repair_score import SuiteOutcomes, repair_score
+
+    new_spec = manifest.resolve(new)
+    targets = set(matrix.in_domain_suites(new_spec.domain)) if new_spec.domain else set()
+    suites = []
+    for suite in matrix.suites:
+        got = [_items_of(reader, matrix, ck, suite) for ck in (old, new, checkpoint)]
+        if any(g is None for g in got):
+            continue
+        a, b, c = (g for g in got if g is not None)
+        ids = [i for i in a if i in b and i in c]
+        if not ids:
+            continue
+        suites.append(SuiteOutcomes(suite, "target" if suite in targets else "held-out",
+                                    np.array([a[i] for i in ids]), np.array([b[i] for i in ids]),
+                                    np.array([c[i] for i in ids])))
+    if not suites:
+        return None
+    spec = manifest.checkpoints.get(checkpoint)
+    return RepairScoreRow(checkpoint, spec.method if spec is not None else None, old, new,
+                          repair_score(suites, n_boot=n_boot, seed=seed))
+
+
+def repair_scores(reader: StoreReader | None, matrix: CapabilityMatrix, manifest: Manifest, *, pair: tuple[str, str] | None = None,
+                  checkpoints: Sequence[str] | None = None, n_boot: int = 1000) -> list[RepairScoreRow]:
+    """Four-part scores: every repair against its own stage (its recorded from/to), or, with ``pair``, every
+    consolidated checkpoint (or ``checkpoints``) against that stage (merges scored like repairs)."""
+    rows = []
+    if pair is not None:
+        for n in pair:
+            manifest.resolve(n)
+        names = list(checkpoints) if checkpoints is not None else [s.name for s in manifest if s.kind == "consolidated"]
+        for n in names:
+            row = score_against(reader, matrix, manifest, n, pair[0], pair[1], n_boot=n_boot)
+            if row is not None:
+                rows.append(row)
+        return rows
+    for spec in manifest:
+        if spec.kind != "consolidated" or not (spec.method or "").startswith("repair-"):
+            continue
+        lin = lineage_of(reader, spec.name)
+        if lin is None or lin[0] not in manifest or lin[1] not in manifest:
+            continue
+        row = score_against(reader, matrix, manifest, spec.name, lin[0], lin[1], n_boot=n_boot)
+        if row is not None:
+            rows.append(row)
+    return rows

@@ -113,3 +113,36 @@ def test_retention_mean_skips_tasks_without_oracle():
     report = cl_report(R, ["a", "b", "c"], oracle=[0.6, np.nan, np.nan])
     assert report.summary()["retention_vs_oracle"] == pytest.approx(0.5)
     assert np.isnan(cl_report(R, ["a", "b", "c"], oracle=[np.nan] * 3).summary()["retention_vs_oracle"])
+
+
+def test_chance_adjusted_transitions_remove_what_guessing_makes():
+    import numpy as np
+
+    from aclarena.diagnostics.cl_metrics import chance_adjusted, sample_transitions
+
+    c = 0.25
+    # a model that knows nothing and guesses both times: every flip is chance, F_true = BT_true = 0 in expectation
+    rng = np.random.default_rng(0)
+    n = 200_000
+    before, after = rng.random(n) < c, rng.random(n) < c
+    tr = sample_transitions(before.astype(float), after.astype(float))
+    f, b = tr.chance_adjusted(c)
+    assert tr.forgetting == pytest.approx(c * (1 - c), abs=0.005)
+    assert abs(f) < 0.01 and abs(b) < 0.01
+    # known before on 40% of items, 30% of them forgotten (12% of items), guesses elsewhere: F_true ~ 0.12
+    known_before = rng.random(n) < 0.4
+    forgot = known_before & (rng.random(n) < 0.3)
+    known_after = known_before & ~forgot
+    b_ok = known_before | (rng.random(n) < c)
+    a_ok = known_after | (rng.random(n) < c)
+    f, b = sample_transitions(b_ok.astype(float), a_ok.astype(float)).chance_adjusted(c)
+    assert f == pytest.approx(0.12, abs=0.01) and abs(b) < 0.01
+    # with no chance the adjustment is the plain share; counts must fit
+    assert chance_adjusted(10, 5, 30, 100, 0.0) == (0.1, 0.05)
+    # a checkpoint far below guessing (0 of 100 on four options) does not guess: undefined
+    assert all(np.isnan(chance_adjusted(0, 0, 100, 100, 0.25)))
+    assert not any(np.isnan(chance_adjusted(5, 5, 70, 100, 0.25)))  # 25 correct each time: at chance
+    with pytest.raises(ValueError):
+        chance_adjusted(60, 50, 10, 100, 0.25)
+    with pytest.raises(ValueError):
+        chance_adjusted(1, 1, 1, 10, 1.0)

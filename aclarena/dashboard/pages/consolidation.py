@@ -16,9 +16,14 @@ ROUTER_OPTIONS = [{"label": r, "value": r} for r in ("rule", "learned", "bandit"
 
 def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: str = "bars") -> dict[str, Any]:
     """The comparison rows and the chosen figure (callbacks return these; tests call it directly)."""
-    from aclarena.figures.consolidation import comparison_heatmap, method_bars, method_radar
+    from aclarena.figures.consolidation import (
+        comparison_heatmap,
+        method_bars,
+        method_radar,
+        repair_score_bars,
+    )
     from aclarena.store.capability import load_matrix
-    from aclarena.store.comparison import comparison
+    from aclarena.store.comparison import comparison, repair_scores
 
     m = manifest(run_dir)
     with reader(run_dir) as r:
@@ -28,13 +33,47 @@ def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: st
         if not matrix.cells:
             return {"empty": True}
         cmp = comparison(matrix, m, r, router=router, what="mean" if score == "greedy" else "avg_k_mean")
+        repairs = repair_scores(r, matrix, m)
     if not any(row.role in ("method", "mle") for row in cmp.rows):
         return {"empty": True, "no_methods": True}
     fig = method_radar(cmp) if view == "radar" else comparison_heatmap(cmp) if view == "heatmap" else method_bars(cmp)
     rows = [{"label": row.label, "role": row.role, "cells": [row.cells[s].text() for s in cmp.suites]}
             for row in cmp.rows]
     headers = [f"{s} (id)" if s in cmp.in_domain else s for s in cmp.suites]
-    return {"empty": False, "headers": headers, "rows": rows, "figure": fig, "notes": cmp.notes}
+    return {"empty": False, "headers": headers, "rows": rows, "figure": fig, "notes": cmp.notes,
+            "repairs": [_repair_row(x) for x in repairs],
+            "repair_figure": repair_score_bars(repairs) if repairs else None}
+
+
+def _repair_row(x: Any) -> dict[str, Any]:
+    import math
+
+    from aclarena.diagnostics.repair_score import PARTS
+
+    cells = []
+    for p in PARTS:
+        part = x.score.part(p)
+        cells.append("-" if math.isnan(part.value) else
+                     f"{part.value:.2f} [{part.ci[0]:.2f}, {part.ci[1]:.2f}] ({', '.join(part.suites)})")
+    return {"label": x.checkpoint, "stage": f"{x.old} → {x.new}", "cells": cells}
+
+
+def _repair_section(c: dict[str, Any]) -> list[Any]:
+    if not c.get("repairs"):
+        return []
+    head = ["repair", "stage", "healing", "preservation", "non-damage", "target retention"]
+    table = html.Table([html.Tr([html.Th(h) for h in head])]
+                       + [html.Tr([html.Td(r["label"]), html.Td(r["stage"]), *[html.Td(v) for v in r["cells"]]],
+                                  id=f"consolidation-repair-row-{i}") for i, r in enumerate(c["repairs"])],
+                       className="simple", id="consolidation-repair-table")
+    return [html.H3("Repairs"),
+            html.P("Each repair against the stage it repairs (from → to): healing is the share of the stage's loss "
+                   "on the suites it damaged won back, preservation the share of its held-out gains kept, "
+                   "non-damage the accuracy kept (relative to the stage's end) where the stage changed nothing "
+                   "measurable, target retention the share of the stage's own gain kept; 95% bootstrap intervals "
+                   "over items (Spectral Unforgetting, arXiv 2605.20296; definitions in docs/consolidation.md).",
+                   className="note"),
+            table, dcc.Graph(id="consolidation-repair-figure", figure=c["repair_figure"])]
 
 
 def _table(c: dict[str, Any]) -> html.Table:
@@ -75,6 +114,7 @@ def layout(**_query: Any) -> html.Div:
         html.Div(_table(c), id="consolidation-table"),
         dcc.Graph(id="consolidation-figure", figure=c["figure"]),
         html.Ul([html.Li(n) for n in c["notes"]], id="consolidation-notes", className="note"),
+        *_repair_section(c),
     ])
 
 

@@ -1,0 +1,234 @@
+"""Training-free repair of what a stage forgot: the work of ``aclarena-diag repair`` and ``Run.repair()``.
+
+A stage took the model from checkpoint OLD (``--from``) to NEW (``--to``) and forgot something
+OLD could do. A repair edits NEW's update ``Δ = θ_NEW − θ_OLD`` using the two checkpoints only
+(no data, no training): svd-restore (the update's top-r% singular directions back to OLD, one
+checkpoint per r of the sweep), dg-hard (the Donoho–Gavish hard threshold of each update matrix)
+or layer-rollback (whole layer blocks or modules back to OLD, chosen by the parameter
+diagnostics). The maths and its sources: :mod:`aclarena.diagnostics.repair`; the out-of-core
+writer: :mod:`aclarena.consolidate.repair`.
+
+Each output is a ``consolidated`` checkpoint of the run (``method = "repair-<method>"``,
+``parent`` = NEW), so ``eval``, ``compare`` and the dashboard include it; its lineage (from, to,
+method, parameters) is in the folder's ``consolidation.json`` and in results.h5 under
+``consolidate/<name>``, as for every consolidation. Every setting, name and shape is checked
+before anything is written.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aclarena.analysis._common import RunPath, frame, manifest_or_load
+from aclarena.errors import AclarenaError
+from aclarena.store import Manifest
+from aclarena.store.manifest import CheckpointSpec
+
+RESULT_ROOT = "consolidate"
+
+
+@dataclass(frozen=True)
+class RepairOutput:
+    """One repaired checkpoint: its name, lineage, and what the repair changed."""
+
+    checkpoint: str
+    method: str
+    old: str
+    new: str
+    parameters: dict[str, Any]
+    n_repaired: int
+    n_tensors: int
+    energy_removed: float
+    directions_kept: float | None
+    layers: list[str]
+    seconds: float
+    reused: bool
+
+    def row(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint, "method": self.method, "from": self.old, "to": self.new,
+                "parameters": self.parameters, "tensors_repaired": self.n_repaired, "tensors": self.n_tensors,
+                "energy_removed": round(self.energy_removed, 6),
+                "directions_kept": None if self.directions_kept is None else round(self.directions_kept, 6),
+                "layers": self.layers, "seconds": round(self.seconds, 2), "status": "reused" if self.reused else "made"}
+
+
+@dataclass(frozen=True)
+class RepairRunResult:
+    """The repairs made (or reused); ``writes``: the store keys written."""
+
+    outputs: list[RepairOutput]
+    writes: tuple[str, ...] = field(default=())
+
+    def to_pandas(self) -> Any:
+        return frame([o.row() for o in self.outputs])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"outputs": [o.row() for o in self.outputs]}
+
+
+def check_repair_name(name: str, manifest: Manifest, run_dir: RunPath, *, sources: Sequence[str] = ()) -> None:
+    """Refuse an output name before anything is written: not a manifest name, one of the sources, or the name of
+    a checkpoint that is not an earlier repair (which would be overwritten), or a folder of something else.
+
+    The name and its folder go through the shared check before any write (issue 33:
+    :func:`aclarena.store.manifest.output_folder`); what is repair's own is that an earlier repair may be
+    replaced and a source may not.
+    """
+    from aclarena.store.manifest import output_folder
+
+    if name in sources:
+        raise AclarenaError(f"--name {name!r} is one of the checkpoints being repaired; give the output a new name")
+    output_folder(run_dir, name, what="--name", manifest=manifest)
+    existing = manifest.checkpoints.get(name)
+    if existing is not None and not (existing.kind == "consolidated" and (existing.method or "").startswith("repair-")):
+        raise AclarenaError(f"--name {name!r} is taken: the manifest has it (kind {existing.kind}"
+                            f"{f', method {existing.method}' if existing.method else ''}); give the repair another --name")
+    folder = Path(run_dir) / "checkpoints" / name
+    if existing is None and folder.exists():
+        raise AclarenaError(f"{folder} exists and is not in the manifest; move it away or give another --name")
+
+
+def parse_percents(text: str | float | Sequence[float]) -> tuple[float, ...]:
+    """``"10,25,50"`` (or numbers) as rank percents, each in (0, 100]."""
+    from aclarena.diagnostics.repair import check_percent
+
+    if isinstance(text, str):
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        if not parts:
+            raise AclarenaError("--rank-percent is empty; give e.g. 25 or 10,25,50")
+        try:
+            values = [float(p) for p in parts]
+        except ValueError:
+            raise AclarenaError(f"--rank-percent {text!r} must be comma-separated numbers in (0, 100], "
+                                "e.g. 10,25,50") from None
+    elif isinstance(text, int | float):
+        values = [float(text)]
+    else:
+        values = [float(v) for v in text]
+    out = []
+    for v in values:
+        try:
+            out.append(check_percent(v))
+        except ValueError as e:
+            raise AclarenaError(str(e)) from None
+    if len(set(out)) != len(out):
+        raise AclarenaError(f"--rank-percent repeats a value ({text!r}); give each once")
+    return tuple(out)
+
+
+def parse_layers(text: str | Sequence[int] | None) -> tuple[int, ...] | None:
+    """``"0,1,4-6"`` as layer indices (None when not given)."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        return tuple(int(i) for i in text)
+    out: list[int] = []
+    try:
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            if "-" in part:
+                a, b = (int(x) for x in part.split("-", 1))
+                if b < a:
+                    raise ValueError
+                out.extend(range(a, b + 1))
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise AclarenaError(f"--layers {text!r} must be layer indices or ranges, e.g. 0,1 or 0-3") from None
+    if not out or any(i < 0 for i in out):
+        raise AclarenaError(f"--layers {text!r} must name layers >= 0, e.g. 0-3")
+    return tuple(sorted(set(out)))
+
+
+def _oracle_for(manifest: Manifest, new: CheckpointSpec) -> CheckpointSpec | None:
+    """The single-task oracle of NEW's domain (the one of NEW's seed when several)."""
+    oracles = [s for s in manifest if s.kind == "oracle" and s.domain is not None and s.domain == new.domain]
+    if not oracles:
+        return None
+    same_seed = [s for s in oracles if s.seed == new.seed]
+    return (same_seed or oracles)[0]
+
+
+def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
+           percents: str | float | Sequence[float] | None = None, modules: Sequence[str] | str = (),
+           layers: str | Sequence[int] | None = None, select: str | None = None, fraction: float = 0.25,
+           count: int | None = None, compute_dtype: str = "float32", force: bool = False,
+           manifest: Manifest | None = None, progress: Callable[[str], None] | None = None) -> RepairRunResult:
+    """Repair NEW's update from OLD into new checkpoints of the run (one per rank percent for svd-restore).
+
+    Raises:
+        AclarenaError: unknown names or methods, bad settings, a module pattern that matches nothing,
+            a taken output name (all before anything is written).
+        CheckpointError: checkpoints that are not of one model (other shapes, tokenizers), adapters.
+    """
+    from aclarena.consolidate.methods import RESULT_TYPE, RESULT_VERSION
+    from aclarena.consolidate.repair import RepairSpec, repair_checkpoints
+    from aclarena.models.checkpoint import inspect
+    from aclarena.store import Json, ResultsStore, load_manifest, write_manifest
+    from aclarena.store.manifest import manifest_path
+
+    run_dir = Path(run_dir)
+    manifest = manifest_or_load(run_dir, manifest)
+    old_spec, new_spec = manifest.resolve(old), manifest.resolve(new)
+    if isinstance(modules, str):
+        modules = tuple(m.strip() for m in modules.split(",") if m.strip())
+    layer_ids = parse_layers(layers)
+    if method == "svd-restore":
+        ps = parse_percents(25.0 if percents is None else percents)
+        plan: list[tuple[str, float | None]] = [(name if len(ps) == 1 else f"{name}-r{p:g}", p) for p in ps]
+    else:
+        if percents is not None:
+            raise AclarenaError(f"--rank-percent is svd-restore's setting; {method} takes none")
+        plan = [(name, None)]
+    specs = [(n, RepairSpec(method, percent=p, modules=tuple(modules), layers=layer_ids, select=select,
+                            fraction=fraction, count=count, compute_dtype=compute_dtype)) for n, p in plan]
+    for n, _ in specs:
+        check_repair_name(n, manifest, run_dir, sources=(old_spec.name, new_spec.name))
+    seen: dict[str, Any] = {}
+    old_info = inspect(old_spec, manifest, run_dir, _seen=seen)
+    new_info = inspect(new_spec, manifest, run_dir, _seen=seen)
+    base_info = oracle_info = None
+    oracle_spec = None
+    if specs[0][1].needs_oracle:
+        oracle_spec = _oracle_for(manifest, new_spec)
+        if oracle_spec is None:
+            raise AclarenaError(f"--select cosine needs the single-task oracle of {new_spec.name!r}'s domain "
+                                f"({new_spec.domain}); the manifest has none: --select displacement")
+        if manifest.base is None:
+            raise AclarenaError("--select cosine measures the oracle direction from the run's base; the manifest "
+                                "names no base ([run] base = ...): --select displacement")
+        base_info = inspect(manifest.resolve(manifest.base), manifest, run_dir, _seen=seen)
+        oracle_info = inspect(oracle_spec, manifest, run_dir, _seen=seen)
+    store = ResultsStore(run_dir)
+    outputs: list[RepairOutput] = []
+    writes: list[str] = []
+    for out_name, spec in specs:
+        if progress is not None:
+            progress(f"{out_name}: {method} of {new_spec.name} from {old_spec.name}")
+        t0 = time.perf_counter()
+        res = repair_checkpoints(old_info, new_info, spec, run_dir / "checkpoints" / out_name, base=base_info,
+                                 oracle=oracle_info, force=force)
+        seconds = time.perf_counter() - t0
+        ck = CheckpointSpec(name=out_name, path=f"checkpoints/{out_name}", kind="consolidated",
+                            method=f"repair-{method}", parent=new_spec.name, seed=new_spec.seed)
+        manifest = load_manifest(run_dir)
+        manifest.add(ck, replace_existing=True)
+        write_manifest(manifest, run_dir)
+        settings = res.lineage() | {"oracle": oracle_spec.name if oracle_spec is not None else None,
+                                    "layers": res.layers, "tensors_repaired": res.n_repaired,
+                                    "energy_removed": res.energy_removed, "directions_kept": res.directions_kept}
+        key = f"{RESULT_ROOT}/{out_name}"
+        store.write(key, {"settings": Json(settings)}, result_type=RESULT_TYPE, result_version=RESULT_VERSION,
+                    attrs={"method": f"repair-{method}", "seconds": seconds, "reused": res.reused,
+                           "settings": settings},
+                    overwrite=True, manifest_text=manifest_path(run_dir).read_text(encoding="utf-8"))
+        writes.append(key)
+        outputs.append(RepairOutput(out_name, method, old_spec.name, new_spec.name, spec.identity(), res.n_repaired,
+                                    res.n_tensors, res.energy_removed, res.directions_kept, res.layers, seconds,
+                                    res.reused))
+    return RepairRunResult(outputs, tuple(writes))
+
+

@@ -1,0 +1,238 @@
+"""Training-free repair of one stage's update, per weight matrix, from two checkpoints only.
+
+A stage moved the weights from ``OLD`` to ``NEW``; its update of one weight matrix is
+``Δ = W_new − W_old`` with the thin SVD ``Δ = Σ_i σ_i u_i v_iᵀ`` (σ descending). Three repairs,
+each returning the repaired matrix ``W_rep``:
+
+* **svd-restore** (after "RL Is Neither a Panacea Nor a Mirage", Jin et al., 2025,
+  arXiv 2508.16546: restoring the singular directions of the top 20% of singular values
+  recovers 70–80% of the out-of-distribution performance a fine-tune lost). With
+  ``k = ceil(r/100 · min(m, n))`` for ``r ∈ (0, 100]``, the repaired matrix is OLD's inside the
+  update's top-k singular directions and NEW's outside them::
+
+      W_rep = W_new − Σ_{i≤k} σ_i u_i v_iᵀ = W_old + Σ_{i>k} σ_i u_i v_iᵀ
+
+  ``r = 100`` gives OLD back. The paper restores the singular vectors of the weight matrix itself
+  (it swaps NEW's top singular vectors for OLD's and keeps NEW's singular values); this module
+  works on the update, so that the repair is a projection of Δ with an exact float64 reference
+  and is zero where the stage changed nothing.
+* **dg-hard** (DG-Hard of "Spectral Unforgetting", Abro & Tahir, 2026, arXiv 2605.20296: the
+  update is a low-rank task signal plus an IID-like noise bulk, and the bulk is what damaged
+  held-out skills). Keep the singular values above the Gavish–Donoho optimal hard threshold for
+  unknown noise (Gavish & Donoho, 2014, "The optimal hard threshold for singular values is
+  4/√3", IEEE Trans. Inf. Theory 60(8))::
+
+      τ = ω(β) · median(σ),  β = min(m, n) / max(m, n),
+      ω(β) ≈ 0.56 β³ − 0.95 β² + 1.82 β + 1.43,
+      W_rep = W_old + Σ_{σ_i > τ} σ_i u_i v_iᵀ
+
+  The search corpus held the paper's abstract and summaries, not its equations; the threshold is
+  the standard Gavish–Donoho one the abstract names (ω(1) ≈ 2.86; the known-noise square case
+  is the 4/√3 of the title).
+* **layer-rollback** (the paper of 2508.16546 resets the first 25% of layers): whole tensors
+  take OLD's values; which tensors is chosen here from the parameter diagnostics of the update,
+  per layer block (:func:`aclarena.diagnostics.task_vectors.group_of`): the largest displacement
+  ``‖Δ_g‖₂`` or the lowest cosine ``cos(Δ_g, τ_g)`` with the new domain's oracle direction
+  ``τ = θ_oracle − θ_base`` (layers that moved least along what the new task needed), see
+  :func:`select_groups`.
+
+Tensors with more than two axes are repaired as ``(shape[0], −1)`` matrices; 1-D tensors (norm
+weights, biases) and scalars have no spectrum to filter, so the spectral repairs take NEW's
+(the stage's own change of them is kept), while layer-rollback takes OLD's for every tensor of a
+rolled-back layer. The maths runs in ``compute_dtype`` (float32 by default; float64 for the
+exact reference) and returns that dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+METHODS = ("svd-restore", "dg-hard", "layer-rollback")
+SELECT = ("first", "displacement", "cosine")
+DG_COEFFICIENTS = (0.56, -0.95, 1.82, 1.43)  # ω(β) ≈ 0.56β³ − 0.95β² + 1.82β + 1.43 (Gavish & Donoho 2014, eq. 5)
+
+
+def check_percent(percent: float) -> float:
+    """``percent`` as a float in (0, 100], or ValueError naming the fix."""
+    p = float(percent)
+    if not (math.isfinite(p) and 0.0 < p <= 100.0):
+        raise ValueError(f"rank percent must be in (0, 100], got {percent!r}; e.g. 25 restores the top quarter "
+                         "of each update's singular directions")
+    return p
+
+
+def rank_of_percent(percent: float, n_singular: int) -> int:
+    """``ceil(percent/100 · n_singular)`` (at least 1, at most ``n_singular``): the directions svd-restore restores."""
+    p = check_percent(percent)
+    if n_singular < 1:
+        return 0
+    # round first so that 25% of 8 is 2, not 3 through float error
+    return max(1, min(n_singular, math.ceil(round(p / 100.0 * n_singular, 9))))
+
+
+def dg_omega(beta: float) -> float:
+    """Gavish–Donoho's ω(β) for unknown noise: τ = ω(β) · median singular value."""
+    if not 0.0 < beta <= 1.0:
+        raise ValueError(f"aspect ratio β must be in (0, 1], got {beta!r}")
+    a, b, c, d = DG_COEFFICIENTS
+    return ((a * beta + b) * beta + c) * beta + d
+
+
+def _as_matrix(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return t.to(dtype).reshape(t.shape[0], -1)
+
+
+def _check_pair(old: torch.Tensor, new: torch.Tensor) -> None:
+    if old.shape != new.shape:
+        raise ValueError(f"OLD has shape {tuple(old.shape)} but NEW {tuple(new.shape)}: a repair needs checkpoints "
+                         "of one model")
+
+
+def is_matrix(t: torch.Tensor) -> bool:
+    """Whether the spectral repairs filter ``t`` (2 or more axes, none empty)."""
+    return t.ndim >= 2 and t.numel() > 0
+
+
+@dataclass(frozen=True)
+class SpectralRepair:
+    """A repaired matrix and what the filter did: ``kept`` of ``n`` singular directions of Δ stay NEW's,
+    ``energy_removed`` is the share of ``‖Δ‖²_F`` moved back to OLD, ``threshold`` the DG cut (None for svd-restore)."""
+
+    tensor: torch.Tensor
+    n: int
+    kept: int
+    energy_removed: float
+    threshold: float | None = None
+
+
+def _svd(old: torch.Tensor, new: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                          torch.Tensor]:
+    delta = _as_matrix(new, dtype) - _as_matrix(old, dtype)
+    u, s, vh = torch.linalg.svd(delta, full_matrices=False)
+    return delta, u, s, vh
+
+
+def _energy(s: torch.Tensor, removed: torch.Tensor) -> float:
+    total = float((s.double() ** 2).sum())
+    return float((removed.double() ** 2).sum()) / total if total > 0 else 0.0
+
+
+def svd_restore(old: torch.Tensor, new: torch.Tensor, percent: float, *,
+                compute_dtype: torch.dtype = torch.float32) -> SpectralRepair:
+    """``W_new − Σ_{i≤k} σ_i u_i v_iᵀ`` with ``k = ceil(percent/100 · min(m, n))`` (OLD's in the update's top-k
+    directions, NEW's elsewhere); 1-D tensors come back as NEW's."""
+    _check_pair(old, new)
+    p = check_percent(percent)
+    if not is_matrix(new):
+        return SpectralRepair(new.to(compute_dtype).clone(), 0, 0, 0.0)
+    _, u, s, vh = _svd(old, new, compute_dtype)
+    k = rank_of_percent(p, s.numel())
+    top = (u[:, :k] * s[:k]) @ vh[:k]
+    out = _as_matrix(new, compute_dtype) - top
+    return SpectralRepair(out.reshape(new.shape), s.numel(), s.numel() - k, _energy(s, s[:k]))
+
+
+def dg_threshold(singular_values: torch.Tensor, shape: Sequence[int]) -> float:
+    """``ω(β) · median(σ)`` for a matrix of ``shape`` (rows, cols) with singular values ``σ``.
+
+    The median is the middle value, or the mean of the two middle ones for an even count
+    (Gavish & Donoho's ``σ_med``), not torch's lower median.
+    """
+    rows, cols = int(shape[0]), int(math.prod(shape[1:]))
+    beta = min(rows, cols) / max(rows, cols)
+    s = torch.sort(singular_values.double()).values
+    n = s.numel()
+    if n == 0:
+        return 0.0
+    med = float(s[n // 2]) if n % 2 else float(s[n // 2 - 1] + s[n // 2]) / 2.0
+    return dg_omega(beta) * med
+
+
+def dg_hard(old: torch.Tensor, new: torch.Tensor, *, compute_dtype: torch.dtype = torch.float32) -> SpectralRepair:
+    """``W_old + Σ_{σ_i > τ} σ_i u_i v_iᵀ`` with the Gavish–Donoho threshold τ of Δ; 1-D tensors come back as NEW's."""
+    _check_pair(old, new)
+    if not is_matrix(new):
+        return SpectralRepair(new.to(compute_dtype).clone(), 0, 0, 0.0)
+    _, u, s, vh = _svd(old, new, compute_dtype)
+    tau = dg_threshold(s, new.shape)
+    keep = s > tau
+    kept = (u[:, keep] * s[keep]) @ vh[keep]
+    out = _as_matrix(old, compute_dtype) + kept
+    return SpectralRepair(out.reshape(new.shape), s.numel(), int(keep.sum()), _energy(s, s[~keep]), tau)
+
+
+# --- layer selection ------------------------------------------------------------------------
+
+
+@dataclass
+class GroupStats:
+    """Sums over the tensors of one layer block: ``‖Δ‖²``, ``‖θ_old‖²``, and against the oracle direction
+    ``τ``: ``⟨Δ, τ⟩`` and ``‖τ‖²`` (zero when no oracle is read)."""
+
+    sq_delta: float = 0.0
+    sq_old: float = 0.0
+    dot_oracle: float = 0.0
+    sq_oracle: float = 0.0
+    numel: int = 0
+
+    def add(self, old: torch.Tensor, new: torch.Tensor, oracle_dir: torch.Tensor | None = None) -> None:
+        """Add one tensor (or row block): ``oracle_dir`` is ``θ_oracle − θ_base`` of the same entries."""
+        d = new.double() - old.double()
+        self.sq_delta += float((d * d).sum())
+        self.sq_old += float((old.double() ** 2).sum())
+        self.numel += d.numel()
+        if oracle_dir is not None:
+            t = oracle_dir.double()
+            self.dot_oracle += float((d * t).sum())
+            self.sq_oracle += float((t * t).sum())
+
+    @property
+    def displacement(self) -> float:
+        return math.sqrt(self.sq_delta)
+
+    @property
+    def cosine(self) -> float:
+        """``cos(Δ_g, τ_g)``; NaN when either is zero."""
+        den = math.sqrt(self.sq_delta) * math.sqrt(self.sq_oracle)
+        return self.dot_oracle / den if den > 0 else float("nan")
+
+
+def _layer_index(group: str) -> int | None:
+    return int(group.split(".", 1)[1]) if group.startswith("layer.") else None
+
+
+def select_groups(stats: Mapping[str, GroupStats], by: str, *, fraction: float = 0.25,
+                  count: int | None = None) -> list[str]:
+    """The layer blocks (``layer.N`` only) to roll back, in layer order.
+
+    ``by``: ``first`` (the first layers, as 2508.16546's shallow reset), ``displacement`` (largest
+    ``‖Δ_g‖₂``) or ``cosine`` (lowest ``cos(Δ_g, τ_g)``; blocks where it is undefined are never
+    chosen). ``count`` blocks, or ``ceil(fraction · L)`` of the ``L`` layers; ties are broken by
+    layer index, so the choice is deterministic.
+    """
+    if by not in SELECT:
+        raise ValueError(f"`by` must be one of {', '.join(SELECT)}, got {by!r}")
+    layers = sorted((g for g in stats if _layer_index(g) is not None), key=lambda g: _layer_index(g) or 0)
+    if not layers:
+        raise ValueError("no layer blocks (`layers.N`) among the tensors; roll back modules with a pattern instead")
+    if count is None:
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"`fraction` must be in (0, 1], got {fraction!r}")
+        count = max(1, math.ceil(round(fraction * len(layers), 9)))
+    if count < 1:
+        raise ValueError(f"`count` must be >= 1, got {count}")
+    if by == "first":
+        chosen = layers[:count]
+    elif by == "displacement":
+        chosen = sorted(layers, key=lambda g: (-stats[g].displacement, _layer_index(g) or 0))[:count]
+    else:
+        defined = [g for g in layers if not math.isnan(stats[g].cosine)]
+        if not defined:
+            raise ValueError("the cosine with the oracle is undefined for every layer (no update or no oracle "
+                             "direction); select by displacement instead")
+        chosen = sorted(defined, key=lambda g: (stats[g].cosine, _layer_index(g) or 0))[:count]
+    return sorted(chosen, key=lambda g: _layer_index(g) or 0)

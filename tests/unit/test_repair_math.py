@@ -1,0 +1,158 @@
+"""The repair maths against independent float64 numpy references, on updates with a known spectrum."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from aclarena.diagnostics import repair as R
+
+
+def _known(m: int, n: int, s: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """OLD, NEW = OLD + U diag(s) Vᵀ with orthonormal U (m×k), V (n×k) drawn by QR, and U, V."""
+    rng = np.random.default_rng(seed)
+    k = len(s)
+    u, _ = np.linalg.qr(rng.standard_normal((m, k)))
+    v, _ = np.linalg.qr(rng.standard_normal((n, k)))
+    old = rng.standard_normal((m, n))
+    return old, old + (u * s) @ v.T, u, v
+
+
+def _ref_restore(old: np.ndarray, new: np.ndarray, percent: float) -> np.ndarray:
+    u, s, vt = np.linalg.svd(new - old, full_matrices=False)
+    k = max(1, math.ceil(round(percent / 100 * len(s), 9)))
+    return new - (u[:, :k] * s[:k]) @ vt[:k]
+
+
+def _ref_dg(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    u, s, vt = np.linalg.svd(new - old, full_matrices=False)
+    beta = min(old.shape) / max(old.shape)
+    tau = (0.56 * beta**3 - 0.95 * beta**2 + 1.82 * beta + 1.43) * float(np.median(s))
+    keep = s > tau
+    return old + (u[:, keep] * s[keep]) @ vt[keep]
+
+
+@pytest.mark.parametrize(("m", "n"), [(12, 8), (8, 12), (10, 10)])
+@pytest.mark.parametrize("percent", [10, 25, 50, 100])
+def test_svd_restore_matches_float64_reference(m, n, percent):
+    s = np.array([9.0, 7.0, 5.0, 3.0, 2.0, 1.5, 1.0, 0.5])
+    old, new, u, v = _known(m, n, s, seed=m * n + percent)
+    got = R.svd_restore(torch.tensor(old), torch.tensor(new), percent, compute_dtype=torch.float64)
+    want = _ref_restore(old, new, percent)
+    np.testing.assert_allclose(got.tensor.numpy(), want, atol=1e-10)
+    # the known spectrum: restoring k directions removes exactly the top-k σ_i u_i v_iᵀ
+    k = max(1, math.ceil(percent / 100 * min(m, n)))
+    k_known = min(k, len(s))
+    known = old + (u[:, k_known:] * s[k_known:]) @ v[:, k_known:].T
+    np.testing.assert_allclose(got.tensor.numpy(), known, atol=1e-10)
+    assert got.kept == min(m, n) - k
+    assert got.energy_removed == pytest.approx(float((s[:k_known] ** 2).sum() / (s**2).sum()))
+
+
+def test_svd_restore_float32_and_full_rank_gives_old():
+    s = np.array([4.0, 2.0, 1.0])
+    old, new, _, _ = _known(9, 6, s, seed=1)
+    got = R.svd_restore(torch.tensor(old, dtype=torch.float32), torch.tensor(new, dtype=torch.float32), 100)
+    np.testing.assert_allclose(got.tensor.double().numpy(), old, atol=1e-5)
+    got = R.svd_restore(torch.tensor(old, dtype=torch.float32), torch.tensor(new, dtype=torch.float32), 25)
+    np.testing.assert_allclose(got.tensor.double().numpy(), _ref_restore(old, new, 25), atol=1e-5)
+
+
+def test_dg_hard_keeps_spikes_above_the_bulk():
+    # three spikes on top of a noise bulk: DG keeps exactly the spikes
+    rng = np.random.default_rng(0)
+    m, n = 60, 40
+    spikes = np.array([40.0, 30.0, 20.0])
+    old, signal_new, u, v = _known(m, n, spikes, seed=3)
+    noise = rng.standard_normal((m, n)) * 0.1
+    new = signal_new + noise
+    got = R.dg_hard(torch.tensor(old), torch.tensor(new), compute_dtype=torch.float64)
+    np.testing.assert_allclose(got.tensor.numpy(), _ref_dg(old, new), atol=1e-10)
+    assert got.kept == 3 and got.n == 40
+    s = np.linalg.svd(new - old, compute_uv=False)
+    assert got.threshold == pytest.approx(R.dg_omega(40 / 60) * float(np.median(s)))
+    # the repaired update is the rank-3 part: much closer to the clean signal than NEW
+    err_rep = np.linalg.norm(got.tensor.numpy() - signal_new)
+    err_new = np.linalg.norm(new - signal_new)
+    assert err_rep < 0.6 * err_new
+
+
+@pytest.mark.parametrize(("m", "n"), [(16, 9), (9, 16), (11, 11)])
+def test_dg_hard_matches_reference_on_a_known_spectrum(m, n):
+    s = np.geomspace(10, 0.01, min(m, n))
+    old, new, _, _ = _known(m, n, s, seed=m + n)
+    got = R.dg_hard(torch.tensor(old), torch.tensor(new), compute_dtype=torch.float64)
+    want = _ref_dg(old, new)
+    np.testing.assert_allclose(got.tensor.numpy(), want, atol=1e-10)
+    beta = min(m, n) / max(m, n)
+    tau = R.dg_omega(beta) * float(np.median(s))
+    assert got.kept == int((s > tau).sum())
+
+
+def test_dg_omega_and_median():
+    assert R.dg_omega(1.0) == pytest.approx(2.86)
+    assert R.dg_omega(0.5) == pytest.approx(0.56 / 8 - 0.95 / 4 + 0.91 + 1.43)
+    # even count: mean of the two middle values
+    assert R.dg_threshold(torch.tensor([4.0, 1.0, 3.0, 2.0]), (4, 4)) == pytest.approx(2.86 * 2.5)
+    with pytest.raises(ValueError):
+        R.dg_omega(0.0)
+
+
+def test_vectors_take_new_and_higher_rank_tensors_are_matrices():
+    old, new = torch.zeros(5), torch.arange(5.0)
+    assert torch.equal(R.svd_restore(old, new, 50).tensor, new)
+    assert torch.equal(R.dg_hard(old, new).tensor, new)
+    old3 = torch.randn(4, 3, 2, dtype=torch.float64)
+    new3 = old3 + torch.randn(4, 3, 2, dtype=torch.float64)
+    got = R.svd_restore(old3, new3, 50, compute_dtype=torch.float64).tensor
+    want = _ref_restore(old3.reshape(4, 6).numpy(), new3.reshape(4, 6).numpy(), 50).reshape(4, 3, 2)
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-10)
+
+
+@pytest.mark.parametrize("bad", [0, -5, 100.5, float("nan"), float("inf")])
+def test_percent_outside_range_is_refused(bad):
+    with pytest.raises(ValueError, match=r"\(0, 100\]"):
+        R.svd_restore(torch.zeros(3, 3), torch.ones(3, 3), bad)
+
+
+def test_shapes_must_match():
+    with pytest.raises(ValueError, match="shape"):
+        R.dg_hard(torch.zeros(3, 3), torch.zeros(3, 4))
+
+
+def test_rank_of_percent():
+    assert R.rank_of_percent(25, 8) == 2
+    assert R.rank_of_percent(10, 8) == 1
+    assert R.rank_of_percent(100, 8) == 8
+    assert R.rank_of_percent(0.1, 8) == 1
+
+
+def _stats(values: dict[str, tuple[float, float]]) -> dict[str, R.GroupStats]:
+    """Per group: (displacement², cosine) made from 2-entry vectors."""
+    out = {}
+    for g, (norm, cos) in values.items():
+        st = R.GroupStats()
+        delta = torch.tensor([norm, 0.0], dtype=torch.float64)
+        oracle = torch.tensor([cos, math.sqrt(max(0.0, 1 - cos * cos))], dtype=torch.float64)
+        st.add(torch.zeros(2, dtype=torch.float64), delta, oracle)
+        out[g] = st
+    return out
+
+
+def test_select_groups_by_displacement_cosine_and_first():
+    stats = _stats({"embed": (100.0, -1.0), "layer.0": (1.0, 0.9), "layer.1": (5.0, 0.1), "layer.2": (3.0, -0.5),
+                    "layer.3": (0.5, 0.2), "final": (50.0, 0.0)})
+    assert stats["layer.2"].cosine == pytest.approx(-0.5)
+    assert stats["layer.1"].displacement == pytest.approx(5.0)
+    assert R.select_groups(stats, "displacement", count=2) == ["layer.1", "layer.2"]
+    assert R.select_groups(stats, "cosine", count=2) == ["layer.1", "layer.2"]
+    assert R.select_groups(stats, "cosine", count=1) == ["layer.2"]
+    assert R.select_groups(stats, "first") == ["layer.0"]  # ceil(0.25 · 4)
+    assert R.select_groups(stats, "first", fraction=0.5) == ["layer.0", "layer.1"]
+    with pytest.raises(ValueError):
+        R.select_groups(stats, "largest")
+    with pytest.raises(ValueError, match="no layer"):
+        R.select_groups({"embed": stats["embed"]}, "first")
