@@ -109,9 +109,9 @@ def test_python_api(fixture_run):
     (["--method", "svd-restore", "--rank-percent", "0", "--name", "x"], "(0, 100]"),
     (["--method", "svd-restore", "--rank-percent", "150", "--name", "x"], "(0, 100]"),
     (["--method", "dg-hard", "--modules", "*.nothing.*", "--name", "x"], "matches no tensor"),
-    (["--method", "dg-hard", "--name", "oracle-math"], "is taken"),
+    (["--method", "dg-hard", "--name", "oracle-math"], "oracle checkpoint of the manifest"),
     (["--method", "dg-hard", "--name", "seq-math"], "one of the checkpoints being repaired"),
-    (["--method", "dg-hard", "--name", "../x"], "not a checkpoint name"),
+    (["--method", "dg-hard", "--name", "../x"], "is not allowed"),
     (["--method", "mend", "--name", "x"], "repair method"),
     (["--method", "layer-rollback", "--layers", "99", "--name", "x"], "no layer.99"),
 ])
