@@ -582,7 +582,8 @@ def config_tensor_mismatch(config: dict[str, Any], tensors: dict[str, TensorMeta
     validation, or (a layer the weights lack) initialise it at random. Quantized checkpoints, non-floating
     tensors, MoE experts and architectures named otherwise are left alone.
     """
-    cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = config.get("text_config")
+    cfg: dict[str, Any] = text if isinstance(text, dict) else config
     if config.get("quantization_config") is not None or not tensors:
         return None
     embeds = sorted((n for n in tensors if _EMBED_RE.match(n) and tensors[n].dtype in FLOAT_DTYPES), key=len)
@@ -598,8 +599,8 @@ def _size_field(cfg: dict[str, Any], *keys: str) -> tuple[str, int] | None:
     """The first of ``keys`` the config sets to a positive integer, with its value."""
     for k in keys:
         v = cfg.get(k)
-        if _is_int(v) and v > 0:
-            return k, int(v)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return k, v
     return None
 
 

@@ -151,14 +151,15 @@ def _load_full(info: CheckpointInfo, opts: LoadOptions, device: str) -> PreTrain
         kwargs["local_files_only"] = True
     what = f"checkpoint {info.name!r} cannot be loaded from {info.location}"
     with library_errors(what):
-        model, loading = AutoModelForCausalLM.from_pretrained(info.location, output_loading_info=True, **kwargs)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(info.location, output_loading_info=True, **kwargs)
+    model, loading = loaded  # with output_loading_info, (model, {"missing_keys": ..., ...})
     missing = sorted(loading.get("missing_keys") or ())
     if missing:  # transformers would initialise them at random: every result from that model would be noise
         raise CheckpointError(f"{what}: the weights lack {len(missing)} tensor(s) its config.json needs (e.g. "
                               f"{missing[0]}); fix config.json or re-save the checkpoint")
     if opts.device_map is None:
         # transformers' `to` is wrapped by a decorator whose stub loses the bound self
-        model.to(device)  # type: ignore[arg-type]
+        model.to(device)
     return model
 
 
