@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import dash
 from flask import current_app
@@ -13,11 +14,21 @@ from aclarena.store.manifest import Manifest, load_manifest
 from aclarena.store.results import ResultsStore, StoreReader
 
 RUN_KEY = "ACLARENA_RUN"
+# The live prompt scorer, given to create_app by its caller (the CLI passes aclarena.analysis.prompt's):
+# it loads models, which the dashboard layer does not (design.md: dashboard/ imports store and diagnostics).
+PROMPT_KEY = "ACLARENA_PROMPT_SCORER"
+PromptScorer = Callable[..., Any]
 
 
 def current_run() -> Path:
     """The run folder of the app serving the current request."""
     return Path(current_app.config[RUN_KEY])
+
+
+def prompt_scorer() -> PromptScorer | None:
+    """The prompt scorer of the app serving the current request, or None when it was built without one."""
+    scorer: PromptScorer | None = current_app.config.get(PROMPT_KEY)
+    return scorer
 
 
 def manifest(run_dir: Path) -> Manifest:

@@ -41,9 +41,10 @@ class ServedApp:
     def __init__(self, run_dir: Path) -> None:
         from werkzeug.serving import make_server
 
+        from aclarena.analysis.prompt import score_prompt
         from aclarena.dashboard import create_app
 
-        self.app = create_app(run_dir)
+        self.app = create_app(run_dir, score_prompt=score_prompt)
         self.server = make_server("127.0.0.1", 0, self.app.server, threaded=True)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

@@ -152,11 +152,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
 # data-parallel world, strict JSON lines, the CPU kernel pin, and the version (its own module, issue 34).
 HELPERS = frozenset({"aclarena.errors", "aclarena.progress", "aclarena.distributed", "aclarena.jsonl",
                      "aclarena.reproducibility", "aclarena._version", "aclarena.version"})
-# The arrows that still point up, each with why.
-KNOWN_UPWARD: tuple[tuple[str, str, str], ...] = (
-    (r"aclarena\.dashboard\.pages\.tokens", r"aclarena\.analysis\.prompt",
-     "issue 34 (found by this test): the Tokens page scores a typed prompt live through the analysis layer"),
-)
+# The arrows that still point up, each with why: (importer regex, target regex, why). None remain; a new one
+# needs its reason here, and test_known_upward_arrows_still_exist drops it once no import needs it.
+KNOWN_UPWARD: tuple[tuple[str, str, str], ...] = ()
 
 
 def _targets(path: Path, mods: dict[str, Path]) -> list[tuple[str, int]]:

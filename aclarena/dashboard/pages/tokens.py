@@ -206,13 +206,11 @@ def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], in
 
 
 def _prompt_box() -> html.Details:
-    from aclarena.analysis.prompt import MAX_PARAMETERS
-
     names = [s.name for s in manifest(current_run())]
     return html.Details([
         html.Summary("Score your own prompt"),
-        html.P(f"Runs the text through this probe set's reference and a checkpoint, teacher-forced on the CPU "
-               f"(models up to {MAX_PARAMETERS / 1e6:,.0f}M parameters; loaded on first use, two kept loaded), "
+        html.P("Runs the text through this probe set's reference and a checkpoint, teacher-forced on the CPU "
+               "(small models only: a larger one is refused with its size; loaded on first use, two kept loaded), "
                "and colours its tokens as above.", className="note"),
         dcc.Textarea(id="tokens-prompt-text", placeholder="type a prompt, e.g. what is 3 + 4?",
                      style={"width": "100%", "height": "4em"}),
@@ -232,7 +230,7 @@ def on_prompt(run_dir: Path, text: str | None, checkpoint: str | None, probe: st
               color_by: str = "drift") -> dict[str, Any]:
     """Score a typed prompt against the probe set's reference: ``{"html", "note"}`` (the coloured
     tokens on the probe set's colour scale, or "" and the one-line reason it was refused)."""
-    from aclarena.analysis.prompt import PromptRefused, score_prompt
+    from aclarena.dashboard.data import prompt_scorer
     from aclarena.errors import AclarenaError
     from aclarena.figures.token_explore import colour_scale, text_html
     from aclarena.figures.tokens import reference_name, token_checkpoints, tokens_from_scores
@@ -246,11 +244,12 @@ def on_prompt(run_dir: Path, text: str | None, checkpoint: str | None, probe: st
         scale = colour_scale(r, probe, color_by, token_checkpoints(r, probe))
     if not checkpoint:
         return {"html": "", "note": "choose a checkpoint to compare with the reference"}
+    score_prompt = prompt_scorer()
+    if score_prompt is None:
+        return {"html": "", "note": "live prompt scoring is off in this app; `aclarena-diag dashboard` turns it on"}
     try:
         ps = score_prompt(run_dir, text, reference, checkpoint)
-    except PromptRefused as e:
-        return {"html": "", "note": f"not scored: {e}"}
-    except AclarenaError as e:
+    except AclarenaError as e:  # PromptRefused (empty prompt, model too large) included
         return {"html": "", "note": f"not scored: {str(e).splitlines()[0]}"}
     import numpy as np
 
