@@ -19,11 +19,12 @@ manifest entries (docs/consolidation.md compares the two).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,17 @@ def temporary_folder(out: Path) -> Path:
     return tmp
 
 
+@contextlib.contextmanager
+def removed_on_failure(tmp: Path) -> Iterator[None]:
+    """Remove the half-written ``tmp`` when the block raises (or is interrupted), then re-raise: a failed
+    merge or repair leaves no partial output and the earlier one, if any, in place."""
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def publish(tmp: Path, out: Path, marker: dict[str, Any]) -> None:
     """Write ``marker`` into the finished ``tmp`` and rename it to ``out`` (replacing an earlier output)."""
     (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
@@ -239,19 +251,16 @@ def merge_checkpoints(
         layout = [(n, out_dtype or reader.dtypes(n)[ref], reader.shape(n)) for n in reader.names]
         extras = _extra_tensors(infos[0], reader)
         layout += [(n, t.dtype, tuple(t.shape)) for n, t in extras.items()]
-        try:
-            with ShardedWriter(tmp, layout, max_shard_bytes=max_shard_bytes,
-                               metadata={"aclarena-merge": json.dumps(spec.identity())}) as writer:
-                for name in reader.names:
-                    _merge_tensor(reader, name, spec, n_base, len(infos), start_index, writer, block_elements)
-                    if on_tensor is not None:
-                        on_tensor(name)
-                for name, t in extras.items():
-                    writer.write(name, t)
-                total = writer.total_bytes
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        with (removed_on_failure(tmp),
+              ShardedWriter(tmp, layout, max_shard_bytes=max_shard_bytes,
+                            metadata={"aclarena-merge": json.dumps(spec.identity())}) as writer):
+            for name in reader.names:
+                _merge_tensor(reader, name, spec, n_base, len(infos), start_index, writer, block_elements)
+                if on_tensor is not None:
+                    on_tensor(name)
+            for name, t in extras.items():
+                writer.write(name, t)
+            total = writer.total_bytes
     copied = copy_model_files(infos[0].location, tmp)
     seconds = time.perf_counter() - t0
     result = MergeResult(out, spec, [i.name for i in infos], base.name if base is not None and spec.needs_base else None,

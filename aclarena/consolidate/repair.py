@@ -30,7 +30,6 @@ import fnmatch
 import hashlib
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from aclarena.consolidate.checkpoint_merge import (
     check_mergeable,
     publish,
     read_marker,
+    removed_on_failure,
     temporary_folder,
 )
 from aclarena.diagnostics import repair as R
@@ -286,35 +286,32 @@ def repair_checkpoints(
         layout += [(n, t.dtype, tuple(t.shape)) for n, t in extras.items()]
         removed = total = 0.0
         kept = n_dir = 0
-        try:
-            with ShardedWriter(tmp, layout, max_shard_bytes=max_shard_bytes,
-                               metadata={"aclarena-repair": json.dumps(spec.identity())}) as writer:
-                for name in names:
-                    t_old, t_new = reader.read(name)
-                    # the update's energy, accumulated in float64 without a float64 copy of the tensor
-                    sq = float(torch.linalg.vector_norm((t_new.float() - t_old.float()).flatten(),
-                                                        dtype=torch.float64)) ** 2
-                    total += sq
-                    if name not in repaired:
-                        writer.write(name, t_new)
-                    elif spec.method == "layer-rollback":
-                        removed += sq
-                        writer.write(name, t_old)
-                    else:
-                        res = (R.svd_restore(t_old, t_new, float(spec.percent or 0), compute_dtype=dtype)
-                               if spec.method == "svd-restore" else R.dg_hard(t_old, t_new, compute_dtype=dtype))
-                        removed += res.energy_removed * sq
-                        kept += res.kept
-                        n_dir += res.n
-                        writer.write(name, res.tensor)
-                    if on_tensor is not None:
-                        on_tensor(name)
-                for name, t in extras.items():
-                    writer.write(name, t)
-                written = writer.total_bytes
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        with (removed_on_failure(tmp),
+              ShardedWriter(tmp, layout, max_shard_bytes=max_shard_bytes,
+                            metadata={"aclarena-repair": json.dumps(spec.identity())}) as writer):
+            for name in names:
+                t_old, t_new = reader.read(name)
+                # the update's energy, accumulated in float64 without a float64 copy of the tensor
+                sq = float(torch.linalg.vector_norm((t_new.float() - t_old.float()).flatten(),
+                                                    dtype=torch.float64)) ** 2
+                total += sq
+                if name not in repaired:
+                    writer.write(name, t_new)
+                elif spec.method == "layer-rollback":
+                    removed += sq
+                    writer.write(name, t_old)
+                else:
+                    res = (R.svd_restore(t_old, t_new, float(spec.percent or 0), compute_dtype=dtype)
+                           if spec.method == "svd-restore" else R.dg_hard(t_old, t_new, compute_dtype=dtype))
+                    removed += res.energy_removed * sq
+                    kept += res.kept
+                    n_dir += res.n
+                    writer.write(name, res.tensor)
+                if on_tensor is not None:
+                    on_tensor(name)
+            for name, t in extras.items():
+                writer.write(name, t)
+            written = writer.total_bytes
     copy_model_files(new.location, tmp)
     seconds = time.perf_counter() - t0
     result = RepairResult(out, spec, old.name, new.name, len(layout), len(repaired), written, seconds,

@@ -97,7 +97,8 @@ class CustomSuite(Environment):
         return self.spec.system or ""
 
     def _candidate(self, rng: random.Random, variant: str) -> tuple[str, str, dict[str, Any]]:
-        raise NotImplementedError("a custom suite's tasks come from its file")
+        # never reached: generate() below reads the file instead of drawing candidates
+        raise AclarenaError(f"suite {self.name!r} has no task generator: its tasks are the items of {self.file}")
 
     def generate(self, n: int, seed: int = 0, split: str = "eval", variant: str = "id") -> list[Task]:
         """``min(n, items)`` tasks in file order: every item when ``n`` covers the file, else ``n``
