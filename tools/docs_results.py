@@ -197,7 +197,12 @@ def findings_table(data: Mapping[str, Any]) -> str:
         else:
             spread = f" ± {_num(r.get('spread'), r.get('digits', 2))}" if r.get("spread") is not None else ""
             mini = f"{_num(r['mean'], r.get('digits', 2))}{spread}"
-        per_seed = ", ".join("-" if v is None else _num(v, r.get("digits", 2)) for v in r.get("values", []))
+        digits = r.get("digits", 2)
+        ivs = r.get("intervals") or [None] * len(r.get("values", []))
+        per_seed = ", ".join(
+            "-" if v is None else _num(v, digits) + ("" if not iv or None in iv
+                                                     else f" [{_num(iv[0], digits)}, {_num(iv[1], digits)}]")
+            for v, iv in zip(r.get("values", []), ivs, strict=True))
         rows.append([r["finding"], r["quantity"], r.get("study") or "-", mini, per_seed,
                      f"{len(vals)}/{n}" if n else str(len(vals))])
     return _table(["finding", "quantity", "study", "mini arena (mean ± std over seeds)", "per seed",

@@ -35,9 +35,12 @@ from typing import Any
 
 from aclarena.analysis import steps as analyses
 from aclarena.analysis.steps import attempt
+from aclarena.diagnostics.signatures import DEFAULT_FIRST_K
 from aclarena.errors import AclarenaError
 
 FINDINGS_FILE = "findings.json"
+#: generations per probe set of the drift signatures (as the mini demo's; analysis.signatures.DEFAULT_N)
+SIGNATURE_N = 32
 #: ``verb(name, verb, fn)``: run one step, recording a failure under ``name`` (see :func:`run_study`)
 Step = Callable[[str, str, Callable[[], Any]], Any]
 
@@ -66,7 +69,14 @@ CHEAP_CONSOLIDATIONS = ("merge-uniform", "merge-ties")
 FULL_CONSOLIDATIONS = ("sdft", "mle", "mmopd")
 #: the monitor's predictors validated on held-out seeds (aclarena.train.lead_time.PREDICTORS' metrics)
 PREDICTORS = ("kl_high", "flip_high", "kl_all", "fkl", "razor_fkl", "loss")
-PARTS = ("train", "eval", "tokens", "displacement", "consolidate", "vectors", "validation")
+PARTS = ("train", "eval", "tokens", "displacement", "consolidate", "signatures", "vectors", "validation")
+#: the drift-signature measures reported per update (aclarena.diagnostics.signatures.MEASURES), their labels
+SIGNATURE_ROWS = (
+    ("kl_share_high", "share of KL at the top 6% entropy positions", "kl_share_high"),
+    ("barely_moved_low", "low-entropy positions that barely move", "barely_moved_low"),
+    ("kl_share_first_k", f"share of KL at the first {DEFAULT_FIRST_K} reply tokens", None),
+)
+SIGNATURE_KINDS = (("sft", "SFT phase"), ("rl", "RL phase"), ("stage", "whole stage"))
 
 
 @dataclass
@@ -101,10 +111,14 @@ def mean_spread(values: Sequence[float | None]) -> tuple[float | None, float | N
 
 
 def finding_row(finding: str, quantity: str, study: str | None, values: Sequence[float | None],
-                digits: int = 2) -> dict[str, Any]:
+                digits: int = 2, intervals: Sequence[Sequence[float | None] | None] | None = None) -> dict[str, Any]:
+    """One findings row; ``intervals``: per seed, that seed's own interval ``[low, high]`` (or None)."""
     m, s = mean_spread(values)
-    return {"finding": finding, "quantity": quantity, "study": study, "values": [_finite(v) for v in values],
-            "mean": m, "spread": s, "digits": digits}
+    row = {"finding": finding, "quantity": quantity, "study": study, "values": [_finite(v) for v in values],
+           "mean": m, "spread": s, "digits": digits}
+    if intervals is not None:
+        row["intervals"] = [None if iv is None else [_finite(iv[0]), _finite(iv[1])] for iv in intervals]
+    return row
 
 
 def _finite(v: Any) -> float | None:
@@ -175,6 +189,50 @@ def findings(seeds: Sequence[int], stages: Sequence[str], cells: dict[tuple[str,
         if any(v is not None for v in vals + orc):
             rows.append(finding_row("in-domain scores", f"{d}/id after its stage (seq-{d})", None, vals))
             rows.append(finding_row("in-domain scores", f"{d}/id of its oracle (oracle-{d})", None, orc))
+    return rows
+
+
+def signature_rows(seeds: Sequence[int], stages: Sequence[str], signed: Sequence[dict[str, Any]],
+                   made: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The drift signature of each phase, stage and consolidation, per seed with its interval (pure).
+
+    ``signed``: ``signatures --json``'s ``updates`` rows (update, kind, child, domain, each measure with
+    ``_low`` / ``_high``). Per domain and update kind (the SFT phase into ``seq-<d>-sft``, the RL phase
+    into ``seq-<d>``, the whole stage ``..seq-<d>``), each of :data:`SIGNATURE_ROWS`; per consolidation
+    in ``made`` (a shared-weight output), the KL share at the top 6% on each domain. A row's
+    ``intervals`` hold each seed's 95% bootstrap interval over sequences.
+    """
+    reps = list(range(len(seeds)))
+    by: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for row in signed:
+        by[(str(row.get("kind")), str(row.get("child")), str(row.get("domain")))] = row
+    rows: list[dict[str, Any]] = []
+    finding = "drift signature of each update (on its parent's own generations)"
+
+    def add(label: str, got: list[dict[str, Any] | None], measures: Sequence[tuple[str, str, str | None]]) -> None:
+        if not any(got):
+            return
+        for key, what, study in measures:
+            rows.append(finding_row(finding, f"{label}: {what}", STUDY[study] if study else None,
+                                    [None if g is None else g.get(key) for g in got],
+                                    intervals=[None if g is None else [g.get(f"{key}_low"), g.get(f"{key}_high")]
+                                               for g in got]))
+
+    for d in stages:
+        for kind, label in SIGNATURE_KINDS:
+            got = []
+            for r in reps:
+                child = f"seq-{d}-sft{suffix(r)}" if kind == "sft" else f"seq-{d}{suffix(r)}"
+                got.append(by.get((kind, child, d)))
+            add(f"{d} {label}", got, SIGNATURE_ROWS)
+    labels: dict[str, dict[int, str]] = {}
+    for o in made:
+        if o.get("method") != "mle":
+            r = int(o.get("replicate", 0))
+            labels.setdefault(_stem(o["checkpoint"], r), {})[r] = o["checkpoint"]
+    for label, per in labels.items():
+        for d in stages:
+            add(f"{label} on {d}", [by.get(("consolidation", per.get(r, ""), d)) for r in reps], SIGNATURE_ROWS[:1])
     return rows
 
 
@@ -410,7 +468,8 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
               on_start: Callable[[str], None] | None = None,
               consolidations: Sequence[str] = CHEAP_CONSOLIDATIONS, vectors: bool = True,
               validation: bool = True, lead_n: int | None = None, lead_every: int | None = None,
-              lead_stage: str | None = None, command: str | None = None) -> StudyResult:
+              lead_stage: str | None = None, command: str | None = None, signatures: bool = True,
+              signature_n: int = SIGNATURE_N) -> StudyResult:
     """Train ``seeds`` curricula of ``cfg`` into ``out``, evaluate, analyse; write findings.json.
 
     ``n`` tasks per suite (greedy); ``on_start(text)`` / ``on_part(name, seconds)`` are called before /
@@ -418,7 +477,8 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     the task-vector cosines (trains SDFT from the base and from the end per seed); ``validation``: the
     monitor's held-out validation (retrains the ecom stage with the monitor per seed; ``lead_n`` items
     every ``lead_every`` steps, default :func:`lead_defaults`; ``lead_stage`` the stage retrained, default
-    ecom, else the last).
+    ecom, else the last); ``signatures``: the drift signature of every phase, stage and consolidation
+    on its parent's own generations (``signature_n`` per probe set; :mod:`aclarena.analysis.signatures`).
     """
     from aclarena.train.curriculum import run_curriculum
 
@@ -484,6 +544,10 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     cells = cells_of(*evals)
     rows = findings(seed_list, stages, cells, (disp or {}).get("updates", []), drift)
     rows += consolidation_rows(seed_list, stages, cells, made)
+    if signatures:
+        signed = part("signatures", lambda: verb("signatures", "signatures",
+                                                 lambda: analyses.signatures(run, signature_n)))
+        rows += signature_rows(seed_list, stages, (signed or {}).get("updates", []), made)
 
     if vectors:
         rows += part("vectors", lambda: _cosines(out, seeds, stages, seed_list, verb, errors))

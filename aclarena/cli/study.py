@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--full", action="store_true", help="also the consolidations that train: SDFT, MLE, MMOPD")
     p.add_argument("--no-vectors", dest="vectors", action="store_false",
                    help="skip the task-vector cosines (they train SDFT from the base and from the end per seed)")
+    p.add_argument("--no-signatures", dest="signatures", action="store_false",
+                   help="skip the drift signatures of every phase, stage and consolidation (they generate "
+                        "32 of each parent's replies per domain and score the child on them)")
     v = p.add_mutually_exclusive_group()
     v.add_argument("--validate", dest="validation", action="store_const", const="require",
                    help="require the monitor's held-out validation: exit 1 (after writing findings.json) when it "
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     command = f"aclarena-diag study --run {args.run} --seeds {args.seeds} -n {args.n}"
     if args.consolidations is not None:
         command += f" --consolidations {args.consolidations}"
-    command += " --full" * args.full + " --no-vectors" * (not args.vectors)
+    command += " --full" * args.full + " --no-vectors" * (not args.vectors) + " --no-signatures" * (not args.signatures)
     command += {"require": " --validate", "skip": " --no-validate"}.get(args.validation, "")
     command += "".join(f" --{k.replace('_', '-')} {getattr(args, k)}" for k in ("lead_n", "lead_every", "lead_stage")
                        if getattr(args, k) is not None)
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
                        config_text=path.read_text(encoding="utf-8"), on_part=on_part, on_start=on_start,
                        consolidations=methods, vectors=args.vectors, validation=args.validation != "skip",
                        lead_n=args.lead_n, lead_every=args.lead_every, lead_stage=args.lead_stage,
-                       command=command)
+                       command=command, signatures=args.signatures)
     v = result.validation
     failed = args.validation == "require" and (v or {}).get("status") != "ok"
     if args.json:

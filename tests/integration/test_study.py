@@ -1,5 +1,5 @@
 """`aclarena-diag study` end to end on the tiny curriculum with 2 seeds: findings.json (strict JSON)
-with a value per seed, mean and spread, the consolidations, the task-vector cosines and the held-out
+with a value per seed, mean and spread, the consolidations, the drift signatures, the task-vector cosines and the held-out
 validation (numbers, or the one-line reason there are none); a rerun resumes (trains nothing) and
 gives the same findings; `--validate` exits 1 when the validation could not be done."""
 
@@ -22,7 +22,8 @@ def test_study_two_seeds_end_to_end(tmp_path, cli):
     data = json.loads(stdout)
     on_disk = json.loads((out / "findings.json").read_text(), parse_constant=lambda c: pytest.fail(c))
     assert on_disk["rows"] == data["rows"] and on_disk["seeds"] == [0, 1]
-    assert set(data["part_times"]) == {"train", "eval", "tokens", "displacement", "consolidate", "vectors", "validation"}
+    assert set(data["part_times"]) == {"train", "eval", "tokens", "displacement", "consolidate", "signatures", "vectors",
+                                       "validation"}
     assert all(t > 0 for t in data["part_times"].values())
     assert data["errors"] == {}
     names = {p.name for p in (out / "checkpoints").iterdir()}
@@ -48,6 +49,17 @@ def test_study_two_seeds_end_to_end(tmp_path, cli):
             assert all(v is not None and -1 <= v <= 1 for v in gap)
             assert by[f"{d}/id of {method} minus the sequential end"]["values"] == pytest.approx(
                 [a - b for a, b in zip(score, by[f"{d}/id of the sequential end (seq-if)"]["values"], strict=True)])
+    # the drift signature of each phase and stage, per seed with that seed's interval, and of each merge
+    for d in ("math", "search", "ecom", "if"):
+        for what in ("SFT phase", "RL phase", "whole stage"):
+            for measure in ("share of KL at the top 6% entropy positions", "low-entropy positions that barely move",
+                            "share of KL at the first 12 reply tokens"):
+                row = by[f"{d} {what}: {measure}"]
+                assert len(row["values"]) == 2 and len(row["intervals"]) == 2, row
+                for v, (low, high) in zip(row["values"], row["intervals"], strict=True):
+                    assert 0 <= low <= v <= high <= 1, (row["quantity"], v, low, high)
+        for method in ("merge-uniform", "merge-ties"):
+            assert all(v is not None for v in by[f"{method} on {d}: share of KL at the top 6% entropy positions"]["values"])
     # task-vector cosines: oracle-mix SFT (SDFT from the base and from the end) and unrelated SFT tasks
     cos = [r for r in data["rows"] if r["finding"] == "task-vector cosines"]
     assert [r["study"][:4] for r in cos] == ["0.77", "0.05"]

@@ -216,3 +216,37 @@ def test_validation_retrains_the_named_stage(tmp_path, monkeypatch):
     assert seen == [("search", 0)] and rep["stage"] == "search" and rep["status"] == "not run"
     study._validation(cfg, tmp_path, 2, ["math", "search", "ecom", "if"], 6, 2, False)
     assert seen[-1] == ("ecom", 0)
+
+
+def test_signature_rows_pair_each_seed_with_its_own_updates_and_intervals():
+    from aclarena.analysis.study import signature_rows
+
+    def sig(kind, child, domain, share, low, high):
+        return {"update": child, "kind": kind, "child": child, "domain": domain,
+                "kl_share_high": share, "kl_share_high_low": low, "kl_share_high_high": high,
+                "barely_moved_low": 0.9, "barely_moved_low_low": 0.8, "barely_moved_low_high": 0.95,
+                "kl_share_first_k": 0.3, "kl_share_first_k_low": 0.2, "kl_share_first_k_high": 0.4}
+
+    signed = [sig("sft", "seq-math-sft", "math", 0.05, 0.03, 0.08),
+              sig("rl", "seq-math", "math", 0.24, 0.16, 0.45),
+              sig("rl", "seq-math-s1", "math", 0.30, 0.20, 0.40),
+              sig("stage", "seq-math", "search", 0.99, 0.9, 1.0),     # a stage row of another domain: not math's
+              sig("consolidation", "merge-uniform-s1", "math", 0.07, 0.05, 0.09)]
+    made = [{"checkpoint": "merge-uniform", "method": "merge-uniform", "replicate": 0},
+            {"checkpoint": "merge-uniform-s1", "method": "merge-uniform", "replicate": 1},
+            {"checkpoint": "mle-math", "method": "mle", "replicate": 0, "domain": "math"}]
+    rows = signature_rows([0, 1], STAGES, signed, made)
+    by = {r["quantity"]: r for r in rows}
+    rl = by["math RL phase: share of KL at the top 6% entropy positions"]
+    assert rl["values"] == [0.24, 0.30] and rl["mean"] == pytest.approx(0.27)
+    assert rl["intervals"] == [[0.16, 0.45], [0.20, 0.40]]
+    assert rl["study"] == "forgetting concentrates at ~6% high-entropy positions"
+    sft = by["math SFT phase: share of KL at the top 6% entropy positions"]
+    assert sft["values"] == [0.05, None] and sft["intervals"] == [[0.03, 0.08], None]
+    assert by["math SFT phase: share of KL at the first 12 reply tokens"]["study"] is None
+    assert "math whole stage: share of KL at the top 6% entropy positions" not in by  # none signed on math
+    assert not any(q.startswith("search") for q in by)
+    merge = by["merge-uniform on math: share of KL at the top 6% entropy positions"]
+    assert merge["values"] == [None, 0.07]
+    assert not any("mle" in q for q in by)
+    assert signature_rows([0], STAGES, [], made) == []
