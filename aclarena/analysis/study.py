@@ -462,6 +462,25 @@ def parse_consolidations(text: str | None, full: bool) -> list[str]:
     return names
 
 
+def _check_options(cfg: Any, seeds: int, n: int, lead_n: int | None, lead_every: int | None,
+                   lead_stage: str | None) -> tuple[int, int]:
+    """One line per bad option of :func:`run_study`, before anything runs; the validation's ``(lead_n, lead_every)``."""
+    if seeds < 1:
+        raise AclarenaError(f"--seeds must be >= 1, got {seeds}")
+    if n < 1:
+        raise AclarenaError(f"-n must be >= 1, got {n}")
+    d_n, d_every = lead_defaults(cfg)
+    lead_n = d_n if lead_n is None else lead_n
+    lead_every = d_every if lead_every is None else lead_every
+    if lead_n < 1 or lead_every < 1:
+        raise AclarenaError(f"--lead-n and --lead-every must be >= 1, got {lead_n} and {lead_every}")
+    stages = [s.domain for s in cfg.stages]
+    if lead_stage is not None and lead_stage not in stages[1:]:
+        raise AclarenaError(f"--lead-stage {lead_stage}: not a stage after the first of this curriculum; "
+                            f"name one of {', '.join(stages[1:]) or '(none: one stage)'}")
+    return lead_n, lead_every
+
+
 def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100,
               show_progress: bool = False, config_text: str | None = None,
               on_part: Callable[[str, float], None] | None = None,
@@ -482,19 +501,8 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     """
     from aclarena.train.curriculum import run_curriculum
 
-    if seeds < 1:
-        raise AclarenaError(f"--seeds must be >= 1, got {seeds}")
-    if n < 1:
-        raise AclarenaError(f"-n must be >= 1, got {n}")
-    d_n, d_every = lead_defaults(cfg)
-    lead_n = d_n if lead_n is None else lead_n
-    lead_every = d_every if lead_every is None else lead_every
-    if lead_n < 1 or lead_every < 1:
-        raise AclarenaError(f"--lead-n and --lead-every must be >= 1, got {lead_n} and {lead_every}")
+    lead_n, lead_every = _check_options(cfg, seeds, n, lead_n, lead_every, lead_stage)
     stages = [s.domain for s in cfg.stages]
-    if lead_stage is not None and lead_stage not in stages[1:]:
-        raise AclarenaError(f"--lead-stage {lead_stage}: not a stage after the first of this curriculum; "
-                            f"name one of {', '.join(stages[1:]) or '(none: one stage)'}")
     out = Path(out)
     times: dict[str, float] = {}
     errors: dict[str, str] = {}
