@@ -114,8 +114,8 @@ def finding_row(finding: str, quantity: str, study: str | None, values: Sequence
                 digits: int = 2, intervals: Sequence[Sequence[float | None] | None] | None = None) -> dict[str, Any]:
     """One findings row; ``intervals``: per seed, that seed's own interval ``[low, high]`` (or None)."""
     m, s = mean_spread(values)
-    row = {"finding": finding, "quantity": quantity, "study": study, "values": [_finite(v) for v in values],
-           "mean": m, "spread": s, "digits": digits}
+    row: dict[str, Any] = {"finding": finding, "quantity": quantity, "study": study,
+                           "values": [_finite(v) for v in values], "mean": m, "spread": s, "digits": digits}
     if intervals is not None:
         row["intervals"] = [None if iv is None else [_finite(iv[0]), _finite(iv[1])] for iv in intervals]
     return row
