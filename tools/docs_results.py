@@ -175,6 +175,24 @@ def demo_tokens(data: Mapping[str, Any]) -> str:
                    "low-entropy positions barely moved", "mean KL (nats)"], rows)
 
 
+def demo_signatures(data: Mapping[str, Any]) -> str:
+    """The drift signature of each phase and stage on its parent's own generations, with intervals."""
+    block = data.get("signatures")
+    if not block:
+        return "*No drift signatures in this file: the demo's signatures step did not run (`errors` says why).*\n"
+
+    def cell(v: Any) -> str:
+        return _with_ci(v[0], v[1:]) if isinstance(v, list) and v[1] is not None else _num(v[0] if v else None)
+
+    rows = [[r["update"], r["kind"], r["domain"], str(r["n_sequences"]), cell(r["kl_share_high"]),
+             cell(r["barely_moved_low"]), cell(r["kl_share_first_k"]), _num(r.get("first_k_share"))]
+            for r in block.get("updates", [])]
+    k = (block.get("settings") or {}).get("first_k", 12)
+    return _table(["update", "kind", "domain", "sequences", "share of KL at the top 6% entropy positions",
+                   "low-entropy positions barely moved", f"share of KL at the first {k} reply tokens",
+                   f"first {k} tokens' share of positions"], rows)
+
+
 def demo_times(data: Mapping[str, Any]) -> str:
     """Wall time of the demo's parts (this invocation) and of each training phase (when it was trained)."""
     rows = [[k, f"{_num(v, 0)} s"] for k, v in (data.get("step_times") or {}).items()]
@@ -263,6 +281,7 @@ RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "demo-displacement": (demo_displacement, DEMO_CMD),
     "demo-tokens": (demo_tokens, DEMO_CMD),
     "demo-times": (demo_times, DEMO_CMD),
+    "demo-signatures": (demo_signatures, DEMO_CMD),
     "findings": (findings_table, STUDY_CMD),
     "monitor-validation": (monitor_validation, STUDY_CMD),
     "study-times": (study_times, STUDY_CMD),

@@ -194,3 +194,20 @@ def test_test_tiers_table():
         {"tier": "full", "command": "make test", "passed": None, "seconds": 1030, "source": "CI"}]})
     assert "| unit | `pytest tests/unit` | 10 passed, 1 skipped, 0 deselected | 61 s | measured |" in table
     assert "| full | `make test` | - | 1030 s | CI |" in table
+
+
+def test_demo_signatures_and_findings_show_each_interval():
+    from tools.docs_results import demo_signatures, findings_table
+
+    block = {"settings": {"first_k": 12}, "updates": [
+        {"update": "seq-math", "kind": "rl", "domain": "math", "n_sequences": 32, "high_share": 0.06,
+         "first_k_share": 0.4, "kl_share_high": [0.24, 0.16, 0.45], "barely_moved_low": [0.96, 0.9, 0.99],
+         "kl_share_first_k": [0.5, 0.3, 0.7], "concentration_area": [0.9, 0.8, 0.95]}]}
+    table = demo_signatures({"signatures": block})
+    assert "| seq-math | rl | math | 32 | 0.24 [0.16, 0.45] | 0.96 [0.90, 0.99] | 0.50 [0.30, 0.70] | 0.40 |" in table
+    assert "first 12 reply tokens" in table
+    assert "did not run" in demo_signatures({"signatures": None})
+    rows = [{"finding": "f", "quantity": "q", "study": None, "values": [0.24, None, 0.3], "mean": 0.27,
+             "spread": 0.04, "digits": 2, "intervals": [[0.16, 0.45], None, [0.2, 0.4]]}]
+    assert "| 0.27 ± 0.04 | 0.24 [0.16, 0.45], -, 0.30 [0.20, 0.40] | 2/3 |" in findings_table({"seeds": [0, 1, 2],
+                                                                                             "rows": rows})
