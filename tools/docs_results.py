@@ -188,9 +188,10 @@ def demo_signatures(data: Mapping[str, Any]) -> str:
              cell(r["barely_moved_low"]), cell(r["kl_share_first_k"]), _num(r.get("first_k_share"))]
             for r in block.get("updates", [])]
     k = (block.get("settings") or {}).get("first_k", 12)
+    none = "".join(f"\n*No signature: {f}.*\n" for f in block.get("failed") or [])
     return _table(["update", "kind", "domain", "sequences", "share of KL at the top 6% entropy positions",
                    "low-entropy positions barely moved", f"share of KL at the first {k} reply tokens",
-                   f"first {k} tokens' share of positions"], rows)
+                   f"first {k} tokens' share of positions"], rows) + none
 
 
 def demo_times(data: Mapping[str, Any]) -> str:

@@ -167,6 +167,7 @@ class SignaturesResult:
     signatures: Mapping[tuple[str, str], DriftSignature]
     warnings: tuple[str, ...] = ()
     writes: tuple[str, ...] = field(default=())
+    failed: tuple[str, ...] = ()
 
     def to_pandas(self) -> Any:
         """DataFrame, one row per (update, domain)."""
@@ -175,7 +176,7 @@ class SignaturesResult:
     def to_dict(self) -> dict[str, Any]:
         """Plain data: what ``aclarena-diag signatures --json`` prints."""
         return {"settings": dict(self.settings), "updates": [dict(r) for r in self.rows],
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), "failed": list(self.failed)}
 
 
 def _row(u: Update, domain: str, probe: str, sig: DriftSignature, status: str) -> dict[str, Any]:
@@ -216,13 +217,17 @@ def signatures(
     load: Any = None,
     show_progress: bool = False,
     manifest: Manifest | None = None,
+    strict: bool = True,
 ) -> SignaturesResult:
     """Sign every update of the run (or those ``updates`` names); see the module docstring.
 
     ``n`` prompts per missing probe set (greedy, ``max_new_tokens`` each); ``first_k`` the reply
     tokens that count as a reply's start; ``n_boot`` resamples of the sequences for ``level``
     intervals. Scores and signatures already stored with the same settings are reused (``force``
-    recomputes the signatures; scores follow the ``tokens`` verb's reuse rule).
+    recomputes the signatures; scores follow the ``tokens`` verb's reuse rule). ``strict=False``
+    (the demo's and the study's way) returns the signatures that could be computed and names each
+    update that has none in ``failed`` (e.g. an RL phase whose every group scored alike, so it did
+    not move: KL 0, no drift to locate) instead of raising.
 
     Raises:
         AclarenaError: an update without a domain, a parent with no generations of the domain (no
@@ -271,11 +276,12 @@ def signatures(
     if items:
         store.write_many(items, overwrite=True, manifest_text=text)
         writes += [it[0] for it in items]
-    if failed:
+    if failed and strict:
         raise AclarenaError(f"no signature for {'; '.join(failed)}; raise -n (prompts per probe set) or "
                             f"--max-new-tokens, or leave that update out with --updates")
     return SignaturesResult(run_dir=Path(os.fspath(run_dir)), settings=settings, rows=tuple(rows), signatures=sigs,
-                            warnings=tuple(dict.fromkeys(warnings)), writes=tuple(dict.fromkeys(writes)))
+                            warnings=tuple(dict.fromkeys(warnings)), writes=tuple(dict.fromkeys(writes)),
+                            failed=tuple(failed))
 
 
 def _check_options(high: str, n: int, first_k: int, n_boot: int, max_new_tokens: int, batch_size: int,
@@ -377,4 +383,4 @@ def demo_block(data: Mapping[str, Any]) -> dict[str, Any]:
         out.append({"update": r["update"], "kind": r["kind"], "domain": r["domain"], "n_sequences": r["n_sequences"],
                     "high_share": r["high_share"], "first_k_share": r["first_k_share"],
                     **{m: [r[m], r[f"{m}_low"], r[f"{m}_high"]] for m in keep}})
-    return {"settings": dict(data.get("settings", {})), "updates": out}
+    return {"settings": dict(data.get("settings", {})), "updates": out, "failed": list(data.get("failed", []))}

@@ -556,6 +556,8 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
         signed = part("signatures", lambda: verb("signatures", "signatures",
                                                  lambda: analyses.signatures(run, signature_n)))
         rows += signature_rows(seed_list, stages, (signed or {}).get("updates", []), made)
+        if (signed or {}).get("failed"):  # those updates' values are null in their rows, and say why here
+            errors["signatures"] = "no signature for " + "; ".join(signed["failed"])
 
     if vectors:
         rows += part("vectors", lambda: _cosines(out, seeds, stages, seed_list, verb, errors))

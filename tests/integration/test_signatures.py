@@ -99,6 +99,14 @@ def test_too_few_sequences_is_one_line_and_nothing_else_is_lost(signed, tmp_path
     assert "seq-if on if (seq-math.if): 3 sequences with scored positions; an interval needs at least 8" in err
     with ResultsStore(run).reader() as rd:  # the update that could be signed was written
         assert "oracle-math" in {s["update"] for s in list_signatures(rd)}
+    # the demo's and the study's way: the others kept, the one without a signature named, nothing raised
+    from aclarena.analysis.signatures import signatures
+
+    res = signatures(run, updates="seq-if,oracle-math", n=10, max_new_tokens=16, n_boot=200, strict=False)
+    assert [r["update"] for r in res.rows] == ["oracle-math"]
+    assert res.failed == ("seq-if on if (seq-math.if): 3 sequences with scored positions; an interval needs at "
+                          "least 8",)
+    assert res.to_dict()["failed"] == list(res.failed)
 
 
 def test_tokens_page_shows_sft_and_rl_side_by_side(signed):

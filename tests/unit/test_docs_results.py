@@ -207,6 +207,8 @@ def test_demo_signatures_and_findings_show_each_interval():
     assert "| seq-math | rl | math | 32 | 0.24 [0.16, 0.45] | 0.96 [0.90, 0.99] | 0.50 [0.30, 0.70] | 0.40 |" in table
     assert "first 12 reply tokens" in table
     assert "did not run" in demo_signatures({"signatures": None})
+    failed = demo_signatures({"signatures": {**block, "failed": ["seq-math-s2 on math (seq-math-sft-s2.math): KL 0"]}})
+    assert "*No signature: seq-math-s2 on math (seq-math-sft-s2.math): KL 0.*" in failed
     rows = [{"finding": "f", "quantity": "q", "study": None, "values": [0.24, None, 0.3], "mean": 0.27,
              "spread": 0.04, "digits": 2, "intervals": [[0.16, 0.45], None, [0.2, 0.4]]}]
     assert "| 0.27 ± 0.04 | 0.24 [0.16, 0.45], -, 0.30 [0.20, 0.40] | 2/3 |" in findings_table({"seeds": [0, 1, 2],
