@@ -5,6 +5,7 @@
     python benchmarks/demo_time.py --threads 2           # as on a 2-core machine (torch threads)
     python benchmarks/demo_time.py --from /tmp/mini-run  # only print the times of a finished demo run
     python benchmarks/demo_time.py --from /tmp/mini-run --eval-throughput seq-math   # + greedy eval tokens/s
+    python benchmarks/demo_time.py --markers runs/study --replicate 2 --json-out t.json   # recorded phase times
 
 With ``--eval-throughput CKPT`` it also measures greedy evaluation of that checkpoint of the run,
 side by side in one process: one prompt at a time (the baseline) against episodes batched by
@@ -94,17 +95,60 @@ def eval_throughput(run: Path, checkpoint: str, suites: list[str], n: int, batch
             raise SystemExit(f"batched greedy eval differs from one-at-a-time on {suite}")
 
 
+def markers(run: Path, replicate: int, json_out: str | None, note: str | None = None) -> None:
+    """Each trained phase's own recorded wall time (its ``.aclarena-phase.json``: time_s, threads), one replicate
+    of a finished run, and their sum: the training part of a demo, without rerunning it. A phase resumed from a
+    trainer checkpoint records only its last call, and a phase trained beside other jobs is slower: say so."""
+    from aclarena.store import load_manifest
+
+    rows = []
+    seen = set()
+    for spec in load_manifest(run):
+        if spec.kind not in ("stage", "oracle") or spec.path in seen:
+            continue  # an oracle identical to a stage (oracle-math) shares its folder: trained once
+        seen.add(spec.path)
+        marker = run / spec.path / ".aclarena-phase.json"
+        if not marker.is_file():
+            continue
+        m = json.loads(marker.read_text())
+        if m.get("meta", {}).get("replicate", 0) != replicate:
+            continue
+        rows.append({"phase": spec.name, "kind": spec.kind, "steps": m.get("steps"), "time_s": m.get("time_s"),
+                     "resumed_from_step": m.get("resumed_from_step"),
+                     "threads": (m.get("environment") or {}).get("threads")})
+    if not rows:
+        raise SystemExit(f"{run}: no trained phase of replicate {replicate} with a marker")
+    print(f"{'phase':<22} {'steps':>6} {'time':>9} {'threads':>8}")
+    for r in rows:
+        print(f"{r['phase']:<22} {r['steps']:>6} {r['time_s']:8.1f}s {r['threads']!s:>8}")
+    total = sum(r["time_s"] for r in rows)
+    chain = sum(r["time_s"] for r in rows if r["kind"] == "stage")
+    print(f"training: {total:.0f} s ({chain:.0f} s the chain, {total - chain:.0f} s the oracles) = "
+          f"{total / TARGET_S['mini']:.2f} x the demo's whole 15-minute target")
+    if json_out:
+        Path(json_out).write_text(json.dumps({"run": str(run), "replicate": replicate, "phases": rows,
+                                              "training_s": total, "chain_s": chain, "note": note}, indent=1)
+                                  + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="mini", choices=("mini", "tiny"))
     ap.add_argument("--out", help="run folder (default: a fresh temporary one, removed afterwards)")
     ap.add_argument("--threads", type=int, help="torch/OpenMP threads (default: torch's)")
     ap.add_argument("--from", dest="src", help="print the times of a finished demo folder instead of running")
+    ap.add_argument("--markers", metavar="RUN", help="print each trained phase's recorded time of RUN instead")
+    ap.add_argument("--replicate", type=int, default=0, help="--markers: which replicate (default 0)")
+    ap.add_argument("--json-out", help="--markers: also write the rows as JSON here")
+    ap.add_argument("--note", help="--markers: a note stored in the JSON (e.g. what else ran beside it)")
     ap.add_argument("--eval-throughput", metavar="CKPT", help="also measure greedy eval tokens/s of CKPT of the run")
     ap.add_argument("--eval-suites", default="math/id,search/id", help="suites of --eval-throughput")
     ap.add_argument("--eval-n", type=int, default=32, help="tasks per suite of --eval-throughput (default 32)")
     ap.add_argument("--eval-batch", type=int, default=32, help="batch of --eval-throughput (eval's default, 32)")
     args = ap.parse_args()
+    if args.markers:
+        markers(Path(args.markers), args.replicate, args.json_out, args.note)
+        return 0
     if args.src:
         if (Path(args.src) / "summary.json").is_file() or not args.eval_throughput:
             s = json.loads((Path(args.src) / "summary.json").read_text())
