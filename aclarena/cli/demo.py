@@ -83,8 +83,13 @@ def _score(x: Any, ci: Any = None) -> str:
 
 
 def _print_signatures(block: dict[str, Any] | None) -> None:
-    """Issue 31: one row per phase, its KL shares and barely-moved fraction with intervals."""
-    if not block or not block["updates"]:
+    """Issue 31: one row per phase, its KL shares and barely-moved fraction with intervals; then a line for
+    each update without a signature (e.g. an RL phase that did not move)."""
+    if not block:
+        return
+    for line in block.get("failed") or []:
+        print(f"warning: no drift signature for {line}", file=sys.stderr)
+    if not block["updates"]:
         return
 
     def ci(v: list[float]) -> str:
