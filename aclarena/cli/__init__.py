@@ -79,10 +79,22 @@ def _launch_env() -> tuple[int, int]:
     return rank, size
 
 
+def _quiet_hub_bars_when_piped() -> None:
+    """Without a terminal, no per-file "Loading weights" bars from transformers / huggingface_hub in the log
+    (aclarena's own start/end lines say what runs); set before they are imported, unless the user chose."""
+    import os
+
+    from aclarena.progress import stderr_is_terminal
+
+    if not stderr_is_terminal():
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 def main(argv: list[str] | None = None) -> int:
     from aclarena.reproducibility import pin_cpu_kernels
 
     pin_cpu_kernels()  # before anything imports torch: the same kernels, so the same bits, on every x86 host
+    _quiet_hub_bars_when_piped()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:

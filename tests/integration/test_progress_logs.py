@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 import pytest
 from train_helpers import BASE, REPO, cli_env, train_cmd
@@ -66,3 +67,17 @@ def test_vectors_piped_start_and_end_lines(fixture_run, cli, monkeypatch):
     assert all(re.search(r": (\d+)/\1 steps in [0-9.]+s \(", ln) for ln in ends), lines  # every task completed
     code, _, err = cli("vectors", "--run", str(fixture_run), "--json", "--force")
     assert code == 0 and "[aclarena " not in err, err
+
+
+@pytest.mark.parametrize("chosen", [None, "0"])
+def test_a_piped_verb_prints_no_loading_bars_unless_asked(fixture_run, chosen):
+    """transformers' per-file "Loading weights" bars stay out of a log; a user's own setting wins."""
+    env = cli_env()
+    env.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+    if chosen is not None:
+        env["HF_HUB_DISABLE_PROGRESS_BARS"] = chosen
+    proc = subprocess.run([sys.executable, "-m", "aclarena", "eval", "--run", str(fixture_run), "--checkpoints", "base",
+                           "--suites", "math/id", "-n", "2", "--samples", "0"], cwd=REPO, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("Loading weights" in proc.stderr) == (chosen == "0"), proc.stderr[-2000:]
