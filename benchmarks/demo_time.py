@@ -100,6 +100,7 @@ def markers(run: Path, replicate: int, json_out: str | None, note: str | None = 
     of a finished run, and their sum: the training part of a demo, without rerunning it. A phase resumed from a
     trainer checkpoint records only its last call, and a phase trained beside other jobs is slower: say so."""
     from aclarena.store import load_manifest
+    from aclarena.train.phases import read_marker
 
     rows = []
     seen = set()
@@ -107,11 +108,8 @@ def markers(run: Path, replicate: int, json_out: str | None, note: str | None = 
         if spec.kind not in ("stage", "oracle") or spec.path in seen:
             continue  # an oracle identical to a stage (oracle-math) shares its folder: trained once
         seen.add(spec.path)
-        marker = run / spec.path / ".aclarena-phase.json"
-        if not marker.is_file():
-            continue
-        m = json.loads(marker.read_text())
-        if m.get("meta", {}).get("replicate", 0) != replicate:
+        m = read_marker(run / spec.path)
+        if m is None or (m.get("meta") or {}).get("replicate", 0) != replicate:
             continue
         rows.append({"phase": spec.name, "kind": spec.kind, "steps": m.get("steps"), "time_s": m.get("time_s"),
                      "resumed_from_step": m.get("resumed_from_step"),

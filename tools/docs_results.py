@@ -321,12 +321,15 @@ def render_block(table: str, source: str, repo: Path = REPO) -> str:
     return text + _provenance(data, source, command)
 
 
+def _markdown(repo: Path, files: Sequence[Path] | None) -> Sequence[Path]:
+    """``files``, or every README and docs page that may hold marker blocks."""
+    return files if files is not None else sorted({p for pattern in MARKDOWN for p in repo.glob(pattern)})
+
+
 def blocks(repo: Path = REPO, files: Sequence[Path] | None = None) -> list[Block]:
     """Every marker block of the README and docs, with what it holds and what it should hold."""
-    if files is None:
-        files = sorted({p for pattern in MARKDOWN for p in repo.glob(pattern)})
     out = []
-    for f in files:
+    for f in _markdown(repo, files):
         text = f.read_text(encoding="utf-8")
         for m in BLOCK_RE.finditer(text):
             out.append(Block(file=f, table=m["table"], source=m["source"], body=m["body"],
@@ -336,10 +339,8 @@ def blocks(repo: Path = REPO, files: Sequence[Path] | None = None) -> list[Block
 
 def regenerate(repo: Path = REPO, files: Sequence[Path] | None = None) -> list[Path]:
     """Rewrite every stale block in place; returns the files changed."""
-    if files is None:
-        files = sorted({p for pattern in MARKDOWN for p in repo.glob(pattern)})
     changed = []
-    for f in files:
+    for f in _markdown(repo, files):
         text = f.read_text(encoding="utf-8")
 
         def sub(m: re.Match[str]) -> str:

@@ -39,8 +39,6 @@ from aclarena.diagnostics.signatures import DEFAULT_FIRST_K
 from aclarena.errors import AclarenaError
 
 FINDINGS_FILE = "findings.json"
-#: generations per probe set of the drift signatures (as the mini demo's; analysis.signatures.DEFAULT_N)
-SIGNATURE_N = 32
 #: ``verb(name, verb, fn)``: run one step, recording a failure under ``name`` (see :func:`run_study`)
 Step = Callable[[str, str, Callable[[], Any]], Any]
 
@@ -488,7 +486,7 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
               consolidations: Sequence[str] = CHEAP_CONSOLIDATIONS, vectors: bool = True,
               validation: bool = True, lead_n: int | None = None, lead_every: int | None = None,
               lead_stage: str | None = None, command: str | None = None, signatures: bool = True,
-              signature_n: int = SIGNATURE_N) -> StudyResult:
+              signature_n: int | None = None) -> StudyResult:
     """Train ``seeds`` curricula of ``cfg`` into ``out``, evaluate, analyse; write findings.json.
 
     ``n`` tasks per suite (greedy); ``on_start(text)`` / ``on_part(name, seconds)`` are called before /
@@ -497,7 +495,8 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     monitor's held-out validation (retrains the ecom stage with the monitor per seed; ``lead_n`` items
     every ``lead_every`` steps, default :func:`lead_defaults`; ``lead_stage`` the stage retrained, default
     ecom, else the last); ``signatures``: the drift signature of every phase, stage and consolidation
-    on its parent's own generations (``signature_n`` per probe set; :mod:`aclarena.analysis.signatures`).
+    on its parent's own generations (``signature_n`` per probe set, default
+    :data:`aclarena.analysis.signatures.DEFAULT_N`, as the mini demo's).
     """
     from aclarena.train.curriculum import run_curriculum
 
@@ -553,8 +552,11 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     rows = findings(seed_list, stages, cells, (disp or {}).get("updates", []), drift)
     rows += consolidation_rows(seed_list, stages, cells, made)
     if signatures:
+        from aclarena.analysis.signatures import DEFAULT_N
+
+        per_probe = DEFAULT_N if signature_n is None else signature_n
         signed = part("signatures", lambda: verb("signatures", "signatures",
-                                                 lambda: analyses.signatures(run, signature_n)))
+                                                 lambda: analyses.signatures(run, per_probe)))
         rows += signature_rows(seed_list, stages, (signed or {}).get("updates", []), made)
         if (signed or {}).get("failed"):  # those updates' values are null in their rows, and say why here
             errors["signatures"] = "no signature for " + "; ".join(signed["failed"])
