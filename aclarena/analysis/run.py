@@ -86,15 +86,17 @@ class Run:
         those ``updates`` names) on their parents' generations: a
         :class:`~aclarena.analysis.signatures.SignaturesResult` (``.to_pandas()``). Options as
         ``aclarena-diag signatures``; None keeps its default."""
-        from aclarena.analysis.signatures import signatures
+        from aclarena.analysis import signatures as sig
         from aclarena.models.loading import LoadOptions
 
-        given = {k: v for k, v in (("n", n), ("max_new_tokens", max_new_tokens), ("first_k", first_k),
-                                   ("n_boot", n_boot)) if v is not None}
-        return signatures(self.path, updates=updates, high=high, eps=eps, level=level, seed=seed,
-                          batch_size=batch_size, force=force,
-                          load=LoadOptions(dtype=dtype, device=device, allow_pickle=allow_pickle),
-                          show_progress=show_progress, manifest=self.manifest, **given)
+        return sig.signatures(
+            self.path, updates=updates, n=sig.DEFAULT_N if n is None else n,
+            max_new_tokens=sig.DEFAULT_MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens,
+            first_k=sig.DEFAULT_FIRST_K if first_k is None else first_k,
+            n_boot=sig.DEFAULT_N_BOOT if n_boot is None else n_boot, high=high, eps=eps, level=level,
+            seed=seed, batch_size=batch_size, force=force,
+            load=LoadOptions(dtype=dtype, device=device, allow_pickle=allow_pickle),
+            show_progress=show_progress, manifest=self.manifest)
 
     def vectors(self, *, checkpoints: str | Sequence[str] | None = None, pairs: Sequence[str] = (),
                 force: bool = False, show_progress: bool = False) -> Any:
