@@ -72,6 +72,11 @@ class Job:
         """``RUN/checkpoints/<name>``, after the one name check (:func:`~aclarena.store.manifest.output_folder`)."""
         return output_folder(self.run_dir, name, what="output name", folder=CHECKPOINTS, manifest=self.manifest)
 
+    def stem(self, default: str) -> str:
+        """The output name without the replicate's suffix: ``--name`` when given, else the method's ``default``."""
+        name = self.options.get("name")
+        return default if name is None else str(name)
+
     def status(self, text: str) -> None:
         """Show what is being done (the progress bar's label)."""
         if self.progress is not None:

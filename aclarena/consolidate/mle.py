@@ -5,11 +5,11 @@ For one replicate, :func:`run`
 1. finds the SDFT backbone (``sdft[-s<r>]``, made by ``consolidate --method sdft``);
 2. trains one LoRA adapter per curriculum domain on it with GRPO in that domain's
    environment (the backbone is frozen: only the adapter's weights train), registered as
-   ``mle-<domain>[-s<r>]`` with ``on`` = the backbone;
+   ``mle-<domain>[-s<r>]`` (``--name X``: ``X-<domain>``) with ``on`` = the backbone;
 3. trains and scores the routers (:mod:`aclarena.consolidate.routers`) on labelled contexts
    and writes ``routing/<router>``;
 4. routes each suite's deployed context with every router and records, under
-   ``consolidate/mle[-s<r>]``, which checkpoint answers it (an expert, or the backbone when
+   ``consolidate/mle[-s<r>]`` (``consolidate/X[-s<r>]``), which checkpoint answers it (an expert, or the backbone when
    the router finds none): ``compare`` builds the MLE row from that.
 """
 
@@ -26,8 +26,13 @@ ROUTER_TRAIN_N = 60
 ROUTER_EVAL_N = 20
 
 
-def expert_name(domain: str, suffix: str) -> str:
-    return f"mle-{domain}{suffix}"
+def _stem(job: Job) -> str:
+    return job.stem("mle")
+
+
+def expert_name(job: Job, domain: str) -> str:
+    """``--name``-``domain`` (default ``mle-<domain>``), with the replicate's suffix."""
+    return f"{_stem(job)}-{domain}{job.lineage.suffix}"
 
 
 def backbone_name(suffix: str) -> str:
@@ -36,7 +41,7 @@ def backbone_name(suffix: str) -> str:
 
 def output_names(job: Job) -> list[str]:
     """The experts this replicate writes (checked before any is trained)."""
-    return [] if job.options.get("routers_only") else [expert_name(d, job.lineage.suffix) for d in job.lineage.domains]
+    return [] if job.options.get("routers_only") else [expert_name(job, d) for d in job.lineage.domains]
 
 
 def run(job: Job) -> list[Output]:
@@ -47,6 +52,10 @@ def run(job: Job) -> list[Output]:
     if foreign:
         raise AclarenaError(f"MLE routes by the arena environments' contexts; domain {foreign[0]!r} has no environment "
                             f"in the arena (known: {', '.join(DOMAINS)})")
+    routes = _stem(job) + job.lineage.suffix
+    if job.options.get("name") is not None and routes in job.manifest:
+        raise AclarenaError(f"--name {job.options['name']}: MLE records its routes under consolidate/{routes}, the "
+                            f"record of the checkpoint {routes!r}; give another --name")
     outputs: list[Output] = []
     if not job.options.get("routers_only"):
         outputs += train_experts(job, domains)
@@ -116,7 +125,7 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
     positions = int(info.config.get("max_position_embeddings") or 1024)
     outputs = []
     for d in domains:
-        name = expert_name(d, suffix)
+        name = expert_name(job, d)
         stage_rl = _stage_rl(cfg, d)
         trl: dict[str, Any] = dict(sz.extra)
         if stage_rl is not None:
@@ -179,7 +188,7 @@ def _success_signal(job: Job, domains: Sequence[str]) -> Any:
         with store.reader() as r:
             matrix = load_matrix(r, job.manifest)
         for e in domains:
-            rates[e] = {d: matrix.value(expert_name(e, job.lineage.suffix), f"{d}/id") for d in domains}
+            rates[e] = {d: matrix.value(expert_name(job, e), f"{d}/id") for d in domains}
     complete = bool(rates) and all(v == v for row in rates.values() for v in row.values())
     if complete:
         return MatrixSuccess(rates, "measured")
@@ -244,12 +253,13 @@ def record_routes(job: Job, domains: Sequence[str]) -> None:
         for suite, (env, variant) in SUITES.items():
             r = router.route(env_context(env, variant))
             if r.expert is not None:
-                ckpt: str | None = expert_name(r.expert, suffix)
+                ckpt: str | None = expert_name(job, r.expert)
             else:
                 ckpt = backbone if fallback == "backbone" else None  # refuse: the suite is not served
             routes[name][suite] = {"expert": r.expert, "checkpoint": ckpt, "reason": r.reason}
     ResultsStore(job.run_dir).write(
-        f"consolidate/mle{suffix}", {"routes": Json(routes), "experts": Json({d: expert_name(d, suffix) for d in domains}),
+        f"consolidate/{_stem(job)}{suffix}", {"routes": Json(routes),
+                                              "experts": Json({d: expert_name(job, d) for d in domains}),
                                      "backbone": Json(backbone)},
         result_type="consolidation", attrs={"method": "mle", "replicate": job.lineage.replicate, "fallback": fallback,
                                             "seed": job.seed}, overwrite=True)

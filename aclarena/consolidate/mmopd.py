@@ -6,7 +6,7 @@ its domain's teacher (``--teachers oracle``: the single-task oracle, default; ``
 checkpoint ending that domain's stage); the loss is the per-token reverse KL (``--divergence``
 forward or js selectable). Trained with
 :class:`~aclarena.consolidate.distillation.MultiTeacherDistillationTrainer` through the
-training core's resumable phase machinery; the result is ``mmopd[-s<r>]``, parent = the end point.
+training core's resumable phase machinery; the result is ``mmopd[-s<r>]`` (or ``--name``), parent = the end point.
 """
 
 from __future__ import annotations
@@ -20,6 +20,16 @@ from aclarena.consolidate.methods import Job, Output
 from aclarena.errors import AclarenaError, CheckpointError
 
 TEACHERS = ("oracle", "stage")
+
+
+def _teachers(job: Job) -> str:
+    which = job.options.get("teachers")
+    return "oracle" if which is None else str(which)
+
+
+def output_names(job: Job) -> list[str]:
+    """The checkpoint this replicate writes: ``--name`` or ``mmopd`` (``mmopd-stage-teachers`` with stage teachers)."""
+    return [job.stem("mmopd" if _teachers(job) == "oracle" else "mmopd-stage-teachers") + job.lineage.suffix]
 
 
 def run(job: Job) -> list[Output]:
@@ -37,8 +47,7 @@ def run(job: Job) -> list[Output]:
 
     quiet()  # before any model is loaded: no per-model progress bars
     lin = job.lineage
-    which = job.options.get("teachers")
-    which = "oracle" if which is None else which
+    which = _teachers(job)
     if which not in TEACHERS:
         raise unknown_name("teacher choice", which, TEACHERS)
     divergence = job.options.get("divergence")
@@ -62,7 +71,7 @@ def run(job: Job) -> list[Output]:
     sz = sizes("mmopd", job.run_dir, job.options)
     overrides = {"max_steps": sz.steps, "per_device_train_batch_size": sz.batch, "learning_rate": sz.lr,
                  "max_completion_length": sz.max_new_tokens, "beta": beta} | parse_trl(job.options.get("trl"))
-    name = "mmopd" + ("" if which == "oracle" else "-stage-teachers") + lin.suffix
+    name = output_names(job)[0]
     settings = {"student": lin.end, "teachers": teacher_of, "divergence": divergence, "n": sz.n, "trl": overrides,
                 "seed": job.seed}
     fp = hashlib.sha256(json.dumps({"settings": settings, "inputs": {n: checkpoint_fingerprint(i) for n, i in

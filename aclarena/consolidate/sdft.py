@@ -69,6 +69,16 @@ def top_up(records: list[dict[str, Any]], domain: str, minimum: int, seed: int) 
     return records + expert_records(domain, missing, seed + 7919), missing
 
 
+def _start(job: Any) -> str:
+    start = job.options.get("start")
+    return "base" if start is None else str(start)  # "" is refused by run, not read as the default
+
+
+def output_names(job: Any) -> list[str]:
+    """The checkpoint this replicate writes: ``--name`` or ``sdft`` (``sdft-from-end`` with ``--start end``)."""
+    return [job.stem("sdft" if _start(job) == "base" else "sdft-from-end") + job.lineage.suffix]
+
+
 def run(job: Any) -> list[Any]:
     """Consolidate one replicate with SDFT into ``sdft[-s<r>]`` (``sdft-from-end[-s<r>]`` with ``--start end``)."""
     import hashlib
@@ -92,14 +102,13 @@ def run(job: Any) -> list[Any]:
     if missing:
         raise AclarenaError(f"SDFT samples each domain's oracle; the run has no oracle for {missing[0]!r} "
                             "(train the oracles: [oracles] in the curriculum config)")
-    start = job.options.get("start")
-    start = "base" if start is None else start  # "" is refused below, not read as the default
+    start = _start(job)
     if start not in ("base", "end"):
         from aclarena.errors import unknown_name
 
         raise unknown_name("SDFT start", start, ("base", "end"))
     start_name = lin.base if start == "base" else lin.end
-    name = ("sdft" if start == "base" else "sdft-from-end") + lin.suffix
+    name = output_names(job)[0]
     sz = sizes("sdft", job.run_dir, job.options)
     batch = sz.batch if sz.batch % len(domains) == 0 else len(domains) * max(1, sz.batch // len(domains))
     trl = {"max_steps": sz.steps, "per_device_train_batch_size": batch, "learning_rate": sz.lr,
