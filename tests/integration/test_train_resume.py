@@ -27,6 +27,7 @@ def _complete(checkpoint: Path) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_sigkill_in_the_middle_of_rl_then_rerun_finishes(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(small_config(("math",), rl_steps=6))
