@@ -53,8 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--lam", type=float, metavar="L", help="merge-ties / merge-dare: λ (default 1 for TIES, 1/K for DARE)")
     g.add_argument("--density", type=float, default=0.2, help="merge-ties: share of each task vector kept (default 0.2)")
     g.add_argument("--drop", type=float, default=0.5, help="merge-dare: drop rate p (default 0.5)")
-    g.add_argument("--name", metavar="PREFIX", help="name of the output(s) instead of the method's (merge-ta: PREFIX-l<λ>; mle: "
-                   "PREFIX-<domain>; replicate r >= 1 adds -s<r>)")
+    g.add_argument("--name", metavar="PREFIX",
+                   help="name of the output(s) instead of the method's (merge-ta: PREFIX-l<λ>; mle: PREFIX-<domain>; "
+                        "replicate r >= 1 adds -s<r>)")
     t = p.add_argument_group("training methods (mmopd, sdft, mle)")
     t.add_argument("--n", type=int, metavar="N", help="tasks or prompts per domain (default: sized to the run)")
     t.add_argument("--steps", type=int, metavar="N", help="optimizer steps (mle: per expert)")

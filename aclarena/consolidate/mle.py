@@ -9,8 +9,8 @@ For one replicate, :func:`run`
 3. trains and scores the routers (:mod:`aclarena.consolidate.routers`) on labelled contexts
    and writes ``routing/<router>``;
 4. routes each suite's deployed context with every router and records, under
-   ``consolidate/mle[-s<r>]`` (``consolidate/X[-s<r>]``), which checkpoint answers it (an expert, or the backbone when
-   the router finds none): ``compare`` builds the MLE row from that.
+   ``consolidate/mle[-s<r>]`` (``consolidate/X[-s<r>]``), which checkpoint answers it (an
+   expert, or the backbone when the router finds none): ``compare`` builds the MLE row from that.
 """
 
 from __future__ import annotations
@@ -258,8 +258,7 @@ def record_routes(job: Job, domains: Sequence[str]) -> None:
                 ckpt = backbone if fallback == "backbone" else None  # refuse: the suite is not served
             routes[name][suite] = {"expert": r.expert, "checkpoint": ckpt, "reason": r.reason}
     ResultsStore(job.run_dir).write(
-        f"consolidate/{_stem(job)}{suffix}", {"routes": Json(routes),
-                                              "experts": Json({d: expert_name(job, d) for d in domains}),
-                                     "backbone": Json(backbone)},
+        f"consolidate/{_stem(job)}{suffix}",
+        {"routes": Json(routes), "experts": Json({d: expert_name(job, d) for d in domains}), "backbone": Json(backbone)},
         result_type="consolidation", attrs={"method": "mle", "replicate": job.lineage.replicate, "fallback": fallback,
                                             "seed": job.seed}, overwrite=True)
