@@ -1,6 +1,6 @@
 """Benchmark: wall time of `aclarena-diag demo`, per training phase and per analysis step.
 
-    python benchmarks/demo_time.py                       # the mini demo into a fresh folder (~15 min on 2 idle cores)
+    python benchmarks/demo_time.py                       # the mini demo into a fresh folder (over an hour on 2 cores)
     python benchmarks/demo_time.py --preset tiny         # toy size (~2 min)
     python benchmarks/demo_time.py --threads 2           # as on a 2-core machine (torch threads)
     python benchmarks/demo_time.py --from /tmp/mini-run  # only print the times of a finished demo run

@@ -42,7 +42,7 @@ WAYS = {
     "native-bf16": ({"ACLARENA_CPU_KERNELS": "native"}, {"bf16": True}),
 }
 # the recipe's SFT settings of each stage (examples/mini.toml): batch 8, its learning rate
-LR = {"math": 1e-3, "search": 2e-4, "ecom": 2e-4, "if": 1e-3}
+LR = {"math": 1e-3, "search": 2e-4, "ecom": 2e-4, "if": 5e-4}
 
 
 def worker(way: str, domain: str, steps: int, seed: int) -> dict:
