@@ -4,8 +4,8 @@
     python benchmarks/sft_speed.py --domain math --steps 20 --rounds 3 --json-out t.json
 
 The demo's training is compute-bound: the e-commerce SFT phase (200 steps of 8 conversations of
-~580 tokens, 13% of them padding) takes 2.1 s a step on 2 threads, 428 of the chain's 1,193 s
-(docs/results/demo_phase_times.json). What would make a step cheaper without another recipe is
+~580 tokens, 13% of them padding) recorded 428 of the chain's 1,193 s on 2 threads
+(docs/results/demo_phase_times.json); this times the steps themselves (1.4 s each, idle). What would make a step cheaper without another recipe is
 the CPU's kernels and precision, so this trains the same steps from the shipped base three ways:
 
 * ``avx2-fp32``: what aclarena does (:func:`aclarena.reproducibility.pin_cpu_kernels` pins the AVX2
@@ -35,11 +35,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from aclarena.reproducibility import OPT_OUT, PORTABLE_ENV, pin_cpu_kernels
+
 REPO = Path(__file__).resolve().parents[1]
 WAYS = {
     "avx2-fp32": ({}, {}),
-    "native-fp32": ({"ACLARENA_CPU_KERNELS": "native"}, {}),
-    "native-bf16": ({"ACLARENA_CPU_KERNELS": "native"}, {"bf16": True}),
+    "native-fp32": ({OPT_OUT: "native"}, {}),
+    "native-bf16": ({OPT_OUT: "native"}, {"bf16": True}),
 }
 # the recipe's SFT settings of each stage (examples/mini.toml): batch 8, its learning rate
 LR = {"math": 1e-3, "search": 2e-4, "ecom": 2e-4, "if": 5e-4}
@@ -47,19 +49,14 @@ LR = {"math": 1e-3, "search": 2e-4, "ecom": 2e-4, "if": 5e-4}
 
 def worker(way: str, domain: str, steps: int, seed: int) -> dict:
     """Train ``steps`` SFT steps of ``domain``'s expert conversations from the shipped base; times per step."""
-    from aclarena.reproducibility import pin_cpu_kernels
-
     pin_cpu_kernels()
     import torch
-    from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import SFTTrainer
 
     from aclarena.models.shipped import shipped_base
     from aclarena.train.data import expert_records
-    from aclarena.train.phases import load_start, make_args, quiet
+    from aclarena.train.phases import run_sft
 
-    quiet()
     times: list[float] = []
     losses: list[float] = []
 
@@ -76,16 +73,11 @@ def worker(way: str, domain: str, steps: int, seed: int) -> dict:
             if logs and "loss" in logs:
                 losses.append(float(logs["loss"]))
 
-    model, tok = load_start(shipped_base())
-    records = expert_records(domain, 8 * steps, seed)
-    ds = Dataset.from_list([{"messages": r["messages"], "tools": r["tools"]} for r in records])
+    # the phase runner the curriculum uses (its trainer settings and callbacks), with no checkpoints on the way
     with tempfile.TemporaryDirectory() as work:
-        args = make_args("sft", Path(work), seed,
-                         {"max_steps": steps, "learning_rate": LR[domain], "logging_steps": 1, "save_strategy": "no",
-                          "report_to": "none", **WAYS[way][1]},
-                         {"assistant_only_loss": True, "max_length": 1024, "packing": False})
-        trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, callbacks=[Clock()])
-        trainer.train()
+        run_sft(shipped_base(), expert_records(domain, 8 * steps, seed), Path(work) / "out", seed=seed,
+                trl={"max_steps": steps, "learning_rate": LR[domain], "logging_steps": 1, "save_strategy": "no",
+                     "report_to": "none", **WAYS[way][1]}, callbacks=[Clock()], work_dir=Path(work) / "work")
     return {"way": way, "step_s": times, "loss": losses, "threads": torch.get_num_threads(),
             "capability": torch.backends.cpu.get_cpu_capability()}
 
@@ -109,8 +101,7 @@ def main() -> int:
     tries = []
     for r in range(args.rounds):
         for way in ways:
-            env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR",
-                                                                    "ONEDNN_MAX_CPU_ISA", "ACLARENA_CPU_KERNELS")}
+            env = {k: v for k, v in os.environ.items() if k not in (*PORTABLE_ENV, OPT_OUT)}
             env.update(WAYS[way][0], HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
             proc = subprocess.run([sys.executable, __file__, "--worker", way, "--domain", args.domain,
                                    "--steps", str(args.steps), "--seed", str(args.seed)],
