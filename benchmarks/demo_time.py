@@ -1,6 +1,7 @@
 """Benchmark: wall time of `aclarena-diag demo`, per training phase and per analysis step.
 
-    python benchmarks/demo_time.py                       # the mini demo into a fresh folder (over an hour on 2 cores)
+    python benchmarks/demo_time.py --json-out docs/results/demo_timing.json   # the default (quick) demo, fresh folder
+    python benchmarks/demo_time.py --preset mini         # the mini demo into a fresh folder (over an hour on 2 cores)
     python benchmarks/demo_time.py --preset tiny         # toy size (~2 min)
     python benchmarks/demo_time.py --threads 2           # as on a 2-core machine (torch threads)
     python benchmarks/demo_time.py --from /tmp/mini-run  # only print the times of a finished demo run
@@ -13,8 +14,11 @@ prompt length (``--eval-batch``, aclarena's eval), each turn of a batch one ``ge
 KV cache; it prints generated tokens per second of both and checks that every trajectory is the
 same.
 
-Targets (issue 6): the mini demo in at most 15 minutes on 2 CPU cores (stretch: 8), the tiny
-preset in at most 2 minutes. The demo records every phase's and step's time in its run folder
+Targets: the default demo (``quick``) in at most 8 minutes of wall time on the idle 2-core machine
+(12 at the very most; issue 42), the mini demo in at most 15 (issue 6; not met: over an hour), the
+tiny preset in at most 2 minutes. With ``--json-out`` the demo's summary is written there with the
+wall time of the whole invocation (a fresh process: imports, training, every analysis), the load
+average before and after, and the command. The demo records every phase's and step's time in its run folder
 (summary.json); this script runs it in a fresh subprocess, then prints those times, the total
 and its ratio to the target. Other processes on the machine slow it down: report the load
 (printed before and after) with the numbers.
@@ -33,8 +37,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TARGET_S = {"mini": 15 * 60, "tiny": 2 * 60}
-STRETCH_S = {"mini": 8 * 60, "tiny": None}
+TARGET_S = {"quick": 12 * 60, "mini": 15 * 60, "tiny": 2 * 60}
+STRETCH_S = {"quick": 8 * 60, "mini": 8 * 60, "tiny": None}
 
 
 def load() -> str:
@@ -131,13 +135,13 @@ def markers(run: Path, replicate: int, json_out: str | None, note: str | None = 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="mini", choices=("mini", "tiny"))
+    ap.add_argument("--preset", default="quick", choices=("quick", "mini", "tiny"))
     ap.add_argument("--out", help="run folder (default: a fresh temporary one, removed afterwards)")
     ap.add_argument("--threads", type=int, help="torch/OpenMP threads (default: torch's)")
     ap.add_argument("--from", dest="src", help="print the times of a finished demo folder instead of running")
     ap.add_argument("--markers", metavar="RUN", help="print each trained phase's recorded time of RUN instead")
     ap.add_argument("--replicate", type=int, default=0, help="--markers: which replicate (default 0)")
-    ap.add_argument("--json-out", help="--markers: also write the rows as JSON here")
+    ap.add_argument("--json-out", help="write the demo's summary with its wall time here (with --markers: the rows)")
     ap.add_argument("--note", help="--markers: a note stored in the JSON (e.g. what else ran beside it)")
     ap.add_argument("--eval-throughput", metavar="CKPT", help="also measure greedy eval tokens/s of CKPT of the run")
     ap.add_argument("--eval-suites", default="math/id,search/id", help="suites of --eval-throughput")
@@ -161,16 +165,25 @@ def main() -> int:
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     if args.threads:
         env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-    print(f"load before: {load()}", flush=True)
+    before = load()
+    print(f"load before: {before}", flush=True)
     t = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "aclarena", "demo", "--preset", args.preset, "--out", str(out),
                            "--json"], cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.monotonic() - t
-    print(f"load after: {load()}")
+    after = load()
+    print(f"load after: {after}")
     if proc.returncode != 0:
         print(proc.stderr[-3000:], file=sys.stderr)
         return proc.returncode
-    report(json.loads(proc.stdout)["summary"], wall, args.preset)
+    summary = json.loads(proc.stdout)["summary"]
+    report(summary, wall, args.preset)
+    if args.json_out:
+        cmd = "python benchmarks/demo_time.py" + (f" --preset {args.preset}" if args.preset != "quick" else "") + (
+            f" --threads {args.threads}" if args.threads else "") + f" --json-out {args.json_out}"
+        timing = {"command": cmd, "wall_s": wall, "target_s": TARGET_S[args.preset], "stretch_s": STRETCH_S[args.preset],
+                  "load_before": before, "load_after": after, "threads": args.threads}
+        Path(args.json_out).write_text(json.dumps({**summary, "timing": timing}, indent=1) + "\n")
     if args.eval_throughput:
         eval_throughput(out, args.eval_throughput, args.eval_suites.split(","), args.eval_n, args.eval_batch)
     if tmp:

@@ -42,6 +42,7 @@ BLOCK_RE = re.compile(
 
 DEMO_CMD = ("aclarena-diag demo --out runs/demo && cp runs/demo/summary.json docs/results/demo.json "
             "&& make docs-results")
+TIMING_CMD = "python benchmarks/demo_time.py --json-out docs/results/demo_timing.json && make docs-results"
 STUDY_CMD = ("aclarena-diag study --run runs/study --seeds 3 && cp runs/study/findings.json "
              "docs/results/findings.json && make docs-results")
 
@@ -205,6 +206,18 @@ def demo_times(data: Mapping[str, Any]) -> str:
             + _table(["phase", "steps", "training time", "status"], phases))
 
 
+def demo_findings(data: Mapping[str, Any]) -> str:
+    """The default demo's findings, one line each (shown, not shown, not measured) with the study's beside, and
+    the wall time of the invocation that made them."""
+    mark = {True: "shown", False: "**not shown**", None: "not measured"}
+    rows = [[mark[f["shown"]], f["line"], f.get("study") or ""] for f in data.get("findings") or []]
+    t = data.get("timing") or {}
+    wall = (f"\nWall time of the whole invocation: **{_num(t.get('wall_s'), 0)} s** (load average "
+            f"{t.get('load_before', '?')} before); training {_num(data.get('training_s'), 0)} s.\n") if t else ""
+    return _table(["", f"this run ({data.get('preset')}, seed {data.get('seed', '-')}, "
+                       f"{data.get('eval_tasks_per_suite')} tasks per suite)", "the study (Qwen3-8B), beside"], rows) + wall
+
+
 def findings_table(data: Mapping[str, Any]) -> str:
     """The study's findings beside the mini arena's: mean ± spread over seeds per row."""
     n = len(data.get("seeds") or [])
@@ -283,6 +296,7 @@ RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "demo-tokens": (demo_tokens, DEMO_CMD),
     "demo-times": (demo_times, DEMO_CMD),
     "demo-signatures": (demo_signatures, DEMO_CMD),
+    "demo-findings": (demo_findings, TIMING_CMD),
     "findings": (findings_table, STUDY_CMD),
     "monitor-validation": (monitor_validation, STUDY_CMD),
     "study-times": (study_times, STUDY_CMD),

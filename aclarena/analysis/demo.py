@@ -1,13 +1,17 @@
-"""The demo: the mini curriculum end to end, then every analysis, and its summary (``aclarena-diag demo``).
+"""The demo: a shipped curriculum end to end, then every analysis, and its summary (``aclarena-diag demo``).
 
-:func:`run_demo` trains the mini curriculum and its single-task oracles into ``out``
+:func:`run_demo` trains a shipped curriculum (``quick`` by default: math then search, in minutes;
+``mini``: the study's four stages) and its single-task oracles into ``out``
 (:func:`~aclarena.train.curriculum.run_curriculum`), scores the chain on the in-domain suites and the
 general one (:func:`~aclarena.analysis.eval.evaluate`; the out-of-domain suites are left out to keep the
-demo near 15 minutes on 2 cores: ``aclarena-diag eval --run DIR --suites ood`` adds them), freezes
+demo short: ``aclarena-diag eval --run DIR --suites ood`` adds them), freezes
 seq-math's generations (:func:`~aclarena.analysis.probe.freeze_probe`) and scores every later checkpoint
-on them (:func:`~aclarena.analysis.tokens.tokens`), measures task vectors, SFT and RL displacement and the
-continual-learning metrics, pairs the e-commerce stage's effect item by item, measures the lead time of
-the drift warnings, consolidates (the merges; SDFT, MLE and MMOPD with ``full``) and compares.
+on them (:func:`~aclarena.analysis.tokens.tokens`), signs every phase, measures task vectors, SFT and RL
+displacement and the continual-learning metrics, pairs every later stage's effect on each earlier skill
+item by item, measures the lead time of the drift warnings (the ``mini`` recipe's e-commerce stage),
+consolidates (the merges; SDFT, MLE and MMOPD with ``full``), repairs the stage that forgot most
+(svd-restore) and compares. :func:`findings` says, one line each, which of the study's findings this run
+shows and which it does not.
 
 Each step calls the analysis layer's function for the matching verb, with the verb's defaults, so a
 rerun skips every finished phase and result; a step that fails is recorded in the summary's ``errors``
@@ -40,6 +44,9 @@ STUDY = {
     "ecom_effect": "AIME 23.3 -> 6.0, NQ 45.2 -> 14.6",
     "sft_rl": "SFT moves parameters 3-7x more than RL",
     "high_entropy": "~94% of low-entropy positions barely move; forgetting concentrates at ~6% high-entropy positions",
+    "forgetting": "the e-commerce stage drops AIME 23.3 -> 6.0 and NQ 45.2 -> 14.6",
+    "cosines": "stage updates only partly aligned with their single-task oracles",
+    "consolidation": "each shared-weight consolidation recovers some skills and hurts others",
 }
 #: the suites whose change over the e-commerce stage the summary reports (the study's AIME and NQ, and MMLU)
 ECOM_SUITES = ("math/id", "search/id", "general")
@@ -48,6 +55,16 @@ SUMMARY_FILE = "summary.json"
 #: the consolidations of every demo (seconds) and those ``full`` adds (they train)
 MERGES = ("merge-uniform", "merge-ties")
 TRAINED = ("sdft", "mle", "mmopd")
+#: the repair of the stage that forgot most: svd-restore of this share of its update's singular directions
+REPAIR_PERCENT = 25.0
+#: the demo's own record of what it trains in its folder (preset, seed, trl overrides): a rerun with other
+#: settings is refused before anything is written
+SETTINGS_FILE = "demo-settings.json"
+#: a one-sided paired test at this level counts as a significant drop (the monitor's ground truth too)
+ALPHA = 0.05
+#: an RL phase concentrates its drift when the lower 95% bound of its KL share at the top-entropy positions
+#: exceeds this many times their share of positions (chance)
+CHANCE_FACTOR = 3.0
 
 #: ``report(what)``: a context around each analysis step (the CLI shows a spinner or a timing line)
 StepReport = Callable[[str], AbstractContextManager[Any]]
@@ -67,7 +84,7 @@ class DemoResult:
         return {"out": str(self.out), "summary": self.summary, "phases": self.phases}
 
 
-def demo_config(preset: str = "mini", *, seed: int | None = None, trl: Sequence[str] = ()) -> tuple[Any, Path]:
+def demo_config(preset: str = "quick", *, seed: int | None = None, trl: Sequence[str] = ()) -> tuple[Any, Path]:
     """The preset's curriculum config with ``trl`` overrides and ``seed``, and the preset's file."""
     from dataclasses import replace
 
@@ -83,10 +100,65 @@ def demo_config(preset: str = "mini", *, seed: int | None = None, trl: Sequence[
     return cfg, path
 
 
+def sizes(preset: str) -> tuple[int, int]:
+    """Evaluation tasks per suite and sequences per drift signature of a preset's demo (tiny: toy sizes)."""
+    return (4, 8) if preset == "tiny" else (50, 32)
+
+
+def check_folder(out: Path, preset: str, seed: int, trl: Sequence[str]) -> None:
+    """Refuse, before anything is written, a folder that holds a demo of other settings (preset, seed, trl
+    overrides) or something the demo did not make; a folder of the same settings is resumed."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise AclarenaError(f"--out {out} is a file, not a folder; name a new folder")
+    asked = {"preset": preset, "seed": seed, "trl": list(trl)}
+    recorded = out / SETTINGS_FILE
+    if recorded.is_file():
+        try:
+            got = json.loads(recorded.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise AclarenaError(f"{recorded} is unreadable ({e}); name another --out (nothing was changed)") from None
+        got = got if isinstance(got, dict) else {}
+        if {k: got.get(k) for k in asked} != asked:
+            theirs = f"--preset {got.get('preset')} --seed {got.get('seed')}" + "".join(
+                f" --trl {t}" for t in got.get("trl") or [])
+            raise AclarenaError(f"{out} holds the demo of other settings ({theirs}); rerun with those to resume it, "
+                                f"or name another --out (nothing was changed)")
+        return
+    from aclarena.train.curriculum import CONFIG_COPY
+
+    copy = out / CONFIG_COPY
+    if copy.is_file():  # a demo folder from before the settings file: its curriculum's run name says the preset
+        import tomllib
+
+        try:
+            name = tomllib.loads(copy.read_text(encoding="utf-8")).get("run", {}).get("name")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError, RecursionError):
+            name = None
+        if name != preset:
+            raise AclarenaError(f"{out} holds a run of curriculum {name!r}, not the {preset!r} demo; name another "
+                                f"--out, or rerun with --preset {name} (nothing was changed)")
+        return
+    if any(out.iterdir()):
+        raise AclarenaError(f"{out} is not empty and holds no demo run; name a new or empty --out folder "
+                            f"(nothing was changed)")
+
+
+def _record_settings(out: Path, preset: str, seed: int, trl: Sequence[str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / SETTINGS_FILE
+    if path.is_file():
+        return
+    tmp = out / f".{SETTINGS_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"preset": preset, "seed": seed, "trl": list(trl)}) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
 def run_demo(
     out: str | os.PathLike[str] = "runs/demo",
     *,
-    preset: str = "mini",
+    preset: str = "quick",
     seed: int | None = None,
     n: int | None = None,
     trl: Sequence[str] = (),
@@ -97,7 +169,7 @@ def run_demo(
 ) -> DemoResult:
     """Train the preset's curriculum into ``out`` and run every analysis on it; store and return the summary.
 
-    ``n``: evaluation tasks per suite (default 50 for ``mini``, 4 for ``tiny``); ``trl``: trl overrides
+    ``n``: evaluation tasks per suite (default 50; 4 for ``tiny``); ``trl``: trl overrides
     (``[sft.|rl.|base.]FIELD=VALUE``); ``full``: also the consolidations that train. ``on_trained(rows)``
     is called once the curriculum is trained, ``report(what)`` around each analysis step.
     """
@@ -107,9 +179,11 @@ def run_demo(
     t_start = time.monotonic()
     out = Path(out)
     cfg, path = demo_config(preset, seed=seed, trl=trl)
-    n = n if n is not None else (50 if preset == "mini" else 4)
+    n = n if n is not None else sizes(preset)[0]
     if n < 1:
         raise AclarenaError(f"-n must be >= 1, got {n}")
+    check_folder(out, preset, cfg.seed, trl)
+    _record_settings(out, preset, cfg.seed, trl)
     steps: dict[str, float] = {}
 
     t = time.monotonic()
@@ -124,6 +198,7 @@ def run_demo(
     stage_ends = [r["name"] for r in rows if r["kind"] == "stage" and _is_stage_end(r["name"], rows)]
     results = _analyses(run_dir, rows, stage_ends, steps, preset=preset, n=n, full=full, report=report)
     summary = _plain(build_summary(rows, results, stage_ends, steps, time.monotonic() - t_start, preset, n))
+    summary["seed"] = cfg.seed
     from aclarena.reproducibility import made_by
 
     cmd = f"aclarena-diag demo --preset {preset} --seed {cfg.seed} -n {n}" + (" --full" if full else "")
@@ -150,41 +225,50 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
     def evaluate(checkpoints: Sequence[str], suites: str) -> dict[str, Any]:
         return analyses.eval_cells(run_dir, checkpoints, suites, n)
 
-    results["eval_chain"] = step("eval", "eval", lambda: evaluate(["base", *stage_ends], "id,general"),
+    # the in-domain suites of the curriculum's own domains (a quick run trains no e-commerce: its long episodes
+    # would be most of the evaluation time), and the general one
+    by_name = {r["name"]: r for r in rows}
+    in_domain = ",".join(dict.fromkeys(f"{by_name[e]['domain']}/id" for e in stage_ends))
+    results["eval_chain"] = step("eval", "eval", lambda: evaluate(["base", *stage_ends], f"{in_domain},general"),
                                  f"evaluating base and {len(stage_ends)} stages on every suite")
     if sft_ends:
-        results["eval_sft"] = step("eval", "eval", lambda: evaluate(sft_ends, "id"),
+        results["eval_sft"] = step("eval", "eval", lambda: evaluate(sft_ends, in_domain),
                                    f"evaluating {len(sft_ends)} SFT phase ends in domain")
     if oracles:
-        results["eval_oracles"] = step("eval", "eval", lambda: evaluate(oracles, "id"),
+        results["eval_oracles"] = step("eval", "eval", lambda: evaluate(oracles, in_domain),
                                        f"evaluating {len(oracles)} oracles in domain")
     if "seq-math" in stage_ends:
         from aclarena.probes.probe_set import list_probe_sets
         from aclarena.store import ResultsStore
 
         if "seq-math" not in list_probe_sets(ResultsStore(run_dir)):  # a rerun keeps the frozen generations
-            results["probe"] = step("probe", "probe", lambda: analyses.probe(run_dir, "seq-math", "math", 32 if preset == "mini" else 4),
+            results["probe"] = step("probe", "probe", lambda: analyses.probe(run_dir, "seq-math", "math", sizes(preset)[1]),
                                     "freezing seq-math's generations")
         results["tokens"] = step("tokens", "tokens", lambda: analyses.tokens(run_dir, "seq-math"),
                                  "token drift of later checkpoints on seq-math's generations")
     # issue 31: every SFT and RL phase and stage signed on its parent's own generations (before the
     # consolidations exist, so only the chain's updates); analysis/signatures.py, docs/tokens.md section 8
     results["signatures"] = step("signatures", "signatures",
-                                 lambda: analyses.signatures(run_dir, 32 if preset == "mini" else 8),
+                                 lambda: analyses.signatures(run_dir, sizes(preset)[1]),
                                  "drift signatures of the SFT and RL phases")
-    results["vectors"] = step("vectors", "vectors", lambda: analyses.vectors(run_dir), "task vectors")
+    pairs = stage_oracle_pairs(rows, stage_ends)
+    results["vectors"] = step("vectors", "vectors", lambda: analyses.vectors(run_dir, [p["pair"] for p in pairs]),
+                              "task vectors")
+    results["vector_pairs"] = pairs
     results["displacement"] = step("displacement", "displacement", lambda: analyses.displacement(run_dir), "displacement")
     results["forgetting"] = step("forgetting", "forgetting", lambda: analyses.forgetting(run_dir), "forgetting metrics")
-    if "seq-ecom" in stage_ends:
-        from aclarena.analysis.flips import paired_change
+    from aclarena.analysis.flips import paired_change
 
-        t0 = time.monotonic()  # per-item pairs of the e-commerce stage's effect (reads the store; no model)
+    t0 = time.monotonic()  # per-item pairs of every later stage's effect on each earlier skill (the store; no model)
+    results["stage_effects"] = _stage_effects(run_dir, rows, stage_ends)
+    if "seq-ecom" in stage_ends:
         try:
             results["paired"] = paired_change(run_dir, _stage_parent_of("seq-ecom", rows, stage_ends), "seq-ecom",
                                               ECOM_SUITES)
         except AclarenaError as e:  # an unreadable matrix: the summary says so, the other steps go on
             results["paired"] = {"error": str(e)}
-        steps["forgetting"] = steps.get("forgetting", 0.0) + time.monotonic() - t0
+    steps["forgetting"] = steps.get("forgetting", 0.0) + time.monotonic() - t0
+    if "seq-ecom" in stage_ends:
         # tiny: 6 items, the fewest whose total loss can pass Holm over the stage's 3 evaluations; mini: the
         # monitor's defaults (20 items every 10 steps could not reach significance over the 200-step ecom stage)
         lead_n, lead_every = (50, 5) if preset == "mini" else (6, 2)
@@ -198,9 +282,16 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
         r = step("consolidate", "consolidate", functools.partial(analyses.consolidate, run_dir, method),
                  f"consolidating ({method})")
         made += (r or {}).get("outputs", [])
+    target = _repair_target(results["stage_effects"], rows, stage_ends)
+    if target is not None:  # the stage that forgot most, repaired without data (docs/consolidation.md)
+        old, new = target
+        r = step("repair", "repair", functools.partial(analyses.repair, run_dir, old, new, f"repair-{new}",
+                                                       REPAIR_PERCENT),
+                 f"repairing {new} (svd-restore {REPAIR_PERCENT:g}% of its update from {old})")
+        made += [{"checkpoint": o["checkpoint"], "method": o["method"]} for o in (r or {}).get("outputs", [])]
     shared = [o["checkpoint"] for o in made if o["method"] != "mle"]
     if shared:
-        results["eval_consolidated"] = step("eval", "eval", lambda: evaluate(shared, "id,general"),
+        results["eval_consolidated"] = step("eval", "eval", lambda: evaluate(shared, f"{in_domain},general"),
                                             f"evaluating {len(shared)} consolidated models on every suite")
     for o in made:
         if o["method"] == "mle":  # an MLE expert answers only the contexts routed to it: its own domain's suites
@@ -208,6 +299,59 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
                  f"evaluating {o['checkpoint']} in its domain")
     results["compare"] = step("compare", "compare", lambda: analyses.compare(run_dir), "comparison table")
     return results
+
+
+def stage_oracle_pairs(rows: list[dict[str, Any]], stage_ends: list[str]) -> list[dict[str, Any]]:
+    """``vectors --pair`` of each stage's update (its end minus its parent) with every oracle's direction (the
+    oracle's end minus the base), but with an oracle that is the stage itself (the first stage's oracle reuses
+    its folder: their cosine is 1 by construction)."""
+    by_name = {r["name"]: r for r in rows}
+    base = next((r["name"] for r in rows if r["kind"] == "base"), None)
+    oracles = [r for r in rows if r["kind"] == "oracle" and _is_stage_end(r["name"], rows)]
+    if base is None:
+        return []
+    out = []
+    for name in stage_ends:
+        parent = _stage_parent_of(name, rows, stage_ends)
+        for o in oracles:
+            if o.get("same_as") == name:
+                continue
+            out.append({"stage": name, "parent": parent, "domain": by_name[name]["domain"], "oracle": o["name"],
+                        "oracle_domain": o["domain"], "pair": f"{name}-{parent}:{o['name']}-{base}",
+                        "label": f"{name} - {parent} : {o['name']} - {base}"})
+    return out
+
+
+def _stage_effects(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str]) -> list[dict[str, Any]]:
+    """Each later stage's effect on each earlier stage's in-domain suite, item by item (flips' paired counts
+    and the one-sided exact McNemar p of a drop); a pair that cannot be made carries its ``error`` line."""
+    from aclarena.analysis.flips import paired_change
+
+    by_name = {r["name"]: r for r in rows}
+    out: list[dict[str, Any]] = []
+    for i, name in enumerate(stage_ends[1:], start=1):
+        before = _stage_parent_of(name, rows, stage_ends)
+        suites = list(dict.fromkeys(f"{by_name[e]['domain']}/id" for e in stage_ends[:i]
+                                    if by_name[e]["domain"] != by_name[name]["domain"]))
+        try:
+            paired = paired_change(run_dir, before, name, suites)
+        except AclarenaError as e:
+            paired = {s: {"error": str(e)} for s in suites}
+        out += [{"stage": name, "before": before, "suite": s, **v} for s, v in paired.items()]
+    return out
+
+
+def _repair_target(effects: list[dict[str, Any]], rows: list[dict[str, Any]],
+                   stage_ends: list[str]) -> tuple[str, str] | None:
+    """(OLD, NEW) of the stage whose drop of an earlier skill is the most significant (more items lost than
+    gained); the last stage when none lost more than it gained; None for a one-stage curriculum."""
+    drops = [e for e in effects if e.get("p_drop") is not None and e.get("lost", 0) > e.get("gained", 0)]
+    if drops:
+        e = min(drops, key=lambda e: (e["p_drop"], stage_ends.index(e["stage"])))
+        return e["before"], e["stage"]
+    if len(stage_ends) < 2:
+        return None
+    return _stage_parent_of(stage_ends[-1], rows, stage_ends), stage_ends[-1]
 
 
 # --- the summary -------------------------------------------------------------------------------------------
@@ -247,7 +391,8 @@ def _cells(*evals: Any) -> tuple[dict[tuple[str, str], float], dict[tuple[str, s
 def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_ends: list[str],
                   steps: dict[str, float], total_s: float, preset: str, n: int) -> dict[str, Any]:
     """The study's measurements as found on this run (plain data; printed and stored)."""
-    cells, ci = _cells(results.get("eval_chain"), results.get("eval_sft"), results.get("eval_oracles"))
+    cells, ci = _cells(results.get("eval_chain"), results.get("eval_sft"), results.get("eval_oracles"),
+                       results.get("eval_consolidated"))
     by_name = {r["name"]: r for r in rows}
 
     stages = []
@@ -282,7 +427,12 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
     lead = results.get("lead_time") if isinstance(results.get("lead_time"), dict) else {}
     phases = [{"name": r["name"], "status": r["status"], "steps": r["steps"], "time_s": r["time_s"]} for r in rows]
     errors = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and "error" in v}
-    return {
+    effects = [{**e, "before_score": cells.get((e["before"], e["suite"])), "after_score": cells.get((e["stage"], e["suite"])),
+                "before_ci95": ci.get((e["before"], e["suite"])), "after_ci95": ci.get((e["stage"], e["suite"]))}
+               for e in results.get("stage_effects") or []]
+    vec = results.get("vectors") if isinstance(results.get("vectors"), dict) else {}
+    cmp = results.get("compare") if isinstance(results.get("compare"), dict) and "rows" in results["compare"] else None
+    summary = {
         "preset": preset, "eval_tasks_per_suite": n, "stages": stages, "ecom_effect": ecom,
         "base_general": cells.get(("base", "general")),
         "sft_rl": sft_rl, "sft_rl_overall": (disp or {}).get("sft_rl_overall"),
@@ -292,10 +442,159 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
         "lead_time": [{**{k: r.get(k) for k in ("domain", "predictor", "metric", "warn_step", "drop_step", "lead")},
                        "drop_reachable": drop_reachable_in(lead or {}, r["domain"])} for r in (lead or {}).get("table", [])],
         "training_s": sum(p["time_s"] or 0.0 for p in phases), "step_times": steps, "total_s": total_s,
-        "errors": errors, "study": STUDY,
-        "comparison": results["compare"] if isinstance(results.get("compare"), dict) and "rows" in results["compare"]
-        else None,
+        "errors": errors, "study": STUDY, "comparison": cmp,
+        "stage_effects": effects, "oracle_cosines": oracle_cosines(vec or {}, results.get("vector_pairs") or []),
+        "repairs": (cmp or {}).get("repair_scores") or [],
     }
+    summary["findings"] = findings(summary)
+    return summary
+
+
+def oracle_cosines(vectors: dict[str, Any], pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each stage update's cosine with its own domain's oracle direction and with the other oracles' (the
+    ``vectors`` pairs of :func:`stage_oracle_pairs`); only stages with an oracle of their own domain."""
+    cos = {r["pair"]: r["cos"] for r in vectors.get("pairs", [])}
+    out = []
+    for stage in dict.fromkeys(p["stage"] for p in pairs):
+        mine = [p for p in pairs if p["stage"] == stage]
+        own = [p for p in mine if p["oracle_domain"] == p["domain"]]
+        if not own or own[0]["label"] not in cos:
+            continue
+        out.append({"stage": stage, "update": f"{stage} - {own[0]['parent']}", "domain": own[0]["domain"],
+                    "oracle": own[0]["oracle"], "own": cos[own[0]["label"]],
+                    "others": {p["oracle"]: cos.get(p["label"]) for p in mine if p is not own[0]}})
+    return out
+
+
+# --- the findings: which of the study's measurements this run shows, one line each ---------------------------------
+
+
+def _ci_text(x: float | None, ci: Sequence[float] | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
+def findings(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """One entry per finding of the study the demo checks: ``shown`` (True, False, or None where nothing could be
+    measured), the run's own numbers in ``line`` and the study's beside them in ``study``. A finding that does
+    not show says so; none is left out."""
+    return [_f_forgetting(s), _f_signatures(s), _f_displacement(s), _f_cosines(s), _f_consolidation(s), _f_repair(s)]
+
+
+def _finding(key: str, shown: bool | None, line: str, study: str | None = None) -> dict[str, Any]:
+    return {"finding": key, "shown": shown, "line": line, "study": study}
+
+
+def _f_forgetting(s: dict[str, Any]) -> dict[str, Any]:
+    paired = [e for e in s.get("stage_effects") or [] if e.get("p_drop") is not None]
+    if not paired:
+        why = next((e["error"] for e in s.get("stage_effects") or [] if e.get("error")), "no later stage was paired")
+        return _finding("forgetting", None, f"a later stage lowering an earlier skill: not measured ({why})",
+                        STUDY["forgetting"])
+
+    def text(e: dict[str, Any]) -> str:
+        return (f"{e['stage']} lowers {e['suite']} {_ci_text(e['before_score'], e['before_ci95'])} -> "
+                f"{_ci_text(e['after_score'], e['after_ci95'])}: {e['lost']} items lost, {e['gained']} gained of "
+                f"{e['n']}, one-sided exact McNemar p = {e['p_drop']:.2g}")
+
+    partial = [e for e in paired if e["p_drop"] < ALPHA and (e.get("after_score") or 0.0) > 0.0]
+    if partial:
+        best = min(partial, key=lambda e: e["p_drop"])
+        more = f" (and {len(partial) - 1} more)" if len(partial) > 1 else ""
+        return _finding("forgetting", True, f"a later stage lowers an earlier skill, not all of it: {text(best)}{more}",
+                        STUDY["forgetting"])
+    best = min(paired, key=lambda e: e["p_drop"])
+    erased = best["p_drop"] < ALPHA
+    return _finding("forgetting", False,
+                    "no later stage lowers an earlier skill significantly without erasing it"
+                    f"{' (it erases it)' if erased else ''}: the strongest, {text(best)}", STUDY["forgetting"])
+
+
+def _f_signatures(s: dict[str, Any]) -> dict[str, Any]:
+    block = s.get("signatures") or {}
+    ups = block.get("updates") or []
+    rl = [u for u in ups if u["kind"] == "rl"]
+    sft = [u for u in ups if u["kind"] == "sft"]
+    if not rl:
+        failed = "; ".join(block.get("failed") or []) or "no RL phase was signed"
+        return _finding("rl_drift_concentrated", None, f"drift concentrated at high-entropy tokens: not measured "
+                        f"({failed})", STUDY["high_entropy"])
+
+    def text(u: dict[str, Any]) -> str:
+        v, lo, hi = u["kl_share_high"]
+        return f"{u['update']} {v:.2f} [{lo:.2f}, {hi:.2f}]"
+
+    chance = max(u["high_share"] for u in rl)
+    below = [u for u in rl if u["kl_share_high"][1] <= CHANCE_FACTOR * u["high_share"]]
+    line = (f"KL share at the top-entropy positions (chance {chance:.2f}, {ups[0]['n_sequences']} sequences): RL "
+            + ", ".join(map(text, rl)) + "; SFT " + (", ".join(map(text, sft)) or "-"))
+    missed = ", ".join(u["update"] for u in below) + f" not above {CHANCE_FACTOR:g}x chance; " if below else ""
+    failed = "".join(f"; no signature: {f}" for f in block.get("failed") or [])
+    return _finding("rl_drift_concentrated", not below and not block.get("failed"), f"{missed}{line}{failed}",
+                    STUDY["high_entropy"])
+
+
+def _f_displacement(s: dict[str, Any]) -> dict[str, Any]:
+    rows = [r for r in s.get("sft_rl") or [] if r.get("ratio") is not None]
+    if not rows:
+        return _finding("sft_moves_more", None, "SFT vs RL displacement: not measured", STUDY["sft_rl"])
+    line = "SFT moves the weights " + ", ".join(f"{r['ratio']:.1f}x ({r['stage']})" for r in rows) + " as far as RL"
+    return _finding("sft_moves_more", all(r["ratio"] > 1 for r in rows), line, STUDY["sft_rl"])
+
+
+def _f_cosines(s: dict[str, Any]) -> dict[str, Any]:
+    rows = [r for r in s.get("oracle_cosines") or [] if r.get("own") is not None and r["others"]]
+    if not rows:
+        return _finding("oracle_alignment", None, "stage updates vs their oracles: not measured (no stage with a "
+                        "trained oracle of its own and another to compare with)", STUDY["cosines"])
+    line = "; ".join(f"{r['update']}: cos {r['own']:.2f} with {r['oracle']}, "
+                     + ", ".join(f"{c:.2f} with {o}" for o, c in r["others"].items() if c is not None) for r in rows)
+    partly = all(0.0 < r["own"] < 1.0 and all(c is None or r["own"] > c for c in r["others"].values()) for r in rows)
+    return _finding("oracle_alignment", partly, f"each stage update is closer to its own oracle than to the others: "
+                    f"{line}" if partly else f"not every stage update is partly aligned with its own oracle over the "
+                    f"others: {line}", STUDY["cosines"])
+
+
+def _f_consolidation(s: dict[str, Any]) -> dict[str, Any]:
+    cmp = s.get("comparison") or {}
+    rows = {r["label"]: r for r in cmp.get("rows", [])}
+    seq = next((r for r in cmp.get("rows", []) if r.get("role") == "end"), None)
+    merged = [r for r in cmp.get("rows", []) if r.get("method") and r["method"].startswith("merge")]
+    if not merged or seq is None:
+        return _finding("consolidation", None, "consolidation: not measured (no merge or no sequential end point "
+                        "in the comparison)", STUDY["consolidation"])
+
+    def mean(r: dict[str, Any], suite: str) -> float | None:
+        return (r["cells"].get(suite) or {}).get("mean")
+
+    r = rows.get("merge-uniform", merged[0])
+    parts, up, down = [], 0, 0
+    for suite in cmp.get("in_domain", []):
+        a, b = mean(r, suite), mean(seq, suite)
+        if a is None or b is None:
+            continue
+        parts.append(f"{suite} {a:.2f} (sequential end {b:.2f})")
+        up += a > b
+        down += a < b
+    return _finding("consolidation", bool(up and down), f"{r['label']} recovers {up} and loses {down} in-domain "
+                    f"skills against the sequential end: " + ", ".join(parts), STUDY["consolidation"])
+
+
+def _f_repair(s: dict[str, Any]) -> dict[str, Any]:
+    reps = s.get("repairs") or []
+    if not reps:
+        why = s.get("errors", {}).get("repair")
+        return _finding("repair", None, f"training-free repair: not measured{f' ({why})' if why else ''}")
+    r = reps[0]
+    parts = []
+    for k in ("healing", "preservation", "non_damage", "target_retention"):
+        v = r.get(k) or {}
+        ci = v.get("ci95")
+        text = _ci_text(v.get("value"), ci if ci and None not in ci else None)
+        parts.append(f"{k.replace('_', '-')} {'n/a (no items of that kind)' if text == '-' else text}")
+    return _finding("repair", True, f"{r.get('checkpoint')} (the update {r.get('from')} -> {r.get('to')}): "
+                    + ", ".join(parts))
 
 
 def _signatures(data: Any) -> dict[str, Any] | None:

@@ -113,6 +113,13 @@ def consolidate(run_dir: RunPath, method: str, *, seeds: int = 1, start: str | N
     return jsonable(run(run_dir, method, seeds=seeds, options=options).to_dict())
 
 
+def repair(run_dir: RunPath, old: str, new: str, name: str, percent: float) -> dict[str, Any]:
+    """``repair --from OLD --to NEW --method svd-restore --rank-percent P --name NAME``."""
+    from aclarena.analysis.repair import repair as run
+
+    return jsonable(run(run_dir, old=old, new=new, method="svd-restore", name=name, percents=percent).to_dict())
+
+
 def compare(run_dir: RunPath) -> dict[str, Any]:
     """``compare``: the study-shaped comparison table (rule router, greedy scores)."""
     from aclarena.analysis.compare import compare as table

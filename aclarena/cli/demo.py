@@ -1,13 +1,13 @@
 """``aclarena-diag demo``: the embedded default, the whole loop on the mini arena.
 
-Trains the mini curriculum and its single-task oracles into ``--out``, scores the chain on the
-in-domain suites and the general one (the out-of-domain suites are left out to keep the demo near
-15 minutes on 2 cores: ``aclarena-diag eval --run DIR --suites ood`` adds them), freezes seq-math's
-generations and scores every later checkpoint on them, measures task vectors, SFT and RL
-displacement and the continual-learning metrics, then prints what the study measures, as found on
-the mini arena, and the dashboard command. A rerun skips every finished phase and result. The work,
-and the summary stored in results.h5 (``demo/summary``) and in ``summary.json``, is
-:func:`aclarena.analysis.demo.run_demo`.
+Trains a shipped curriculum (``quick`` by default: math then search, minutes on 2 cores; ``mini``: the
+study's four stages) and its single-task oracles into ``--out``, scores the chain on the in-domain
+suites and the general one (``aclarena-diag eval --run DIR --suites ood`` adds the out-of-domain
+ones), signs every phase, measures task vectors, SFT and RL displacement and the continual-learning
+metrics, merges and repairs, then prints which of the study's findings this run shows, with its own
+numbers first and the study's beside them, and the dashboard command. A rerun skips every finished
+phase and result. The work, and the summary stored in results.h5 (``demo/summary``) and in
+``summary.json``, is :func:`aclarena.analysis.demo.run_demo`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 from aclarena.analysis.demo import STUDY, SUMMARY_FILE
 from aclarena.cli._common import add_verb, fmt, print_json, print_phase_table, print_table
 from aclarena.diagnostics.early_warning import drop_label
+from aclarena.train.presets import DEFAULT, PRESETS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,19 +32,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "demo",
         help="the embedded default: train the mini curriculum and oracles, run every analysis, print a summary",
         examples=(
-            "aclarena-diag demo",
+            "aclarena-diag demo                                 # the quick curriculum, minutes",
             "aclarena-diag demo --out runs/demo2 --seed 1",
+            "aclarena-diag demo --preset mini --out runs/mini   # the study's four stages, over an hour",
             "aclarena-diag demo --preset tiny --out runs/tiny   # toy size, about 2 minutes",
         ),
         run_option=False,
     )
     p.add_argument("--out", "--run", dest="out", default="runs/demo", metavar="DIR",
                    help="run folder (default runs/demo); rerun to resume")
-    p.add_argument("--preset", default="mini", choices=("mini", "tiny"),
-                   help="mini: the demo curriculum (default); tiny: every phase at toy size")
+    p.add_argument("--preset", default=DEFAULT, metavar="NAME",
+                   help=f"the curriculum: quick (default: math then search, minutes), mini (the study's four stages), "
+                        f"tiny (every phase at toy size); one of {', '.join(PRESETS)}")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="curriculum seed (default: the preset's)")
     p.add_argument("-n", type=int, default=None, metavar="N",
-                   help="evaluation tasks per suite (default 50 for mini, 4 for tiny)")
+                   help="evaluation tasks per suite (default 50; 4 for tiny)")
     p.add_argument("--trl", action="append", default=[], metavar="[sft.|rl.|base.]FIELD=VALUE",
                    help="trl override on top of the preset (repeatable)")
     p.add_argument("--full", action="store_true",
@@ -60,6 +63,11 @@ def run(args: argparse.Namespace) -> int:
     def on_trained(rows: list[dict[str, Any]]) -> None:
         if not args.json:
             print_phase_table(rows, title=f"mini-arena curriculum ({args.preset}) in {Path(args.out)}")
+
+    if args.preset not in PRESETS:
+        from aclarena.errors import unknown_name
+
+        raise unknown_name("preset", args.preset, PRESETS)
 
     @contextlib.contextmanager
     def report(what: str) -> Iterator[None]:
@@ -106,6 +114,19 @@ def _print_signatures(block: dict[str, Any] | None) -> None:
                 caption=f"study: {STUDY['high_entropy']}")
 
 
+def _print_findings(s: dict[str, Any]) -> None:
+    """The study's findings as found on this run, one line each: shown, not shown, or not measured."""
+    found = s.get("findings") or []
+    if not found:
+        return
+    print(f"\nwhat this run shows ({s['preset']}, seed {s.get('seed', '-')}, {s['eval_tasks_per_suite']} tasks per suite):")
+    for f in found:
+        mark = {True: "shown", False: "NOT shown", None: "not measured"}[f["shown"]]
+        print(f"- {mark}: {f['line']}")
+        if f.get("study"):
+            print(f"    study (Qwen3-8B): {f['study']}")
+
+
 def print_summary(s: dict[str, Any], run_dir: str) -> None:
     print()
     print_table([{"stage": r["stage"], "suite": r["suite"], "parent": r["parent"], "before": _score(r["parent_score"]),
@@ -114,16 +135,14 @@ def print_summary(s: dict[str, Any], run_dir: str) -> None:
                  for r in s["stages"]],
                 ["stage", "suite", "parent", "before", "after SFT", "after stage", "oracle"],
                 title=f"each stage's in-domain score over its parent's (greedy, {s['eval_tasks_per_suite']} tasks)")
-    e = s.get("ecom_effect")
-    if e:
-        print_table([{"suite": k, "before": _score(v["before"], v.get("before_ci95")),
-                      "after": _score(v["after"], v.get("after_ci95")),
-                      "lost": f"{v['lost']} / {v['gained']}" if "lost" in v else "-",
-                      "p": fmt(v["p_drop"], 2) if "p_drop" in v else "-"}
-                     for k, v in e.items() if isinstance(v, dict)],
-                    ["suite", "before", "after", "lost", "p"],
-                    headers=["suite", "before", "after", "lost / gained", "McNemar p (drop)"],
-                    title=f"the ecom stage's effect on earlier skills ({e['before']} -> {e['after']})",
+    effects = [e for e in s.get("stage_effects") or [] if "error" not in e]
+    if effects:
+        print_table([{"stage": e["stage"], "suite": e["suite"], "before": _score(e["before_score"], e.get("before_ci95")),
+                      "after": _score(e["after_score"], e.get("after_ci95")),
+                      "lost": f"{e['lost']} / {e['gained']} of {e['n']}", "p": fmt(e["p_drop"], 2)} for e in effects],
+                    ["stage", "suite", "before", "after", "lost", "p"],
+                    headers=["stage", "earlier skill", "before", "after", "lost / gained", "McNemar p (drop)"],
+                    title="each later stage's effect on earlier skills, item by item (one-sided exact paired test)",
                     caption=f"study: {STUDY['ecom_effect']}")
     if s["sft_rl"]:
         print_table([{"stage": r["stage"], "SFT/RL": fmt(r["ratio"], 3) if r["ratio"] is not None else "-",
@@ -161,6 +180,7 @@ def print_summary(s: dict[str, Any], run_dir: str) -> None:
     print_table(times, ["phase", "status", "steps", "time"], title="phase times")
     other = ", ".join(f"{k} {v:.1f} s" for k, v in s["step_times"].items())
     print(f"total {s['total_s']:.1f} s ({other})")
+    _print_findings(s)
     for k, v in s["errors"].items():
         print(f"note: the {k} step did not finish: {v}", file=sys.stderr)
     print(f"\nSummary as JSON: {Path(run_dir) / SUMMARY_FILE}")

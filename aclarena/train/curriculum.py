@@ -208,8 +208,13 @@ def run_curriculum(
         from aclarena.train.monitor import monitor_factory
 
         monitor = monitor_factory(cfg, out, jobs, lambda name: _location(out, folders[name]))
+    planned = planned_steps(jobs)
+    done_steps = 0
     with progress(show_progress) as bar:
-        overall = bar.add_task(f"{cfg.name}: {len(jobs)} phases", total=len(jobs))
+        # counted in training steps when every phase sets max_steps (its rate and ETA are then the curriculum's),
+        # else in phases
+        overall = bar.add_task(f"{cfg.name}: {len(jobs)} phases" + (f", {sum(planned.values())} steps" if planned else ""),
+                               total=sum(planned.values()) if planned else len(jobs))
         for job in jobs:
             label = f"{job.name} ({job.phase or 'pretrain'})"
             if job.kind == "base" and not cfg.base.is_mini:
@@ -225,7 +230,9 @@ def run_curriculum(
                 rel = f"{CHECKPOINTS}/{job.name}"
                 folders[job.name] = rel
                 task = bar.add_task(label, total=None)
-                cbs = [_progress_callback(bar, task, label)] if show_progress else []
+                counted = planned and job.spec is not None  # a base built here counts no curriculum steps
+                cbs = [_progress_callback(bar, task, label, (overall, done_steps) if counted else None)] \
+                    if show_progress else []
                 cbs += list(callbacks(job)) if callbacks is not None else []
                 cbs += monitor(job) if monitor is not None else []
                 result = run_job(cfg, job, out, folders, cbs, chat_template)
@@ -240,15 +247,34 @@ def run_curriculum(
             wait_for_everyone()
             if on_phase is not None:
                 on_phase(rec)
-            bar.advance(overall)
+            if planned:
+                done_steps += planned[job.name]
+                bar.update(overall, completed=done_steps)
+            else:
+                bar.advance(overall)
     run.wall_s = time.monotonic() - t0
     return run
 
 
-def _progress_callback(bar: Any, task: Any, label: str) -> Any:
+def _progress_callback(bar: Any, task: Any, label: str, overall: tuple[Any, int] | None = None) -> Any:
     from aclarena.train.progress import PhaseProgress
 
-    return PhaseProgress(bar, task, label)
+    return PhaseProgress(bar, task, label, overall)
+
+
+def planned_steps(jobs: Sequence[Job]) -> dict[str, int]:
+    """Each job's training steps (0 for one that reuses another's folder or the shipped base), or ``{}`` when a
+    phase that trains sets no ``max_steps`` (its steps are known only once its trainer starts)."""
+    out: dict[str, int] = {}
+    for job in jobs:
+        if job.spec is None or not job.trains:
+            out[job.name] = 0
+            continue
+        steps = job.spec.trl.get("max_steps")
+        if not isinstance(steps, int) or steps <= 0:
+            return {}
+        out[job.name] = steps
+    return out
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -21,17 +21,27 @@ SHOWN = ("loss", "reward", "entropy", "kl")
 class PhaseProgress(TrainerCallback):
     """Advance ``task`` of a rich ``Progress`` with the trainer's steps; show the last loss/reward."""
 
-    def __init__(self, progress: Any, task: Any, label: str) -> None:
+    def __init__(self, progress: Any, task: Any, label: str, overall: tuple[Any, int] | None = None) -> None:
+        """``overall``: the curriculum's bar counted in steps and the steps of the phases before this one; it
+        moves with every step, so its rate and ETA are those of the whole curriculum."""
         self.progress = progress
         self.task = task
         self.label = label
+        self.overall = overall
         self.last: dict[str, float] = {}
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.progress.update(self.task, total=max(1, int(state.max_steps or 1)), completed=int(state.global_step))
+        self._advance_overall(state)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.progress.update(self.task, completed=int(state.global_step))
+        self._advance_overall(state)
+
+    def _advance_overall(self, state: Any) -> None:
+        if self.overall is not None:
+            task, before = self.overall
+            self.progress.update(task, completed=before + int(state.global_step))
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         for k in SHOWN:

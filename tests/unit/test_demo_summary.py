@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from aclarena.analysis.demo import _is_stage_end, _plain, _store, build_summary
 
 DOMAINS = ("math", "search", "ecom", "if")
@@ -91,3 +93,116 @@ def test_summary_carries_the_phase_signatures(capsys):
     assert build_summary(rows(), {"signatures": {"error": "x"}}, ["seq-math"], {}, 1.0, "mini", 10)["signatures"] is None
     print_summary(_plain(s), "runs/demo")
     assert "0.50 [0.40, 0.70]" in capsys.readouterr().out
+
+
+# --- issue 42: the findings the demo names, one line each, and the folder it refuses ---------------------------
+
+
+def _sig(update: str, kind: str, share: tuple[float, float, float], high: float = 0.06) -> dict:
+    keep = {"kl_share_high": share, "barely_moved_low": (0.9, 0.8, 0.95), "kl_share_first_k": (0.2, 0.1, 0.3),
+            "concentration_area": (0.9, 0.8, 0.95)}
+    return {"update": update, "kind": kind, "domain": "math", "n_sequences": 32, "high_share": high,
+            "first_k_share": 0.6, **{m: v[0] for m, v in keep.items()}, **{f"{m}_low": v[1] for m, v in keep.items()},
+            **{f"{m}_high": v[2] for m, v in keep.items()}}
+
+
+def _two_stage_rows() -> list[dict]:
+    out = [{"name": "base", "kind": "base", "domain": None, "parent": None, "status": "shipped"}]
+    prev = "base"
+    for d in ("math", "search"):
+        out += [{"name": f"seq-{d}-sft", "kind": "stage", "domain": d, "parent": prev, "status": "trained"},
+                {"name": f"seq-{d}", "kind": "stage", "domain": d, "parent": f"seq-{d}-sft", "status": "trained"}]
+        prev = f"seq-{d}"
+    out += [{"name": "oracle-math-sft", "kind": "oracle", "domain": "math", "parent": "base", "status": "reused"},
+            {"name": "oracle-math", "kind": "oracle", "domain": "math", "parent": "oracle-math-sft", "status": "reused",
+             "same_as": "seq-math"},
+            {"name": "oracle-search-sft", "kind": "oracle", "domain": "search", "parent": "base", "status": "trained"},
+            {"name": "oracle-search", "kind": "oracle", "domain": "search", "parent": "oracle-search-sft",
+             "status": "trained"}]
+    for r in out:
+        r.update(steps=3, time_s=1.0)
+    return out
+
+
+def _findings(results: dict) -> dict:
+    s = build_summary(_two_stage_rows(), results, ["seq-math", "seq-search"], {}, 1.0, "quick", 50)
+    return {f["finding"]: f for f in s["findings"]}
+
+
+def test_findings_name_every_finding_even_with_nothing_measured():
+    found = _findings({})
+    assert list(found) == ["forgetting", "rl_drift_concentrated", "sft_moves_more", "oracle_alignment",
+                           "consolidation", "repair"]
+    assert all(f["shown"] is None and "not measured" in f["line"] for f in found.values())
+
+
+def test_forgetting_is_shown_only_for_a_significant_partial_drop():
+    cells = [{"checkpoint": c, "suite": "math/id", "status": "ok", "mean": m}
+             for c, m in (("seq-math", 0.44), ("seq-search", 0.22))]
+    effect = {"stage": "seq-search", "before": "seq-math", "suite": "math/id", "lost": 13, "gained": 2, "n": 50,
+              "p_drop": 0.0037}
+    f = _findings({"eval_chain": {"cells": cells}, "stage_effects": [effect]})["forgetting"]
+    assert f["shown"] is True and "0.44 -> 0.22" in f["line"] and "13 items lost, 2 gained of 50" in f["line"]
+    weak = _findings({"eval_chain": {"cells": cells}, "stage_effects": [{**effect, "p_drop": 0.2}]})["forgetting"]
+    assert weak["shown"] is False and weak["line"].startswith("no later stage lowers")
+    cells[1]["mean"] = 0.0  # erased: significant, but nothing is left
+    erased = _findings({"eval_chain": {"cells": cells}, "stage_effects": [effect]})["forgetting"]
+    assert erased["shown"] is False and "(it erases it)" in erased["line"]
+
+
+def test_rl_signature_finding_needs_every_rl_phase_above_three_times_chance():
+    ups = [_sig("seq-math-sft", "sft", (0.06, 0.05, 0.07)), _sig("seq-math", "rl", (0.23, 0.13, 0.43)),
+           _sig("seq-search", "rl", (0.93, 0.68, 0.97))]
+    f = _findings({"signatures": {"settings": {}, "updates": ups}})["rl_drift_concentrated"]
+    assert f["shown"] is False and f["line"].startswith("seq-math not above 3x chance")
+    assert "SFT seq-math-sft 0.06 [0.05, 0.07]" in f["line"]  # the SFT phases beside them
+    ups[1] = _sig("seq-math", "rl", (0.40, 0.19, 0.6))  # 0.19 > 3 x 0.06
+    assert _findings({"signatures": {"settings": {}, "updates": ups}})["rl_drift_concentrated"]["shown"] is True
+
+
+def test_oracle_pairs_skip_the_reused_oracle_and_cosines_compare_own_with_others():
+    from aclarena.analysis.demo import stage_oracle_pairs
+
+    pairs = stage_oracle_pairs(_two_stage_rows(), ["seq-math", "seq-search"])
+    assert [p["pair"] for p in pairs] == ["seq-math-base:oracle-search-base", "seq-search-seq-math:oracle-math-base",
+                                          "seq-search-seq-math:oracle-search-base"]
+    vec = {"pairs": [{"pair": p["label"], "group": "all", "cos": c} for p, c in zip(pairs, (0.01, -0.06, 0.27), strict=True)]}
+    s = build_summary(_two_stage_rows(), {"vectors": vec, "vector_pairs": pairs}, ["seq-math", "seq-search"], {},
+                      1.0, "quick", 50)
+    assert s["oracle_cosines"] == [{"stage": "seq-search", "update": "seq-search - seq-math", "domain": "search",
+                                    "oracle": "oracle-search", "own": 0.27, "others": {"oracle-math": -0.06}}]
+    f = s["findings"][3]
+    assert f["shown"] is True and "cos 0.27 with oracle-search, -0.06 with oracle-math" in f["line"]
+    vec["pairs"][2]["cos"] = -0.1  # farther from its own oracle than from another's: not shown, and said
+    s = build_summary(_two_stage_rows(), {"vectors": vec, "vector_pairs": pairs}, ["seq-math", "seq-search"], {},
+                      1.0, "quick", 50)
+    assert s["findings"][3]["shown"] is False
+
+
+def test_demo_folder_of_other_settings_is_refused_and_left_alone(tmp_path):
+    from aclarena.analysis.demo import SETTINGS_FILE, check_folder, run_demo
+    from aclarena.errors import AclarenaError
+
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / SETTINGS_FILE).write_text(json.dumps({"preset": "quick", "seed": 0, "trl": []}))
+    check_folder(out, "quick", 0, [])  # the same settings: resumed
+    before = sorted(p.name for p in out.iterdir())
+    for preset, seed in (("mini", None), ("quick", 1)):
+        with pytest.raises(AclarenaError, match=r"holds the demo of other settings \(--preset quick --seed 0\)"):
+            run_demo(out, preset=preset, seed=seed)
+    assert sorted(p.name for p in out.iterdir()) == before
+    (out / SETTINGS_FILE).unlink()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(AclarenaError, match="not empty and holds no demo run"):
+        run_demo(out)
+    assert (out / "notes.txt").read_text() == "mine" and not (out / SETTINGS_FILE).exists()
+    (out / "notes.txt").unlink()
+    (out / "curriculum.toml").write_text('[run]\nname = "mini"\n')  # a demo folder from before the settings file
+    with pytest.raises(AclarenaError, match="holds a run of curriculum 'mini', not the 'quick' demo"):
+        run_demo(out)
+
+
+def test_unknown_preset_is_one_line_with_did_you_mean(cli):
+    code, _, err = cli("demo", "--preset", "quik", "--out", "/nonexistent/x")
+    assert code == 1 and "did you mean 'quick'" in err and len(err.strip().splitlines()) == 1

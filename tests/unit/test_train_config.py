@@ -222,7 +222,7 @@ def test_example_configs_load(name):
         assert all(p.data == "file" for s in cfg.stages for p in s.phases)
 
 
-@pytest.mark.parametrize("name", ["mini", "tiny"])
+@pytest.mark.parametrize("name", ["quick", "mini", "tiny"])
 def test_shipped_presets_are_the_examples(name):
     from aclarena.train.presets import preset_path
 

@@ -1,6 +1,7 @@
-"""The curricula shipped with aclarena: ``mini`` (what ``aclarena-diag demo`` trains) and ``tiny``
-(every phase at toy size, for tests). examples/mini.toml and examples/tiny.toml are the same
-files (a test keeps them identical)."""
+"""The curricula shipped with aclarena: ``quick`` (what ``aclarena-diag demo`` trains by default: two
+stages in minutes), ``mini`` (the full four-stage recipe of the reference study, for ``study``) and
+``tiny`` (every phase at toy size, for tests). examples/quick.toml, examples/mini.toml and
+examples/tiny.toml are the same files (a test keeps them identical)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 
 from aclarena.errors import unknown_name
 
-PRESETS = ("mini", "tiny")
+PRESETS = ("quick", "mini", "tiny")
+#: the demo's curriculum when none is named
+DEFAULT = "quick"
 
 
 def preset_path(name: str) -> Path:
