@@ -213,8 +213,7 @@ def run_curriculum(
     with progress(show_progress) as bar:
         # counted in training steps when every phase sets max_steps (its rate and ETA are then the curriculum's),
         # else in phases
-        overall = bar.add_task(f"{cfg.name}: {len(jobs)} phases" + (f", {sum(planned.values())} steps" if planned else ""),
-                               total=sum(planned.values()) if planned else len(jobs))
+        overall = bar.add_task(f"{cfg.name}: {len(jobs)} phases", total=sum(planned.values()) if planned else len(jobs))
         for job in jobs:
             label = f"{job.name} ({job.phase or 'pretrain'})"
             if job.kind == "base" and not cfg.base.is_mini:
