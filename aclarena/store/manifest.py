@@ -25,6 +25,7 @@ Format (docs/manifest.md)::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -441,6 +442,7 @@ def write_text_atomic(path: Path, text: str) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        keep_mode(Path(tmp), path)
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
@@ -448,6 +450,19 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def keep_mode(tmp: Path, path: Path) -> None:
+    """Give ``tmp`` (about to replace ``path``) the permission bits ``path`` has, or, for a new file, those a
+    plain ``open`` would give (0666 less the umask), not mkstemp's 0600 (issue 43: writes kept file modes)."""
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    with contextlib.suppress(OSError):
+        os.chmod(tmp, mode)
 
 
 def check_name(name: object, what: str = "name") -> str:
@@ -487,6 +502,10 @@ def output_folder(
     if target.is_symlink():
         raise ManifestError(f"{what} {name!r}: {target} is a symbolic link, so writing there would land in "
                             f"{os.path.realpath(target)}; remove the link or choose another name")
+    real_parent = Path(os.path.realpath(parent))
+    if parent.is_symlink() and not real_parent.is_relative_to(os.path.realpath(run)):
+        raise ManifestError(f"{what} {name!r}: {parent} is a symbolic link to {real_parent}, outside the run, so the "
+                            f"output would be written there; make {folder}/ a folder of the run (nothing was written)")
     if manifest is not None:
         existing = manifest.checkpoints.get(name)
         if existing is not None and existing.kind not in replaceable:
