@@ -144,7 +144,10 @@ def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     info = describe_gguf(path)
     digest = sha256_of(path)
     model, tokenizer = _load(path)
-    rebuilt = _rebuild(model, dtype)
+    from aclarena.models.loading import library_errors
+
+    with library_errors(f"the GGUF model of {path} does not fit its own metadata"):
+        rebuilt = _rebuild(model, dtype)
     record = GgufImport(out=str(out_dir), source=str(path.resolve()), source_bytes=path.stat().st_size,
                         source_sha256=digest, architecture=info["architecture"], quantization=info["quantization"],
                         tensor_types=info["tensor_types"], dtype=dtype,
@@ -161,13 +164,13 @@ def _load(path: Path) -> tuple[Any, Any]:
 
     _gguf_module()
     quiet_libraries()
-    try:
-        with _no_piped_bar():
-            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-            model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-    except (ValueError, KeyError, NotImplementedError, OSError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise AclarenaError(f"transformers cannot read {path}: {first}") from None
+    from aclarena.models.loading import library_errors
+
+    # the loaders' one error path: whatever transformers raises (a config its tensors contradict: a size
+    # mismatch, a validation error) is one line, and its LOAD REPORT stays off the terminal
+    with library_errors(f"transformers cannot read {path}"), _no_piped_bar():
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     return model, tokenizer
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from aclarena.errors import ManifestError, did_you_mean, unknown_name
+from aclarena.errors import AclarenaError, ManifestError, did_you_mean, unknown_name
 
 MANIFEST_NAME = "aclarena.toml"
 KINDS = ("base", "stage", "oracle", "consolidated")
@@ -326,11 +326,22 @@ def _check_acyclic(specs: Mapping[str, CheckpointSpec], key: str, message: str) 
 
 def parse_manifest(text: str, source: str = MANIFEST_NAME) -> Manifest:
     """Parse and validate manifest text; errors name ``source`` and, for TOML errors, the line."""
+    return manifest_from_dict(read_toml(text, source, ManifestError), source)
+
+
+def read_toml(text: str, source: str, error: type[AclarenaError] = ManifestError) -> dict[str, Any]:
+    """The one reader of TOML files people write (the manifest, curriculum configs): a UTF-8 byte order mark at
+    the start is accepted (Windows editors write one; tomllib called it "Invalid statement (line 1, column 1)"),
+    and every failure is one ``error`` line naming ``source``: a TOML error with its line, and values nested so
+    deeply that tomllib, which recurses once per level, runs out of stack (a RecursionError, exit 3, before)."""
+    text = text.removeprefix("\ufeff")
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ManifestError(f"{source} is not valid TOML: {e}; fix that line") from None
-    return manifest_from_dict(data, source)
+        raise error(f"{source} is not valid TOML: {e}; fix that line") from None
+    except RecursionError:
+        raise error(f"{source} nests arrays or inline tables too deeply to be read (hundreds of levels); "
+                    "flatten them") from None
 
 
 def manifest_from_dict(data: Mapping[str, Any], source: str = MANIFEST_NAME) -> Manifest:
