@@ -389,6 +389,23 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def stale_cell(name: str, settings: Mapping[str, Any]) -> str | None:
+    """Why cells made with ``settings`` no longer describe the custom suite ``name`` as it is now (its task file
+    edited since, its ``[suites.NAME]`` table changed), or None: what a verb that replays the suite's items
+    (`flips`) checks before it pairs the stored outcomes with today's tasks (issue 43)."""
+    now = identity(name)
+    if now is None:
+        return None
+    then = settings.get("suite_sha256")
+    if then is not None and then != now["suite_sha256"]:
+        return (f"suite {name!r}'s task file has changed since these cells were evaluated (SHA-256 {str(then)[:12]}... "
+                f"then, {now['suite_sha256'][:12]}... now)")
+    spec = settings.get("suite_spec")
+    if spec is not None and spec != now["suite_spec"]:
+        return f"suite {name!r}'s [suites.{name}] table has changed since these cells were evaluated"
+    return None
+
+
 def identity(name: str) -> dict[str, Any] | None:
     """What a custom suite's cells depend on besides the eval settings: its spec and its file's bytes
     (so an edited file or scorer is a new cell, never taken for the old one); None for arena suites."""
