@@ -40,6 +40,16 @@ def strict_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
     except json.JSONDecodeError as e:
         raise StrictJsonError(f"{path}: not JSON ({e.msg} at line {e.lineno}); regenerate it") from None
+    except StrictJsonError:
+        raise
+    except ValueError as e:  # an integer longer than sys.get_int_max_str_digits()
+        raise StrictJsonError(f"{path}: holds a number too long to read ({first_line(e)})") from None
+    except RecursionError:
+        raise StrictJsonError(f"{path}: nested too deeply to be read") from None
+
+
+def first_line(e: BaseException, limit: int = 160) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:limit]
 
 
 def lines(text: str) -> Iterator[tuple[int, str]]:
@@ -59,6 +69,10 @@ def loads(text: str) -> Any:
         value = json.loads(text)
     except RecursionError:
         raise JsonShapeError(f"nested deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as e:  # an integer longer than sys.get_int_max_str_digits() (4,300 by default)
+        raise JsonShapeError(f"holds a number too long to read ({first_line(e)})") from None
     check(value)
     return value
 
@@ -98,6 +112,8 @@ def read_objects(path: str | os.PathLike[str], what: str, example: str) -> list[
     def bad(lineno: int, why: str) -> AclarenaError:
         return AclarenaError(f"{p} line {lineno}: {why}")
 
+    if p.is_dir():
+        raise AclarenaError(f"{what} file {p} is a folder, not a file; pass a JSONL file ({example})")
     if not p.is_file():
         raise AclarenaError(f"{what} file {p} does not exist; pass a JSONL file ({example})")
     try:

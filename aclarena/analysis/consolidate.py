@@ -105,8 +105,9 @@ def consolidate(
         run_method,
     )
     from aclarena.consolidate.sources import pick
-    from aclarena.store import Json, ResultsStore, load_manifest, write_manifest
+    from aclarena.store import Json, ResultsStore
     from aclarena.store.manifest import manifest_path
+    from aclarena.store.runlock import run_lock, update_manifest
 
     chosen = get_method(method)
     manifest = manifest_or_load(run_dir, manifest)
@@ -127,20 +128,23 @@ def consolidate(
             job = Job(run_dir=run_path, manifest=manifest, lineage=lin, options=opts, seed=seed, force=force,
                       progress=lambda text: bar.update(task, description=f"consolidate {text}"))
             for out in run_method(chosen, job):
-                manifest = load_manifest(run_path)
-                existing = manifest.checkpoints.get(out.spec.name)
-                if existing is not None and existing.kind != "consolidated":
-                    raise AclarenaError(f"{out.spec.name!r} is already a {existing.kind} checkpoint of the manifest; "
-                                        "give the consolidation another --name")
-                manifest.add(out.spec, replace_existing=True)
-                write_manifest(manifest, run_path)
-                text = manifest_path(run_path).read_text(encoding="utf-8")
-                data: dict[str, Any] = {"settings": Json(dict(out.settings))} | dict(out.data)
-                store.write(f"{RESULT_ROOT}/{out.spec.name}", data, result_type=RESULT_TYPE,
-                            result_version=RESULT_VERSION,
-                            attrs={"method": chosen.name, "replicate": lin.replicate, "seed": seed,
-                                   "seconds": out.seconds, "reused": out.reused, "settings": dict(out.settings)},
-                            overwrite=True, manifest_text=text)
+
+                def add(m: Manifest, spec: Any = out.spec) -> None:
+                    existing = m.checkpoints.get(spec.name)
+                    if existing is not None and existing.kind != "consolidated":
+                        raise AclarenaError(f"{spec.name!r} is already a {existing.kind} checkpoint of the manifest; "
+                                            "give the consolidation another --name")
+                    m.add(spec, replace_existing=True)
+
+                with run_lock(run_path):  # the manifest entry and the record together (the folder was published
+                    manifest = update_manifest(run_path, add)  # under this lock too)
+                    text = manifest_path(run_path).read_text(encoding="utf-8")
+                    data: dict[str, Any] = {"settings": Json(dict(out.settings))} | dict(out.data)
+                    store.write(f"{RESULT_ROOT}/{out.spec.name}", data, result_type=RESULT_TYPE,
+                                result_version=RESULT_VERSION,
+                                attrs={"method": chosen.name, "replicate": lin.replicate, "seed": seed,
+                                       "seconds": out.seconds, "reused": out.reused, "settings": dict(out.settings)},
+                                overwrite=True, manifest_text=text)
                 result.outputs.append({"checkpoint": out.spec.name, "method": chosen.name,
                                        "replicate": lin.replicate, "seed": seed, "parent": out.spec.parent,
                                        "on": out.spec.on, "domain": out.spec.domain,

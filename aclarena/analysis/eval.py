@@ -43,12 +43,14 @@ class EvalResult:
     cells: list[dict[str, Any]]
     over_training_seeds: list[dict[str, Any]] = field(default_factory=list)
     samples: int = 0
+    # reruns (--force) that failed where a good cell was stored: the good cell kept, the failure here
+    kept: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """What ``aclarena-diag eval --json`` prints."""
         return {"settings": self.settings, "settings_id": self.settings_id, "checkpoints": self.checkpoints,
                 "suites": self.suites, "skipped": self.skipped, "cells": self.cells,
-                "over_training_seeds": self.over_training_seeds}
+                "over_training_seeds": self.over_training_seeds, "rerun_failed_kept": self.kept}
 
     def to_pandas(self) -> Any:
         """DataFrame, one row per cell."""
@@ -74,6 +76,11 @@ class EvalResult:
     def error_message(self) -> str | None:
         """One line naming the failed cells, None when every cell is ok."""
         errors = self.errors
+        if self.kept:
+            k = self.kept[0]
+            return (f"{len(self.kept)} rerun(s) failed, e.g. {k['checkpoint']} on {k['suite']}: {k['error']}; the earlier "
+                    "good cell(s) were kept, not replaced by the error" +
+                    (f"; {len(errors)} other cell(s) failed" if errors else ""))
         if not errors:
             return None
         first = errors[0]
@@ -221,6 +228,7 @@ def score_matrix(
     todo, skipped = w.run_main(plan)
     text = manifest_text(run_dir)
     computed: set[tuple[str, str]] = set()
+    kept: list[dict[str, Any]] = []
     per_suite = rollouts_per_suite(settings)
     with progress(enabled=show_progress and w.is_main) as bar:
         task = bar.add_task("eval", total=sum(len(v) for v in todo.values()) * per_suite)
@@ -265,8 +273,11 @@ def score_matrix(
                         w.run_main(lambda: None)
                         continue
                     data, attrs = cell
-                w.run_main(functools.partial(_write_cell, store, cell_key(spec.name, suite, sids[suite]), data, attrs, text))
-                computed.add((spec.name, suite))
+                if w.run_main(functools.partial(_write_cell, store, cell_key(spec.name, suite, sids[suite]), data,
+                                                attrs, text)):
+                    computed.add((spec.name, suite))
+                elif w.is_main:
+                    kept.append({"checkpoint": spec.name, "suite": suite, "error": attrs.get("error", "")})
             del model, tokenizer
     if not w.is_main:
         return None
@@ -285,14 +296,29 @@ def score_matrix(
                              "n_seeds": c.n_seeds, "samples": c.samples, "error": c.error,
                              "computed": (spec.name, suite) in computed, "key": c.key})
     return EvalResult(settings=ident, settings_id=sid, checkpoints=[s.name for s in specs], suites=suite_list, skipped=skipped,
-                      cells=rows, over_training_seeds=over_training_seeds(rows, [s.name for s in specs]), samples=settings.samples)
+                      cells=rows, over_training_seeds=over_training_seeds(rows, [s.name for s in specs]), samples=settings.samples,
+                      kept=kept)
 
 
-def _write_cell(store: Any, key: str, data: Any, attrs: Mapping[str, Any], text: str | None) -> None:
+class _KeepGoodCell(Exception):
+    """The store holds a good cell where a rerun failed: the error cell is not written."""
+
+
+def _write_cell(store: Any, key: str, data: Any, attrs: Mapping[str, Any], text: str | None) -> bool:
+    """Write one cell; an error cell never replaces a good one (checked under the store's writer lock).
+    Returns whether it was written."""
     from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION
 
-    store.write(key, data, result_type=RESULT_TYPE, result_version=RESULT_VERSION, attrs=attrs, overwrite=True,
-                manifest_text=text)
+    def keep_good(r: Any) -> None:
+        if attrs.get("status") == "error" and r.has(key) and r.attrs(key).get("status", "ok") == "ok":
+            raise _KeepGoodCell
+
+    try:
+        store.write_many([(key, data, RESULT_TYPE, RESULT_VERSION, attrs)], overwrite=True, manifest_text=text,
+                         precondition=keep_good)
+    except _KeepGoodCell:
+        return False
+    return True
 
 
 def over_training_seeds(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[dict[str, Any]]:

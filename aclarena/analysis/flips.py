@@ -607,6 +607,7 @@ def flip_items(reader: StoreReader, manifest: Manifest, early: str, late: str, s
     ``played=False`` also takes imported cells (lm-eval per-sample scores): their items are paired by
     ``doc_id`` when both cells score the same task with the same metric (each cell has its own
     results file, so their settings differ by that file's hash)."""
+    from aclarena.envs.custom import stale_cell
     from aclarena.store.capability import load_matrix, read_items
 
     matrix = load_matrix(reader, manifest)
@@ -622,6 +623,10 @@ def flip_items(reader: StoreReader, manifest: Manifest, early: str, late: str, s
         if cell.source != "arena" and played:
             raise AclarenaError(f"suite {suite!r} of {name!r} was imported from {cell.source}, not played in the arena: "
                                 "flips replays items in their environment to score them; use an arena suite (math/id, ...)")
+        stale = stale_cell(suite, cell.settings) if played else None
+        if stale is not None:  # the replayed tasks would be today's, the outcomes those of the old file
+            raise AclarenaError(f"{stale}: the {suite!r} cell of {name!r} is stale; rerun `aclarena-diag eval --suites "
+                                f"{suite}` for both checkpoints")
         cells[name] = cell
     if not played and cells[early].source != "arena":
         same = [{k: v for k, v in c.settings.items() if k != "file_sha256"} for c in cells.values()]

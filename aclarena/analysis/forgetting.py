@@ -164,6 +164,8 @@ def _chance_transitions(reader: StoreReader, matrix: Any, chain: list[str]) -> d
             rows.append({"from": a, "to": b, "n": tr.n_items, "forgotten": tr.forgotten, "gained": tr.gained,
                          "sample_forgetting": nan_none(tr.forgetting),
                          "sample_forgetting_chance_adjusted": nan_none(f),
+                         # the paper's own estimator, under its own name: never compare it with aclarena's
+                         "sample_forgetting_2510_17776": nan_none(tr.harmon_forgetting(chance)),
                          "sample_backward_transfer": nan_none(tr.backward_transfer),
                          "sample_backward_transfer_chance_adjusted": nan_none(bt)})
         if rows:

@@ -121,8 +121,12 @@ def make_probe(
                                    progress=lambda k: bar.advance(task, k), world=world)
     if probe is None:
         return None
+    from aclarena.analysis.tokens import weights_fingerprint
+
+    # the weights that generated it: `tokens` refuses the set once they change (issue 43)
     probe.settings.update({"tokenizer": info.tokenizer_fingerprint, "domain": domain,
-                           "file": str(Path(prompts_file).resolve()) if prompts_file else None})
+                           "file": str(Path(prompts_file).resolve()) if prompts_file else None,
+                           "reference_weights": weights_fingerprint(info, manifest, run_dir)})
     return probe
 
 

@@ -17,6 +17,7 @@ before anything is written.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -88,8 +89,17 @@ def check_repair_name(name: str, manifest: Manifest, run_dir: RunPath, *, source
         raise AclarenaError(f"--name {name!r} is taken: the manifest has it (kind {existing.kind}"
                             f"{f', method {existing.method}' if existing.method else ''}); give the repair another --name")
     folder = Path(run_dir) / "checkpoints" / name
-    if existing is None and folder.exists():
+    if existing is None and folder.exists() and not _a_repairs_output(folder):
         raise AclarenaError(f"{folder} exists and is not in the manifest; move it away or give another --name")
+
+
+def _a_repairs_output(folder: Path) -> bool:
+    """Whether ``folder`` is a finished repair's output (its marker says so): one that a repair killed between
+    publishing it and writing the manifest left, which a rerun reuses or replaces."""
+    from aclarena.consolidate.checkpoint_merge import read_marker
+
+    marker = read_marker(folder)
+    return marker is not None and isinstance(marker.get("repair"), dict) and isinstance(marker.get("lineage"), dict)
 
 
 def parse_percents(text: str | float | Sequence[float]) -> tuple[float, ...]:
@@ -164,11 +174,13 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
             a taken output name (all before anything is written).
         CheckpointError: checkpoints that are not of one model (other shapes, tokenizers), adapters.
     """
+    from aclarena.consolidate.checkpoint_merge import read_marker
     from aclarena.consolidate.methods import RESULT_TYPE, RESULT_VERSION
     from aclarena.consolidate.repair import RepairSpec, repair_checkpoints
     from aclarena.models.checkpoint import inspect
-    from aclarena.store import Json, ResultsStore, load_manifest, write_manifest
+    from aclarena.store import Json, ResultsStore
     from aclarena.store.manifest import manifest_path
+    from aclarena.store.runlock import run_lock, update_manifest
 
     run_dir = Path(run_dir)
     manifest = manifest_or_load(run_dir, manifest)
@@ -209,22 +221,27 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
         if progress is not None:
             progress(f"{out_name}: {method} of {new_spec.name} from {old_spec.name}")
         t0 = time.perf_counter()
-        res = repair_checkpoints(old_info, new_info, spec, run_dir / "checkpoints" / out_name, base=base_info,
-                                 oracle=oracle_info, force=force)
+        folder = run_dir / "checkpoints" / out_name
+        res = repair_checkpoints(old_info, new_info, spec, folder, base=base_info, oracle=oracle_info, force=force,
+                                 lock=functools.partial(run_lock, run_dir))
         seconds = time.perf_counter() - t0
         ck = CheckpointSpec(name=out_name, path=f"checkpoints/{out_name}", kind="consolidated",
                             method=f"repair-{method}", parent=new_spec.name, seed=new_spec.seed)
-        manifest = load_manifest(run_dir)
-        manifest.add(ck, replace_existing=True)
-        write_manifest(manifest, run_dir)
         settings = res.lineage() | {"oracle": oracle_spec.name if oracle_spec is not None else None,
                                     "layers": res.layers, "tensors_repaired": res.n_repaired,
                                     "energy_removed": res.energy_removed, "directions_kept": res.directions_kept}
         key = f"{RESULT_ROOT}/{out_name}"
-        store.write(key, {"settings": Json(settings)}, result_type=RESULT_TYPE, result_version=RESULT_VERSION,
-                    attrs={"method": f"repair-{method}", "seconds": seconds, "reused": res.reused,
-                           "settings": settings},
-                    overwrite=True, manifest_text=manifest_path(run_dir).read_text(encoding="utf-8"))
+        with run_lock(run_dir):  # the folder, its manifest entry and its record: one writer's, together
+            marker = read_marker(folder) or {}
+            if marker.get("fingerprint") != res.fingerprint:
+                raise AclarenaError(f"{folder} was replaced by another repair of the name {out_name!r} (other inputs "
+                                    "or settings) while this one ran; its output and record stand: rerun this one "
+                                    "under another --name")
+            update_manifest(run_dir, functools.partial(Manifest.add, spec=ck, replace_existing=True))
+            store.write(key, {"settings": Json(settings)}, result_type=RESULT_TYPE, result_version=RESULT_VERSION,
+                        attrs={"method": f"repair-{method}", "seconds": seconds, "reused": res.reused,
+                               "settings": settings},
+                        overwrite=True, manifest_text=manifest_path(run_dir).read_text(encoding="utf-8"))
         writes.append(key)
         outputs.append(RepairOutput(out_name, method, old_spec.name, new_spec.name, spec.identity(), res.n_repaired,
                                     res.n_tensors, res.energy_removed, res.directions_kept, res.layers, seconds,

@@ -60,11 +60,12 @@ def run(args: argparse.Namespace) -> int:
     flips = [{"suite": s["suite"], "chance": s["chance"], **t} for s in out["along_chain"] for t in s["transitions"]]
     if flips:
         print_table(flips, ["suite", "chance", "from", "to", "n", "forgotten", "gained", "sample_forgetting",
-                            "sample_forgetting_chance_adjusted", "sample_backward_transfer",
-                            "sample_backward_transfer_chance_adjusted"],
+                            "sample_forgetting_chance_adjusted", "sample_forgetting_2510_17776",
+                            "sample_backward_transfer", "sample_backward_transfer_chance_adjusted"],
                     title="sample-wise flips on suites a guess can solve, plain and chance-adjusted",
-                    caption="chance-adjusted: flips guessing alone explains removed (arXiv 2510.17776; "
-                            "docs/cl-metrics.md)")
+                    caption="chance_adjusted: aclarena's know-or-guess estimate (unclipped); 2510_17776: the "
+                            "estimator of that paper's code, max(0, p10 - (1-a0)(1-a1)/(k-1)); two different "
+                            "numbers, never compare one with the other (docs/cl-metrics.md)")
     if out["consolidated"]:
         print_table(out["consolidated"], ["checkpoint", "average_accuracy", "backward_transfer", "forgetting_max",
                                           "retention_vs_oracle"],

@@ -24,7 +24,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +95,7 @@ class MergeResult:
     reused: bool = False
     copied: list[str] = field(default_factory=list)
     updates_from: list[str] | None = None
+    fingerprint: str = ""
 
 
 def check_mergeable(infos: Sequence[CheckpointInfo]) -> None:
@@ -142,15 +143,17 @@ def fingerprint(spec: MergeSpec, infos: Sequence[CheckpointInfo], base: Checkpoi
 
 
 def temporary_folder(out: Path) -> Path:
-    """The folder an output is written into before it is complete (any leftover of a killed run removed)."""
-    tmp = out.parent / f".{out.name}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    """A new folder of a unique name beside ``out`` (``.NAME.tmp-PID-RANDOM``) that an output is written into before
+    it is complete: two writers of one name never share it, and the leftovers of killed writers are removed."""
+    from aclarena.store.staging import staging_folder
+
+    legacy = out.parent / f".{out.name}.tmp"  # the fixed name of earlier versions
+    if legacy.is_dir() and not legacy.is_symlink():
+        shutil.rmtree(legacy, ignore_errors=True)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        return staging_folder(out, "tmp")
     except OSError as e:
         raise CheckpointError(f"cannot create {out.parent}: {e.strerror or e}; choose a writable --run") from None
-    return tmp
 
 
 @contextlib.contextmanager
@@ -164,12 +167,23 @@ def removed_on_failure(tmp: Path) -> Iterator[None]:
         raise
 
 
-def publish(tmp: Path, out: Path, marker: dict[str, Any]) -> None:
-    """Write ``marker`` into the finished ``tmp`` and rename it to ``out`` (replacing an earlier output)."""
+def publish(tmp: Path, out: Path, marker: dict[str, Any],
+            lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None) -> None:
+    """Write ``marker`` into the finished ``tmp`` and rename it to ``out`` (replacing an earlier output), under
+    ``lock`` (the run's write lock) when given; ``out`` is checked there again: not a symbolic link."""
+    from aclarena.store.staging import replace_folder
+
     (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+    with lock() if lock is not None else contextlib.nullcontext():
+        try:
+            if out.is_symlink() or out.parent.is_symlink():
+                link = out if out.is_symlink() else out.parent
+                raise CheckpointError(f"{link} is a symbolic link (to {os.path.realpath(link)}); the output would "
+                                      "land there: remove the link (nothing was written)")
+            replace_folder(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def read_marker(folder: Path) -> dict[str, Any] | None:
@@ -202,6 +216,7 @@ def merge_checkpoints(
     out_dtype: torch.dtype | None = None,
     force: bool = False,
     on_tensor: Any = None,
+    lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
 ) -> MergeResult:
     """Merge full checkpoints ``infos`` (with ``base`` for the task-vector methods) into ``out``.
 
@@ -242,7 +257,7 @@ def merge_checkpoints(
     if marker is not None and marker.get("fingerprint") == fp and not force:
         return MergeResult(out, spec, [i.name for i in infos], base.name if base is not None and spec.needs_base else None,
                            int(marker.get("n_tensors", 0)), int(marker.get("bytes", 0)), 0.0, reused=True,
-                           updates_from=marker.get("updates_from"))
+                           updates_from=marker.get("updates_from"), fingerprint=fp)
     t0 = time.perf_counter()
     tmp = temporary_folder(out)
     n_base = 1 if spec.needs_base else 0
@@ -265,12 +280,12 @@ def merge_checkpoints(
     seconds = time.perf_counter() - t0
     result = MergeResult(out, spec, [i.name for i in infos], base.name if base is not None and spec.needs_base else None,
                          len(layout), total, seconds, copied=copied,
-                         updates_from=[s.name for s in starts] if starts is not None else None)
+                         updates_from=[s.name for s in starts] if starts is not None else None, fingerprint=fp)
     publish(tmp, out, {
         "fingerprint": fp, "merge": spec.identity(), "sources": result.sources, "base": result.base,
         "updates_from": result.updates_from,
         "n_tensors": result.n_tensors, "bytes": total, "seconds": round(seconds, 3),
-    })
+    }, lock=lock)
     return result
 
 

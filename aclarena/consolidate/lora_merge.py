@@ -61,7 +61,9 @@ def merge_lora_adapters(
     """
     from peft import PeftModel
 
+    from aclarena.consolidate.checkpoint_merge import temporary_folder
     from aclarena.models.loading import library_errors
+    from aclarena.store.staging import replace_folder
 
     if not adapters:
         raise CheckpointError("no adapters to merge; name at least one")
@@ -81,14 +83,13 @@ def merge_lora_adapters(
     model.add_weighted_adapter(names, list(map(float, weights)), MERGED, combination_type="cat")
     _unit_scaling(model)
     out = Path(out)
-    tmp = out.parent / f".{out.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp), selected_adapters=[MERGED], safe_serialization=True)
-    saved = tmp / MERGED if (tmp / MERGED).is_dir() else tmp
-    if out.exists():
-        shutil.rmtree(out)
-    shutil.move(str(saved), str(out))
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = temporary_folder(out)  # unique per writer: two merges of one name never share it
+    try:
+        model.save_pretrained(str(tmp), selected_adapters=[MERGED], safe_serialization=True)
+        saved = tmp / MERGED if (tmp / MERGED).is_dir() else tmp
+        replace_folder(saved, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

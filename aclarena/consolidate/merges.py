@@ -22,6 +22,7 @@ mergekit's ``normalize``).
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -29,6 +30,7 @@ from aclarena.consolidate.checkpoint_merge import MergeSpec, merge_checkpoints
 from aclarena.consolidate.methods import Job, Output
 from aclarena.errors import AclarenaError
 from aclarena.store.manifest import CheckpointSpec
+from aclarena.store.runlock import run_lock
 
 DEFAULT_LAMBDAS = (0.25, 0.5, 0.75, 1.0)
 MERGE_OF = {"merge-uniform": "uniform", "merge-ta": "task_arithmetic", "merge-ties": "ties", "merge-dare": "dare"}
@@ -134,7 +136,8 @@ def run(job: Job) -> list[Output]:
         name = stem + job.lineage.suffix
         job.status(f"{name}: {spec.method} of {', '.join(names)}")
         t0 = time.perf_counter()
-        res = merge_checkpoints(infos, spec, job.folder(name), base=base, starts=start_infos, force=job.force)
+        res = merge_checkpoints(infos, spec, job.folder(name), base=base, starts=start_infos, force=job.force,
+                                lock=functools.partial(run_lock, job.run_dir))
         out_spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method=method,
                                   parent=job.lineage.base, seed=job.lineage.seed)
         settings = {"merge": spec.identity(), "sources": names, "base": res.base, "k": k}

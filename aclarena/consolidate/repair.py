@@ -26,6 +26,7 @@ first, in row blocks.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -156,6 +157,7 @@ class RepairResult:
     directions_kept: float | None  # share of singular directions kept as NEW's (spectral methods)
     layers: list[str] = field(default_factory=list)  # layer-rollback: the layer blocks rolled back
     reused: bool = False
+    fingerprint: str = ""  # of the inputs and settings, as in the output's marker
 
     def lineage(self) -> dict[str, Any]:
         return {"from": self.old, "to": self.new, "method": self.spec.method, "parameters": self.spec.identity()}
@@ -238,6 +240,7 @@ def repair_checkpoints(
     max_shard_bytes: int = 2 << 30,
     force: bool = False,
     on_tensor: Callable[[str], None] | None = None,
+    lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
 ) -> RepairResult:
     """Repair NEW's update from OLD with ``spec`` and write the result to ``out`` (a full HF folder).
 
@@ -263,7 +266,7 @@ def repair_checkpoints(
         return RepairResult(out, spec, old.name, new.name, int(marker.get("n_tensors", 0)),
                             int(rep.get("n_repaired", 0)), int(marker.get("bytes", 0)), 0.0,
                             float(rep.get("energy_removed", 0.0)), rep.get("directions_kept"),
-                            list(rep.get("layers", [])), reused=True)
+                            list(rep.get("layers", [])), reused=True, fingerprint=fp)
     t0 = time.perf_counter()
     dtype = COMPUTE_DTYPES[spec.compute_dtype]
     with TensorReader([old, new]) as reader:
@@ -316,11 +319,12 @@ def repair_checkpoints(
     seconds = time.perf_counter() - t0
     result = RepairResult(out, spec, old.name, new.name, len(layout), len(repaired), written, seconds,
                           removed / total if total > 0 else 0.0,
-                          kept / n_dir if n_dir and spec.method != "layer-rollback" else None, layers)
+                          kept / n_dir if n_dir and spec.method != "layer-rollback" else None, layers,
+                          fingerprint=fp)
     publish(tmp, out, {
         "fingerprint": fp, "lineage": result.lineage(),
         "repair": {"n_repaired": result.n_repaired, "energy_removed": result.energy_removed,
                    "directions_kept": result.directions_kept, "layers": layers},
         "n_tensors": result.n_tensors, "bytes": written, "seconds": round(seconds, 3),
-    })
+    }, lock=lock)
     return result

@@ -168,6 +168,14 @@ class SampleTransitions:
         """(F_true, BT_true): :func:`chance_adjusted` of these counts."""
         return chance_adjusted(self.forgotten, self.gained, self.wrong_both, self.n_items, chance)
 
+    def harmon_forgetting(self, chance: float) -> float:
+        """The estimator of arXiv 2510.17776's public code: :func:`harmon_forgetting` of these counts."""
+        n = self.n_items
+        if not n:
+            return float("nan")
+        return harmon_forgetting(self.forgotten / n, self.correct_before / n,
+                                 (self.correct_before - self.forgotten + self.gained) / n, chance)
+
     @property
     def forgetting_of_correct(self) -> float:
         """Share of the items correct before that are wrong after."""
@@ -201,6 +209,21 @@ def chance_adjusted(forgotten: int, gained: int, wrong_both: int, n_items: int, 
     p10, p01, p00 = forgotten / n_items, gained / n_items, wrong_both / n_items
     q = 1.0 - chance
     return (p10 * q - chance * p00) / q**2, (p01 * q - chance * p00) / q**2
+
+
+def harmon_forgetting(p10: float, acc_before: float, acc_after: float, chance: float) -> float:
+    """Chance-corrected forgetting as the public code of Harmon et al. (arXiv 2510.17776) computes it:
+    ``max(0, p10 − (1 − acc_before)(1 − acc_after) / (k − 1))`` with ``k = 1 / chance`` options.
+
+    Not aclarena's :func:`chance_adjusted` (``F_true``, the know-or-guess model's unbiased estimate, unclipped):
+    the two give different numbers on the same counts, so each is reported under its own name
+    (``sample_forgetting_chance_adjusted`` for aclarena's, ``sample_forgetting_2510_17776`` for this one) and
+    must never be compared with the other. NaN for ``chance`` 0 (the formula needs ``k`` options).
+    """
+    if not 0.0 < chance < 1.0:
+        return float("nan")
+    k = 1.0 / chance
+    return max(0.0, p10 - (1.0 - acc_before) * (1.0 - acc_after) / (k - 1.0))
 
 
 def sample_transitions(before: np.ndarray | Sequence[float], after: np.ndarray | Sequence[float],

@@ -418,6 +418,13 @@ class TaskVectorSummary:
                 for o in self.oracles]
 
 
+def zero_update_notes(vectors: Sequence[TaskVector], cos: np.ndarray) -> list[str]:
+    """A note for each task vector of zero length (its two checkpoints hold the same weights over this view): its
+    cosines are undefined and shown as nan, which is no measurement of alignment (issue 43)."""
+    return [f"{v.label} is a zero update (the two checkpoints have the same weights here), so its cosines are "
+            "undefined and shown as nan" for i, v in enumerate(vectors) if i < len(cos) and np.isnan(cos[i, i])]
+
+
 def summarize(
     grams: TensorGrams,
     vectors: Sequence[TaskVector],
@@ -499,7 +506,7 @@ def summarize(
         norm_tensor=norm_ten,        oracles=list(oracles), oracle_norm=oracle_norm, distance_checkpoints=dist_names,
         on_chain=[c in chain for c in dist_names], distance=dist, distance_group=dist_grp,
         projection_vectors=proj, projection_cos=p_cos, projection_length=p_len, projection_coef=p_coef,
-        projection_cos_group=p_cos_grp, notes=list(notes),
+        projection_cos_group=p_cos_grp, notes=[*notes, *zero_update_notes(vectors, cos_all)],
     )
 
 

@@ -163,12 +163,15 @@ def read_items(path: Path, spec: SuiteSpec) -> list[dict[str, Any]]:
         if "answer" in obj and not answers:
             raise bad('"answer" must be a string, a number or a non-empty list of them')
         if spec.scorer == "numeric" and any(_as_number(a) is None for a in answers):
-            raise bad(f'"answer" {obj["answer"]!r} is not a number; the numeric scorer compares numbers')
+            shown = repr(obj["answer"])
+            shown = shown if len(shown) <= 60 else f"{shown[:40]}... ({len(shown)} characters)"
+            raise bad(f'"answer" {shown} is not a number a float can hold (finite, below ~1.8e308); the numeric '
+                      "scorer compares numbers")
         if spec.scorer == "regex":
             for a in answers:
                 try:
                     re.compile(str(a))
-                except re.error as e:
+                except (re.error, RecursionError, OverflowError) as e:
                     raise bad(f'"answer" {a!r} is not a regular expression ({e})') from None
         item_id = obj.get("id")
         if item_id is None:
@@ -213,7 +216,10 @@ def normalize(text: str) -> str:
 
 def _as_number(x: Any) -> float | None:
     if isinstance(x, int | float) and not isinstance(x, bool):
-        return float(x) if math.isfinite(x) else None
+        try:
+            return float(x) if math.isfinite(x) else None
+        except OverflowError:  # an integer beyond a float's range (over ~1.8e308)
+            return None
     if isinstance(x, str):
         found = NUMBER_RE.findall(x)
         if len(found) == 1 and found[0].strip() == x.strip().replace(" ", ""):
@@ -242,7 +248,7 @@ def extracted(reply: str, pattern: str | None) -> str:
     """What is scored: the reply, or the first group (else the whole match) of ``pattern`` in it."""
     if pattern is None:
         return reply
-    m = re.search(pattern, reply)
+    m = bounded_search(pattern, reply, what="the suite's `extract` pattern")
     if m is None:
         return ""
     return next((g for g in m.groups() if g is not None), m.group(0))
@@ -255,7 +261,9 @@ def make_scorer(spec: SuiteSpec, *, allow_code: bool = False) -> Scorer:
     if spec.scorer == "normalized":
         return lambda reply, answer, item: float(any(normalize(reply) == normalize(str(a)) for a in _answers(answer)))
     if spec.scorer == "regex":
-        return lambda reply, answer, item: float(any(re.search(str(a), reply) for a in _answers(answer)))
+        return lambda reply, answer, item: float(any(
+            bounded_search(str(a), reply, what=f"the answer of item {item.get('id')!r} of suite {spec.name!r}")
+            for a in _answers(answer)))
     if spec.scorer == "numeric":
         def numeric(reply: str, answer: Any, item: dict[str, Any]) -> float:
             got = last_number(reply)
@@ -279,8 +287,13 @@ def _callable_scorer(spec: SuiteSpec, *, allow_code: bool) -> Scorer:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
+        missing = getattr(e, "name", None)
+        if missing and not (module_name == missing or module_name.startswith(missing + ".")):
+            raise _scorer_failed(spec, module_name, e) from None  # found, but it imports something missing
         raise AclarenaError(f"suite {spec.name!r}: cannot import {module_name} for scorer {spec.scorer} ({e}); "
                             "install it or put its folder on PYTHONPATH") from None
+    except Exception as e:  # noqa: BLE001 - the user's module raised while being imported: their file, one line
+        raise _scorer_failed(spec, module_name, e) from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise AclarenaError(f"suite {spec.name!r}: {module_name} has no function {attr!r} (scorer {spec.scorer})")
@@ -295,6 +308,41 @@ def _callable_scorer(spec: SuiteSpec, *, allow_code: bool) -> Scorer:
         return float(value)
 
     return call
+
+
+def _scorer_failed(spec: SuiteSpec, module_name: str, e: BaseException) -> AclarenaError:
+    """One line naming the user's file and line where importing a scorer module failed (not aclarena's bug)."""
+    import traceback
+
+    where = ""
+    if isinstance(e, SyntaxError) and e.filename:
+        where = f"{e.filename} line {e.lineno}"
+    else:
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if "importlib" not in f.filename
+                  and os.sep + "aclarena" + os.sep not in f.filename]
+        if frames:
+            where = f"{frames[-1].filename} line {frames[-1].lineno}"
+    what = (str(e).strip().splitlines() or [""])[0][:160]
+    return AclarenaError(f"suite {spec.name!r}: importing {module_name} for scorer {spec.scorer} failed in your code "
+                         f"({where or module_name}: {type(e).__name__}: {what}); fix that file")
+
+
+REGEX_TIMEOUT_S = 2.0
+
+
+def bounded_search(pattern: str, text: str, *, what: str, timeout: float | None = None) -> Any:
+    """``re.search`` with a time bound: a pattern that backtracks catastrophically (``(a+)+$`` on a long reply)
+    hung `eval` with no output; now it is one line naming it. Uses the ``regex`` package (transformers' own
+    dependency), whose matcher takes a timeout, in its ``re``-compatible mode."""
+    import regex
+
+    try:
+        return regex.search(pattern, text, timeout=REGEX_TIMEOUT_S if timeout is None else timeout)
+    except TimeoutError:
+        shown = pattern if len(pattern) <= 60 else pattern[:57] + "..."
+        raise AclarenaError(f"the regular expression {shown!r} ({what}) took over "
+                            f"{REGEX_TIMEOUT_S if timeout is None else timeout:g} s on a reply of {len(text)} "
+                            "characters (catastrophic backtracking); rewrite it without nested repetition") from None
 
 
 # --- registry -----------------------------------------------------------------------------------
@@ -339,6 +387,23 @@ def file_sha256(path: Path) -> str:
     import hashlib
 
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def stale_cell(name: str, settings: Mapping[str, Any]) -> str | None:
+    """Why cells made with ``settings`` no longer describe the custom suite ``name`` as it is now (its task file
+    edited since, its ``[suites.NAME]`` table changed), or None: what a verb that replays the suite's items
+    (`flips`) checks before it pairs the stored outcomes with today's tasks (issue 43)."""
+    now = identity(name)
+    if now is None:
+        return None
+    then = settings.get("suite_sha256")
+    if then is not None and then != now["suite_sha256"]:
+        return (f"suite {name!r}'s task file has changed since these cells were evaluated (SHA-256 {str(then)[:12]}... "
+                f"then, {now['suite_sha256'][:12]}... now)")
+    spec = settings.get("suite_spec")
+    if spec is not None and spec != now["suite_spec"]:
+        return f"suite {name!r}'s [suites.{name}] table has changed since these cells were evaluated"
+    return None
 
 
 def identity(name: str) -> dict[str, Any] | None:

@@ -16,17 +16,20 @@ was made from: results on it describe the quantized model.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
 import os
 import shutil
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aclarena.errors import AclarenaError
+from aclarena.store.staging import check_replaceable, replace_folder, staging_folder
 
 IMPORT_RECORD = "aclarena-import.json"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -133,14 +136,18 @@ def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         raise AclarenaError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     path = find_gguf(source)
     out_dir = Path(out).expanduser()
-    if out_dir.exists() and not force:
+    if (out_dir.exists() or out_dir.is_symlink()) and not force:
         raise AclarenaError(f"{out_dir} already exists; choose another --out or pass --force to replace it")
+    check_replaceable(out_dir, lambda d: (d / IMPORT_RECORD).is_file(), what="import")
     if out_dir.resolve() == path.parent.resolve() or out_dir.resolve() in path.resolve().parents:
         raise AclarenaError(f"--out {out_dir} holds the source file; write the import to another folder")
     info = describe_gguf(path)
     digest = sha256_of(path)
     model, tokenizer = _load(path)
-    rebuilt = _rebuild(model, dtype)
+    from aclarena.models.loading import library_errors
+
+    with library_errors(f"the GGUF model of {path} does not fit its own metadata"):
+        rebuilt = _rebuild(model, dtype)
     record = GgufImport(out=str(out_dir), source=str(path.resolve()), source_bytes=path.stat().st_size,
                         source_sha256=digest, architecture=info["architecture"], quantization=info["quantization"],
                         tensor_types=info["tensor_types"], dtype=dtype,
@@ -157,13 +164,32 @@ def _load(path: Path) -> tuple[Any, Any]:
 
     _gguf_module()
     quiet_libraries()
-    try:
+    from aclarena.models.loading import library_errors
+
+    # the loaders' one error path: whatever transformers raises (a config its tensors contradict: a size
+    # mismatch, a validation error) is one line, and its LOAD REPORT stays off the terminal
+    with library_errors(f"transformers cannot read {path}"), _no_piped_bar():
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-    except (ValueError, KeyError, NotImplementedError, OSError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise AclarenaError(f"transformers cannot read {path}: {first}") from None
     return model, tokenizer
+
+
+@contextlib.contextmanager
+def _no_piped_bar() -> Iterator[None]:
+    """transformers draws its GGUF conversion bar with tqdm directly (not through its own switch): keep it off a
+    stderr that is not a terminal (a piped log), as aclarena's own bars are."""
+    import functools
+    import sys
+
+    from transformers import modeling_gguf_pytorch_utils as mod
+
+    original = mod.tqdm
+    if not sys.stderr.isatty():
+        mod.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        mod.tqdm = original
 
 
 def _rebuild(model: Any, dtype: str) -> Any:
@@ -187,32 +213,21 @@ def _rebuild(model: Any, dtype: str) -> Any:
 
 
 def _write(model: Any, tokenizer: Any, record: GgufImport, out_dir: Path) -> None:
-    import tempfile
-
     parent = out_dir.parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.import-", dir=parent))
+        staging = staging_folder(out_dir, "import")  # and the staging folders of killed imports removed
     except OSError as e:
         raise AclarenaError(f"cannot write in {parent}: {e.strerror or e}; choose another --out") from None
-    old = None
     try:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
         (staging / IMPORT_RECORD).write_text(json.dumps(record.to_dict(), indent=2) + "\n", encoding="utf-8")
-        if out_dir.exists():
-            old = parent / f".{out_dir.name}.replaced-{os.getpid()}"
-            os.replace(out_dir, old)
-        os.replace(staging, out_dir)
+        check_replaceable(out_dir, lambda d: (d / IMPORT_RECORD).is_file(), what="import")  # again, just before
+        replace_folder(staging, out_dir)
     except OSError as e:
-        if old is not None and not out_dir.exists():
-            os.replace(old, out_dir)
-            old = None
         raise AclarenaError(f"cannot write {out_dir}: {e.strerror or e} (nothing was left half-written)") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
 
 
 def read_import_record(folder: str | os.PathLike[str]) -> dict[str, Any] | None:

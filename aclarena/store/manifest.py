@@ -25,6 +25,7 @@ Format (docs/manifest.md)::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from aclarena.errors import ManifestError, did_you_mean, unknown_name
+from aclarena.errors import AclarenaError, ManifestError, did_you_mean, unknown_name
 
 MANIFEST_NAME = "aclarena.toml"
 KINDS = ("base", "stage", "oracle", "consolidated")
@@ -325,11 +326,22 @@ def _check_acyclic(specs: Mapping[str, CheckpointSpec], key: str, message: str) 
 
 def parse_manifest(text: str, source: str = MANIFEST_NAME) -> Manifest:
     """Parse and validate manifest text; errors name ``source`` and, for TOML errors, the line."""
+    return manifest_from_dict(read_toml(text, source, ManifestError), source)
+
+
+def read_toml(text: str, source: str, error: type[AclarenaError] = ManifestError) -> dict[str, Any]:
+    """The one reader of TOML files people write (the manifest, curriculum configs): a UTF-8 byte order mark at
+    the start is accepted (Windows editors write one; tomllib called it "Invalid statement (line 1, column 1)"),
+    and every failure is one ``error`` line naming ``source``: a TOML error with its line, and values nested so
+    deeply that tomllib, which recurses once per level, runs out of stack (a RecursionError, exit 3, before)."""
+    text = text.removeprefix("\ufeff")
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ManifestError(f"{source} is not valid TOML: {e}; fix that line") from None
-    return manifest_from_dict(data, source)
+        raise error(f"{source} is not valid TOML: {e}; fix that line") from None
+    except RecursionError:
+        raise error(f"{source} nests arrays or inline tables too deeply to be read (hundreds of levels); "
+                    "flatten them") from None
 
 
 def manifest_from_dict(data: Mapping[str, Any], source: str = MANIFEST_NAME) -> Manifest:
@@ -441,6 +453,7 @@ def write_text_atomic(path: Path, text: str) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        keep_mode(Path(tmp), path)
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
@@ -448,6 +461,19 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def keep_mode(tmp: Path, path: Path) -> None:
+    """Give ``tmp`` (about to replace ``path``) the permission bits ``path`` has, or, for a new file, those a
+    plain ``open`` would give (0666 less the umask), not mkstemp's 0600 (issue 43: writes kept file modes)."""
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    with contextlib.suppress(OSError):
+        os.chmod(tmp, mode)
 
 
 def check_name(name: object, what: str = "name") -> str:
@@ -487,6 +513,10 @@ def output_folder(
     if target.is_symlink():
         raise ManifestError(f"{what} {name!r}: {target} is a symbolic link, so writing there would land in "
                             f"{os.path.realpath(target)}; remove the link or choose another name")
+    real_parent = Path(os.path.realpath(parent))
+    if parent.is_symlink() and not real_parent.is_relative_to(os.path.realpath(run)):
+        raise ManifestError(f"{what} {name!r}: {parent} is a symbolic link to {real_parent}, outside the run, so the "
+                            f"output would be written there; make {folder}/ a folder of the run (nothing was written)")
     if manifest is not None:
         existing = manifest.checkpoints.get(name)
         if existing is not None and existing.kind not in replaceable:

@@ -269,9 +269,18 @@ class ResultsStore:
                 self._lock_depth = 0
 
     def _remove_stale_temporaries(self) -> None:
+        """Under the writer lock every temporary copy in the run folder is a dead writer's; beside the file a
+        results.h5 link points to (another folder, maybe another run's), only those whose writer is gone."""
+        from aclarena.store.staging import sweep_stale
+
         for tmp in self.run_dir.glob(f".{RESULTS_NAME}.*.tmp"):
             with contextlib.suppress(OSError):
                 tmp.unlink()
+        if self.path.is_symlink():
+            with contextlib.suppress(StoreError, OSError):
+                real = Path(os.path.realpath(self.path))
+                if real.parent != self.run_dir.resolve():
+                    sweep_stale(real.parent, f".{RESULTS_NAME}.")
 
     def write(
         self,
@@ -319,6 +328,7 @@ class ResultsStore:
                     with _open_read(target) as f:  # validates before copying
                         check_root(f, self.path)
                     shutil.copyfile(target, tmp)
+                    shutil.copymode(target, tmp)  # a rewrite keeps the file's permission bits
                     f = h5py.File(tmp, "r+")
                 else:
                     f = h5py.File(tmp, "w")
@@ -380,6 +390,7 @@ class ResultsStore:
             tmp = target.parent / f".{RESULTS_NAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
             try:
                 shutil.copyfile(target, tmp)
+                shutil.copymode(target, tmp)
                 with h5py.File(tmp, "r+") as f:
                     del f[_norm(key)]
                     f.attrs["modified"] = _now()
@@ -453,6 +464,9 @@ def _open_read(path: Path) -> h5py.File:
         f = h5py.File(path, "r")
     except (OSError, RuntimeError) as e:
         msg = str(e).split("(")[-1].rstrip(")") if "(" in str(e) else str(e)
+        if "unable to lock file" in str(e).lower():  # HDF5's own file lock: another process has it open to write
+            raise StoreError(f"{path} is open for writing in another process (HDF5 cannot lock it: {msg}); wait "
+                             "for that process to finish or close it, then rerun; the file itself is fine") from None
         raise StoreError(
             f"{path} is truncated or corrupted and cannot be opened ({msg}); move it aside to start a new store"
         ) from None

@@ -466,10 +466,10 @@ def _build(cls: Callable[..., Any], kwargs: dict[str, Any], path: tuple[str | in
 
 def parse_config(text: str, source: str = "<config>", *, overrides: Sequence[str] = ()) -> CurriculumConfig:
     """Parse and validate a curriculum TOML text; ``overrides`` are ``--trl`` items (see :func:`apply_overrides`)."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{source} is not valid TOML: {e}; fix that line") from None
+    from aclarena.store.manifest import read_toml
+
+    data = read_toml(text, source, ConfigError)
+    text = text.removeprefix("\ufeff")
     where = _Where(text, source)
     _check_keys(data, TOP_KEYS, (), where, "the config")
     run = _table(data.get("run"), ("run",), where, "[run]")

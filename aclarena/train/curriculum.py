@@ -389,23 +389,25 @@ def _register(cfg: CurriculumConfig, out: Path, records: list[PhaseRecord], fold
     """Write the manifest entries and the train logs of every finished job (idempotent)."""
     from aclarena.store import Json, ResultsStore, Table
     from aclarena.store.manifest import CheckpointSpec, Manifest, load_manifest, manifest_path, write_manifest
+    from aclarena.store.runlock import run_lock
     from aclarena.train.progress import log_table
 
-    path = manifest_path(out)
-    manifest = load_manifest(out) if path.is_file() else Manifest(name=cfg.name)
-    before = manifest.to_toml() if path.is_file() else None
-    manifest.name = manifest.name if path.is_file() else cfg.name
-    manifest.base = "base"
-    if cfg.description and manifest.description is None:
-        manifest.description = cfg.description
-    for rec in records:
-        j = rec.job
-        spec = CheckpointSpec(name=j.name, path=folders[j.name], kind=j.kind, domain=j.domain, phase=j.phase,
-                              parent=j.parent, seed=j.run_seed if j.kind != "base" else None)
-        manifest.checkpoints[j.name] = spec
-    manifest.validate()
-    if manifest.to_toml() != before:
-        write_manifest(manifest, out)
+    with run_lock(out):  # read, changed and written by one writer at a time (issue 43)
+        path = manifest_path(out)
+        manifest = load_manifest(out) if path.is_file() else Manifest(name=cfg.name)
+        before = manifest.to_toml() if path.is_file() else None
+        manifest.name = manifest.name if path.is_file() else cfg.name
+        manifest.base = "base"
+        if cfg.description and manifest.description is None:
+            manifest.description = cfg.description
+        for rec in records:
+            j = rec.job
+            spec = CheckpointSpec(name=j.name, path=folders[j.name], kind=j.kind, domain=j.domain, phase=j.phase,
+                                  parent=j.parent, seed=j.run_seed if j.kind != "base" else None)
+            manifest.checkpoints[j.name] = spec
+        manifest.validate()
+        if manifest.to_toml() != before:
+            write_manifest(manifest, out)
     store = ResultsStore(out)
     have = set(store.keys("train")) if store.exists() and store.has("train") else set()
     items = []
