@@ -248,8 +248,10 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
                                  "token drift of later checkpoints on seq-math's generations")
     # issue 31: every SFT and RL phase and stage signed on its parent's own generations (before the
     # consolidations exist, so only the chain's updates); analysis/signatures.py, docs/tokens.md section 8
+    # the chain's updates only, named: a rerun (after the merges and the repair exist) reads them back instead of
+    # signing the consolidations too (`aclarena-diag signatures --run DIR` signs those)
     results["signatures"] = step("signatures", "signatures",
-                                 lambda: analyses.signatures(run_dir, sizes(preset)[1]),
+                                 lambda: analyses.signatures(run_dir, sizes(preset)[1], chain_updates(rows, stage_ends)),
                                  "drift signatures of the SFT and RL phases")
     pairs = stage_oracle_pairs(rows, stage_ends)
     results["vectors"] = step("vectors", "vectors", lambda: analyses.vectors(run_dir, [p["pair"] for p in pairs]),
@@ -299,6 +301,15 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
                  f"evaluating {o['checkpoint']} in its domain")
     results["compare"] = step("compare", "compare", lambda: analyses.compare(run_dir), "comparison table")
     return results
+
+
+def chain_updates(rows: list[dict[str, Any]], stage_ends: list[str]) -> list[str]:
+    """The chain's updates as ``signatures`` names them: each stage phase (the update into it), then each stage of
+    several phases as ``PARENT..END``."""
+    phases = [r["name"] for r in rows if r["kind"] == "stage" and r["parent"] is not None]
+    whole = [f"{p}..{e}" for e in stage_ends
+             if (p := _stage_parent_of(e, rows, stage_ends)) != next(r["parent"] for r in rows if r["name"] == e)]
+    return phases + whole
 
 
 def stage_oracle_pairs(rows: list[dict[str, Any]], stage_ends: list[str]) -> list[dict[str, Any]]:
