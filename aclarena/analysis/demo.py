@@ -41,10 +41,9 @@ from aclarena.errors import AclarenaError
 
 # The study's numbers (design.md), printed beside the mini arena's.
 STUDY = {
-    "ecom_effect": "AIME 23.3 -> 6.0, NQ 45.2 -> 14.6",
+    "ecom_effect": "the e-commerce stage drops AIME 23.3 -> 6.0, NQ 45.2 -> 14.6",
     "sft_rl": "SFT moves parameters 3-7x more than RL",
     "high_entropy": "~94% of low-entropy positions barely move; forgetting concentrates at ~6% high-entropy positions",
-    "forgetting": "the e-commerce stage drops AIME 23.3 -> 6.0 and NQ 45.2 -> 14.6",
     "cosines": "stage updates only partly aligned with their single-task oracles",
     "consolidation": "each shared-weight consolidation recovers some skills and hurts others",
 }
@@ -502,7 +501,7 @@ def _f_forgetting(s: dict[str, Any]) -> dict[str, Any]:
     if not paired:
         why = next((e["error"] for e in s.get("stage_effects") or [] if e.get("error")), "no later stage was paired")
         return _finding("forgetting", None, f"a later stage lowering an earlier skill: not measured ({why})",
-                        STUDY["forgetting"])
+                        STUDY["ecom_effect"])
 
     def text(e: dict[str, Any]) -> str:
         return (f"{e['stage']} lowers {e['suite']} {_ci_text(e['before_score'], e['before_ci95'])} -> "
@@ -514,12 +513,12 @@ def _f_forgetting(s: dict[str, Any]) -> dict[str, Any]:
         best = min(partial, key=lambda e: e["p_drop"])
         more = f" (and {len(partial) - 1} more)" if len(partial) > 1 else ""
         return _finding("forgetting", True, f"a later stage lowers an earlier skill, not all of it: {text(best)}{more}",
-                        STUDY["forgetting"])
+                        STUDY["ecom_effect"])
     best = min(paired, key=lambda e: e["p_drop"])
     erased = best["p_drop"] < ALPHA
     return _finding("forgetting", False,
                     "no later stage lowers an earlier skill significantly without erasing it"
-                    f"{' (it erases it)' if erased else ''}: the strongest, {text(best)}", STUDY["forgetting"])
+                    f"{' (it erases it)' if erased else ''}: the strongest, {text(best)}", STUDY["ecom_effect"])
 
 
 def _f_signatures(s: dict[str, Any]) -> dict[str, Any]:
