@@ -41,10 +41,9 @@ from aclarena.errors import AclarenaError
 
 # The study's numbers (design.md), printed beside the mini arena's.
 STUDY = {
-    "ecom_effect": "AIME 23.3 -> 6.0, NQ 45.2 -> 14.6",
+    "ecom_effect": "the e-commerce stage drops AIME 23.3 -> 6.0, NQ 45.2 -> 14.6",
     "sft_rl": "SFT moves parameters 3-7x more than RL",
     "high_entropy": "~94% of low-entropy positions barely move; forgetting concentrates at ~6% high-entropy positions",
-    "forgetting": "the e-commerce stage drops AIME 23.3 -> 6.0 and NQ 45.2 -> 14.6",
     "cosines": "stage updates only partly aligned with their single-task oracles",
     "consolidation": "each shared-weight consolidation recovers some skills and hurts others",
 }
@@ -248,8 +247,10 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
                                  "token drift of later checkpoints on seq-math's generations")
     # issue 31: every SFT and RL phase and stage signed on its parent's own generations (before the
     # consolidations exist, so only the chain's updates); analysis/signatures.py, docs/tokens.md section 8
+    # the chain's updates only, named: a rerun (after the merges and the repair exist) reads them back instead of
+    # signing the consolidations too (`aclarena-diag signatures --run DIR` signs those)
     results["signatures"] = step("signatures", "signatures",
-                                 lambda: analyses.signatures(run_dir, sizes(preset)[1]),
+                                 lambda: analyses.signatures(run_dir, sizes(preset)[1], chain_updates(rows, stage_ends)),
                                  "drift signatures of the SFT and RL phases")
     pairs = stage_oracle_pairs(rows, stage_ends)
     results["vectors"] = step("vectors", "vectors", lambda: analyses.vectors(run_dir, [p["pair"] for p in pairs]),
@@ -299,6 +300,15 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
                  f"evaluating {o['checkpoint']} in its domain")
     results["compare"] = step("compare", "compare", lambda: analyses.compare(run_dir), "comparison table")
     return results
+
+
+def chain_updates(rows: list[dict[str, Any]], stage_ends: list[str]) -> list[str]:
+    """The chain's updates as ``signatures`` names them: each stage phase (the update into it), then each stage of
+    several phases as ``PARENT..END``."""
+    phases = [r["name"] for r in rows if r["kind"] == "stage" and r["parent"] is not None]
+    whole = [f"{p}..{e}" for e in stage_ends
+             if (p := _stage_parent_of(e, rows, stage_ends)) != next(r["parent"] for r in rows if r["name"] == e)]
+    return phases + whole
 
 
 def stage_oracle_pairs(rows: list[dict[str, Any]], stage_ends: list[str]) -> list[dict[str, Any]]:
@@ -491,7 +501,7 @@ def _f_forgetting(s: dict[str, Any]) -> dict[str, Any]:
     if not paired:
         why = next((e["error"] for e in s.get("stage_effects") or [] if e.get("error")), "no later stage was paired")
         return _finding("forgetting", None, f"a later stage lowering an earlier skill: not measured ({why})",
-                        STUDY["forgetting"])
+                        STUDY["ecom_effect"])
 
     def text(e: dict[str, Any]) -> str:
         return (f"{e['stage']} lowers {e['suite']} {_ci_text(e['before_score'], e['before_ci95'])} -> "
@@ -503,12 +513,12 @@ def _f_forgetting(s: dict[str, Any]) -> dict[str, Any]:
         best = min(partial, key=lambda e: e["p_drop"])
         more = f" (and {len(partial) - 1} more)" if len(partial) > 1 else ""
         return _finding("forgetting", True, f"a later stage lowers an earlier skill, not all of it: {text(best)}{more}",
-                        STUDY["forgetting"])
+                        STUDY["ecom_effect"])
     best = min(paired, key=lambda e: e["p_drop"])
     erased = best["p_drop"] < ALPHA
     return _finding("forgetting", False,
                     "no later stage lowers an earlier skill significantly without erasing it"
-                    f"{' (it erases it)' if erased else ''}: the strongest, {text(best)}", STUDY["forgetting"])
+                    f"{' (it erases it)' if erased else ''}: the strongest, {text(best)}", STUDY["ecom_effect"])
 
 
 def _f_signatures(s: dict[str, Any]) -> dict[str, Any]:

@@ -67,12 +67,13 @@ def tokens(run_dir: RunPath, ref: str) -> dict[str, Any]:
     return jsonable(result.to_dict())
 
 
-def signatures(run_dir: RunPath, n: int) -> dict[str, Any]:
-    """``signatures -n N``: every SFT and RL phase and stage signed on its parent's own generations; an
-    update without a signature (e.g. an RL phase that did not move) is named in ``failed``, the others kept."""
+def signatures(run_dir: RunPath, n: int, updates: Sequence[str] | None = None) -> dict[str, Any]:
+    """``signatures -n N [--updates ...]``: every SFT and RL phase and stage (or ``updates``) signed on its parent's
+    own generations; an update without a signature (e.g. an RL phase that did not move) is named in ``failed``,
+    the others kept."""
     from aclarena.analysis.signatures import signatures as sign
 
-    return jsonable(sign(run_dir, n=n, show_progress=False, strict=False).to_dict())
+    return jsonable(sign(run_dir, n=n, updates=updates, show_progress=False, strict=False).to_dict())
 
 
 def vectors(run_dir: RunPath, pairs: Sequence[str] = ()) -> dict[str, Any]:

@@ -206,3 +206,11 @@ def test_demo_folder_of_other_settings_is_refused_and_left_alone(tmp_path):
 def test_unknown_preset_is_one_line_with_did_you_mean(cli):
     code, _, err = cli("demo", "--preset", "quik", "--out", "/nonexistent/x")
     assert code == 1 and "did you mean 'quick'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_demo_signs_the_chain_only_so_a_rerun_after_the_merges_reads_it_back():
+    from aclarena.analysis.demo import chain_updates
+
+    rows = _two_stage_rows() + [{"name": "merge-uniform", "kind": "consolidated", "domain": None, "parent": "base"}]
+    assert chain_updates(rows, ["seq-math", "seq-search"]) == [
+        "seq-math-sft", "seq-math", "seq-search-sft", "seq-search", "base..seq-math", "seq-math..seq-search"]
