@@ -491,3 +491,40 @@ def test_forgetting_reports_the_papers_estimator_beside_aclarenas(fixture_run, c
     last = general["transitions"][-1]
     assert last["sample_forgetting_2510_17776"] == pytest.approx(max(0.0, 0.3 - 0.5 * 0.7 / 3))
     assert last["sample_forgetting_chance_adjusted"] == pytest.approx((0.3 * 0.75 - 0.25 * 0.4) / 0.75**2)
+
+
+def test_init_add_never_drops_an_entry_another_verb_wrote_meanwhile(fixture_run, monkeypatch, cli):
+    """`init --add` reads the manifest, inspects the new checkpoints, then wrote the manifest back: a `repair` or
+    `consolidate` that added its entry in between lost it. Now the write is under the run lock and only if the
+    file is still the one read; otherwise one line and nothing written."""
+    import aclarena.cli.init as init_mod
+
+    toml = fixture_run / "aclarena.toml"
+    real = init_mod._require_present
+
+    def meanwhile(*a, **k):  # another verb adds its entry while init inspects
+        if "fix-other" not in toml.read_text():
+            toml.write_text(toml.read_text() + '\n[checkpoints.fix-other]\npath = "checkpoints/seq-math"\n'
+                            'kind = "consolidated"\nparent = "seq-math"\n')
+        return real(*a, **k)
+
+    monkeypatch.setattr(init_mod, "_require_present", meanwhile)
+    code, _, err = cli("init", "--run", str(fixture_run), "--add", f"extra={fixture_run / 'checkpoints' / 'base'}")
+    assert code == 1, err
+    assert "changed by another command" in _one_line(err, "init")
+    assert "fix-other" in toml.read_text() and "extra" not in toml.read_text()
+
+
+def test_export_html_report_gets_a_plain_files_mode(fixture_run, tmp_path, cli):
+    """Written through mkstemp, the report was 0600 (unreadable to a web server or a colleague)."""
+    from reliability_helpers import seed_store
+
+    seed_store(fixture_run)
+    old = os.umask(0o022)
+    try:
+        code, _, err = cli("export", "--format", "html", "--out", str(tmp_path / "figs"), "--run", str(fixture_run))
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    (report,) = (tmp_path / "figs").glob("*.html")
+    assert report.stat().st_mode & 0o777 == 0o644
