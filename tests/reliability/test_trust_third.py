@@ -528,3 +528,31 @@ def test_export_html_report_gets_a_plain_files_mode(fixture_run, tmp_path, cli):
     assert code == 0, err
     (report,) = (tmp_path / "figs").glob("*.html")
     assert report.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize("verb", ["repair", "consolidate"])
+def test_a_folder_another_writer_published_meanwhile_gets_no_record_of_this_run(fixture_run, monkeypatch, cli, verb):
+    """Two runs of one --name at once: the one whose folder was replaced after it published must not write its
+    manifest entry and record beside the other's weights (checked under the run lock: the folder's marker)."""
+    import json
+
+    import aclarena.consolidate.checkpoint_merge as cm
+    import aclarena.consolidate.repair as rp
+    from aclarena.store import ResultsStore, load_manifest
+
+    real = cm.publish
+
+    def then_another_writer(tmp, out, marker, lock=None):
+        real(tmp, out, marker, **({"lock": lock} if lock is not None else {}))
+        m = json.loads((out / cm.MARKER).read_text())
+        (out / cm.MARKER).write_text(json.dumps(m | {"fingerprint": "0" * 16}))  # another run's output now
+
+    monkeypatch.setattr(cm, "publish", then_another_writer)
+    monkeypatch.setattr(rp, "publish", then_another_writer)
+    argv = (REPAIR if verb == "repair" else ["consolidate", "--method", "merge-uniform", "--sources",
+                                              "seq-math,seq-search"]) + ["--name", "fix", "--run", str(fixture_run)]
+    code, _, err = cli(*argv)
+    assert code == 1, err
+    assert "was replaced by another" in _one_line(err, verb)
+    assert "fix" not in load_manifest(fixture_run).checkpoints
+    assert not ResultsStore(fixture_run).has("consolidate/fix")
