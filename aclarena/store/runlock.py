@@ -2,8 +2,9 @@
 the holder dies. Held by every read-modify-write of the manifest (:func:`update_manifest`) and around
 publishing a checkpoint folder together with its manifest entry and stored record, so that two verbs
 writing one run at once (two ``repair``s, a ``repair`` and a ``consolidate``) never lose an entry nor
-leave one writer's folder under the other's record. Re-entrant within one thread (two threads, like two processes, take turns); the results store's
-own lock (``results.h5.lock``) is taken inside it, never around it."""
+leave one writer's folder under the other's record. Re-entrant within one thread (two threads, like two
+processes, take turns); the results store's own lock (``results.h5.lock``) is taken inside it, never
+around it."""
 
 from __future__ import annotations
 
