@@ -84,6 +84,21 @@ class ConsolidateResult:
         return [o["checkpoint"] for o in self.outputs]
 
 
+def _require_own_output(run_dir: Path, out: Any) -> None:
+    """A merge's folder must still hold what this run published (its marker's fingerprint): another consolidate of
+    the same name may have replaced it meanwhile, and then its record, not this one's, belongs beside it."""
+    if not out.fingerprint:
+        return
+    from aclarena.consolidate.checkpoint_merge import read_marker
+
+    folder = run_dir / out.spec.path
+    marker = read_marker(folder) or {}
+    if marker.get("fingerprint") != out.fingerprint:
+        raise AclarenaError(f"{folder} was replaced by another consolidation of the name {out.spec.name!r} (other "
+                            "inputs or settings) while this one ran; its output and record stand: rerun this one "
+                            "under another --name")
+
+
 def consolidate(
     run_dir: RunPath,
     method: str,
@@ -137,7 +152,8 @@ def consolidate(
                     m.add(spec, replace_existing=True)
 
                 with run_lock(run_path):  # the manifest entry and the record together (the folder was published
-                    manifest = update_manifest(run_path, add)  # under this lock too)
+                    _require_own_output(run_path, out)  # under this lock too), and the folder still this run's
+                    manifest = update_manifest(run_path, add)
                     text = manifest_path(run_path).read_text(encoding="utf-8")
                     data: dict[str, Any] = {"settings": Json(dict(out.settings))} | dict(out.data)
                     store.write(f"{RESULT_ROOT}/{out.spec.name}", data, result_type=RESULT_TYPE,

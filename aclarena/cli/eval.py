@@ -50,7 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="spread a model larger than one GPU over the visible GPUs (e.g. auto; needs accelerate)")
     p.add_argument("--engine", choices=("hf", "vllm"), default="hf",
                    help="generate with transformers (hf, default) or vLLM (GPU machines, the gpu extra)")
-    p.add_argument("--force", action="store_true", help="recompute (or re-import) cells already in the store")
+    p.add_argument("--force", action="store_true",
+                   help="recompute (or re-import) cells already in the store; a rerun that fails keeps the good cell "
+                        "stored (exit 1)")
     p.add_argument("--allow-code", action="store_true",
                    help="allow a custom suite's scorer that is a Python callable (package.module:function)")
     p.add_argument("--import-lm-eval", action="append", default=[], metavar="NAME=FILE",

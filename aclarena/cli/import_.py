@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="the HF folder to write (must not exist unless --force)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
                    help="dtype of the written weights (default float32: the dequantized values exactly)")
-    p.add_argument("--force", action="store_true", help="replace --out when it exists (once the new folder is complete)")
+    p.add_argument("--force", action="store_true", help="replace --out when it is an earlier import (its aclarena-import.json is there) or an empty folder, once the new "
+                        "folder is complete; anything else is refused, never deleted")
     p.set_defaults(func=run)
 
 

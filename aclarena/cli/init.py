@@ -18,8 +18,8 @@ from aclarena.store.manifest import (
     SuiteSpec,
     load_manifest,
     manifest_path,
-    write_manifest,
 )
+from aclarena.store.runlock import write_manifest_unless_changed
 
 FIELDS = ("kind", "domain", "phase", "parent", "on")
 
@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
             f"{manifest_path(run_dir)} already exists; pass --add to add checkpoints or --force to overwrite it"
         )
     manifest = load_manifest(run_dir) if exists and args.add else Manifest(name=args.run_name or run_dir.resolve().name)
+    read_text = manifest_path(run_dir).read_bytes() if exists and args.add else None
 
     entries: list[tuple[str, str]] = [_split(p, "checkpoint") for p in args.pairs]
     if args.from_folder:
@@ -181,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
         manifest.base = bases[0] if bases else None
     manifest.validate()
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = write_manifest(manifest, run_dir)
+    path = write_manifest_unless_changed(manifest, run_dir, read_text)
 
     rows = [s.to_dict() | {"name": s.name} for s in manifest]
     suite_rows = [s.to_dict() | {"name": s.name} for s in manifest.suites.values()]

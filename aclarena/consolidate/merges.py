@@ -143,7 +143,8 @@ def run(job: Job) -> list[Output]:
         settings = {"merge": spec.identity(), "sources": names, "base": res.base, "k": k}
         if spec.needs_base:
             settings["updates_from"] = starts
-        outputs.append(Output(out_spec, settings, time.perf_counter() - t0, reused=res.reused))
+        outputs.append(Output(out_spec, settings, time.perf_counter() - t0, reused=res.reused,
+                              fingerprint=res.fingerprint))
     return outputs
 
 

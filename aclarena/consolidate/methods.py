@@ -114,6 +114,8 @@ class Output:
     seconds: float
     reused: bool = False
     data: Mapping[str, Any] = field(default_factory=dict)
+    # a merge's fingerprint, as in its folder's marker: checked under the run lock before the record is written
+    fingerprint: str | None = None
 
 
 def run_method(method: Method, job: Job) -> list[Output]:

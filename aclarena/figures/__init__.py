@@ -316,6 +316,9 @@ def _write_atomic(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        from aclarena.store.manifest import keep_mode
+
+        keep_mode(Path(tmp), path)  # the report's mode as a plain write would give it, not mkstemp's 0600
         os.replace(tmp, path)
         tmp = None
     except OSError as e:

@@ -2,8 +2,9 @@
 the holder dies. Held by every read-modify-write of the manifest (:func:`update_manifest`) and around
 publishing a checkpoint folder together with its manifest entry and stored record, so that two verbs
 writing one run at once (two ``repair``s, a ``repair`` and a ``consolidate``) never lose an entry nor
-leave one writer's folder under the other's record. Re-entrant within one thread (two threads, like two processes, take turns); the results store's
-own lock (``results.h5.lock``) is taken inside it, never around it."""
+leave one writer's folder under the other's record. Re-entrant within one thread (two threads, like two
+processes, take turns); the results store's own lock (``results.h5.lock``) is taken inside it, never
+around it."""
 
 from __future__ import annotations
 
@@ -61,3 +62,24 @@ def update_manifest(run_dir: str | os.PathLike[str], change: Callable[[Manifest]
         change(manifest)
         write_manifest(manifest, run_dir)
         return manifest
+
+
+def write_manifest_unless_changed(manifest: Manifest, run_dir: str | os.PathLike[str], read: bytes | None) -> Path:
+    """Write ``manifest``, made from the file's bytes ``read`` (None: it replaces or creates the file), under the run
+    lock, and only if the file still holds those bytes: a verb that read the manifest long before it writes (``init
+    --add`` inspecting checkpoints) never drops what another verb added meanwhile."""
+    from aclarena.errors import ManifestError
+    from aclarena.store.manifest import manifest_path, write_manifest
+
+    if read is None:  # a new run (or --force): no entry of another verb to keep, and no lock file left in it
+        return write_manifest(manifest, run_dir)
+    with run_lock(run_dir):
+        path = manifest_path(run_dir)
+        try:
+            now: bytes | None = path.read_bytes()
+        except OSError:
+            now = None
+        if now != read:
+            raise ManifestError(f"{path} was changed by another command while this one ran; nothing was "
+                                "written: rerun this command")
+        return write_manifest(manifest, run_dir)

@@ -142,6 +142,9 @@ class SeriesWriter:
                         ds = g.create_dataset(col, shape=(0,), maxshape=(None,), dtype=np.dtype(dtype), chunks=(256,))
                         ds.attrs["encoding-type"] = "array"
                         ds.attrs["encoding-version"] = "0.2.0"
+            from aclarena.store.manifest import keep_mode
+
+            keep_mode(tmp, self.path)  # a rewrite keeps the file's permission bits
             os.replace(tmp, self.path)
         except StoreError:
             tmp.unlink(missing_ok=True)

@@ -198,6 +198,9 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
         json.dump(obj, f, indent=1, default=str)
         f.flush()
         os.fsync(f.fileno())
+    from aclarena.store.manifest import keep_mode
+
+    keep_mode(tmp, path)
     os.replace(tmp, path)
 
 

@@ -85,6 +85,35 @@ ISSUE33 = (
 )
 
 
+# the classes of issue 43, each a group of tests in tests/reliability/test_trust_third.py
+T3 = "test_trust_third.py::"
+ISSUE43 = (
+    ("`import --force` deletes only an earlier import (a run folder, a file, a folder of other files refused); "
+     "a killed import's staging folder removed; no tqdm bar in a piped log",
+     (T3 + "test_import_force", T3 + "test_a_killed_import", T3 + "test_import_draws")),
+    ("`eval --force` never replaces a good cell with an error cell", T3 + "test_eval_force"),
+    ("one write lock per run: two `repair`s at once keep both manifest entries; `init --add` never drops an "
+     "entry written meanwhile", (T3 + "test_two_repairs", T3 + "test_init_add")),
+    ("staging folders of unique names, dead writers' swept; publishing checked under the lock (`repair`, "
+     "`consolidate`); a repair killed after publishing can be rerun",
+     (T3 + "test_staging_folders", T3 + "test_a_folder_another_writer", T3 + "test_repair_killed")),
+    ("writes outside the run: a `checkpoints/` linked outside refused; a linked results.h5's stale temporary "
+     "removed", (T3 + "test_a_symlinked", T3 + "test_a_linked_results")),
+    ("results.h5 held open by another process named so (not 'corrupted')", T3 + "test_results_h5_open"),
+    ("bounded readers: TOML nesting (manifest, training config), UTF-8 BOM accepted, JSON integers over 4,300 "
+     "digits, a suite path that is a folder, a numeric answer beyond a float, a scorer module that fails to "
+     "import, a backtracking regex answer, a GGUF whose metadata contradicts its tensors",
+     (T3 + "test_a_deeply", T3 + "test_a_byte_order", T3 + "test_json_integers", T3 + "test_a_suite_path",
+      T3 + "test_a_numeric", T3 + "test_a_scorer_module", T3 + "test_a_catastrophically", T3 + "test_a_gguf")),
+    ("stale inputs: `flips` on cells of an edited suite file; `tokens` on a probe set whose reference weights "
+     "changed; a later checkpoint without tokenizer files named; `vectors`' zero update noted",
+     (T3 + "test_flips_refuses", T3 + "test_tokens_refuses", T3 + "test_tokens_names", T3 + "test_vectors_notes")),
+    ("file modes kept on rewrite (results.h5, aclarena.toml); export's HTML report not 0600",
+     (T3 + "test_rewrites_keep", T3 + "test_export_html")),
+    ("conventions: arXiv 2510.17776's estimator under its own name beside aclarena's", T3 + "test_forgetting_reports"),
+)
+
+
 def print_groups(title: str, groups: tuple, res: dict[str, str], tally: Counter[str]) -> None:
     """A table of classes, each the tests whose ids start with one of its prefixes: passed / found."""
     print(f"| {title} | tests | result |")
@@ -163,6 +192,7 @@ def main(xml: str) -> None:
     print()
     print_groups("class of bad input or defect (issue 15)", ISSUE15, res, tally)
     print_groups("class of fault (issue 33)", ISSUE33, res, tally)
+    print_groups("class of defect (issue 43)", ISSUE43, res, tally)
     lines = error_lines(xml)
     print("| `flips`: bad input (issue) | the one line it printed | result |")
     print("|---|---|---|")

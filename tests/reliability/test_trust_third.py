@@ -350,15 +350,17 @@ def test_a_scorer_module_that_fails_to_import_names_the_users_file(tmp_path, mon
 
 
 @pytest.mark.timeout(90)
-def test_a_catastrophically_backtracking_answer_is_bounded(tmp_path):
+def test_a_catastrophically_backtracking_answer_is_bounded(tmp_path, monkeypatch):
     """`(a|aa)+$` against 40 a's and a '!': re backtracks through ~10^8 paths (eval hung with no output); now the
     search stops after its time bound with one line naming the pattern."""
     import time
 
+    import aclarena.envs.custom as custom
     from aclarena.envs.custom import make_scorer
     from aclarena.errors import AclarenaError
     from aclarena.store.manifest import SuiteSpec
 
+    monkeypatch.setattr(custom, "REGEX_TIMEOUT_S", 0.5, raising=False)  # the bound itself (2 s) is not the point
     score = make_scorer(SuiteSpec(name="s", path="t.jsonl", domain="d", scorer="regex"))
     assert score("it jumped", r"\bjump(s|ed)?\b", {"id": "ok"}) == 1.0
     t0 = time.monotonic()
@@ -491,3 +493,68 @@ def test_forgetting_reports_the_papers_estimator_beside_aclarenas(fixture_run, c
     last = general["transitions"][-1]
     assert last["sample_forgetting_2510_17776"] == pytest.approx(max(0.0, 0.3 - 0.5 * 0.7 / 3))
     assert last["sample_forgetting_chance_adjusted"] == pytest.approx((0.3 * 0.75 - 0.25 * 0.4) / 0.75**2)
+
+
+def test_init_add_never_drops_an_entry_another_verb_wrote_meanwhile(fixture_run, monkeypatch, cli):
+    """`init --add` reads the manifest, inspects the new checkpoints, then wrote the manifest back: a `repair` or
+    `consolidate` that added its entry in between lost it. Now the write is under the run lock and only if the
+    file is still the one read; otherwise one line and nothing written."""
+    import aclarena.cli.init as init_mod
+
+    toml = fixture_run / "aclarena.toml"
+    real = init_mod._require_present
+
+    def meanwhile(*a, **k):  # another verb adds its entry while init inspects
+        if "fix-other" not in toml.read_text():
+            toml.write_text(toml.read_text() + '\n[checkpoints.fix-other]\npath = "checkpoints/seq-math"\n'
+                            'kind = "consolidated"\nparent = "seq-math"\n')
+        return real(*a, **k)
+
+    monkeypatch.setattr(init_mod, "_require_present", meanwhile)
+    code, _, err = cli("init", "--run", str(fixture_run), "--add", f"extra={fixture_run / 'checkpoints' / 'base'}")
+    assert code == 1, err
+    assert "changed by another command" in _one_line(err, "init")
+    assert "fix-other" in toml.read_text() and "extra" not in toml.read_text()
+
+
+def test_export_html_report_gets_a_plain_files_mode(fixture_run, tmp_path, cli):
+    """Written through mkstemp, the report was 0600 (unreadable to a web server or a colleague)."""
+    from reliability_helpers import seed_store
+
+    seed_store(fixture_run)
+    old = os.umask(0o022)
+    try:
+        code, _, err = cli("export", "--format", "html", "--out", str(tmp_path / "figs"), "--run", str(fixture_run))
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    (report,) = (tmp_path / "figs").glob("*.html")
+    assert report.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize("verb", ["repair", "consolidate"])
+def test_a_folder_another_writer_published_meanwhile_gets_no_record_of_this_run(fixture_run, monkeypatch, cli, verb):
+    """Two runs of one --name at once: the one whose folder was replaced after it published must not write its
+    manifest entry and record beside the other's weights (checked under the run lock: the folder's marker)."""
+    import json
+
+    import aclarena.consolidate.checkpoint_merge as cm
+    import aclarena.consolidate.repair as rp
+    from aclarena.store import ResultsStore, load_manifest
+
+    real = cm.publish
+
+    def then_another_writer(tmp, out, marker, lock=None):
+        real(tmp, out, marker, **({"lock": lock} if lock is not None else {}))
+        m = json.loads((out / cm.MARKER).read_text())
+        (out / cm.MARKER).write_text(json.dumps(m | {"fingerprint": "0" * 16}))  # another run's output now
+
+    monkeypatch.setattr(cm, "publish", then_another_writer)
+    monkeypatch.setattr(rp, "publish", then_another_writer)
+    argv = (REPAIR if verb == "repair" else ["consolidate", "--method", "merge-uniform", "--sources",
+                                              "seq-math,seq-search"]) + ["--name", "fix", "--run", str(fixture_run)]
+    code, _, err = cli(*argv)
+    assert code == 1, err
+    assert "was replaced by another" in _one_line(err, verb)
+    assert "fix" not in load_manifest(fixture_run).checkpoints
+    assert not ResultsStore(fixture_run).has("consolidate/fix")
