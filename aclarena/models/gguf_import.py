@@ -9,7 +9,9 @@ is written beside its place and renamed there only when complete.
 
 What the source was is recorded in ``aclarena-import.json``: the file's name, size and SHA-256, its
 architecture, its quantization (the file type, e.g. ``Q4_1``, and the count of tensors of each GGML
-type) and the dtype written; ``aclarena-diag checkpoints`` shows the quantization. A dequantized
+type), the dtype written, and the end-of-sequence ids of the generation config, to which the chat
+template's end-of-turn token is added when the file does not name it (Gemma's ``<end_of_turn>``);
+``aclarena-diag checkpoints`` shows the quantization. A dequantized
 Q4 model holds exactly the values llama.cpp computes with, but not those of the float model the GGUF
 was made from: results on it describe the quantized model.
 """
@@ -46,6 +48,10 @@ class GgufImport:
     dtype: str = "float32"
     parameters: int = 0
     format: str = "gguf"
+    eos_token_ids: list[int] = field(default_factory=list)
+    end_of_turn: str | None = None
+    end_of_turn_id: int | None = None
+    end_of_turn_added: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -141,12 +147,40 @@ def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     digest = sha256_of(path)
     model, tokenizer = _load(path)
     rebuilt = _rebuild(model, dtype)
+    eot_text, eot, added = _stop_at_end_of_turn(rebuilt, tokenizer)
     record = GgufImport(out=str(out_dir), source=str(path.resolve()), source_bytes=path.stat().st_size,
                         source_sha256=digest, architecture=info["architecture"], quantization=info["quantization"],
                         tensor_types=info["tensor_types"], dtype=dtype,
-                        parameters=sum(p.numel() for p in rebuilt.parameters()))
+                        parameters=sum(p.numel() for p in rebuilt.parameters()),
+                        eos_token_ids=_eos_list(rebuilt.generation_config.eos_token_id),
+                        end_of_turn=eot_text.strip() or None if eot is not None else None, end_of_turn_id=eot,
+                        end_of_turn_added=added)
     _write(rebuilt, tokenizer, record, out_dir)
     return record
+
+
+def _eos_list(eos: Any) -> list[int]:
+    if isinstance(eos, int):
+        return [eos]
+    return [int(i) for i in eos] if isinstance(eos, list | tuple) else []
+
+
+def _stop_at_end_of_turn(model: Any, tokenizer: Any) -> tuple[str, int | None, bool]:
+    """Add the chat template's end-of-turn token to the generation config's eos ids when it is not there.
+
+    A GGUF names one eos (Gemma 3: ``<eos>``, 1) while its template ends a turn with another token
+    (``<end_of_turn>``, 106); plain transformers ``generate`` on the folder would then run past the end
+    of a turn. (aclarena stops there anyway: :func:`aclarena.models.chat.stop_token_ids`.) Returns the
+    template's end-of-turn text and id (None when it has none) and whether the id was added.
+    """
+    from aclarena.models.chat import end_of_turn
+
+    text, eot = end_of_turn(tokenizer)
+    eos = _eos_list(model.generation_config.eos_token_id)
+    if eot is None or eot in eos:
+        return text, eot, False
+    model.generation_config.eos_token_id = [*eos, eot]
+    return text, eot, True
 
 
 def _load(path: Path) -> tuple[Any, Any]:

@@ -1,0 +1,60 @@
+"""One stop rule for every generation path (issue 49): the tokenizer's eos, the generation config's, and the
+chat template's end of turn. On Gemma 3 `probe` stopped only at eos, so a reply ran on past `<end_of_turn>`
+for turn after turn and `tokens` scored 128 positions where the model had answered in 3."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    from gemma_helpers import gemma_style_run
+
+    return gemma_style_run(tmp_path_factory.mktemp("gemma-style"))
+
+
+def test_the_stop_set_holds_the_end_of_turn_that_is_not_the_eos(gemma):
+    from gemma_helpers import end_of_turn_model
+
+    from aclarena.models.chat import end_of_turn, stop_token_ids
+
+    _, tok = gemma
+    eot, eos = tok.convert_tokens_to_ids("<end_of_turn>"), tok.convert_tokens_to_ids("<eos>")
+    model = end_of_turn_model(tok)
+    assert model.generation_config.eos_token_id == [eos] and tok.eos_token_id == eos  # neither names the end of turn
+    assert end_of_turn(tok) == ("<end_of_turn>\n", eot)
+    assert stop_token_ids(model, tok) == sorted({eos, eot})
+
+
+def test_probe_generation_stops_at_the_end_of_turn(gemma):
+    from gemma_helpers import end_of_turn_model
+
+    from aclarena.envs.rollout import model_policy
+    from aclarena.probes.generation import GenerationSettings, generate_probe_set
+
+    _, tok = gemma
+    eot = tok.convert_tokens_to_ids("<end_of_turn>")
+    model = end_of_turn_model(tok)
+    prompts = [{"messages": [{"role": "user", "content": "what is 12 + 3"}]},
+               {"messages": [{"role": "user", "content": "name the capital city"}]}]
+    probe = generate_probe_set(model, tok, prompts, name="p", reference="base",
+                               settings=GenerationSettings(max_new_tokens=12, batch_size=2))
+    for ids, scored in zip(probe.ids, probe.scored, strict=True):
+        assert int(scored.sum()) == 1 and int(ids[-1]) == eot  # the reply is the end of turn, then stop
+    # eval's policy (the rollout) stops at the same token: an empty reply, not twelve end-of-turn tokens
+    assert model_policy(model, tok, max_new_tokens=12)([(p["messages"], None) for p in prompts]) == ["", ""]
+
+
+def test_the_probe_verb_scores_one_position_per_reply(gemma, tmp_path, cli):
+    root, _ = gemma
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": t}]})
+                                 for t in ("what is 12 + 3", "name the capital city", "how many tools")) + "\n")
+    code, out, err = cli("probe", "--run", str(root), "--ref", "base", "--prompts", str(prompts),
+                         "--max-new-tokens", "16", "--force", "--json")
+    assert code == 0, err
+    row = json.loads(out)
+    assert row["sequences"] == 3 and row["scored"] == 3  # was 48: sixteen <end_of_turn> tokens each
