@@ -176,18 +176,39 @@ class FlipsResult:
     cost: dict[str, float]
     trajectories: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # item -> {"e": pieces, "l": pieces}
     cached: bool = False
+    # the flipped items of the capability matrix, before ``--max-items`` (None: every one is in ``items``)
+    total_forgot: int | None = None
+    total_gained: int | None = None
 
     @property
     def forgot(self) -> list[FlipItem]:
+        """The forgotten items analysed (at most ``--max-items``; :attr:`n_forgot` is the total)."""
         return [i for i in self.items if i.direction == FORGOT]
 
     @property
     def gained(self) -> list[FlipItem]:
         return [i for i in self.items if i.direction == GAINED]
 
+    @property
+    def n_forgot(self) -> int:
+        """Items the matrix shows forgotten (E 1, L 0), all of them, capped or not."""
+        return len(self.forgot) if self.total_forgot is None else self.total_forgot
+
+    @property
+    def n_gained(self) -> int:
+        return len(self.gained) if self.total_gained is None else self.total_gained
+
+    def counts(self) -> dict[str, Any]:
+        """The totals and, beside them, how many of each were analysed (the store's attributes)."""
+        return {"early": self.early, "late": self.late, "suite": self.suite, "n_items": self.n_items,
+                "n_forgot": self.n_forgot, "n_gained": self.n_gained, "n_forgot_analysed": len(self.forgot),
+                "n_gained_analysed": len(self.gained), "settings": self.settings}
+
     def to_dict(self) -> dict[str, Any]:
         return {"early": self.early, "late": self.late, "suite": self.suite, "relation": self.relation,
-                "n_items": self.n_items, "n_forgot": len(self.forgot), "n_gained": len(self.gained),
+                "n_items": self.n_items, "n_forgot": self.n_forgot, "n_gained": self.n_gained,
+                "n_forgot_analysed": len(self.forgot), "n_gained_analysed": len(self.gained),
+                "max_items": self.settings.get("max_items"),
                 "items": [i.row() for i in self.items],
                 "chance": {k: v.to_dict() for k, v in self.chance.items()},
                 "forward": self.forward.to_dict() if self.forward else None,
@@ -761,7 +782,8 @@ def _from_store(r: Any, key: str) -> FlipsResult:
     return FlipsResult(early=str(a["early"]), late=str(a["late"]), suite=str(a["suite"]), relation=str(a["relation"]),
                        n_items=int(a["n_items"]), items=items, chance=chance, forward=curve("forward"),
                        reverse=curve("reverse"), settings=a["settings"], cost=dict(d["summary"]["cost"]),
-                       trajectories=d["trajectories"], cached=True)
+                       trajectories=d["trajectories"], cached=True, total_forgot=int(a["n_forgot"]),
+                       total_gained=int(a["n_gained"]))
 
 
 def _to_store(res: FlipsResult) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -798,7 +820,8 @@ def _to_store(res: FlipsResult) -> tuple[dict[str, Any], dict[str, Any]]:
             data[f"{side}_pieces"] = pieces if pieces else np.zeros(0, np.int64)
             data[f"{side}_offsets"] = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     attrs = {"early": res.early, "late": res.late, "suite": res.suite, "relation": res.relation,
-             "n_items": res.n_items, "n_forgot": len(res.forgot), "n_gained": len(res.gained),
+             "n_items": res.n_items, "n_forgot": res.n_forgot, "n_gained": res.n_gained,
+             "n_forgot_analysed": len(res.forgot), "n_gained_analysed": len(res.gained),
              "settings": json.dumps(res.settings, sort_keys=True)}
     return data, attrs
 
@@ -870,6 +893,7 @@ def flips(
     if missing:
         raise AclarenaError(f"{len(missing)} flipped items of {suite!r} (e.g. {missing[0]!r}) are not tasks of this arena "
                             "version; rerun `aclarena-diag eval` to refresh the matrix")
+    totals = {d: sum(1 for _, x in pairs if x == d) for d in (FORGOT, GAINED)}
     if settings.max_items is not None:
         by_dir: dict[str, int] = {}
         kept = []
@@ -884,7 +908,7 @@ def flips(
     result = analyse(e_model, l_model, tok, [tasks_by_id[i] for i, _ in pairs], [d for _, d in pairs],
                      settings=settings, early=early, late=late, suite=suite, relation=relation, n_items=n_common,
                      progress=progress)
-    result = replace(result, settings=ident)
+    result = replace(result, settings=ident, total_forgot=totals[FORGOT], total_gained=totals[GAINED])
     if write:
         data, attrs = _to_store(result)
         ResultsStore(run_dir).write(flips_key(early, late, suite), data, result_type=RESULT_TYPE,

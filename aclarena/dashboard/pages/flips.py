@@ -15,6 +15,7 @@ from typing import Any
 from dash import Dash, Input, Output, dcc, html
 
 from aclarena.dashboard.data import current_run, reader
+from aclarena.store.flips import counts_line
 
 PAGE = {"path": "/flips", "name": "Flips", "order": 11}
 
@@ -81,8 +82,7 @@ def on_result(run_dir: Path, key: str | None) -> tuple[list[dict[str, Any]], int
         rep = "" if it["reproduced"] else " · not reproduced"
         options.append({"label": f"{it['direction']} · {it['item_id']} · {where}{rep}", "value": i})
     a = data["attrs"]
-    lines = [html.Div(f"{a['early']} → {a['late']} on {a['suite']}: {a['n_forgot']} forgotten, {a['n_gained']} "
-                      f"gained of {a['n_items']} items; {a['relation']}")]
+    lines = [html.Div(f"{counts_line(a, '→')}; {a['relation']}")]
     for d, c in data["summary"]["chance"].items():
         if c.get("n"):
             lines.append(html.Div(f"{d}: {c['hits']}/{c['n']} divergences in E's top {a['settings']['top']:g} "
