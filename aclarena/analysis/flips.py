@@ -48,6 +48,7 @@ from aclarena.diagnostics.flips import (
     random_ordinals,
     recovery_curve,
     step_divergence,
+    swap_notes,
     swap_threshold,
     top_fraction,
 )
@@ -152,6 +153,10 @@ class SwapCurve:
 
     def curves(self) -> dict[str, dict[str, list[float]]]:
         return {"kl": recovery_curve(self.kl), "random": recovery_curve(self.random)}
+
+    def notes(self) -> list[str]:
+        """Budgets collapsing to one swap, random-control rows short of the KL arm's swaps (one line each)."""
+        return swap_notes(self.direction, self.budgets, self.swaps_kl, self.swaps_random)
 
     def to_dict(self) -> dict[str, Any]:
         return {"direction": self.direction, "budgets": self.budgets, "items": self.items,
@@ -548,6 +553,9 @@ def _gen_pieces(tokenizer: Any, rep: Swapper) -> list[str]:
 # --- the swap test --------------------------------------------------------------------------
 
 
+RANDOM_REDRAWS = 4  # draws of a random-control row that fell short of the KL arm's swaps (see swap_test)
+
+
 def swap_rows(
     replays: Sequence[Swapper],
     budgets: Sequence[float],
@@ -591,19 +599,39 @@ def swap_test(
     """
     if direction not in ("forward", "reverse"):
         raise ValueError(f"`direction` must be forward or reverse, got {direction!r}")
-    kl_rows, rnd_rows = swap_rows(replays, budgets, seed)
-    rows = kl_rows + rnd_rows
-    trajs = play([tasks[i] for i, _, _ in rows], [s for _, _, s in rows], e_model, l_model, tokenizer,
-                 driver="l" if direction == "forward" else "e", batch_size=batch_size, env_for=env_for,
-                 on_batch=on_batch)
+    driver = "l" if direction == "forward" else "e"
     shape = (len(tasks), len(budgets))
     arrays = {name: np.full(shape, -1, dtype=np.int8) for name in ("kl", "random")}
     swaps = {name: np.zeros(shape, dtype=np.int32) for name in ("kl", "random")}
-    for (i, j, sw), tr in zip(rows, trajs, strict=True):
-        arm = sw.mode
-        solved = tr.reward >= 0.5
-        arrays[arm][i, j] = int(solved if direction == "forward" else not solved)
-        swaps[arm][i, j] = sw.used
+
+    def run(rows: list[tuple[int, int, Swapper]], report: Callable[[int], None] | None) -> None:
+        trajs = play([tasks[i] for i, _, _ in rows], [s for _, _, s in rows], e_model, l_model, tokenizer,
+                     driver=driver, batch_size=batch_size, env_for=env_for, on_batch=report)
+        for (i, j, sw), tr in zip(rows, trajs, strict=True):
+            solved = tr.reward >= 0.5
+            arrays[sw.mode][i, j] = int(solved if direction == "forward" else not solved)
+            swaps[sw.mode][i, j] = sw.used
+
+    kl_rows, rnd_rows = swap_rows(replays, budgets, seed)
+    run(kl_rows, on_batch)
+    # The random control makes as many swaps as the KL arm made (swap for swap), at disagreeing positions
+    # drawn at random. Its first draw is among E's replay's disagreements; the live generation departs
+    # from that replay (an unswapped disagreement changes the path), so a draw may name a disagreement that
+    # never comes. Such a row is drawn again among the disagreements its own generation met, up to
+    # RANDOM_REDRAWS times (the path up to the first swap does not depend on the draw, so one swap is always
+    # reached); rows still short stay short, and `swap_notes` says how many.
+    pending = []
+    for i, j, _ in rnd_rows:  # swap_rows' draw (the same generator) with the KL arm's count of swaps
+        k = int(swaps["kl"][i, j])
+        m = int(np.asarray(replays[i].disagree, dtype=bool).sum())
+        pending.append((i, j, Swapper("random", k=k, ordinals=random_ordinals(m, k, np.random.default_rng([seed, i, j])))))
+    for attempt in range(RANDOM_REDRAWS + 1):
+        run(pending, on_batch if attempt == 0 else None)
+        short = [(i, j, sw) for i, j, sw in pending if sw.used < sw.k]
+        if not short or attempt == RANDOM_REDRAWS:
+            break
+        pending = [(i, j, Swapper("random", k=sw.k, ordinals=random_ordinals(
+            max(sw.seen, sw.k), sw.k, np.random.default_rng([seed, i, j, attempt + 1])))) for i, j, sw in short]
     return SwapCurve(direction=direction, budgets=[float(b) for b in budgets], items=[t.id for t in tasks],
                      kl=arrays["kl"], random=arrays["random"], swaps_kl=swaps["kl"], swaps_random=swaps["random"])
 

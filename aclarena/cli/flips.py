@@ -153,6 +153,9 @@ def _print(res: Any) -> None:
         print_table(rows, cols, headers=heads, title="swap test (greedy; shares with 95% Wilson intervals)",
                     caption="recovered: L generating solves the item when E's tokens go through at that many "
                             "disagreeing positions; broken: E generating fails it with L's tokens")
+        for curve in (res.forward, res.reverse):
+            for note in curve.notes() if curve is not None else []:
+                print(f"note: {note}")
     elif not any(i.reproduced and i.direction == "forgot" for i in res.items):
         print("swap test: no forgotten item was reproduced by the greedy replays, so there is nothing to swap")
     c = res.cost

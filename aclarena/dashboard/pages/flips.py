@@ -89,6 +89,12 @@ def on_result(run_dir: Path, key: str | None) -> tuple[list[dict[str, Any]], int
                                   f"entropy positions = {c['share']:.2f} [{c['share_low']:.2f}, {c['share_high']:.2f}]; "
                                   f"chance {c['chance']:.2f} [{c['chance_low']:.2f}, {c['chance_high']:.2f}], "
                                   f"p = {c['p_value']:.3g}"))
+    from aclarena.diagnostics.flips import swap_notes  # here: torch loads only when a result is shown
+
+    for name in ("forward", "reverse"):
+        c = data.get(name)
+        if c is not None:
+            lines += [html.Div(f"note: {n}") for n in swap_notes(name, c["budgets"], c["swaps_kl"], c["swaps_random"])]
     return options, (0 if options else None), lines, recovery_figure(data), divergence_figure(data)
 
 
