@@ -47,13 +47,15 @@ class RepairOutput:
     layers: list[str]
     seconds: float
     reused: bool
+    notes: list[str] = field(default_factory=list)
 
     def row(self) -> dict[str, Any]:
         return {"checkpoint": self.checkpoint, "method": self.method, "from": self.old, "to": self.new,
                 "parameters": self.parameters, "tensors_repaired": self.n_repaired, "tensors": self.n_tensors,
                 "energy_removed": round(self.energy_removed, 6),
                 "directions_kept": None if self.directions_kept is None else round(self.directions_kept, 6),
-                "layers": self.layers, "seconds": round(self.seconds, 2), "status": "reused" if self.reused else "made"}
+                "layers": self.layers, "seconds": round(self.seconds, 2), "status": "reused" if self.reused else "made",
+                "notes": self.notes}
 
 
 @dataclass(frozen=True)
@@ -219,7 +221,8 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
         write_manifest(manifest, run_dir)
         settings = res.lineage() | {"oracle": oracle_spec.name if oracle_spec is not None else None,
                                     "layers": res.layers, "tensors_repaired": res.n_repaired,
-                                    "energy_removed": res.energy_removed, "directions_kept": res.directions_kept}
+                                    "energy_removed": res.energy_removed, "directions_kept": res.directions_kept,
+                                    "notes": res.notes}
         key = f"{RESULT_ROOT}/{out_name}"
         store.write(key, {"settings": Json(settings)}, result_type=RESULT_TYPE, result_version=RESULT_VERSION,
                     attrs={"method": f"repair-{method}", "seconds": seconds, "reused": res.reused,
@@ -228,7 +231,7 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
         writes.append(key)
         outputs.append(RepairOutput(out_name, method, old_spec.name, new_spec.name, spec.identity(), res.n_repaired,
                                     res.n_tensors, res.energy_removed, res.directions_kept, res.layers, seconds,
-                                    res.reused))
+                                    res.reused, res.notes))
     return RepairRunResult(outputs, tuple(writes))
 
 

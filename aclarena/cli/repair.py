@@ -67,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
                        "layers": ",".join(o.layers)} for o in result.outputs]
     print_table(rows, ["checkpoint", "method", "parameters", "tensors_repaired", "energy_removed", "directions_kept",
                        "layers", "seconds", "status"], title=f"repair {args.new} from {args.old}")
+    for o in result.outputs:
+        for note in o.notes:
+            print(f"note: {o.checkpoint}: {note}")
     names = ",".join(o.checkpoint for o in result.outputs)
     print(f"next: aclarena-diag eval --run {args.run} --checkpoints {names}; then aclarena-diag compare --run {args.run}")
     return 0
