@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         print_json(result.to_dict())
     else:
         _print(result)
+        for note in result.notes:
+            print(f"note: {note}")
     print_warnings(list(result.warnings), "signatures")
     return 0
 
