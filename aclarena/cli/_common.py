@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from aclarena.analysis._common import jsonable
+from aclarena.errors import AclarenaError
 from aclarena.progress import progress, quiet_libraries  # noqa: F401  (the verbs' console helpers)
 from aclarena.store.manifest import Manifest, load_manifest
 
@@ -137,3 +138,14 @@ def human_count(n: int | None) -> str:
 def progress_enabled(args: argparse.Namespace) -> bool:
     """Progress for a table: a bar on a terminal, log lines when stderr is piped; none for --json."""
     return not getattr(args, "json", False)
+
+
+def parse_suite_of(items: Sequence[str]) -> dict[str, str]:
+    """``--suite-of DOMAIN=SUITE`` (repeatable) as a mapping; a malformed one is one line."""
+    out: dict[str, str] = {}
+    for item in items:
+        d, sep, s = item.partition("=")
+        if not sep or not d.strip() or not s.strip():
+            raise AclarenaError(f"--suite-of {item!r} must look like DOMAIN=SUITE (e.g. math=lm-eval/aime24)")
+        out[d.strip()] = s.strip()
+    return out
