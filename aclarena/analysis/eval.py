@@ -232,13 +232,14 @@ def score_matrix(
             tokenizer: Any = None
             load_error = None
             try:
+                # the tokenizer first: one without a chat template fails here, before the model is loaded
+                tokenizer = load_tokenizer(spec, manifest, run_dir, require_chat_template=True)
                 if engine == "vllm":
                     from aclarena.models.vllm_engine import load_llm
 
                     model = load_llm(spec.name, manifest, run_dir, options, seed=settings.seeds[0])
                 else:
                     model = load_model(spec, manifest, run_dir, options)
-                tokenizer = load_tokenizer(spec, manifest, run_dir, require_chat_template=True)
             except NonFiniteWeightsError:
                 raise  # not a cell at all: a score of such weights would look real (docs/reliability.md)
             except Exception as e:  # any failure becomes an error cell, the rest goes on
