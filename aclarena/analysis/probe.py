@@ -138,6 +138,12 @@ def make_probe(
                                    progress=lambda k: bar.advance(task, k), world=world)
     if probe is None:
         return None
+    raw = sum(1 for p in prompts if "messages" not in p)
+    if raw and getattr(tok, "chat_template", None):
+        probe.warnings.append(
+            f"{raw} of {len(prompts)} prompts are plain \"prompt\" lines, generated from as raw text without the "
+            f"chat template that eval renders for {ref}; write {{\"messages\": [{{\"role\": \"user\", "
+            f"\"content\": ...}}]}} lines to probe the chat the model answers in eval")
     probe.settings.update({"tokenizer": info.tokenizer_fingerprint, "domain": domain, "prompt_source": prompt_source,
                            "file": str(Path(prompts_file).resolve()) if prompts_file else None})
     return probe

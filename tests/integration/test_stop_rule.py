@@ -58,3 +58,17 @@ def test_the_probe_verb_scores_one_position_per_reply(gemma, tmp_path, cli):
     assert code == 0, err
     row = json.loads(out)
     assert row["sequences"] == 3 and row["scored"] == 3  # was 48: sixteen <end_of_turn> tokens each
+
+
+def test_plain_prompt_lines_are_warned_when_the_model_has_a_template(gemma, tmp_path, cli):
+    """Issue 49: `probe --prompts` with {"prompt": ...} lines probed raw text while eval renders the chat
+    template, and said nothing."""
+    root, _ = gemma
+    prompts = tmp_path / "raw.jsonl"
+    prompts.write_text(json.dumps({"prompt": "what is 12 + 3"}) + "\n" + json.dumps(
+        {"messages": [{"role": "user", "content": "name the capital city"}]}) + "\n")
+    code, out, err = cli("probe", "--run", str(root), "--ref", "base", "--prompts", str(prompts), "--name", "raw",
+                         "--max-new-tokens", "4", "--force")
+    assert code == 0, err
+    (line,) = [ln for ln in err.splitlines() if "warning" in ln]
+    assert "1 of 2 prompts are plain" in line and "without the chat template" in line
