@@ -64,7 +64,10 @@ def test_vectors_piped_start_and_end_lines(fixture_run, cli, monkeypatch):
     ends = [ln for ln in lines if ln.startswith("end: ")]
     assert any(s.startswith("task vectors: tensors") for s in starts), lines
     assert len(starts) == len(ends) >= 2, lines
-    assert all(re.search(r": (\d+)/\1 steps in [0-9.]+s \(", ln) for ln in ends), lines  # every task completed
+    # every task completed: the tensor count in steps, each pass's reading in bytes (issue 49: not as steps)
+    assert all(re.search(r": (\d+)/\1 steps in [0-9.]+s \(", ln) or re.search(r": [0-9.]+ [kMG]?B read in ", ln)
+               for ln in ends), lines
+    assert any(re.search(r"\(([0-9.]+ [kMG]?B) to read\)", s) for s in starts), lines
     code, _, err = cli("vectors", "--run", str(fixture_run), "--json", "--force")
     assert code == 0 and "[aclarena " not in err, err
 
