@@ -43,6 +43,7 @@ class EvalResult:
     cells: list[dict[str, Any]]
     over_training_seeds: list[dict[str, Any]] = field(default_factory=list)
     samples: int = 0
+    writes: tuple[str, ...] = ()  # the store keys of the cells written by this call (docs/python-api.md)
 
     def to_dict(self) -> dict[str, Any]:
         """What ``aclarena-diag eval --json`` prints."""
@@ -86,6 +87,7 @@ class ImportResult:
     """Cells read from lm-evaluation-harness results files: one row per (checkpoint, task)."""
 
     rows: list[dict[str, Any]]
+    writes: tuple[str, ...] = ()  # the store keys written (cells already stored and kept are not)
 
     @property
     def imported(self) -> int:
@@ -286,7 +288,8 @@ def score_matrix(
                              "n_seeds": c.n_seeds, "samples": c.samples, "error": c.error,
                              "computed": (spec.name, suite) in computed, "key": c.key})
     return EvalResult(settings=ident, settings_id=sid, checkpoints=[s.name for s in specs], suites=suite_list, skipped=skipped,
-                      cells=rows, over_training_seeds=over_training_seeds(rows, [s.name for s in specs]), samples=settings.samples)
+                      cells=rows, over_training_seeds=over_training_seeds(rows, [s.name for s in specs]), samples=settings.samples,
+                      writes=tuple(str(r["key"]) for r in rows if r["computed"]))
 
 
 def _write_cell(store: Any, key: str, data: Any, attrs: Mapping[str, Any], text: str | None) -> None:
@@ -365,4 +368,4 @@ def import_lm_eval(
         raise unknown_name("lm-eval task in --lm-eval-task", unknown[0], seen_tasks)
     if items:
         store.write_many(items, overwrite=True, manifest_text=manifest_text(run_dir))
-    return ImportResult(rows)
+    return ImportResult(rows, tuple(it[0] for it in items))
