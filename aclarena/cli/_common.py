@@ -91,6 +91,21 @@ def fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def fmt_sig(value: Any, sig: int = 3) -> str:
+    """A number with ``sig`` significant digits (0.000369, 0.0123, 1.25e+05): for quantities whose scale
+    varies by orders of magnitude, where :func:`fmt`'s fixed decimals would print 3.69e-4 as 0.0004."""
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.{sig}g}"
+    return fmt(value)
+
+
+def fmt_share(value: Any, digits: int = 3) -> str:
+    """A share in [0, 1] with fixed decimals (0.000, 0.012, 0.940): one format down a column."""
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.{digits}f}"
+    return fmt(value)
+
+
 def print_table(
     rows: Iterable[dict[str, Any]],
     columns: Sequence[str],

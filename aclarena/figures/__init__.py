@@ -331,10 +331,13 @@ def _write_atomic(path: Path, data: bytes) -> None:
     import os
     import tempfile
 
+    from aclarena.store.manifest import default_mode
+
     _check_target(path)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        default_mode(fd)  # 0644 as any written file, not mkstemp's 0600
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
