@@ -63,7 +63,7 @@ class _Task:
     completed: float = 0.0
     started: float = field(default_factory=time.monotonic)
     ended: bool = False
-    unit: str = "steps"  # or "bytes": amounts and rates are then sizes (a tensor pass reads bytes, not steps)
+    unit: str = "steps"  # what is counted (tensors, ...); "bytes": amounts and rates are sizes
 
 
 class LogProgress:
@@ -161,7 +161,7 @@ class LogProgress:
         if t.unit == "bytes":
             return (f"{t.description}: {_bytes(t.completed)} of {_bytes(t.total)} read ({pct:.0f}%), "
                     f"{_bytes(rate)}/s, elapsed {_seconds(elapsed)}{eta}")
-        return (f"{t.description}: step {_n(t.completed)}/{_n(t.total)} ({pct:.0f}%), {rate:.3g} steps/s, "
+        return (f"{t.description}: step {_n(t.completed)}/{_n(t.total)} ({pct:.0f}%), {rate:.3g} {t.unit}/s, "
                 f"elapsed {_seconds(elapsed)}{eta}")
 
     def _end(self, t: _Task, word: str = "end") -> None:
@@ -177,14 +177,14 @@ class LogProgress:
             self._say(f"{word}: {t.description}: {done} read in {_seconds(elapsed)} ({_bytes(rate)}/s)")
             return
         done = _n(t.completed) + (f"/{_n(t.total)}" if t.total is not None else "")
-        self._say(f"{word}: {t.description}: {done} steps in {_seconds(elapsed)} ({rate:.3g} steps/s)")
+        self._say(f"{word}: {t.description}: {done} {t.unit} in {_seconds(elapsed)} ({rate:.3g} {t.unit}/s)")
 
     def _say(self, text: str) -> None:
         print(f"[aclarena {time.strftime('%H:%M:%S')}] {text}", file=self._stream, flush=True)
 
 
 def _total(t: _Task) -> str:
-    return f"{_bytes(t.total)} to read" if t.unit == "bytes" else f"{_n(t.total)} steps"
+    return f"{_bytes(t.total)} to read" if t.unit == "bytes" else f"{_n(t.total)} {t.unit}"
 
 
 def _bytes(x: float | None) -> str:

@@ -158,8 +158,12 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
            percents: str | float | Sequence[float] | None = None, modules: Sequence[str] | str = (),
            layers: str | Sequence[int] | None = None, select: str | None = None, fraction: float = 0.25,
            count: int | None = None, compute_dtype: str = "float32", force: bool = False,
-           manifest: Manifest | None = None, progress: Callable[[str], None] | None = None) -> RepairRunResult:
+           manifest: Manifest | None = None, progress: Callable[[str], None] | None = None,
+           on_tensor: Callable[[int, int | None], None] | None = None) -> RepairRunResult:
     """Repair NEW's update from OLD into new checkpoints of the run (one per rank percent for svd-restore).
+
+    ``progress`` is called with a line per output checkpoint, ``on_tensor`` with (tensors done, tensors
+    in all or None) after each tensor is written.
 
     Raises:
         AclarenaError: unknown names or methods, bad settings, a module pattern that matches nothing,
@@ -211,8 +215,15 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
         if progress is not None:
             progress(f"{out_name}: {method} of {new_spec.name} from {old_spec.name}")
         t0 = time.perf_counter()
+        done = [0]
+
+        def tick(_: str, done: list[int] = done) -> None:
+            done[0] += 1
+            if on_tensor is not None:
+                on_tensor(done[0], len(new_info.tensors) or None)
+
         res = repair_checkpoints(old_info, new_info, spec, run_dir / "checkpoints" / out_name, base=base_info,
-                                 oracle=oracle_info, force=force)
+                                 oracle=oracle_info, force=force, on_tensor=tick)
         seconds = time.perf_counter() - t0
         ck = CheckpointSpec(name=out_name, path=f"checkpoints/{out_name}", kind="consolidated",
                             method=f"repair-{method}", parent=new_spec.name, seed=new_spec.seed)

@@ -36,8 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from aclarena.models.gguf_import import import_gguf
+    from aclarena.progress import progress
 
-    record = import_gguf(args.source, args.out, dtype=args.dtype, force=args.force)
+    with progress(enabled=not args.json) as bar:
+        task = bar.add_task("import", total=None)
+        record = import_gguf(args.source, args.out, dtype=args.dtype, force=args.force,
+                             phase=lambda text: bar.update(task, description=f"import: {text}", completed=0))
     if args.json:
         print_json(record.to_dict())
         return 0
