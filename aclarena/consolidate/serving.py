@@ -183,7 +183,11 @@ class VllmExpertServer:
         """Route each chat and generate its reply; one LoRARequest per request."""
         from vllm import SamplingParams
 
-        params = sampling_params or SamplingParams(temperature=0.0, max_tokens=256)
+        from aclarena.models.chat import stop_token_ids
+
+        # the one stop rule (eos ids and the template's end of turn), as every other generation path
+        params = sampling_params or SamplingParams(temperature=0.0, max_tokens=256, stop_token_ids=stop_token_ids(
+            self.llm, self.llm.get_tokenizer(), required=False))
         out = []
         for messages, tools in chats:
             route = self.router.route(Context.from_messages(list(messages), list(tools) if tools else None))

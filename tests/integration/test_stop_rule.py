@@ -72,3 +72,30 @@ def test_plain_prompt_lines_are_warned_when_the_model_has_a_template(gemma, tmp_
     assert code == 0, err
     (line,) = [ln for ln in err.splitlines() if "warning" in ln]
     assert "1 of 2 prompts are plain" in line and "without the chat template" in line
+
+
+def test_expert_serving_stops_at_the_end_of_turn(gemma, tmp_path):
+    """MLE serving (PeftExpertServer) generated with the model's eos only; it takes the same stop set."""
+    from fixtures import make_lora
+    from gemma_helpers import end_of_turn_model
+
+    from aclarena.consolidate.routers import RuleRouter
+    from aclarena.consolidate.serving import PeftExpertServer
+
+    _, tok = gemma
+    eot = tok.convert_tokens_to_ids("<end_of_turn>")
+    base = end_of_turn_model(tok)
+    server = PeftExpertServer(end_of_turn_model(tok), tok, {"math": make_lora(base, tmp_path / "math", seed=1)},
+                              RuleRouter(("math",)))
+    seen = []
+    generate = server.model.generate
+
+    def spy(**kw):
+        out = generate(**kw)
+        seen.append((kw["eos_token_id"], out.shape[1] - kw["input_ids"].shape[1]))
+        return out
+
+    server.model.generate = spy
+    server.generate([{"role": "user", "content": "what is 12 + 3"}], max_new_tokens=16)
+    ((stops, n_new),) = seen
+    assert eot in stops and n_new == 1  # was 16 <end_of_turn> tokens
