@@ -236,6 +236,9 @@ def _write(model: Any, tokenizer: Any, record: GgufImport, out_dir: Path) -> Non
     try:
         parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.import-", dir=parent))
+        mask = os.umask(0)
+        os.umask(mask)
+        staging.chmod(0o777 & ~mask)  # the folder a plain mkdir makes (0755 usually), not mkdtemp's 0700
     except OSError as e:
         raise AclarenaError(f"cannot write in {parent}: {e.strerror or e}; choose another --out") from None
     old = None

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 
 import pytest
 import torch
@@ -101,9 +103,14 @@ def test_import_adds_the_template_end_of_turn_to_the_generation_config(tmp_path,
     path.parent.mkdir()
     write_llama_gguf(build_model(tiny_config(tok, arch="llama"), seed=4), tok, path, eos="<eos>")
     out = tmp_path / "imported"
-    code, stdout, err = cli("import", str(path), "--out", str(out))
+    mask = os.umask(0o022)
+    try:
+        code, stdout, err = cli("import", str(path), "--out", str(out))
+    finally:
+        os.umask(mask)
     assert code == 0, err
     assert "<end_of_turn>" in stdout and "added" in stdout
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755  # as a plain mkdir makes it, not mkdtemp's 0700
     gen = json.loads((out / "generation_config.json").read_text())
     assert gen["eos_token_id"] == [eos, eot]
     rec = json.loads((out / "aclarena-import.json").read_text())
