@@ -63,6 +63,7 @@ class _Task:
     completed: float = 0.0
     started: float = field(default_factory=time.monotonic)
     ended: bool = False
+    unit: str = "steps"  # what is counted (tensors, ...); "bytes": amounts and rates are sizes
 
 
 class LogProgress:
@@ -106,12 +107,14 @@ class LogProgress:
                     self._end(t, "stopped" if failed else "end")
 
     # the Progress API
-    def add_task(self, description: str, total: float | None = None, completed: float = 0, **_: Any) -> int:
+    def add_task(self, description: str, total: float | None = None, completed: float = 0, *,
+                 unit: str = "steps", **_: Any) -> int:
+        """As rich's; ``unit="bytes"`` (a rich task field there) says the amounts are bytes."""
         with self._lock:
             task_id = len(self._tasks)
-            t = _Task(description, None if total is None else float(total), float(completed))
+            t = _Task(description, None if total is None else float(total), float(completed), unit=unit)
             self._tasks[task_id] = t
-            self._say(f"start: {description}" + (f" ({_n(t.total)} steps)" if t.total is not None else ""))
+            self._say(f"start: {description}" + (f" ({_total(t)})" if t.total is not None else ""))
             return task_id
 
     def update(self, task_id: int, *, total: float | None = None, completed: float | None = None,
@@ -127,7 +130,7 @@ class LogProgress:
                 t.total = float(total)
             if restart:
                 t.started, t.ended, t.completed = time.monotonic(), False, 0.0
-                self._say(f"start: {t.description}" + (f" ({_n(t.total)} steps)" if t.total is not None else ""))
+                self._say(f"start: {t.description}" + (f" ({_total(t)})" if t.total is not None else ""))
             if completed is not None:
                 t.completed = float(completed)
             if advance is not None:
@@ -150,11 +153,15 @@ class LogProgress:
         elapsed = time.monotonic() - t.started
         rate = t.completed / elapsed if elapsed > 0 else 0.0
         if t.total is None:
-            steps = f", step {_n(t.completed)}" if t.completed else ""
+            steps = (f", {_bytes(t.completed)} read" if t.unit == "bytes" else f", step {_n(t.completed)}") \
+                if t.completed else ""
             return f"{t.description}: running{steps}, elapsed {_seconds(elapsed)}"
         pct = 100.0 * t.completed / t.total if t.total > 0 else 0.0
         eta = f", eta {_seconds((t.total - t.completed) / rate)}" if rate > 0 else ""
-        return (f"{t.description}: step {_n(t.completed)}/{_n(t.total)} ({pct:.0f}%), {rate:.3g} steps/s, "
+        if t.unit == "bytes":
+            return (f"{t.description}: {_bytes(t.completed)} of {_bytes(t.total)} read ({pct:.0f}%), "
+                    f"{_bytes(rate)}/s, elapsed {_seconds(elapsed)}{eta}")
+        return (f"{t.description}: step {_n(t.completed)}/{_n(t.total)} ({pct:.0f}%), {rate:.3g} {t.unit}/s, "
                 f"elapsed {_seconds(elapsed)}{eta}")
 
     def _end(self, t: _Task, word: str = "end") -> None:
@@ -163,12 +170,31 @@ class LogProgress:
         if t.total is None and t.completed == 0:
             self._say(f"{word}: {t.description} ({_seconds(elapsed)})")
             return
-        done = _n(t.completed) + (f"/{_n(t.total)}" if t.total is not None else "")
         rate = t.completed / elapsed if elapsed > 0 else 0.0
-        self._say(f"{word}: {t.description}: {done} steps in {_seconds(elapsed)} ({rate:.3g} steps/s)")
+        if t.unit == "bytes":
+            done = _bytes(t.completed) + (f" of {_bytes(t.total)}" if t.total is not None and t.completed < t.total
+                                          else "")
+            self._say(f"{word}: {t.description}: {done} read in {_seconds(elapsed)} ({_bytes(rate)}/s)")
+            return
+        done = _n(t.completed) + (f"/{_n(t.total)}" if t.total is not None else "")
+        self._say(f"{word}: {t.description}: {done} {t.unit} in {_seconds(elapsed)} ({rate:.3g} {t.unit}/s)")
 
     def _say(self, text: str) -> None:
         print(f"[aclarena {time.strftime('%H:%M:%S')}] {text}", file=self._stream, flush=True)
+
+
+def _total(t: _Task) -> str:
+    return f"{_bytes(t.total)} to read" if t.unit == "bytes" else f"{_n(t.total)} {t.unit}"
+
+
+def _bytes(x: float | None) -> str:
+    """A size as people read it: 1.07 GB, 52.1 MB, 900 B (decimal units)."""
+    if x is None:
+        return "?"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(x) >= size:
+            return f"{x / size:.3g} {unit}"
+    return f"{x:.0f} B"
 
 
 def _n(x: float | None) -> str:

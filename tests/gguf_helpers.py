@@ -16,7 +16,8 @@ def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_llama_gguf(model: Any, tokenizer: Any, path: Path, *, quantize: tuple[str, ...] = ()) -> dict[str, Any]:
+def write_llama_gguf(model: Any, tokenizer: Any, path: Path, *, quantize: tuple[str, ...] = (),
+                     eos: str = "<|im_end|>") -> dict[str, Any]:
     """Write ``model`` (a LlamaForCausalLM) to ``path``; tensors whose GGUF name contains one of
     ``quantize`` are stored as Q8_0. Returns {GGUF name: the array written (F32) or its quantized bytes}."""
     import gguf
@@ -44,7 +45,7 @@ def write_llama_gguf(model: Any, tokenizer: Any, path: Path, *, quantize: tuple[
     w.add_token_list([t for t, _ in vocab])
     w.add_token_types([3 if t in special else 1 for t, _ in vocab])
     w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in bpe["merges"]])
-    w.add_eos_token_id(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    w.add_eos_token_id(tokenizer.convert_tokens_to_ids(eos))
     if tokenizer.pad_token_id is not None:
         w.add_pad_token_id(tokenizer.pad_token_id)
     w.add_chat_template(tokenizer.chat_template)

@@ -50,6 +50,7 @@ def checkpoints(run_dir: RunPath, *, allow_pickle: bool = False, manifest: Manif
             "parameters": info.n_parameters,
             "dtype": info.dtype,
             "tokenizer": info.tokenizer_fingerprint,
+            "chat_template": info.chat_template,
             "loadable": info.loadable,
             "problem": info.problem,
             **_imported(info.location if info.source == "folder" else None),

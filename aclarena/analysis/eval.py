@@ -45,6 +45,7 @@ class EvalResult:
     samples: int = 0
     # reruns (--force) that failed where a good cell was stored: the good cell kept, the failure here
     kept: list[dict[str, Any]] = field(default_factory=list)
+    writes: tuple[str, ...] = ()  # the store keys of the cells written by this call (docs/python-api.md)
 
     def to_dict(self) -> dict[str, Any]:
         """What ``aclarena-diag eval --json`` prints."""
@@ -93,6 +94,7 @@ class ImportResult:
     """Cells read from lm-evaluation-harness results files: one row per (checkpoint, task)."""
 
     rows: list[dict[str, Any]]
+    writes: tuple[str, ...] = ()  # the store keys written (cells already stored and kept are not)
 
     @property
     def imported(self) -> int:
@@ -240,13 +242,14 @@ def score_matrix(
             tokenizer: Any = None
             load_error = None
             try:
+                # the tokenizer first: one without a chat template fails here, before the model is loaded
+                tokenizer = load_tokenizer(spec, manifest, run_dir, require_chat_template=True)
                 if engine == "vllm":
                     from aclarena.models.vllm_engine import load_llm
 
                     model = load_llm(spec.name, manifest, run_dir, options, seed=settings.seeds[0])
                 else:
                     model = load_model(spec, manifest, run_dir, options)
-                tokenizer = load_tokenizer(spec, manifest, run_dir, require_chat_template=True)
             except NonFiniteWeightsError:
                 raise  # not a cell at all: a score of such weights would look real (docs/reliability.md)
             except Exception as e:  # any failure becomes an error cell, the rest goes on
@@ -297,7 +300,7 @@ def score_matrix(
                              "computed": (spec.name, suite) in computed, "key": c.key})
     return EvalResult(settings=ident, settings_id=sid, checkpoints=[s.name for s in specs], suites=suite_list, skipped=skipped,
                       cells=rows, over_training_seeds=over_training_seeds(rows, [s.name for s in specs]), samples=settings.samples,
-                      kept=kept)
+                      kept=kept, writes=tuple(str(r["key"]) for r in rows if r["computed"]))
 
 
 class _KeepGoodCell(Exception):
@@ -390,4 +393,4 @@ def import_lm_eval(
         raise unknown_name("lm-eval task in --lm-eval-task", unknown[0], seen_tasks)
     if items:
         store.write_many(items, overwrite=True, manifest_text=manifest_text(run_dir))
-    return ImportResult(rows)
+    return ImportResult(rows, tuple(it[0] for it in items))

@@ -48,6 +48,7 @@ from aclarena.diagnostics.flips import (
     random_ordinals,
     recovery_curve,
     step_divergence,
+    swap_notes,
     swap_threshold,
     top_fraction,
 )
@@ -153,6 +154,10 @@ class SwapCurve:
     def curves(self) -> dict[str, dict[str, list[float]]]:
         return {"kl": recovery_curve(self.kl), "random": recovery_curve(self.random)}
 
+    def notes(self) -> list[str]:
+        """Budgets collapsing to one swap, random-control rows short of the KL arm's swaps (one line each)."""
+        return swap_notes(self.direction, self.budgets, self.swaps_kl, self.swaps_random)
+
     def to_dict(self) -> dict[str, Any]:
         return {"direction": self.direction, "budgets": self.budgets, "items": self.items,
                 "kl": self.kl.tolist(), "random": self.random.tolist(), "swaps_kl": self.swaps_kl.tolist(),
@@ -176,18 +181,39 @@ class FlipsResult:
     cost: dict[str, float]
     trajectories: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # item -> {"e": pieces, "l": pieces}
     cached: bool = False
+    # the flipped items of the capability matrix, before ``--max-items`` (None: every one is in ``items``)
+    total_forgot: int | None = None
+    total_gained: int | None = None
 
     @property
     def forgot(self) -> list[FlipItem]:
+        """The forgotten items analysed (at most ``--max-items``; :attr:`n_forgot` is the total)."""
         return [i for i in self.items if i.direction == FORGOT]
 
     @property
     def gained(self) -> list[FlipItem]:
         return [i for i in self.items if i.direction == GAINED]
 
+    @property
+    def n_forgot(self) -> int:
+        """Items the matrix shows forgotten (E 1, L 0), all of them, capped or not."""
+        return len(self.forgot) if self.total_forgot is None else self.total_forgot
+
+    @property
+    def n_gained(self) -> int:
+        return len(self.gained) if self.total_gained is None else self.total_gained
+
+    def counts(self) -> dict[str, Any]:
+        """The totals and, beside them, how many of each were analysed (the store's attributes)."""
+        return {"early": self.early, "late": self.late, "suite": self.suite, "n_items": self.n_items,
+                "n_forgot": self.n_forgot, "n_gained": self.n_gained, "n_forgot_analysed": len(self.forgot),
+                "n_gained_analysed": len(self.gained), "settings": self.settings}
+
     def to_dict(self) -> dict[str, Any]:
         return {"early": self.early, "late": self.late, "suite": self.suite, "relation": self.relation,
-                "n_items": self.n_items, "n_forgot": len(self.forgot), "n_gained": len(self.gained),
+                "n_items": self.n_items, "n_forgot": self.n_forgot, "n_gained": self.n_gained,
+                "n_forgot_analysed": len(self.forgot), "n_gained_analysed": len(self.gained),
+                "max_items": self.settings.get("max_items"),
                 "items": [i.row() for i in self.items],
                 "chance": {k: v.to_dict() for k, v in self.chance.items()},
                 "forward": self.forward.to_dict() if self.forward else None,
@@ -527,6 +553,9 @@ def _gen_pieces(tokenizer: Any, rep: Swapper) -> list[str]:
 # --- the swap test --------------------------------------------------------------------------
 
 
+RANDOM_REDRAWS = 4  # draws of a random-control row that fell short of the KL arm's swaps (see swap_test)
+
+
 def swap_rows(
     replays: Sequence[Swapper],
     budgets: Sequence[float],
@@ -570,19 +599,39 @@ def swap_test(
     """
     if direction not in ("forward", "reverse"):
         raise ValueError(f"`direction` must be forward or reverse, got {direction!r}")
-    kl_rows, rnd_rows = swap_rows(replays, budgets, seed)
-    rows = kl_rows + rnd_rows
-    trajs = play([tasks[i] for i, _, _ in rows], [s for _, _, s in rows], e_model, l_model, tokenizer,
-                 driver="l" if direction == "forward" else "e", batch_size=batch_size, env_for=env_for,
-                 on_batch=on_batch)
+    driver = "l" if direction == "forward" else "e"
     shape = (len(tasks), len(budgets))
     arrays = {name: np.full(shape, -1, dtype=np.int8) for name in ("kl", "random")}
     swaps = {name: np.zeros(shape, dtype=np.int32) for name in ("kl", "random")}
-    for (i, j, sw), tr in zip(rows, trajs, strict=True):
-        arm = sw.mode
-        solved = tr.reward >= 0.5
-        arrays[arm][i, j] = int(solved if direction == "forward" else not solved)
-        swaps[arm][i, j] = sw.used
+
+    def run(rows: list[tuple[int, int, Swapper]], report: Callable[[int], None] | None) -> None:
+        trajs = play([tasks[i] for i, _, _ in rows], [s for _, _, s in rows], e_model, l_model, tokenizer,
+                     driver=driver, batch_size=batch_size, env_for=env_for, on_batch=report)
+        for (i, j, sw), tr in zip(rows, trajs, strict=True):
+            solved = tr.reward >= 0.5
+            arrays[sw.mode][i, j] = int(solved if direction == "forward" else not solved)
+            swaps[sw.mode][i, j] = sw.used
+
+    kl_rows, rnd_rows = swap_rows(replays, budgets, seed)
+    run(kl_rows, on_batch)
+    # The random control makes as many swaps as the KL arm made (swap for swap), at disagreeing positions
+    # drawn at random. Its first draw is among E's replay's disagreements; the live generation departs
+    # from that replay (an unswapped disagreement changes the path), so a draw may name a disagreement that
+    # never comes. Such a row is drawn again among the disagreements its own generation met, up to
+    # RANDOM_REDRAWS times (the path up to the first swap does not depend on the draw, so one swap is always
+    # reached); rows still short stay short, and `swap_notes` says how many.
+    pending = []
+    for i, j, _ in rnd_rows:  # swap_rows' draw (the same generator) with the KL arm's count of swaps
+        k = int(swaps["kl"][i, j])
+        m = int(np.asarray(replays[i].disagree, dtype=bool).sum())
+        pending.append((i, j, Swapper("random", k=k, ordinals=random_ordinals(m, k, np.random.default_rng([seed, i, j])))))
+    for attempt in range(RANDOM_REDRAWS + 1):
+        run(pending, on_batch if attempt == 0 else None)
+        short = [(i, j, sw) for i, j, sw in pending if sw.used < sw.k]
+        if not short or attempt == RANDOM_REDRAWS:
+            break
+        pending = [(i, j, Swapper("random", k=sw.k, ordinals=random_ordinals(
+            max(sw.seen, sw.k), sw.k, np.random.default_rng([seed, i, j, attempt + 1])))) for i, j, sw in short]
     return SwapCurve(direction=direction, budgets=[float(b) for b in budgets], items=[t.id for t in tasks],
                      kl=arrays["kl"], random=arrays["random"], swaps_kl=swaps["kl"], swaps_random=swaps["random"])
 
@@ -766,7 +815,8 @@ def _from_store(r: Any, key: str) -> FlipsResult:
     return FlipsResult(early=str(a["early"]), late=str(a["late"]), suite=str(a["suite"]), relation=str(a["relation"]),
                        n_items=int(a["n_items"]), items=items, chance=chance, forward=curve("forward"),
                        reverse=curve("reverse"), settings=a["settings"], cost=dict(d["summary"]["cost"]),
-                       trajectories=d["trajectories"], cached=True)
+                       trajectories=d["trajectories"], cached=True, total_forgot=int(a["n_forgot"]),
+                       total_gained=int(a["n_gained"]))
 
 
 def _to_store(res: FlipsResult) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -803,7 +853,8 @@ def _to_store(res: FlipsResult) -> tuple[dict[str, Any], dict[str, Any]]:
             data[f"{side}_pieces"] = pieces if pieces else np.zeros(0, np.int64)
             data[f"{side}_offsets"] = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     attrs = {"early": res.early, "late": res.late, "suite": res.suite, "relation": res.relation,
-             "n_items": res.n_items, "n_forgot": len(res.forgot), "n_gained": len(res.gained),
+             "n_items": res.n_items, "n_forgot": res.n_forgot, "n_gained": res.n_gained,
+             "n_forgot_analysed": len(res.forgot), "n_gained_analysed": len(res.gained),
              "settings": json.dumps(res.settings, sort_keys=True)}
     return data, attrs
 
@@ -875,6 +926,7 @@ def flips(
     if missing:
         raise AclarenaError(f"{len(missing)} flipped items of {suite!r} (e.g. {missing[0]!r}) are not tasks of this arena "
                             "version; rerun `aclarena-diag eval` to refresh the matrix")
+    totals = {d: sum(1 for _, x in pairs if x == d) for d in (FORGOT, GAINED)}
     if settings.max_items is not None:
         by_dir: dict[str, int] = {}
         kept = []
@@ -889,7 +941,7 @@ def flips(
     result = analyse(e_model, l_model, tok, [tasks_by_id[i] for i, _ in pairs], [d for _, d in pairs],
                      settings=settings, early=early, late=late, suite=suite, relation=relation, n_items=n_common,
                      progress=progress)
-    result = replace(result, settings=ident)
+    result = replace(result, settings=ident, total_forgot=totals[FORGOT], total_gained=totals[GAINED])
     if write:
         data, attrs = _to_store(result)
         ResultsStore(run_dir).write(flips_key(early, late, suite), data, result_type=RESULT_TYPE,

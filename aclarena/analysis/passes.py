@@ -179,7 +179,7 @@ def resumable_pass(
     try:
         torch.set_num_threads(1)
         with progress(show_progress) as bar:
-            tasks = [bar.add_task(name, total=max(1, sum(reader.nbytes(t, k) for t in reader.names)))
+            tasks = [bar.add_task(name, total=max(1, sum(reader.nbytes(t, k) for t in reader.names)), unit="bytes")
                      for k, name in enumerate(plan.dense)]
             overall = bar.add_task(f"{what}: tensors", total=len(reader.names))
             for t in reader.names:

@@ -40,6 +40,22 @@ def _domain_prompts(domain: str, n: int, seed: int, ref: str) -> list[dict[str, 
     return [dict(p) for p in prompts]
 
 
+def domain_prompts(manifest: Manifest, run_dir: str | os.PathLike[str], domain: str, n: int, seed: int,
+                   ref: str) -> tuple[list[dict[str, Any]], str]:
+    """Prompts of ``domain`` and where they come from: the run's own suites of that domain
+    (``[suites.NAME]`` with ``domain = ...``) before the mini arena's tasks of that name."""
+    try:
+        from aclarena.envs.custom import suite_prompts
+    except ImportError:  # an install without the environments: _domain_prompts says so
+        own = None
+    else:
+        own = suite_prompts(manifest, run_dir, domain, n, seed)
+    if own is not None:
+        prompts, names = own
+        return prompts, f"the run's suite{'s' if len(names) > 1 else ''} {', '.join(names)} (domain {domain})"
+    return _domain_prompts(domain, n, seed, ref), f"the mini arena's {domain}/id tasks"
+
+
 def make_probe(
     run_dir: str | os.PathLike[str],
     manifest: Manifest,
@@ -77,12 +93,13 @@ def make_probe(
         raise AclarenaError(f"-n must be at least 1, got {n}")
     # read and validate the inputs before loading anything
     conversations = prompts = None
+    prompt_source = None
     if traces_file:
         conversations = read_traces(traces_file)[: n or None]
     elif prompts_file:
         prompts = read_prompts(prompts_file)[: n or None]
     elif domain:
-        prompts = _domain_prompts(domain, n or DEFAULT_DOMAIN_N, settings.seed, ref)
+        prompts, prompt_source = domain_prompts(manifest, run_dir, domain, n or DEFAULT_DOMAIN_N, settings.seed, ref)
     else:
         raise AclarenaError("say where the probe comes from: --prompts FILE.jsonl, --domain D or --from-traces FILE.jsonl")
     info = inspect(spec, manifest, run_dir, allow_pickle=load.allow_pickle)
@@ -123,8 +140,14 @@ def make_probe(
         return None
     from aclarena.analysis.tokens import weights_fingerprint
 
+    raw = sum(1 for p in prompts if "messages" not in p)
+    if raw and getattr(tok, "chat_template", None):
+        probe.warnings.append(
+            f"{raw} of {len(prompts)} prompts are plain \"prompt\" lines, generated from as raw text without the "
+            f"chat template that eval renders for {ref}; write {{\"messages\": [{{\"role\": \"user\", "
+            f"\"content\": ...}}]}} lines to probe the chat the model answers in eval")
     # the weights that generated it: `tokens` refuses the set once they change (issue 43)
-    probe.settings.update({"tokenizer": info.tokenizer_fingerprint, "domain": domain,
+    probe.settings.update({"tokenizer": info.tokenizer_fingerprint, "domain": domain, "prompt_source": prompt_source,
                            "file": str(Path(prompts_file).resolve()) if prompts_file else None,
                            "reference_weights": weights_fingerprint(info, manifest, run_dir)})
     return probe
@@ -142,6 +165,7 @@ def describe(probe: Any) -> dict[str, Any]:
         "mean_scored_per_sequence": sum(responses) / len(responses),
         "digest": probe.digest,
         "warnings": list(probe.warnings),
+        "prompts": probe.settings.get("prompt_source"),
     }
 
 

@@ -48,13 +48,15 @@ class RepairOutput:
     layers: list[str]
     seconds: float
     reused: bool
+    notes: list[str] = field(default_factory=list)
 
     def row(self) -> dict[str, Any]:
         return {"checkpoint": self.checkpoint, "method": self.method, "from": self.old, "to": self.new,
                 "parameters": self.parameters, "tensors_repaired": self.n_repaired, "tensors": self.n_tensors,
                 "energy_removed": round(self.energy_removed, 6),
                 "directions_kept": None if self.directions_kept is None else round(self.directions_kept, 6),
-                "layers": self.layers, "seconds": round(self.seconds, 2), "status": "reused" if self.reused else "made"}
+                "layers": self.layers, "seconds": round(self.seconds, 2), "status": "reused" if self.reused else "made",
+                "notes": self.notes}
 
 
 @dataclass(frozen=True)
@@ -166,8 +168,12 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
            percents: str | float | Sequence[float] | None = None, modules: Sequence[str] | str = (),
            layers: str | Sequence[int] | None = None, select: str | None = None, fraction: float = 0.25,
            count: int | None = None, compute_dtype: str = "float32", force: bool = False,
-           manifest: Manifest | None = None, progress: Callable[[str], None] | None = None) -> RepairRunResult:
+           manifest: Manifest | None = None, progress: Callable[[str], None] | None = None,
+           on_tensor: Callable[[int, int | None], None] | None = None) -> RepairRunResult:
     """Repair NEW's update from OLD into new checkpoints of the run (one per rank percent for svd-restore).
+
+    ``progress`` is called with a line per output checkpoint, ``on_tensor`` with (tensors done, tensors
+    in all or None) after each tensor is written.
 
     Raises:
         AclarenaError: unknown names or methods, bad settings, a module pattern that matches nothing,
@@ -221,15 +227,23 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
         if progress is not None:
             progress(f"{out_name}: {method} of {new_spec.name} from {old_spec.name}")
         t0 = time.perf_counter()
+        done = [0]
+
+        def tick(_: str, done: list[int] = done) -> None:
+            done[0] += 1
+            if on_tensor is not None:
+                on_tensor(done[0], len(new_info.tensors) or None)
+
         folder = run_dir / "checkpoints" / out_name
         res = repair_checkpoints(old_info, new_info, spec, folder, base=base_info, oracle=oracle_info, force=force,
-                                 lock=functools.partial(run_lock, run_dir))
+                                 lock=functools.partial(run_lock, run_dir), on_tensor=tick)
         seconds = time.perf_counter() - t0
         ck = CheckpointSpec(name=out_name, path=f"checkpoints/{out_name}", kind="consolidated",
                             method=f"repair-{method}", parent=new_spec.name, seed=new_spec.seed)
         settings = res.lineage() | {"oracle": oracle_spec.name if oracle_spec is not None else None,
                                     "layers": res.layers, "tensors_repaired": res.n_repaired,
-                                    "energy_removed": res.energy_removed, "directions_kept": res.directions_kept}
+                                    "energy_removed": res.energy_removed, "directions_kept": res.directions_kept,
+                                    "notes": res.notes}
         key = f"{RESULT_ROOT}/{out_name}"
         with run_lock(run_dir):  # the folder, its manifest entry and its record: one writer's, together
             marker = read_marker(folder) or {}
@@ -245,7 +259,7 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
         writes.append(key)
         outputs.append(RepairOutput(out_name, method, old_spec.name, new_spec.name, spec.identity(), res.n_repaired,
                                     res.n_tensors, res.energy_removed, res.directions_kept, res.layers, seconds,
-                                    res.reused))
+                                    res.reused, res.notes))
     return RepairRunResult(outputs, tuple(writes))
 
 

@@ -147,7 +147,12 @@ class Run:
                    settings: str | None = None) -> ForgettingResult:
         """Continual-learning metrics of the capability matrix (run ``eval`` first):
         a :class:`~aclarena.analysis.forgetting.ForgettingResult` (``.metrics``)."""
-        return forgetting(self.path, chain=chain, suite_of=suite_of, settings=settings, manifest=self.manifest)
+        from aclarena.store.capability import SeveralChainsError
+
+        try:
+            return forgetting(self.path, chain=chain, suite_of=suite_of, settings=settings, manifest=self.manifest)
+        except SeveralChainsError as e:
+            raise e.how("chain=NAME") from None
 
     def compare(self, *, router: str = "rule", score: str = "greedy", settings: str | None = None,
                 repair_pair: tuple[str, str] | None = None) -> CompareResult:

@@ -5,8 +5,10 @@ The work of ``aclarena-diag signatures`` (docs/tokens.md, "Drift signatures of u
 update ``parent -> child``:
 
 1. the parent's greedy generations of the update's domain are frozen as the probe set
-   ``<parent>.<domain>`` (made with :func:`aclarena.analysis.probe.make_probe` when missing; a probe
-   set of that name stored by ``aclarena-diag probe --name`` is used as it is);
+   ``<parent>.<domain>`` (made with :func:`aclarena.analysis.probe.make_probe` when missing, on the
+   prompts of the run's own suites of that domain when the manifest has any, else on the mini
+   arena's tasks of that name, and a note says which; a probe set of that name stored by
+   ``aclarena-diag probe --name`` is used as it is);
 2. the child scores it teacher-forced against the parent (:func:`aclarena.analysis.tokens.tokens`:
    per-position entropy, exact KL, log-probs, flips, cached in the store and reused);
 3. the signature (:func:`aclarena.diagnostics.signatures.drift_signature`): KL share at the top 6%
@@ -168,6 +170,7 @@ class SignaturesResult:
     warnings: tuple[str, ...] = ()
     writes: tuple[str, ...] = field(default=())
     failed: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # where each probe set made now took its prompts from
 
     def to_pandas(self) -> Any:
         """DataFrame, one row per (update, domain)."""
@@ -176,7 +179,7 @@ class SignaturesResult:
     def to_dict(self) -> dict[str, Any]:
         """Plain data: what ``aclarena-diag signatures --json`` prints."""
         return {"settings": dict(self.settings), "updates": [dict(r) for r in self.rows],
-                "warnings": list(self.warnings), "failed": list(self.failed)}
+                "warnings": list(self.warnings), "failed": list(self.failed), "notes": list(self.notes)}
 
 
 def _row(u: Update, domain: str, probe: str, sig: DriftSignature, status: str) -> dict[str, Any]:
@@ -241,13 +244,14 @@ def signatures(
     parsed_high = _check_options(high, n, first_k, n_boot, max_new_tokens, batch_size, level, eps)
     todo = resolve_updates(manifest, updates)
     store = ResultsStore(run_dir)
-    _check_generations(store, todo)
+    _check_generations(store, todo, manifest)
     text = manifest.to_toml()
     warnings: list[str] = []
     writes: list[str] = []
+    notes: list[str] = []
     scores_ids = _score(run_dir, store, manifest, todo, n=n, max_new_tokens=max_new_tokens, high=parsed_high,
                         eps=eps, batch_size=batch_size, load=load, show_progress=show_progress, warnings=warnings,
-                        writes=writes)
+                        writes=writes, notes=notes)
     settings = {"high": str(parsed_high), "eps": float(eps), "first_k": first_k, "n_boot": n_boot,
                 "level": float(level), "seed": seed}
     rows: list[dict[str, Any]] = []
@@ -281,7 +285,7 @@ def signatures(
                             f"--max-new-tokens, or leave that update out with --updates")
     return SignaturesResult(run_dir=Path(os.fspath(run_dir)), settings=settings, rows=tuple(rows), signatures=sigs,
                             warnings=tuple(dict.fromkeys(warnings)), writes=tuple(dict.fromkeys(writes)),
-                            failed=tuple(failed))
+                            failed=tuple(failed), notes=tuple(notes))
 
 
 def _check_options(high: str, n: int, first_k: int, n_boot: int, max_new_tokens: int, batch_size: int,
@@ -301,8 +305,9 @@ def _check_options(high: str, n: int, first_k: int, n_boot: int, max_new_tokens:
     return parsed
 
 
-def _check_generations(store: ResultsStore, todo: list[Update]) -> None:
-    """Before any model loads: a domain per update, and generations (or an arena domain to make them) per parent."""
+def _check_generations(store: ResultsStore, todo: list[Update], manifest: Manifest) -> None:
+    """Before any model loads: a domain per update, and generations (or prompts to make them: the run's own
+    suites of the domain, or an arena domain) per parent."""
     from aclarena.envs import DOMAINS
     from aclarena.probes.probe_set import list_probe_sets
 
@@ -313,16 +318,17 @@ def _check_generations(store: ResultsStore, todo: list[Update]) -> None:
                                 "there is no domain to probe its parent on; set it")
         for d in u.domains:
             p = probe_name(u.parent, d)
-            if p not in have and d not in DOMAINS:
+            if p not in have and d not in DOMAINS and not any(s.domain == d for s in manifest.suites.values()):
                 raise AclarenaError(
                     f"update {u.name!r}: its parent {u.parent!r} has no generations of domain {d!r} (no probe set "
-                    f"{p!r} in results.h5, and {d!r} is not an arena domain to sample prompts from); store them with "
+                    f"{p!r} in results.h5, no suite of that domain in aclarena.toml, and {d!r} is not an arena domain "
+                    "to sample prompts from); store them with "
                     f"`aclarena-diag probe --run DIR --ref {u.parent} --prompts FILE.jsonl --name {p}`")
 
 
 def _score(run_dir: RunPath, store: ResultsStore, manifest: Manifest, todo: list[Update], *, n: int,
            max_new_tokens: int, high: HighEntropy, eps: float, batch_size: int, load: Any, show_progress: bool,
-           warnings: list[str], writes: list[str]) -> dict[tuple[str, str], str]:
+           warnings: list[str], writes: list[str], notes: list[str]) -> dict[tuple[str, str], str]:
     """Freeze each parent's generations of each domain (when missing) and score the children on them;
     returns the ``scores_id`` of every (probe, child)."""
     from aclarena.analysis.probe import make_probe
@@ -342,6 +348,7 @@ def _score(run_dir: RunPath, store: ResultsStore, manifest: Manifest, todo: list
             made = make_probe(str(run_dir), manifest, parent, probe, domain=domain, n=n, settings=gen, load=load,
                               show_progress=show_progress)
             write_probe_set(store, made, manifest_text=manifest.to_toml())
+            notes.append(f"probe set {probe}: {parent}'s generations on prompts from {made.settings['prompt_source']}")
             warnings += made.warnings
             writes.append(f"probes/{probe}")
         drift = tokens(run_dir, parent, probe=probe, against=list(dict.fromkeys(children)), high=str(high), eps=eps,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from aclarena.analysis._common import jsonable
+from aclarena.errors import AclarenaError
 from aclarena.progress import progress, quiet_libraries  # noqa: F401  (the verbs' console helpers)
 from aclarena.store.manifest import Manifest, load_manifest
 
@@ -90,6 +91,21 @@ def fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def fmt_sig(value: Any, sig: int = 3) -> str:
+    """A number with ``sig`` significant digits (0.000369, 0.0123, 1.25e+05): for quantities whose scale
+    varies by orders of magnitude, where :func:`fmt`'s fixed decimals would print 3.69e-4 as 0.0004."""
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.{sig}g}"
+    return fmt(value)
+
+
+def fmt_share(value: Any, digits: int = 3) -> str:
+    """A share in [0, 1] with fixed decimals (0.000, 0.012, 0.940): one format down a column."""
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.{digits}f}"
+    return fmt(value)
+
+
 def print_table(
     rows: Iterable[dict[str, Any]],
     columns: Sequence[str],
@@ -137,3 +153,14 @@ def human_count(n: int | None) -> str:
 def progress_enabled(args: argparse.Namespace) -> bool:
     """Progress for a table: a bar on a terminal, log lines when stderr is piped; none for --json."""
     return not getattr(args, "json", False)
+
+
+def parse_suite_of(items: Sequence[str]) -> dict[str, str]:
+    """``--suite-of DOMAIN=SUITE`` (repeatable) as a mapping; a malformed one is one line."""
+    out: dict[str, str] = {}
+    for item in items:
+        d, sep, s = item.partition("=")
+        if not sep or not d.strip() or not s.strip():
+            raise AclarenaError(f"--suite-of {item!r} must look like DOMAIN=SUITE (e.g. math=lm-eval/aime24)")
+        out[d.strip()] = s.strip()
+    return out

@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "List a run's checkpoints: lineage, size, dtype, tokenizer, and whether each can be loaded or why not. "
             "Rows that cannot be loaded are counted in a warning on stderr; the exit status is 0 unless --strict "
             "(then 1 when any row is not loadable, after the table). A checkpoint imported from GGUF shows its "
-            "source quantization (`aclarena-diag import`)."
+            "source quantization (`aclarena-diag import`); the template column says whether its tokenizer has a chat "
+            "template."
         ),
         examples=(
             "aclarena-diag checkpoints --run runs/demo",
@@ -39,12 +40,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         rows = result.rows
         shown = [r | {"parameters": human_count(r["parameters"]),
+                      "template": {True: "yes", False: "no", None: "?"}[r["chat_template"]],
                       "status": "ok" if r["loadable"] else f"no: {r['problem']}"} for r in rows]
-        columns = ["name", "kind", "domain", "phase", "parent", "parameters", "dtype", "tokenizer", "status"]
+        columns = ["name", "kind", "domain", "phase", "parent", "parameters", "dtype", "tokenizer", "template",
+                   "status"]
         if any(r["quantization"] for r in rows):  # imported from GGUF: the quantization the weights went through
             columns.insert(7, "quantization")
         print_table(shown, columns,
-                    title=f"run {result.run} ({len(rows)} checkpoints, base {result.base or '-'})")
+                    title=f"run {result.run} ({len(rows)} checkpoints, base {result.base or '-'})",
+                    caption="template: whether the tokenizer has a chat template (eval, flips and chat probes render "
+                            "with it; a checkpoint without one gets error cells in eval)")
     bad = [r for r in result.rows if not r["loadable"]]
     if bad:
         level = "error" if args.strict else "warning"

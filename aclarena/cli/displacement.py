@@ -13,7 +13,15 @@ import argparse
 import math
 from typing import Any
 
-from aclarena.cli._common import add_verb, fmt, manifest_of, print_json, print_table, progress_enabled
+from aclarena.cli._common import (
+    add_verb,
+    fmt,
+    fmt_sig,
+    manifest_of,
+    print_json,
+    print_table,
+    progress_enabled,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -68,7 +76,7 @@ def print_summary(s: Any, children: list[str], parents: list[str], specs: list[A
                   by: str, computed: bool) -> None:
     from aclarena.analysis.displacement import view_rows
 
-    rows = view_rows(s, children, parents, specs, by)
+    rows = [r | {"rel": fmt_sig(r.get("rel"))} for r in view_rows(s, children, parents, specs, by)]
     keys = (["group"] if by != "global" else []) + ["checkpoint", "parent", "phase", "norm", "rel"]
     heads = [{"norm": "‖Δθ‖₂", "rel": "‖Δθ‖₂/‖θ_parent‖₂"}.get(k, k) for k in keys]
     print_table(rows, keys, headers=heads, title=f"displacement ({by}; {'computed' if computed else 'reused'})")

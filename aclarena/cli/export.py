@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aclarena.cli._common import add_verb, print_json, print_table
+from aclarena.cli._common import add_verb, parse_suite_of, print_json, print_table
 from aclarena.errors import AclarenaError
 
 FORMATS = ("png", "svg", "pdf", "html")
@@ -26,6 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", default="png,svg,pdf,html", help="comma-separated: png, svg, pdf, html (default: all)")
     p.add_argument("--out", default=None, metavar="DIR", help="output folder (default: RUN/figures)")
     p.add_argument("--list", action="store_true", help="list the figure ids and exit")
+    p.add_argument("--chain", metavar="NAME", help="last stage of the chain the overview figures show (default: "
+                   "one figure per chain)")
+    p.add_argument("--suite-of", action="append", default=[], metavar="DOMAIN=SUITE",
+                   help="suite measuring a stage's domain in the CL metrics, as `forgetting --suite-of` (default "
+                        "DOMAIN/id, else the domain's first in-domain suite, named under the table); repeatable")
     p.set_defaults(func=run)
 
 
@@ -33,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from aclarena.errors import did_you_mean
-    from aclarena.figures import build_figures, load_all, write_html_report, write_static
+    from aclarena.figures import FigureOptions, build_figures, load_all, write_html_report, write_static
+    from aclarena.figures.overview import check_chain_options
     from aclarena.store.manifest import load_manifest
     from aclarena.store.results import ResultsStore
 
@@ -56,11 +62,14 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         raise AclarenaError(f"cannot create {out}: {e.strerror}; choose another --out") from None
     store = ResultsStore(args.run)
+    options = FigureOptions(chain=args.chain, suite_of=parse_suite_of(args.suite_of))
     if store.exists():
         with store.reader() as reader:
-            figures = build_figures(reader, manifest, args.figures)
+            check_chain_options(reader, manifest, options)
+            figures = build_figures(reader, manifest, args.figures, options)
     else:
-        figures = build_figures(None, manifest, args.figures)
+        check_chain_options(None, manifest, options)
+        figures = build_figures(None, manifest, args.figures, options)
     if not figures:
         raise AclarenaError(f"no figure matches {args.figures!r} with the results of this run; see `export --list`")
     static = [f for f in formats if f != "html"]

@@ -50,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="report the first position where L's log-prob of E's token is below LP (default ln 0.1)")
     p.add_argument("--topk", type=int, default=5, metavar="K", help="alternatives shown at the divergence (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random control (default 0)")
-    p.add_argument("--max-items", type=int, default=None, metavar="N", help="at most N items per direction")
+    p.add_argument("--max-items", type=int, default=None, metavar="N", help="analyse at most N items per direction (the counts printed stay the "
+                   "totals, with the number analysed)")
     p.add_argument("--no-swap", action="store_true", help="localize only (no swap test)")
     p.add_argument("--no-reverse", action="store_true", help="skip the reverse direction (E generating, L's tokens in)")
     p.add_argument("--batch-size", type=int, default=16, metavar="B", help="episodes generated together (default 16)")
@@ -116,8 +117,9 @@ def _share(c: dict[str, Any], j: int) -> str:
 
 
 def _print(res: Any) -> None:
-    print(f"{res.early} -> {res.late} on {res.suite}: {len(res.forgot)} forgotten (1 -> 0), {len(res.gained)} gained "
-          f"(0 -> 1) of {res.n_items} items; {res.relation}" + (" (stored result)" if res.cached else ""))
+    from aclarena.store.flips import counts_line
+
+    print(f"{counts_line(res.counts())}; {res.relation}" + (" (stored result)" if res.cached else ""))
     rows = []
     for it in res.items:
         rows.append({"item": it.item_id, "dir": it.direction, "reproduced": it.reproduced,
@@ -151,6 +153,9 @@ def _print(res: Any) -> None:
         print_table(rows, cols, headers=heads, title="swap test (greedy; shares with 95% Wilson intervals)",
                     caption="recovered: L generating solves the item when E's tokens go through at that many "
                             "disagreeing positions; broken: E generating fails it with L's tokens")
+        for curve in (res.forward, res.reverse):
+            for note in curve.notes() if curve is not None else []:
+                print(f"note: {note}")
     elif not any(i.reproduced and i.direction == "forgot" for i in res.items):
         print("swap test: no forgotten item was reproduced by the greedy replays, so there is nothing to swap")
     c = res.cost

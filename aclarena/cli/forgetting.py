@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from aclarena.cli._common import add_verb, manifest_of, print_json, print_table
-from aclarena.errors import AclarenaError
+from aclarena.cli._common import add_verb, manifest_of, parse_suite_of, print_json, print_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,12 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from aclarena.analysis.forgetting import LABELS, forgetting
 
     manifest = manifest_of(args)
-    suite_of = {}
-    for item in args.suite_of:
-        d, sep, s = item.partition("=")
-        if not sep or not d or not s:
-            raise AclarenaError(f"--suite-of {item!r} must look like DOMAIN=SUITE (e.g. math=lm-eval/aime24)")
-        suite_of[d.strip()] = s.strip()
+    suite_of = parse_suite_of(args.suite_of)
     out = forgetting(args.run, chain=args.chain, suite_of=suite_of, settings=args.settings,
                      manifest=manifest).to_dict()
     if args.json:

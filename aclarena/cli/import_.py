@@ -37,8 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from aclarena.models.gguf_import import import_gguf
+    from aclarena.progress import progress
 
-    record = import_gguf(args.source, args.out, dtype=args.dtype, force=args.force)
+    with progress(enabled=not args.json) as bar:
+        task = bar.add_task("import", total=None)
+        record = import_gguf(args.source, args.out, dtype=args.dtype, force=args.force,
+                             phase=lambda text: bar.update(task, description=f"import: {text}", completed=0))
     if args.json:
         print_json(record.to_dict())
         return 0
@@ -47,4 +51,17 @@ def run(args: argparse.Namespace) -> int:
                   "dtype": record.dtype, "quantization": record.quantization, "sha256": record.source_sha256[:16]}],
                 ["out", "architecture", "parameters", "dtype", "quantization", "sha256"],
                 title=f"imported {record.source}", caption=f"source tensors: {types}")
+    print(end_of_turn_note(record.to_dict()))
     return 0
+
+
+def end_of_turn_note(rec: dict) -> str:
+    """One line: where generation of the imported folder stops."""
+    eos = ", ".join(str(i) for i in rec.get("eos_token_ids") or []) or "none"
+    if rec.get("end_of_turn_id") is None:
+        return f"generation stops at eos {eos}; the chat template names no end-of-turn token"
+    eot = f"{rec.get('end_of_turn') or '?'} ({rec['end_of_turn_id']})"
+    if rec.get("end_of_turn_added"):
+        return (f"generation_config.json: eos {eos}; the chat template's end of turn {eot} was added, "
+                "since the GGUF names only its eos")
+    return f"generation stops at eos {eos}, which holds the chat template's end of turn {eot}"

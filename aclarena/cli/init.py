@@ -36,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "on stderr. A LoRA adapter's `on` is the checkpoint its adapter_config.json names as base, and its "
             "parent defaults to that `on` (an explicit --parent that differs is refused: the adapter's update "
             "is measured from the weights it is applied to). A PATH that is neither a folder nor a hub id is "
-            "refused unless --allow-missing. Check the result with `checkpoints`."
+            "refused unless --allow-missing. Every PATH given here (NAME=PATH, --from-folder, --suite) is read "
+            "from the current folder and written to aclarena.toml relative to the run folder (absolute when "
+            "outside it), where the manifest's own paths are read from. Check the result with `checkpoints`."
         ),
         examples=(
             "aclarena-diag init --run runs/mine base=Qwen/Qwen3-8B-Base seq-math=ckpts/math seq-search=ckpts/search",
@@ -128,8 +130,7 @@ def run(args: argparse.Namespace) -> int:
         if not found:
             raise AclarenaError(f"no checkpoint folders (config.json with weights, or adapter_config.json) under {root}")
         for folder in found:
-            rel = os.path.relpath(folder.resolve(), run_dir.resolve())
-            entries.append((folder.name, rel if not rel.startswith("..") else str(folder.resolve())))
+            entries.append((folder.name, _manifest_path(folder, run_dir)))
     suites = _suites(args, run_dir, manifest)
     if not entries and not suites:
         raise AclarenaError("nothing to add: give NAME=PATH pairs, --from-folder DIR or --suite NAME=FILE.jsonl")
@@ -148,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
             explicit[name][f] = value
 
     notes: list[str] = []
+    entries = [(name, _from_here(name, path, run_dir, allow_missing=args.allow_missing)) for name, path in entries]
     for name, path in entries:
         source = _require_present(name, path, run_dir, allow_missing=args.allow_missing)
         if source == "hub":
@@ -206,8 +208,7 @@ def _suites(args: argparse.Namespace, run_dir: Path, manifest: Manifest) -> dict
         name, file = _split(pair, "--suite")
         if name in out or name in manifest.suites:
             raise ManifestError(f"suite name {name!r} is given twice; names must be unique")
-        rel = os.path.relpath(Path(file).resolve(), run_dir.resolve())
-        out[name] = {"path": rel if not rel.startswith("..") else str(Path(file).resolve())}
+        out[name] = {"path": _manifest_path(Path(file).expanduser(), run_dir)}
     for option, key in (("suite_domain", "domain"), ("suite_role", "role"), ("suite_scorer", "scorer")):
         for pair in getattr(args, option):
             name, value = _split(pair, f"--{option.replace('_', '-')}")
@@ -235,6 +236,35 @@ def _adapter_base(folder: Path, manifest: Manifest, entries: list[tuple[str, str
         if path == base_path or (run_dir / path).resolve() == Path(base_path).resolve():
             return name
     return None
+
+
+def _manifest_path(target: Path, run_dir: Path) -> str:
+    """How aclarena.toml names ``target``: relative to the run folder when inside it, else absolute."""
+    rel = os.path.relpath(target.resolve(), run_dir.resolve())
+    return rel if not rel.startswith("..") else str(target.resolve())
+
+
+def _from_here(name: str, path: str, run_dir: Path, *, allow_missing: bool) -> str:
+    """The one rule for paths on init's command line (NAME=PATH, --from-folder, --suite): a relative PATH is
+    read from the current folder, as by any command, and written to aclarena.toml relative to the run folder
+    (absolute when outside it), where the manifest's paths are read from. A hub id (``org/name`` whose
+    ``org`` is no folder here) stays as it is."""
+    from aclarena.models.checkpoint import HUB_ID_RE
+
+    raw = os.path.expanduser(path)
+    if os.path.isabs(raw):
+        return path
+    here = Path(raw)
+    org = path.split("/")[0]
+    hub = bool(HUB_ID_RE.match(path)) and not Path(org).exists() and not (run_dir / org).exists()
+    if here.exists() or (allow_missing and not hub):
+        return _manifest_path(here, run_dir)
+    if hub:
+        return path
+    hint = (f" ({run_dir / raw} exists: a PATH is read from the current folder, not the run folder; give "
+            f"{name}={run_dir / raw})" if (run_dir / raw).exists() else "")
+    raise AclarenaError(f"{name}={path}: {here.resolve()} does not exist{hint}; fix the path, or pass --allow-missing "
+                        "if it will be there before the run is used")
 
 
 def _local(run_dir: Path, path: str) -> Path:

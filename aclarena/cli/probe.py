@@ -83,5 +83,7 @@ def _run(args: argparse.Namespace, w: Any) -> int:
         print_table([row], ["probe", "reference", "source", "sequences", "tokens", "scored", "mean_scored_per_sequence"],
                     headers=["probe", "reference", "source", "sequences", "tokens", "scored", "scored/seq"],
                     title=f"probe set stored in {ResultsStore(args.run).path}")
+    if row.get("prompts") and not args.json:
+        print(f"note: prompts from {row['prompts']}")
     print_warnings(probe.warnings, "probe")
     return 0

@@ -54,12 +54,13 @@ def run(args: argparse.Namespace) -> int:
     from aclarena.analysis.repair import repair
 
     with progress(enabled=progress_enabled(args)) as bar:
-        task = bar.add_task("repair", total=None)
+        task = bar.add_task("repair", total=None, unit="tensors")
         result = repair(args.run, old=args.old, new=args.new, method=args.method, name=args.name,
                         percents=args.rank_percent, modules=args.modules, layers=args.layers, select=args.select,
                         fraction=args.fraction, count=args.count, compute_dtype=args.compute_dtype, force=args.force,
                         manifest=manifest_of(args),
-                        progress=lambda text: bar.update(task, description=f"repair {text}"))
+                        progress=lambda text: bar.update(task, description=f"repair {text}", completed=0),
+                        on_tensor=lambda done, total: bar.update(task, completed=done, total=total))
     if args.json:
         print_json(result.to_dict())
         return 0
@@ -67,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
                        "layers": ",".join(o.layers)} for o in result.outputs]
     print_table(rows, ["checkpoint", "method", "parameters", "tensors_repaired", "energy_removed", "directions_kept",
                        "layers", "seconds", "status"], title=f"repair {args.new} from {args.old}")
+    for o in result.outputs:
+        for note in o.notes:
+            print(f"note: {o.checkpoint}: {note}")
     names = ",".join(o.checkpoint for o in result.outputs)
     print(f"next: aclarena-diag eval --run {args.run} --checkpoints {names}; then aclarena-diag compare --run {args.run}")
     return 0

@@ -15,7 +15,8 @@ from typing import Any
 from aclarena.cli._common import (
     add_load_options,
     add_verb,
-    fmt,
+    fmt_share,
+    fmt_sig,
     load_options,
     manifest_of,
     print_json,
@@ -75,20 +76,25 @@ def run(args: argparse.Namespace) -> int:
         print_json(result.to_dict())
     else:
         _print(result)
+        for note in result.notes:
+            print(f"note: {note}")
     print_warnings(list(result.warnings), "signatures")
     return 0
 
 
 def _ci(row: dict[str, Any], m: str) -> str:
-    return f"{fmt(row[m], 3)} [{fmt(row[m + '_low'], 3)}, {fmt(row[m + '_high'], 3)}]"
+    """Value [low, high]: shares with three decimals, the KL mean (nats, any scale) with three significant
+    digits, so that one column holds one format."""
+    f = fmt_sig if m == "kl_mean" else fmt_share
+    return f"{f(row[m])} [{f(row[m + '_low'])}, {f(row[m + '_high'])}]"
 
 
 def _print(result: Any) -> None:
     s = result.settings
     rows = [{**r, **{m: _ci(r, m) for m in ("kl_share_high", "barely_moved_low", "kl_share_first_k",
                                                "concentration_area", "kl_mean")},
-             "flips": f"{fmt(r['flip_rate_high'], 3)} / {fmt(r['flip_rate_low'], 3)}",
-             "chance": f"{fmt(r['high_share'], 3)} / {fmt(r['first_k_share'], 3)}"} for r in result.rows]
+             "flips": f"{fmt_share(r['flip_rate_high'])} / {fmt_share(r['flip_rate_low'])}",
+             "chance": f"{fmt_share(r['high_share'])} / {fmt_share(r['first_k_share'])}"} for r in result.rows]
     print_table(rows, ["update", "kind", "domain", "n_sequences", "kl_share_high", "barely_moved_low",
                        "kl_share_first_k", "flips", "concentration_area", "kl_mean", "chance"],
                 headers=["update", "kind", "domain", "seqs", "KL share high", "barely moved (low)",

@@ -12,7 +12,8 @@ NEW's. The output is written under a temporary name and renamed when complete, w
 What each tensor gets:
 
 * the tensors the repair targets (all floating tensors, or those matching ``modules`` patterns):
-  svd-restore / dg-hard filter matrices and keep NEW's 1-D tensors; layer-rollback takes OLD's
+  svd-restore / dg-hard filter matrices and keep NEW's 1-D tensors (not counted as repaired);
+  layer-rollback takes OLD's
   for every tensor of a rolled-back layer block (or a matching module);
 * every other floating tensor, and non-floating buffers: NEW's, unchanged (the output is NEW
   with a repair applied, stored in NEW's dtypes).
@@ -158,6 +159,7 @@ class RepairResult:
     layers: list[str] = field(default_factory=list)  # layer-rollback: the layer blocks rolled back
     reused: bool = False
     fingerprint: str = ""  # of the inputs and settings, as in the output's marker
+    notes: list[str] = field(default_factory=list)  # one line each (R.over_rank_note)
 
     def lineage(self) -> dict[str, Any]:
         return {"from": self.old, "to": self.new, "method": self.spec.method, "parameters": self.spec.identity()}
@@ -266,7 +268,7 @@ def repair_checkpoints(
         return RepairResult(out, spec, old.name, new.name, int(marker.get("n_tensors", 0)),
                             int(rep.get("n_repaired", 0)), int(marker.get("bytes", 0)), 0.0,
                             float(rep.get("energy_removed", 0.0)), rep.get("directions_kept"),
-                            list(rep.get("layers", [])), reused=True, fingerprint=fp)
+                            list(rep.get("layers", [])), reused=True, fingerprint=fp, notes=list(rep.get("notes", [])))
     t0 = time.perf_counter()
     dtype = COMPUTE_DTYPES[spec.compute_dtype]
     with TensorReader([old, new]) as reader:
@@ -289,6 +291,8 @@ def repair_checkpoints(
         layout += [(n, t.dtype, tuple(t.shape)) for n, t in extras.items()]
         removed = total = 0.0
         kept = n_dir = 0
+        vectors = changed = over = 0  # spectral methods: 1-D tensors left NEW's; matrices changed; fully restored
+        example: tuple[int, int] | None = None
         with (removed_on_failure(tmp),
               ShardedWriter(tmp, layout, max_shard_bytes=max_shard_bytes,
                             metadata={"aclarena-repair": json.dumps(spec.identity())}) as writer):
@@ -307,8 +311,13 @@ def repair_checkpoints(
                     res = (R.svd_restore(t_old, t_new, float(spec.percent or 0), compute_dtype=dtype)
                            if spec.method == "svd-restore" else R.dg_hard(t_old, t_new, compute_dtype=dtype))
                     removed += res.energy_removed * sq
-                    kept += res.kept
-                    n_dir += res.n
+                    kept += res.kept_in_rank  # directions counted within each update's rank
+                    n_dir += res.rank
+                    vectors += not R.is_matrix(t_new)
+                    changed += res.rank > 0
+                    if 0 < res.rank <= res.restored:
+                        over += 1
+                        example = example or (res.restored, res.rank)
                     writer.write(name, res.tensor)
                 if on_tensor is not None:
                     on_tensor(name)
@@ -317,14 +326,15 @@ def repair_checkpoints(
             written = writer.total_bytes
     copy_model_files(new.location, tmp)
     seconds = time.perf_counter() - t0
-    result = RepairResult(out, spec, old.name, new.name, len(layout), len(repaired), written, seconds,
+    note = R.over_rank_note(float(spec.percent), changed, over, example) if spec.method == "svd-restore" else None
+    result = RepairResult(out, spec, old.name, new.name, len(layout), len(repaired) - vectors, written, seconds,
                           removed / total if total > 0 else 0.0,
                           kept / n_dir if n_dir and spec.method != "layer-rollback" else None, layers,
-                          fingerprint=fp)
+                          fingerprint=fp, notes=[note] if note else [])
     publish(tmp, out, {
         "fingerprint": fp, "lineage": result.lineage(),
         "repair": {"n_repaired": result.n_repaired, "energy_removed": result.energy_removed,
-                   "directions_kept": result.directions_kept, "layers": layers},
+                   "directions_kept": result.directions_kept, "layers": layers, "notes": result.notes},
         "n_tensors": result.n_tensors, "bytes": written, "seconds": round(seconds, 3),
     }, lock=lock)
     return result

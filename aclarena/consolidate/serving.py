@@ -130,7 +130,10 @@ class PeftExpertServer:
         route, adapter = self.choose(Context.from_messages(list(messages), list(tools) if tools else None))
         enc = self.tokenizer.apply_chat_template(list(messages), tools=list(tools) if tools else None,
                                                  add_generation_prompt=True, return_tensors="pt", return_dict=True)
-        kwargs = {"max_new_tokens": 64, "do_sample": False, "pad_token_id": self.tokenizer.pad_token_id}
+        from aclarena.models.chat import stop_token_ids
+
+        kwargs = {"max_new_tokens": 64, "do_sample": False, "pad_token_id": self.tokenizer.pad_token_id,
+                  "eos_token_id": stop_token_ids(self.model, self.tokenizer, required=False) or None}
         kwargs |= generate_kwargs
         with torch.no_grad():
             if adapter is None:
@@ -180,7 +183,11 @@ class VllmExpertServer:
         """Route each chat and generate its reply; one LoRARequest per request."""
         from vllm import SamplingParams
 
-        params = sampling_params or SamplingParams(temperature=0.0, max_tokens=256)
+        from aclarena.models.chat import stop_token_ids
+
+        # the one stop rule (eos ids and the template's end of turn), as every other generation path
+        params = sampling_params or SamplingParams(temperature=0.0, max_tokens=256, stop_token_ids=stop_token_ids(
+            self.llm, self.llm.get_tokenizer(), required=False))
         out = []
         for messages, tools in chats:
             route = self.router.route(Context.from_messages(list(messages), list(tools) if tools else None))

@@ -217,6 +217,25 @@ def random_ordinals(n_candidates: int, k: int, rng: np.random.Generator) -> froz
     return frozenset(int(i) for i in rng.choice(n_candidates, size=min(k, n_candidates), replace=False))
 
 
+def swap_notes(direction: str, budgets: Sequence[float], swaps_kl: np.ndarray, swaps_random: np.ndarray) -> list[str]:
+    """What a reader of a swap-test curve must know, one line each: budgets that all come to at most
+    one swap on every item (their points repeat one measurement), and rows where the random control
+    made fewer swaps than the top-KL arm (the drawn disagreements never came in the live generation)."""
+    kl, rnd = np.asarray(swaps_kl), np.asarray(swaps_random)
+    notes: list[str] = []
+    if kl.size == 0:
+        return notes
+    one = [f"{b:g}%" for j, b in enumerate(budgets) if (kl[:, j] <= 1).all()]
+    if len(one) > 1:
+        notes.append(f"{direction}: budgets {', '.join(one)} each come to at most one swap on every item, so their "
+                     "points repeat one measurement")
+    short = int((rnd < kl).sum())
+    if short:
+        notes.append(f"{direction}: the random control made fewer swaps than the top-KL arm in {short} of {kl.size} "
+                     "(item, budget) rows: the disagreements drawn never came in the live generation")
+    return notes
+
+
 def step_divergence(p_logits: torch.Tensor, q_logits: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One decoding step, rows = sequences: ``(top-1 of p, top-1 of q, KL(p ‖ q))``.

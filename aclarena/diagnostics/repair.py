@@ -107,6 +107,23 @@ class SpectralRepair:
     kept: int
     energy_removed: float
     threshold: float | None = None
+    rank: int = 0  # the update's numerical rank (:func:`update_rank`): directions it actually has
+    kept_in_rank: int = 0  # of those, the ones kept as NEW's
+    restored: int = 0  # svd-restore: the k directions asked for (more than ``rank`` is a full rollback)
+
+
+def update_rank(s: torch.Tensor, shape: Sequence[int], storage: torch.dtype, largest_entry: float) -> int:
+    """The numerical rank of an update with singular values ``s`` (descending): those above both the
+    compute precision (``σ_max · max(m, n) · eps``, numpy's ``matrix_rank`` rule) and the rounding of the
+    stored weights (``eps(storage) · max |W| · √max(m, n)``, the singular value of a full-rank rounding
+    noise), so that a rank-16 LoRA merged into a float32 or bfloat16 checkpoint has rank 16."""
+    if s.numel() == 0:
+        return 0
+    big = max(int(shape[0]), int(math.prod(shape[1:])))
+    top = float(s[0])
+    eps_store = torch.finfo(storage).eps if storage.is_floating_point else 0.0
+    tol = max(top * big * torch.finfo(s.dtype).eps, eps_store * largest_entry * math.sqrt(big))
+    return int((s > tol).sum())
 
 
 def _svd(old: torch.Tensor, new: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
@@ -133,7 +150,13 @@ def svd_restore(old: torch.Tensor, new: torch.Tensor, percent: float, *,
     k = rank_of_percent(p, s.numel())
     top = (u[:, :k] * s[:k]) @ vh[:k]
     out = _as_matrix(new, compute_dtype) - top
-    return SpectralRepair(out.reshape(new.shape), s.numel(), s.numel() - k, _energy(s, s[:k]))
+    r = update_rank(s, new.shape, new.dtype, _largest(old, new))
+    return SpectralRepair(out.reshape(new.shape), s.numel(), s.numel() - k, _energy(s, s[:k]), rank=r,
+                          kept_in_rank=max(r - k, 0), restored=k)
+
+
+def _largest(old: torch.Tensor, new: torch.Tensor) -> float:
+    return max(float(old.abs().max()), float(new.abs().max())) if new.numel() else 0.0
 
 
 def dg_threshold(singular_values: torch.Tensor, shape: Sequence[int]) -> float:
@@ -162,7 +185,21 @@ def dg_hard(old: torch.Tensor, new: torch.Tensor, *, compute_dtype: torch.dtype 
     keep = s > tau
     kept = (u[:, keep] * s[keep]) @ vh[keep]
     out = _as_matrix(old, compute_dtype) + kept
-    return SpectralRepair(out.reshape(new.shape), s.numel(), int(keep.sum()), _energy(s, s[~keep]), tau)
+    r = update_rank(s, new.shape, new.dtype, _largest(old, new))
+    return SpectralRepair(out.reshape(new.shape), s.numel(), int(keep.sum()), _energy(s, s[~keep]), tau, rank=r,
+                          kept_in_rank=int(keep[:r].sum()))
+
+
+def over_rank_note(percent: float, matrices: int, over: int, example: tuple[int, int] | None) -> str | None:
+    """One line when ``--rank-percent`` asked for at least as many directions as an update has (``over`` of
+    the ``matrices`` the stage changed): those matrices are OLD's again, a full rollback, not a partial
+    repair. ``example``: (directions asked, the update's rank) of one of them."""
+    if not over:
+        return None
+    eg = f" (e.g. {example[0]} directions of an update of rank {example[1]})" if example else ""
+    return (f"--rank-percent {percent:g} restores every direction of the update in {over} of {matrices} changed "
+            f"matrices{eg}: those are OLD's again, a full rollback of them, not a partial repair; a percentage of "
+            "min(rows, cols) exceeds a low-rank (LoRA) update's rank, so take a smaller one")
 
 
 # --- layer selection ------------------------------------------------------------------------

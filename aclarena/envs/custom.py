@@ -131,6 +131,24 @@ class CustomSuite(Environment):
         return [str(answers[0])] if answers and self.spec.scorer != "regex" else []
 
 
+def suite_prompts(manifest: Manifest, run_dir: str | os.PathLike[str], domain: str, n: int, seed: int
+                  ) -> tuple[list[dict[str, Any]], list[str]] | None:
+    """Opening prompts of the run's own suites of ``domain`` (its in-domain ones, ``role = "id"``, when it has
+    any; else all of that domain), pooled in name order, ``n`` drawn with ``seed`` when they hold more; and
+    the suites' names. None when the manifest has no suite of ``domain``. Only the files are read: a suite
+    scored by a Python callable gives its prompts without ``--allow-code``."""
+    specs = sorted((s for s in manifest.suites.values() if s.domain == domain), key=lambda s: s.name)
+    if not specs:
+        return None
+    specs = [s for s in specs if s.role == "id"] or specs
+    pool = [{"messages": item["messages"], "tools": None, "domain": domain, "suite": spec.name,
+             "task_id": f"{spec.name}/{item['id']}"}
+            for spec in specs for item in read_items(suite_file(spec, run_dir), spec)]
+    if n < len(pool):
+        pool = [pool[i] for i in sorted(random.Random(f"{domain}|{seed}").sample(range(len(pool)), n))]
+    return pool, [s.name for s in specs]
+
+
 # --- files --------------------------------------------------------------------------------------
 
 

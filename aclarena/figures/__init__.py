@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,18 +77,40 @@ class BuiltFigure:
         return self.figure.layout.title.text or self.spec.title
 
 
-def build_figures(reader: StoreReader | None, manifest: Manifest, pattern: str = "*") -> list[BuiltFigure]:
-    """Build every registered figure whose id matches ``pattern`` (comma-separated globs)."""
+@dataclass(frozen=True)
+class FigureOptions:
+    """Choices a builder may read (:func:`figure_options`): the chain of stages (its last stage; None: one
+    figure per chain) and the suite measuring each domain (``forgetting --suite-of``'s DOMAIN=SUITE)."""
+
+    chain: str | None = None
+    suite_of: Mapping[str, str] = field(default_factory=dict)
+
+
+_OPTIONS: ContextVar[FigureOptions | None] = ContextVar("aclarena_figure_options", default=None)
+
+
+def figure_options() -> FigureOptions:
+    """The options of the :func:`build_figures` call in progress (defaults outside one)."""
+    return _OPTIONS.get() or FigureOptions()
+
+
+def build_figures(reader: StoreReader | None, manifest: Manifest, pattern: str = "*",
+                  options: FigureOptions | None = None) -> list[BuiltFigure]:
+    """Build every registered figure whose id matches ``pattern`` (comma-separated globs), with ``options``."""
     patterns = [p.strip() for p in pattern.split(",") if p.strip()] or ["*"]
     out: list[BuiltFigure] = []
-    for spec in load_all().values():
-        if not any(fnmatch.fnmatch(spec.id, p) for p in patterns):
-            continue
-        for suffix, fig in spec.build(reader, manifest):
-            stem = spec.id.replace("/", "-") + (f"-{suffix}" if suffix else "")
-            fig.update_layout(width=fig.layout.width or spec.width, height=fig.layout.height or spec.height)
-            fit_legend(fig)
-            out.append(BuiltFigure(spec, stem, fig))
+    token = _OPTIONS.set(options or FigureOptions())
+    try:
+        for spec in load_all().values():
+            if not any(fnmatch.fnmatch(spec.id, p) for p in patterns):
+                continue
+            for suffix, fig in spec.build(reader, manifest):
+                stem = spec.id.replace("/", "-") + (f"-{suffix}" if suffix else "")
+                fig.update_layout(width=fig.layout.width or spec.width, height=fig.layout.height or spec.height)
+                fit_legend(fig)
+                out.append(BuiltFigure(spec, stem, fig))
+    finally:
+        _OPTIONS.reset(token)
     return out
 
 
@@ -308,10 +331,13 @@ def _write_atomic(path: Path, data: bytes) -> None:
     import os
     import tempfile
 
+    from aclarena.store.manifest import default_mode
+
     _check_target(path)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        default_mode(fd)  # 0644 as any written file, not mkstemp's 0600
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

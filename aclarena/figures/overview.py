@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,7 +26,7 @@ import plotly.graph_objects as go
 
 from aclarena.diagnostics.cl_metrics import METRIC_LABELS as CL_LABELS
 from aclarena.errors import AclarenaError
-from aclarena.figures import register_figure
+from aclarena.figures import figure_options, register_figure
 from aclarena.store.capability import CapabilityMatrix, chain_data, load_matrix, stage_chains
 
 if TYPE_CHECKING:
@@ -208,11 +209,13 @@ def chain_lines(matrix: CapabilityMatrix, manifest: Manifest, chain: str | None 
 
 
 def metric_rows(matrix: CapabilityMatrix, manifest: Manifest, reader: StoreReader | None,
-                chain: str | None = None, what: str = "mean") -> tuple[list[dict[str, Any]], list[str]]:
-    """The CL metrics of a chain as ``[{"metric", "value"}]`` rows, and notes."""
+                chain: str | None = None, what: str = "mean", suite_of: Mapping[str, str] | None = None
+                ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The CL metrics of a chain as ``[{"metric", "value"}]`` rows, and notes (the first names the stages
+    and the suite measuring each domain: ``suite_of``'s choice, else :func:`suite_choices`' default)."""
     from aclarena.diagnostics.cl_metrics import cl_report
 
-    data = chain_data(matrix, manifest, reader, chain=chain, what=what)
+    data = chain_data(matrix, manifest, reader, chain=chain, what=what, suite_of=suite_of)
     rep = cl_report(data.R, data.tasks, base=data.base, oracle=data.oracle, items=data.items)
     rows = [{"metric": METRIC_LABELS[k], "key": k, "value": None if math.isnan(v) else v}
             for k, v in rep.summary().items()]
@@ -220,17 +223,46 @@ def metric_rows(matrix: CapabilityMatrix, manifest: Manifest, reader: StoreReade
     return rows, notes
 
 
-def metrics_table_figure(rows: list[dict[str, Any]], title: str) -> go.Figure:
+def metrics_table_figure(rows: list[dict[str, Any]], title: str, notes: Sequence[str] = ()) -> go.Figure:
+    """The metrics as a table; ``notes`` (which stages and suites, which was chosen) under the title."""
+    if notes:
+        title += "<br><sup>" + "<br>".join(notes) + "</sup>"
     fig = go.Figure(go.Table(
         header=dict(values=["metric", "value"], align="left"),
         cells=dict(values=[[r["metric"] for r in rows],
                            ["-" if r["value"] is None else f"{r['value']:.3f}" for r in rows]], align="left"),
     ))
-    fig.update_layout(title=title, margin=dict(t=60, b=10))
+    fig.update_layout(title=title, margin=dict(t=60 + 18 * len(notes), b=10))
     return fig
 
 
+def check_chain_options(reader: StoreReader | None, manifest: Manifest, options: Any) -> None:
+    """Before anything is drawn: a named chain exists, and each ``suite_of`` domain is a stage domain of the
+    chain(s) drawn with a suite evaluated for it (one line, as ``forgetting`` says it)."""
+    from aclarena.store.capability import pick_chain
+
+    if options.chain is None and not options.suite_of:
+        return
+    if options.chain is not None:
+        pick_chain(manifest, options.chain)
+    leaves = [options.chain] if options.chain is not None else _chains(manifest)
+    matrix = load_matrix(reader, manifest)
+    trained = {s.domain for leaf in leaves for s in pick_chain(manifest, leaf)[1:] if s.domain}
+    for d, suite in options.suite_of.items():
+        if d not in trained:
+            raise AclarenaError(f"--suite-of {d}={suite}: no stage of the chain trains domain {d!r} (its domains: "
+                                f"{', '.join(sorted(trained)) or 'none'})")
+        if suite not in matrix.suites:
+            from aclarena.errors import unknown_name
+
+            raise unknown_name(f"suite for domain {d!r}", suite, matrix.suites, hint="run `aclarena-diag eval` first")
+
+
 def _chains(manifest: Manifest) -> list[str | None]:
+    """The chains to draw: export's ``--chain`` when given, else every chain (None: the only one)."""
+    chosen = figure_options().chain
+    if chosen is not None:
+        return [chosen]
     try:
         chains = stage_chains(manifest)
     except AclarenaError:
@@ -261,13 +293,16 @@ def _metrics(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, 
     if not matrix.cells:
         return []
     out = []
+    opts = figure_options()
     for leaf in _chains(manifest):
         try:
-            rows, _ = metric_rows(matrix, manifest, reader, leaf)
+            rows, notes = metric_rows(matrix, manifest, reader, leaf, suite_of=opts.suite_of)
         except AclarenaError:
+            if opts.chain is not None or opts.suite_of:
+                raise  # a choice the user made that does not hold: say so (export checks it first)
             continue
         out.append((leaf or "", metrics_table_figure(rows, "Continual-learning metrics"
-                                                     + (f" (chain to {leaf})" if leaf else ""))))
+                                                     + (f" (chain to {leaf})" if leaf else ""), notes)))
     return out
 
 

@@ -44,21 +44,28 @@ def end_of_turn(tokenizer: Any) -> tuple[str, int | None]:
     return suffix, (int(ids[0]) if first and suffix.startswith(first) else None)
 
 
-def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Where generation stops: the generation config's and the tokenizer's end-of-sequence tokens, and
-    the token that ends an assistant turn in the chat template (:func:`end_of_turn`)."""
+def stop_token_ids(model: Any, tokenizer: Any, *, required: bool = True) -> list[int]:
+    """Where generation stops, the one rule of every generation path (``eval``, ``probe``,
+    ``signatures``, ``flips``, the monitor, training rollouts, serving): the generation config's and
+    the model config's end-of-sequence tokens, the tokenizer's, and the token that ends an assistant
+    turn in the chat template (:func:`end_of_turn`; Gemma's ``<end_of_turn>`` is not its eos).
+
+    With ``required`` (the default) a model and tokenizer naming none of them is a ValueError;
+    otherwise the list is empty (generation runs to its token budget).
+    """
     ids: set[int] = set()
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(eos, int):
-        ids.add(eos)
-    elif isinstance(eos, list | tuple):
-        ids.update(int(i) for i in eos)
+    for src in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        eos = getattr(src, "eos_token_id", None) if src is not None else None
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, list | tuple):
+            ids.update(int(i) for i in eos)
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
     eot = end_of_turn(tokenizer)[1]
     if eot is not None:
         ids.add(eot)
-    if not ids:
+    if not ids and required:
         raise ValueError("no end-of-sequence token: neither the generation config, the tokenizer nor the chat "
                          "template names one; set generation_config.eos_token_id")
     return sorted(ids)

@@ -74,6 +74,7 @@ class CheckpointInfo:
     adapter_config: dict[str, Any] = field(default_factory=dict)
     tokenizer_fingerprint: str | None = None
     problem: str | None = None
+    chat_template: bool | None = None  # whether its tokenizer has one (None: not known, e.g. a hub id)
 
     @property
     def name(self) -> str:
@@ -541,6 +542,7 @@ def _inspect_folder(info: CheckpointInfo, folder: Path, allow_pickle: bool) -> N
         info.config = _read_json(cfg)
         _check_config(cfg, info.config)
     info.tokenizer_fingerprint = tokenizer_fingerprint(folder)
+    info.chat_template = has_chat_template(folder)
     check_side_files(folder)
     files = safetensors_files(folder)
     if files:
@@ -912,6 +914,7 @@ def _inspect_adapter(
     base = inspect(manifest.resolve(spec.on), manifest, run_dir, allow_pickle=allow_pickle, _seen=seen)
     info.config = base.config
     info.tokenizer_fingerprint = tokenizer_fingerprint(folder) or base.tokenizer_fingerprint
+    info.chat_template = has_chat_template(folder) if tokenizer_fingerprint(folder) else base.chat_template
     check_side_files(folder)
     files = [folder / "adapter_model.safetensors"] if (folder / "adapter_model.safetensors").is_file() else []
     if files:

@@ -9,7 +9,9 @@ is written beside its place and renamed there only when complete.
 
 What the source was is recorded in ``aclarena-import.json``: the file's name, size and SHA-256, its
 architecture, its quantization (the file type, e.g. ``Q4_1``, and the count of tensors of each GGML
-type) and the dtype written; ``aclarena-diag checkpoints`` shows the quantization. A dequantized
+type), the dtype written, and the end-of-sequence ids of the generation config, to which the chat
+template's end-of-turn token is added when the file does not name it (Gemma's ``<end_of_turn>``);
+``aclarena-diag checkpoints`` shows the quantization. A dequantized
 Q4 model holds exactly the values llama.cpp computes with, but not those of the float model the GGUF
 was made from: results on it describe the quantized model.
 """
@@ -23,7 +25,7 @@ import json
 import os
 import shutil
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,10 @@ class GgufImport:
     dtype: str = "float32"
     parameters: int = 0
     format: str = "gguf"
+    eos_token_ids: list[int] = field(default_factory=list)
+    end_of_turn: str | None = None
+    end_of_turn_id: int | None = None
+    end_of_turn_added: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,7 +129,7 @@ def sha256_of(path: Path, block: int = 1 << 20) -> str:
 
 
 def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, dtype: str = "float32",
-                force: bool = False) -> GgufImport:
+                force: bool = False, phase: Callable[[str], None] | None = None) -> GgufImport:
     """Write the model and tokenizer of a GGUF file as an HF safetensors folder ``out``.
 
     Args:
@@ -131,7 +137,10 @@ def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         out: the folder to write (refused when it exists, unless ``force``).
         dtype: ``float32`` (the dequantized values exactly), ``bfloat16`` or ``float16``.
         force: replace an existing ``out`` (only once the new folder is complete).
+        phase: called with the name of each phase as it starts (hashing, reading, rebuilding, writing:
+            minutes each on a 1 GB file), for progress lines.
     """
+    say = phase or (lambda _: None)
     if dtype not in DTYPES:
         raise AclarenaError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     path = find_gguf(source)
@@ -141,19 +150,52 @@ def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     check_replaceable(out_dir, lambda d: (d / IMPORT_RECORD).is_file(), what="import")
     if out_dir.resolve() == path.parent.resolve() or out_dir.resolve() in path.resolve().parents:
         raise AclarenaError(f"--out {out_dir} holds the source file; write the import to another folder")
+    say(f"reading the header of {path.name}")
     info = describe_gguf(path)
+    say(f"hashing {path.name} ({path.stat().st_size / 1e9:.2f} GB, SHA-256)")
     digest = sha256_of(path)
+    say("reading and dequantizing the tensors and the tokenizer (transformers)")
     model, tokenizer = _load(path)
     from aclarena.models.loading import library_errors
 
+    say(f"rebuilding the model in {dtype}")
     with library_errors(f"the GGUF model of {path} does not fit its own metadata"):
         rebuilt = _rebuild(model, dtype)
+    eot_text, eot, added = _stop_at_end_of_turn(rebuilt, tokenizer)
     record = GgufImport(out=str(out_dir), source=str(path.resolve()), source_bytes=path.stat().st_size,
                         source_sha256=digest, architecture=info["architecture"], quantization=info["quantization"],
                         tensor_types=info["tensor_types"], dtype=dtype,
-                        parameters=sum(p.numel() for p in rebuilt.parameters()))
+                        parameters=sum(p.numel() for p in rebuilt.parameters()),
+                        eos_token_ids=_eos_list(rebuilt.generation_config.eos_token_id),
+                        end_of_turn=eot_text.strip() or None if eot is not None else None, end_of_turn_id=eot,
+                        end_of_turn_added=added)
+    say(f"writing {out_dir}")
     _write(rebuilt, tokenizer, record, out_dir)
     return record
+
+
+def _eos_list(eos: Any) -> list[int]:
+    if isinstance(eos, int):
+        return [eos]
+    return [int(i) for i in eos] if isinstance(eos, list | tuple) else []
+
+
+def _stop_at_end_of_turn(model: Any, tokenizer: Any) -> tuple[str, int | None, bool]:
+    """Add the chat template's end-of-turn token to the generation config's eos ids when it is not there.
+
+    A GGUF names one eos (Gemma 3: ``<eos>``, 1) while its template ends a turn with another token
+    (``<end_of_turn>``, 106); plain transformers ``generate`` on the folder would then run past the end
+    of a turn. (aclarena stops there anyway: :func:`aclarena.models.chat.stop_token_ids`.) Returns the
+    template's end-of-turn text and id (None when it has none) and whether the id was added.
+    """
+    from aclarena.models.chat import end_of_turn
+
+    text, eot = end_of_turn(tokenizer)
+    eos = _eos_list(model.generation_config.eos_token_id)
+    if eot is None or eot in eos:
+        return text, eot, False
+    model.generation_config.eos_token_id = [*eos, eot]
+    return text, eot, True
 
 
 def _load(path: Path) -> tuple[Any, Any]:
@@ -216,6 +258,9 @@ def _write(model: Any, tokenizer: Any, record: GgufImport, out_dir: Path) -> Non
     parent = out_dir.parent
     try:
         staging = staging_folder(out_dir, "import")  # and the staging folders of killed imports removed
+        mask = os.umask(0)
+        os.umask(mask)
+        staging.chmod(0o777 & ~mask)  # the folder a plain mkdir makes (0755 usually), not mkdtemp's 0700
     except OSError as e:
         raise AclarenaError(f"cannot write in {parent}: {e.strerror or e}; choose another --out") from None
     try:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aclarena.errors import AclarenaError
+from aclarena.models.chat import stop_token_ids
 from aclarena.probes.probe_set import ProbeSet, token_pieces, vocab_strings
 
 if TYPE_CHECKING:
@@ -67,19 +68,6 @@ def model_max_length(model: PreTrainedModel) -> int | None:
     return None
 
 
-def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    ids: set[int] = set()
-    for src in (getattr(model, "generation_config", None), getattr(model, "config", None)):
-        e = getattr(src, "eos_token_id", None) if src is not None else None
-        if isinstance(e, int):
-            ids.add(e)
-        elif isinstance(e, list | tuple):
-            ids.update(int(x) for x in e)
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    return sorted(ids)
-
-
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: Mapping[str, Any]) -> list[int]:
     """Token ids of one prompt: chat messages with a generation prompt, or plain text."""
     if "messages" in prompt:
@@ -111,8 +99,9 @@ def generate_probe_set(
     """Generate from ``model`` on ``prompts`` and freeze the result as a probe set.
 
     Each prompt is ``{"messages": [...], "tools": [...]}`` (rendered with the chat template)
-    or ``{"prompt": "text"}``. The generated tokens (up to and including the end-of-sequence
-    token) are the scored positions. ``max_length`` defaults to the model's maximum positions.
+    or ``{"prompt": "text"}``. The generated tokens (up to and including the stop token:
+    an end-of-sequence token or the chat template's end of turn, :func:`aclarena.models.chat.stop_token_ids`)
+    are the scored positions. ``max_length`` defaults to the model's maximum positions.
 
     With a data-parallel ``world`` (:mod:`aclarena.distributed`) each rank generates its
     round-robin share of the batches (each seeded by its batch index, as in one process);
@@ -128,7 +117,7 @@ def generate_probe_set(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad_id is None:
         raise AclarenaError("the reference's tokenizer has neither a pad nor an end-of-sequence token; set one")
-    stop = eos_ids(model, tokenizer)
+    stop = stop_token_ids(model, tokenizer, required=False)  # the template's end of turn included
     warnings: list[str] = []
     encoded = []
     for i, p in enumerate(prompts):

@@ -24,7 +24,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -336,6 +336,19 @@ def stage_chains(manifest: Manifest) -> list[list[CheckpointSpec]]:
     return chains
 
 
+class SeveralChainsError(AclarenaError):
+    """A chain was not named on a manifest of several: ``ends`` are their last stages. The line names the
+    command line's ``--chain NAME``; :meth:`how` rewords it for another caller (the Python API, a menu)."""
+
+    def __init__(self, ends: Sequence[str], how: str = "--chain NAME") -> None:
+        self.ends = list(ends)
+        super().__init__(f"the manifest has several chains of stages (ending at {', '.join(self.ends)}); "
+                         f"pick one with {how}")
+
+    def how(self, how: str) -> SeveralChainsError:
+        return SeveralChainsError(self.ends, how)
+
+
 def pick_chain(manifest: Manifest, leaf: str | None = None) -> list[CheckpointSpec]:
     """The chain of stages ending at ``leaf`` (default: the only chain)."""
     chains = stage_chains(manifest)
@@ -347,9 +360,17 @@ def pick_chain(manifest: Manifest, leaf: str | None = None) -> list[CheckpointSp
                     return chain[: i + 1]
         raise unknown_name("last stage of a chain", leaf, [s.name for c in chains for s in c[1:]])
     if len(chains) > 1:
-        ends = ", ".join(c[-1].name for c in chains)
-        raise AclarenaError(f"the manifest has several chains of stages (ending at {ends}); pick one with --chain NAME")
+        raise SeveralChainsError([c[-1].name for c in chains])
     return chains[0]
+
+
+def suite_choices(matrix: CapabilityMatrix, domain: str) -> tuple[str | None, list[str]]:
+    """The suite that measures ``domain`` by default (``<domain>/id`` when evaluated, else the first of its
+    in-domain suites) and every in-domain suite evaluated for it (the choices of ``--suite-of``)."""
+    candidates = matrix.in_domain_suites(domain)
+    if f"{domain}/id" in matrix.suites:
+        return f"{domain}/id", [f"{domain}/id", *(c for c in candidates if c != f"{domain}/id")]
+    return (candidates[0] if candidates else None), list(candidates)
 
 
 @dataclass
@@ -418,15 +439,13 @@ def chain_data(
             s = suite_of[d]
             if s not in matrix.suites:
                 raise unknown_name(f"suite for domain {d!r}", s, matrix.suites, hint="run `aclarena-diag eval` first")
-        elif f"{d}/id" in matrix.suites:
-            s = f"{d}/id"
         else:
-            candidates = matrix.in_domain_suites(d)
-            if not candidates:
+            default, candidates = suite_choices(matrix, d)
+            if default is None:
                 s = f"{d}/id"
                 notes.append(f"no in-domain suite evaluated for {d!r}: its column is empty")
             else:
-                s = candidates[0]
+                s = default
                 if len(candidates) > 1:
                     notes.append(f"domain {d!r} has several in-domain suites ({', '.join(candidates)}); using {s} "
                                  "(choose with --suite-of)")

@@ -30,6 +30,20 @@ def flips_key(early: str, late: str, suite: str) -> str:
     return f"{ROOT}/{early}/{late}/{suite_key(suite)}"
 
 
+def counts_line(attrs: dict[str, Any], arrow: str = "->") -> str:
+    """One line of a result's counts, the CLI's and the Flips page's: the totals the capability matrix
+    shows, and, when ``--max-items`` capped the analysis, how many of each were analysed."""
+    nf, ng = int(attrs["n_forgot"]), int(attrs["n_gained"])
+    af, ag = int(attrs.get("n_forgot_analysed", nf)), int(attrs.get("n_gained_analysed", ng))
+    line = (f"{attrs['early']} {arrow} {attrs['late']} on {attrs['suite']}: {nf} forgotten (1 {arrow} 0), {ng} gained "
+            f"(0 {arrow} 1) of {attrs['n_items']} items")
+    if (af, ag) != (nf, ng):
+        cap = (attrs.get("settings") or {}).get("max_items")
+        line += (f"; {af} forgotten and {ag} gained analysed"
+                 + (f" (--max-items {cap} per direction)" if cap is not None else ""))
+    return line
+
+
 def list_flips(reader: StoreReader | None) -> list[dict[str, str]]:
     """``{"key", "early", "late", "suite"}`` of every stored flips result, in key order."""
     if reader is None or not reader.has(ROOT):

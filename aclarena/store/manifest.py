@@ -434,6 +434,14 @@ def write_manifest(manifest: Manifest, run_dir: str | os.PathLike[str]) -> Path:
     return path
 
 
+def default_mode(fd: int) -> None:
+    """Give a file made by ``tempfile.mkstemp`` (always 0600) the mode a plain ``open`` would: 0666 less the
+    umask (0644 usually), so that a report or manifest published by a rename is readable as any other file."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` so that readers see the old or the new file, never half."""
     try:
@@ -449,6 +457,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     except OSError as e:
         raise ManifestError(f"cannot write in {path.parent}: {e.strerror or e}") from None
     try:
+        default_mode(fd)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

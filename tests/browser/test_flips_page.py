@@ -24,7 +24,7 @@ def test_flips_page_shows_the_divergence_and_the_swap_test(flips_run, serve, pag
     page.goto(url + "/flips")
     wait_for_dash(page)
     page.wait_for_selector("#flips-e-row span.flip-point")
-    assert "seq-math → seq-search on math/id: 2 forgotten, 1 gained of 10 items" in page.inner_text("#flips-summary")
+    assert "seq-math → seq-search on math/id: 2 forgotten (1 → 0), 1 gained (0 → 1) of 10 items" in page.inner_text("#flips-summary")
     assert "forgot: 1/2 divergences" in page.inner_text("#flips-summary")
     # first item: diverges at position 3, where E wrote ' 42' and L ' 41'
     assert page.inner_text("#flips-e-row span.flip-point") == " 42"

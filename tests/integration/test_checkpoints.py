@@ -162,3 +162,35 @@ def test_hub_id_is_resolved_from_the_local_cache_only(tmp_path, monkeypatch):
     m.add(CheckpointSpec("base", "Qwen/Qwen3-8B-Base", kind="base"))
     info = inspect(m.resolve("base"), m, tmp_path)
     assert not info.loadable and "`hf download Qwen/Qwen3-8B-Base`" in info.problem, info.problem
+
+
+def test_chat_template_column_and_eval_fails_before_loading_the_model(fixture_run, cli, monkeypatch):
+    """Issue 49: `checkpoints` had no chat-template column, and `eval` loaded a model whose tokenizer has no
+    template before failing each of its cells."""
+    import aclarena.models.loading as loading
+
+    ck = fixture_run / "checkpoints" / "seq-math"
+    (ck / "chat_template.jinja").unlink(missing_ok=True)
+    cfg = json.loads((ck / "tokenizer_config.json").read_text())
+    cfg.pop("chat_template", None)
+    (ck / "tokenizer_config.json").write_text(json.dumps(cfg))
+    code, out, err = cli("checkpoints", "--run", str(fixture_run), "--json")
+    assert code == 0, err
+    rows = {r["name"]: r for r in json.loads(out)["checkpoints"]}
+    assert rows["seq-math"]["chat_template"] is False and rows["base"]["chat_template"] is True
+    assert rows["lora-ecom"]["chat_template"] is True  # an adapter without a tokenizer: its base's
+    code, out, _ = cli("checkpoints", "--run", str(fixture_run))
+    assert "template" in out and "no" in out.split("seq-math", 1)[1].splitlines()[0]
+    loaded = []
+    real = loading.load_model
+
+    def spy(spec, *a, **k):
+        loaded.append(getattr(spec, "name", spec))
+        return real(spec, *a, **k)
+
+    monkeypatch.setattr(loading, "load_model", spy)
+    code, out, err = cli("eval", "--run", str(fixture_run), "--checkpoints", "seq-math", "--suites", "math/id",
+                         "-n", "2", "--samples", "0", "--json")
+    (cell,) = json.loads(out)["cells"]
+    assert cell["status"] == "error" and "no chat template" in cell["error"]
+    assert loaded == []  # refused on its tokenizer, before the weights were read

@@ -168,3 +168,24 @@ def test_multi_turn_positions_span_every_turn(case, tokenizer):
         assert d["n_positions"] == len(s.tokens) and d["diverge"] == p
         # the teacher-forced KL of every position equals the one computed online during the replay
         np.testing.assert_allclose(d["tf_kl"], np.asarray(s.kl), rtol=1e-3, atol=1e-5)
+
+
+def test_random_control_is_matched_swap_for_swap(case):
+    """Issue 49: the control drew its positions among E's replay's disagreements and made as many swaps as it
+    met (here 4 where the top-KL arm, whose path ended sooner, made 2); it now makes the KL arm's count."""
+    _, res = case
+    for curve in (res.forward, res.reverse):
+        assert (curve.swaps_random == curve.swaps_kl).all(), (curve.direction, curve.swaps_kl, curve.swaps_random)
+        assert not any("fewer swaps" in n for n in curve.notes())
+    # 0.5% and 5% of these short replies both come to one swap on every item: said in one line
+    assert res.forward.notes() == ["forward: budgets 0.5%, 5% each come to at most one swap on every item, so "
+                                   "their points repeat one measurement"]
+
+
+def test_swap_notes_count_short_rows():
+    from aclarena.diagnostics.flips import swap_notes
+
+    kl = np.array([[1, 1, 3], [1, 2, 4]])
+    notes = swap_notes("forward", [1.0, 10.0, 50.0], kl, np.array([[0, 1, 3], [1, 2, 2]]))
+    assert notes == ["forward: the random control made fewer swaps than the top-KL arm in 2 of 6 (item, budget) rows: "
+                     "the disagreements drawn never came in the live generation"]

@@ -102,3 +102,27 @@ def test_different_tokenizers(fixture_run, cli):
                        "--suite", "math/id")
     assert code == 1 and "tokenizers differ" in err and len(err.strip().splitlines()) == 1
     assert file_state(fixture_run / "results.h5") == before
+
+
+def test_counts_are_totals_and_the_cap_is_stated(fixture_run, cli):
+    """Issue 49: `--max-items 4` reported "4 forgotten of 20" where the matrix shows 20 forgotten; the counts
+    are the matrix's totals, the number analysed beside them, in the CLI, its JSON, the store and the page."""
+    from aclarena.dashboard.pages.flips import on_result
+
+    write_cells(fixture_run, {"seq-math": [1, 1, 1, 0], "seq-search": [0, 0, 0, 1]})
+    argv = ["flips", "--run", str(fixture_run), "--from", "seq-math", "--to", "seq-search", "--suite", "math/id",
+            "--max-items", "1", "--no-swap", "--batch-size", "4"]
+    code, out, err = cli(*argv, "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert (res["n_forgot"], res["n_gained"], res["n_forgot_analysed"], res["n_gained_analysed"]) == (3, 1, 1, 1)
+    assert res["max_items"] == 1 and len(res["items"]) == 2
+    code, out, err = cli(*argv)  # the stored result, read back
+    assert code == 0, err
+    assert ("seq-math -> seq-search on math/id: 3 forgotten (1 -> 0), 1 gained (0 -> 1) of 4 items; "
+            "1 forgotten and 1 gained analysed (--max-items 1 per direction)") in out
+    key = "flips/seq-math/seq-search/math-id"
+    attrs = ResultsStore(fixture_run).attrs(key)
+    assert (int(attrs["n_forgot"]), int(attrs["n_forgot_analysed"])) == (3, 1)
+    _, _, lines, _, _ = on_result(fixture_run, key)
+    assert "3 forgotten" in lines[0].children and "1 forgotten and 1 gained analysed" in lines[0].children

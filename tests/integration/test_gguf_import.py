@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 
 import pytest
 import torch
@@ -85,3 +87,31 @@ def test_import_refuses_and_checkpoints_shows_the_quantization(gguf_file, tmp_pa
     assert row["imported_from"] == f"gguf sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
     code, stdout, _ = cli("checkpoints", "--run", str(run))
     assert "quantization" in stdout and "Q8_0" in stdout
+
+
+def test_import_adds_the_template_end_of_turn_to_the_generation_config(tmp_path, cli):
+    """Issue 49: a Gemma-style GGUF names `<eos>` only while its template ends a turn with `<end_of_turn>`;
+    the imported folder's generation config stops there too, and the command says so."""
+    from gemma_helpers import gemma_style_tokenizer
+    from gguf_helpers import write_llama_gguf
+
+    from aclarena.models.tiny import build_model, tiny_config
+
+    tok = gemma_style_tokenizer()
+    eos, eot = tok.convert_tokens_to_ids("<eos>"), tok.convert_tokens_to_ids("<end_of_turn>")
+    path = tmp_path / "src" / "gemma-style.gguf"
+    path.parent.mkdir()
+    write_llama_gguf(build_model(tiny_config(tok, arch="llama"), seed=4), tok, path, eos="<eos>")
+    out = tmp_path / "imported"
+    mask = os.umask(0o022)
+    try:
+        code, stdout, err = cli("import", str(path), "--out", str(out))
+    finally:
+        os.umask(mask)
+    assert code == 0, err
+    assert "<end_of_turn>" in stdout and "added" in stdout
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755  # as a plain mkdir makes it, not mkdtemp's 0700
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == [eos, eot]
+    rec = json.loads((out / "aclarena-import.json").read_text())
+    assert rec["end_of_turn_id"] == eot and rec["end_of_turn_added"] and rec["eos_token_ids"] == [eos, eot]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 from aclarena.store.manifest import load_manifest
 
@@ -53,7 +54,8 @@ def test_init_refuses_a_missing_folder_unless_allowed(fixture_run, tmp_path, cli
     assert "x" not in load_manifest(fixture_run)
     code, _, err = cli("init", "--run", str(run), "base=./models/nowhere", "--allow-missing")
     assert code == 0, err
-    assert load_manifest(run).resolve("base").path == "./models/nowhere"
+    # read from the current folder like every init path (issue 49), written absolute: it lies outside the run
+    assert load_manifest(run).resolve("base").path == str(Path("models/nowhere").resolve())
     # a hub id is no local folder and is accepted as it is, with a note
     code, _, err = cli("init", "--run", str(tmp_path / "hub"), "base=Qwen/Qwen3-8B-Base")
     assert code == 0 and "taken as a hub id" in err, err
@@ -86,3 +88,26 @@ def test_checkpoints_strict_exits_1_on_a_row_that_cannot_be_loaded(fixture_run, 
     code, out, err = cli("checkpoints", "--run", str(fixture_run), "--strict")
     assert code == 1 and "oracle-math" in out  # the table is printed first
     assert "error: 1 of 5 checkpoint(s) cannot be loaded" in err and "Traceback" not in err
+
+
+def test_init_paths_are_read_from_the_current_folder(fixture_run, tmp_path, cli, monkeypatch):
+    """Issue 49: `init --run runs/real base=models/smollm2` (the docs' own line) read the path from the run
+    folder, found nothing there and named a hub id `models/smollm2`; paths are read from the current folder."""
+    work = tmp_path / "work"
+    shutil.copytree(fixture_run / "checkpoints" / "base", work / "models" / "smollm2")
+    monkeypatch.chdir(work)
+    code, out, err = cli("init", "--run", "runs/real", "base=models/smollm2", "--json")
+    assert code == 0, err
+    assert "hub id" not in err
+    spec = load_manifest(work / "runs" / "real").resolve("base")
+    assert spec.path == str((work / "models" / "smollm2").resolve())
+    code, out, err = cli("checkpoints", "--run", "runs/real", "--json", "--strict")
+    assert code == 0, err
+    assert json.loads(out)["checkpoints"][0]["source"] == "folder"
+    # inside the run folder: written relative to it; a path that exists only under the run folder: told which to give
+    shutil.copytree(fixture_run / "checkpoints" / "seq-math", work / "runs" / "real" / "ck" / "seq-math")
+    code, _, err = cli("init", "--run", "runs/real", "--add", "seq-math=ck/seq-math")
+    assert code == 1 and "read from the current folder" in err and "seq-math=runs/real/ck/seq-math" in err, err
+    code, _, err = cli("init", "--run", "runs/real", "--add", "seq-math=runs/real/ck/seq-math")
+    assert code == 0, err
+    assert load_manifest(work / "runs" / "real").resolve("seq-math").path == "ck/seq-math"

@@ -138,3 +138,94 @@ def test_unscored_bridged_flat_and_intervals(fixture_run):
     assert items_content(fixture_run, None) is None
     oracle = items_content(fixture_run, {"points": [{"x": "flat/id", "y": "oracle-math (oracle)"}]})
     assert oracle["checkpoint"] == "oracle-math" and "not scored" in oracle["note"]
+
+
+def _second_math_suite(run):
+    """A second in-domain math suite, `mathx`, on which seq-search forgot everything seq-math learnt."""
+    import numpy as np
+
+    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload
+
+    settings = {"n": 4, "seeds": [0]}
+    items = []
+    for ck, values in {"base": [0, 0, 0, 0], "seq-math": [1, 1, 1, 1], "seq-search": [0, 0, 0, 0]}.items():
+        data, attrs = cell_payload(checkpoint=ck, suite="mathx", domain="math", role="id", source="arena",
+                                   settings=settings, greedy=np.array([values], float),
+                                   item_ids=[f"mathx/{i}" for i in range(4)])
+        items.append((cell_key(ck, "mathx", settings), data, RESULT_TYPE, RESULT_VERSION, attrs))
+    ResultsStore(run).write_many(items)
+
+
+def test_export_and_the_page_choose_the_suite_of_a_domain(fixture_run, cli, tmp_path):
+    """Issue 49: export and the dashboard took one suite of a domain (BWT -0.5 here) where
+    `forgetting --suite-of math=mathx` gives -1.0, said nothing and offered no way to choose."""
+    from aclarena.dashboard.pages.overview import overview_content, suite_options
+    from aclarena.figures import FigureOptions
+
+    write_fixture_matrix(fixture_run)
+    _second_math_suite(fixture_run)
+    m = load_manifest(fixture_run)
+
+    from aclarena.figures.overview import METRIC_LABELS
+
+    def bwt(fig):
+        metric, value = fig.data[0].cells.values
+        return float(value[list(metric).index(METRIC_LABELS["backward_transfer"])])
+
+    with ResultsStore(fixture_run).reader() as r:
+        (default,) = build_figures(r, m, "overview/cl-metrics")
+        (chosen,) = build_figures(r, m, "overview/cl-metrics", FigureOptions(suite_of={"math": "mathx"}))
+    assert bwt(default.figure) == pytest.approx(-0.5) and bwt(chosen.figure) == pytest.approx(-1.0)
+    assert "several in-domain suites (math/id, mathx); using math/id" in default.figure.layout.title.text
+    assert "suites: mathx, search/id" in chosen.figure.layout.title.text
+    code, out, err = cli("forgetting", "--run", str(fixture_run), "--suite-of", "math=mathx", "--json")
+    assert code == 0 and json.loads(out)["summary"]["backward_transfer"] == pytest.approx(-1.0), err
+    figs = tmp_path / "figs"
+    code, out, err = cli("export", "--run", str(fixture_run), "--figures", "overview/cl-metrics", "--format", "html",
+                         "--out", str(figs), "--suite-of", "math=mathx", "--json")
+    assert code == 0, err
+    assert "suites: mathx, search/id" in (figs / "report.html").read_text()
+    for bad, needle in (("math=nope", "suite for domain 'math'"), ("geo=mathx", "no stage of the chain trains"),
+                        ("math", "DOMAIN=SUITE")):
+        code, _, err = cli("export", "--run", str(fixture_run), "--format", "html", "--out", str(figs), "--suite-of", bad)
+        assert code == 1 and needle in err and len(err.strip().splitlines()) == 1, err
+    options, default_pick = suite_options(fixture_run, None)
+    assert [o["value"] for o in options] == ["math=math/id", "math=mathx"] and default_pick == ["math=math/id"]
+    rows = overview_content(fixture_run, "mean", None, {"math": "mathx"})["rows"]
+    assert {r["key"]: r["value"] for r in rows}["backward_transfer"] == pytest.approx(-1.0)
+
+
+def test_several_chains_are_not_guessed(fixture_run, cli):
+    """Issue 49: the dashboard silently showed the first chain where the CLI and the API refuse to guess; and
+    the API's refusal told a Python user to pass `--chain`."""
+    import aclarena as acl
+    from aclarena.dashboard.app import create_app
+    from aclarena.dashboard.pages.overview import layout, overview_content
+    from aclarena.errors import AclarenaError
+    from aclarena.store.manifest import CheckpointSpec, write_manifest
+
+    write_fixture_matrix(fixture_run)
+    m = load_manifest(fixture_run)
+    m.add(CheckpointSpec("seq-math-b", "checkpoints/seq-math", kind="stage", domain="math", phase="rl", parent="base"))
+    write_manifest(m, fixture_run)
+    with pytest.raises(AclarenaError) as e:
+        acl.Run(fixture_run).forgetting()
+    assert "chain=NAME" in str(e.value) and "--chain" not in str(e.value)
+    code, _, err = cli("forgetting", "--run", str(fixture_run))
+    assert code == 1 and "--chain NAME" in err
+    out = overview_content(fixture_run, "mean", None)
+    assert out["rows"] == [] and "chain menu" in out["notes"][0]
+    with create_app(fixture_run).server.app_context():
+        page = layout()
+        chosen = layout(chain="seq-search")
+
+    def chain_value(node):
+        if getattr(node, "id", None) == "overview-chain":
+            return node.value
+        for child in node.children if isinstance(getattr(node, "children", None), list) else []:
+            found = chain_value(child)
+            if found is not None:
+                return found
+        return None
+
+    assert chain_value(page) is None and chain_value(chosen) == "seq-search"

@@ -66,7 +66,10 @@ def test_vectors_piped_start_and_end_lines(fixture_run, cli, monkeypatch):
     ends = [ln for ln in lines if ln.startswith("end: ")]
     assert any(s.startswith("task vectors: tensors") for s in starts), lines
     assert len(starts) == len(ends) >= 2, lines
-    assert all(re.search(r": (\d+)/\1 steps in [0-9.]+s \(", ln) for ln in ends), lines  # every task completed
+    # every task completed: the tensor count in steps, each pass's reading in bytes (issue 49: not as steps)
+    assert all(re.search(r": (\d+)/\1 steps in [0-9.]+s \(", ln) or re.search(r": [0-9.]+ [kMG]?B read in ", ln)
+               for ln in ends), lines
+    assert any(re.search(r"\(([0-9.]+ [kMG]?B) to read\)", s) for s in starts), lines
     code, _, err = cli("vectors", "--run", str(fixture_run), "--json", "--force")
     assert code == 0 and "[aclarena " not in err, err
 
@@ -83,3 +86,28 @@ def test_a_piped_verb_prints_no_loading_bars_unless_asked(fixture_run, chosen):
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ("Loading weights" in proc.stderr) == (chosen == "0"), proc.stderr[-2000:]
+
+
+def test_repair_and_import_say_what_they_are_doing(fixture_run, cli, monkeypatch, tmp_path, tokenizer):
+    """Issue 49: `import` was silent for 5.5 of its 6 minutes and `repair` said "running" for 6: each now names
+    its phases (import) and counts the tensors written (repair) in a log."""
+    monkeypatch.setenv("ACLARENA_PROGRESS_INTERVAL", "30")
+    code, _, err = cli("repair", "--run", str(fixture_run), "--from", "seq-math", "--to", "seq-search", "--method",
+                       "dg-hard", "--name", "dg")
+    assert code == 0, err
+    lines = [ln.split("] ", 1)[1] for ln in err.splitlines() if ln.startswith("[aclarena ")]
+    assert any(ln.startswith("start: repair dg: dg-hard of seq-search from seq-math") for ln in lines), lines
+    assert any(re.search(r"^end: repair dg: .*: (\d+)/\1 tensors in ", ln) for ln in lines), lines
+    pytest.importorskip("gguf")
+    from gguf_helpers import write_llama_gguf
+
+    from aclarena.models.tiny import build_model, tiny_config
+
+    src = tmp_path / "src" / "tiny.gguf"
+    src.parent.mkdir()
+    write_llama_gguf(build_model(tiny_config(tokenizer, arch="llama"), seed=1), tokenizer, src)
+    code, _, err = cli("import", str(src), "--out", str(tmp_path / "m"))
+    assert code == 0, err
+    starts = [ln for ln in err.splitlines() if "] start: import: " in ln]
+    assert [s.split("start: import: ", 1)[1].split(" ", 1)[0] for s in starts] == ["reading", "hashing", "reading",
+                                                                                   "rebuilding", "writing"], err

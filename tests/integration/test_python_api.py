@@ -223,3 +223,14 @@ def test_run_flips_calls_the_flips_analysis_with_the_verbs_defaults(fixture_run,
     assert run.flips("a", "b", "math/id", settings=acl.FlipSettings(seed=3)) == "result"
     assert (seen["early"], seen["late"], seen["suite"], seen["settings"].seed) == ("a", "b", "math/id", 3)
     assert seen["load"].device == "cpu" and seen["force"] is False
+
+
+def test_eval_result_lists_the_cells_it_wrote(fixture_run):
+    """Issue 49: docs/python-api.md promises `.writes` on results that write; EvalResult had none."""
+    import aclarena as acl
+
+    run = acl.Run(fixture_run)
+    res = run.eval(checkpoints="base", suites="math/id", n=2, samples=0)
+    (cell,) = res.cells
+    assert res.writes == (cell["key"],) and cell["key"].startswith("capability/")
+    assert run.eval(checkpoints="base", suites="math/id", n=2, samples=0).writes == ()  # reused: nothing written

@@ -185,3 +185,44 @@ def test_compare_scores_repairs_in_four_parts(fixture_run, cli):
     with ResultsStore(fixture_run).reader() as r:
         figs = build_figures(r, load_manifest(fixture_run), "consolidation/repair")
     assert [f.name for f in figs] == ["consolidation-repair"]
+
+
+def test_rank_percent_above_a_low_rank_update_is_said_and_vectors_are_not_counted(fixture_run, cli):
+    """Issue 49: on a rank-16 LoRA stage `--rank-percent 25` restored every direction (25% of min(m, n) > 16), a
+    full rollback reported as a partial repair; and `tensors_repaired` counted the 1-D tensors kept NEW's."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from aclarena.store.manifest import CheckpointSpec, write_manifest
+
+    src = fixture_run / "checkpoints" / "seq-math"
+    dst = fixture_run / "checkpoints" / "low-rank"
+    shutil.copytree(src, dst)
+    old = _weights(fixture_run, "seq-math")
+    g = torch.Generator().manual_seed(7)
+    new = {}
+    for name, t in old.items():  # a rank-2 update of every matrix, as a merged rank-2 LoRA stage would be
+        if t.ndim == 2:
+            t = t + (torch.randn(t.shape[0], 2, generator=g) @ torch.randn(2, t.shape[1], generator=g)) * 0.05
+        new[name] = t.contiguous()
+    save_file(new, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    m = load_manifest(fixture_run)
+    m.add(CheckpointSpec("low-rank", "checkpoints/low-rank", kind="stage", domain="search", phase="sft",
+                         parent="seq-math"))
+    write_manifest(m, fixture_run)
+    argv = ["repair", "--run", str(fixture_run), "--from", "seq-math", "--to", "low-rank", "--method", "svd-restore"]
+    code, out, err = cli(*argv, "--rank-percent", "25", "--name", "lr25", "--json")
+    assert code == 0, err
+    (o,) = json.loads(out)["outputs"]
+    n_matrices = sum(t.ndim >= 2 for t in old.values())
+    assert o["tensors_repaired"] == n_matrices < len(old)  # the 1-D tensors are NEW's, not repaired
+    assert o["directions_kept"] == 0 and o["energy_removed"] == pytest.approx(1.0, abs=1e-6)
+    (note,) = o["notes"]
+    assert f"{n_matrices} of {n_matrices} changed matrices" in note and "full rollback" in note
+    code, out, err = cli(*argv, "--rank-percent", "1", "--name", "lr1")  # k = 1 of rank 2: partial, no note
+    assert code == 0, err
+    assert "note:" not in out
+    code, out, err = cli(*argv, "--rank-percent", "25", "--name", "lr25")  # reused: the note is read back
+    assert code == 0, err
+    assert sum(line.startswith("note: lr25: --rank-percent 25 restores every direction") for line in out.splitlines()) == 1

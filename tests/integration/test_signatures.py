@@ -124,3 +124,32 @@ def test_tokens_page_shows_sft_and_rl_side_by_side(signed):
     assert [r.children[0].children for r in rows] == ["seq-math", "seq-search"] and note == "2 of 3 signed updates shown"
     fig, table, note = page.on_signatures(run, ["stage"])
     assert fig == {} and "none of the kinds ticked" in note
+
+
+def test_domain_prompts_come_from_the_runs_own_suites_first(signed, tmp_path):
+    """Issue 49: a stage of domain `math` was probed on the mini arena's math prompts though the manifest had its
+    own `math` suites; the run's suites come first (in-domain ones), and a note names the source."""
+    from aclarena.probes.probe_set import read_probe_set
+    from aclarena.store.manifest import SuiteSpec
+
+    assert "probe set base.math: base's generations on prompts from the mini arena's math/id tasks" in signed[1]["notes"]
+    run = tmp_path / "run"
+    shutil.copytree(signed[0], run, ignore=shutil.ignore_patterns("results.h5"))
+    (run / "tasks").mkdir()
+    write_jsonl(run / "tasks" / "arith.jsonl", [{"prompt": f"what is {a} plus {a + 1}", "answer": str(2 * a + 1)}
+                                                for a in range(12)])
+    write_jsonl(run / "tasks" / "far.jsonl", [{"prompt": f"far question {a}", "answer": "x"} for a in range(12)])
+    m = load_manifest(run)
+    m.suites["arith"] = SuiteSpec("arith", "tasks/arith.jsonl", domain="math", role="id", scorer="numeric")
+    m.suites["far"] = SuiteSpec("far", "tasks/far.jsonl", domain="math", role="ood", scorer="exact")
+    write_manifest(m, run)
+    code, out, err = run_cli("signatures", "--run", str(run), "--updates", "seq-math", *ARGS)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["notes"] == ["probe set base.math: base's generations on prompts from the run's suite arith (domain math)"]
+    probe = read_probe_set(ResultsStore(run), "base.math")
+    assert probe.settings["prompt_source"] == "the run's suite arith (domain math)"
+    assert probe.n_sequences == 10 and all("plus" in t for t in probe.texts)
+    code, out, err = run_cli("signatures", "--run", str(run), "--updates", "seq-math", *ARGS[:-1], "--force")
+    assert code == 0, err  # the table's own output: the stored probe set is reused, so no note
+    assert "note:" not in out

@@ -4,6 +4,7 @@ undecodable bytes through `init`, and validation time linear in the depth of a c
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -61,7 +62,8 @@ def test_init_with_control_characters_writes_a_manifest_every_verb_reads(tmp_pat
     code, _, err = cli("init", "--run", str(run), f"base={path}", "--json", "--allow-missing")
     assert code == 0, err
     m = load_manifest(run)
-    assert m.resolve("base").path == path
+    # init reads a PATH from the current folder and writes it absolute outside the run folder (issue 49)
+    assert m.resolve("base").path == str(Path(path).resolve())
     assert [p.name for p in run.iterdir()] == ["aclarena.toml"]
 
 

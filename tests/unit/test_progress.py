@@ -112,3 +112,19 @@ def test_lines_go_to_the_stderr_of_the_start_even_when_it_is_redirected(monkeypa
     assert captured.getvalue() == ""
     err = capsys.readouterr().err
     assert "start: demo: a step" in err and "demo: a step: running" in err and "end: demo: a step" in err
+
+
+def test_log_progress_counts_bytes_as_sizes_not_steps():
+    """Issue 49: a tensor pass's task counted bytes as steps (`start: sft-math (1072392704 steps)`)."""
+    buf = io.StringIO()
+    with pg.LogProgress(interval=0.05, stream=buf) as p:
+        t = p.add_task("sft-math", total=1_072_392_704, unit="bytes")
+        p.advance(t, 536_196_352)
+        time.sleep(0.15)
+        p.advance(t, 536_196_352)
+    lines = _lines(buf)
+    assert lines[0] == "start: sft-math (1.07 GB to read)"
+    periodic = [ln for ln in lines if ln.startswith("sft-math: 536 MB of 1.07 GB read (50%), ")]
+    assert periodic and all(re.search(r" [0-9.]+ [kMG]?B/s, elapsed ", ln) for ln in periodic), lines
+    assert re.fullmatch(r"end: sft-math: 1\.07 GB read in [0-9.]+s \([0-9.]+ [kMG]?B/s\)", lines[-1]), lines
+    assert not any("steps" in ln for ln in lines), lines

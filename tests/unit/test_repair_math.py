@@ -156,3 +156,20 @@ def test_select_groups_by_displacement_cosine_and_first():
         R.select_groups(stats, "largest")
     with pytest.raises(ValueError, match="no layer"):
         R.select_groups({"embed": stats["embed"]}, "first")
+
+
+def test_rank_of_a_low_rank_update_and_what_was_kept_within_it():
+    """Issue 49: 25% of min(m, n) directions of a rank-4 update restores all of it; the result says so."""
+    g = torch.Generator().manual_seed(0)
+    old = torch.randn(64, 48, generator=g)
+    new = old + torch.randn(64, 4, generator=g) @ torch.randn(4, 48, generator=g) * 0.1
+    got = R.svd_restore(old, new, 25.0)
+    assert (got.rank, got.restored, got.kept_in_rank) == (4, 12, 0)
+    torch.testing.assert_close(got.tensor, old, rtol=0, atol=1e-5)  # OLD again: a full rollback
+    part = R.svd_restore(old, new, 2.0)  # k = 1 of rank 4
+    assert (part.rank, part.restored, part.kept_in_rank) == (4, 1, 3)
+    bf = R.svd_restore(old.bfloat16(), (old + (new - old)).bfloat16(), 25.0)  # rounding noise is not rank
+    assert bf.rank == 4
+    note = R.over_rank_note(25.0, 7, 7, (12, 4))
+    assert note is not None and "7 of 7" in note and "full rollback" in note and "\n" not in note
+    assert R.over_rank_note(25.0, 7, 0, None) is None

@@ -15,6 +15,7 @@ from typing import Any
 from dash import Dash, Input, Output, dcc, html
 
 from aclarena.dashboard.data import current_run, reader
+from aclarena.store.flips import counts_line
 
 PAGE = {"path": "/flips", "name": "Flips", "order": 11}
 
@@ -81,14 +82,19 @@ def on_result(run_dir: Path, key: str | None) -> tuple[list[dict[str, Any]], int
         rep = "" if it["reproduced"] else " · not reproduced"
         options.append({"label": f"{it['direction']} · {it['item_id']} · {where}{rep}", "value": i})
     a = data["attrs"]
-    lines = [html.Div(f"{a['early']} → {a['late']} on {a['suite']}: {a['n_forgot']} forgotten, {a['n_gained']} "
-                      f"gained of {a['n_items']} items; {a['relation']}")]
+    lines = [html.Div(f"{counts_line(a, '→')}; {a['relation']}")]
     for d, c in data["summary"]["chance"].items():
         if c.get("n"):
             lines.append(html.Div(f"{d}: {c['hits']}/{c['n']} divergences in E's top {a['settings']['top']:g} "
                                   f"entropy positions = {c['share']:.2f} [{c['share_low']:.2f}, {c['share_high']:.2f}]; "
                                   f"chance {c['chance']:.2f} [{c['chance_low']:.2f}, {c['chance_high']:.2f}], "
                                   f"p = {c['p_value']:.3g}"))
+    from aclarena.diagnostics.flips import swap_notes  # here: torch loads only when a result is shown
+
+    for name in ("forward", "reverse"):
+        c = data.get(name)
+        if c is not None:
+            lines += [html.Div(f"note: {n}") for n in swap_notes(name, c["budgets"], c["swaps_kl"], c["swaps_random"])]
     return options, (0 if options else None), lines, recovery_figure(data), divergence_figure(data)
 
 

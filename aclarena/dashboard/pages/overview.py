@@ -23,11 +23,42 @@ def _chain_options(run_dir: Path) -> list[dict[str, str]]:
     return [{"label": " -> ".join(s.name for s in c), "value": c[-1].name} for c in chains]
 
 
-def overview_content(run_dir: Path, what: str = "mean", chain: str | None = None) -> dict[str, Any]:
+def suite_options(run_dir: Path, chain: str | None) -> tuple[list[dict[str, str]], list[str]]:
+    """The ``DOMAIN=SUITE`` choices of the chain's domains that have several in-domain suites, and the
+    default choice of each (``forgetting``'s: DOMAIN/id, else the first)."""
+    from aclarena.errors import AclarenaError
+    from aclarena.store.capability import load_matrix, pick_chain, suite_choices
+
+    m = manifest(run_dir)
+    try:
+        domains = list(dict.fromkeys(s.domain for s in pick_chain(m, chain)[1:] if s.domain))
+    except AclarenaError:
+        return [], []
+    with reader(run_dir) as r:
+        matrix = load_matrix(r, m)
+    options, default = [], []
+    for d in domains:
+        first, choices = suite_choices(matrix, d)
+        if len(choices) > 1:
+            options += [{"label": f"{d}: {c}", "value": f"{d}={c}"} for c in choices]
+            default.append(f"{d}={first}")
+    return options, default
+
+
+def _suite_of(values: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values or []:
+        d, _, s = v.partition("=")
+        out[d] = s  # two suites of one domain picked: the later one
+    return out
+
+
+def overview_content(run_dir: Path, what: str = "mean", chain: str | None = None,
+                     suite_of: dict[str, str] | None = None) -> dict[str, Any]:
     """Figures, metric rows and notes of the page (callbacks return these; tests call it directly)."""
     from aclarena.errors import AclarenaError
     from aclarena.figures.overview import capability_heatmap, chain_lines, metric_rows, score_intervals
-    from aclarena.store.capability import load_matrix
+    from aclarena.store.capability import SeveralChainsError, load_matrix
 
     m = manifest(run_dir)
     with reader(run_dir) as r:
@@ -38,7 +69,9 @@ def overview_content(run_dir: Path, what: str = "mean", chain: str | None = None
         out: dict[str, Any] = {"empty": False, "matrix": capability_heatmap(matrix, m, what, intervals)}
         try:
             out["chain"] = chain_lines(matrix, m, chain, what, intervals)
-            out["rows"], out["notes"] = metric_rows(matrix, m, r, chain, what)
+            out["rows"], out["notes"] = metric_rows(matrix, m, r, chain, what, suite_of=suite_of)
+        except SeveralChainsError as e:  # the page does not guess either: it asks
+            out["chain"], out["rows"], out["notes"] = None, [], [str(e.how("the chain menu above"))]
         except AclarenaError as e:
             out["chain"], out["rows"], out["notes"] = None, [], [str(e)]
     return out
@@ -113,14 +146,17 @@ def _metrics_table(rows: list[dict[str, Any]]) -> html.Table:
 
 def layout(**query: Any) -> html.Div:
     from aclarena.dashboard.findings import findings_panel
-    from aclarena.dashboard.urlstate import query_value
+    from aclarena.dashboard.urlstate import query_list, query_value
 
     run_dir = current_run()
     findings = findings_panel(run_dir)  # aclarena-diag study's findings.json, when the run has one
     options = _chain_options(run_dir)
     score = query_value(query, "score", ["mean", "avg_k_mean"], "mean")
-    chain = query_value(query, "chain", [o["value"] for o in options], options[0]["value"] if options else None)
-    first = overview_content(run_dir, score, chain)
+    # one chain: it; several: the one the URL names, else none (the page asks, as the CLI and the API refuse)
+    chain = query_value(query, "chain", [o["value"] for o in options], options[0]["value"] if len(options) == 1 else None)
+    suites, default = suite_options(run_dir, chain)
+    picked = query_list(query, "suites", [o["value"] for o in suites], default)
+    first = overview_content(run_dir, score, chain, _suite_of(picked))
     if first["empty"]:
         return html.Div([
             html.H2("Overview"),
@@ -135,7 +171,13 @@ def layout(**query: Any) -> html.Div:
                 id="overview-score", value=score, inline=True,
                 options=[{"label": " greedy ", "value": "mean"}, {"label": " avg@k ", "value": "avg_k_mean"}])]),
             html.Div([html.Label("chain"), dcc.Dropdown(
-                id="overview-chain", options=options, value=chain, clearable=False)]),
+                id="overview-chain", options=options, value=chain, clearable=False,
+                placeholder="several chains of stages: choose one")]),
+            html.Div([html.Label("suite per domain"), dcc.Dropdown(
+                id="overview-suites", options=suites, value=picked, multi=True,
+                placeholder="one in-domain suite per domain")],
+                title="the suite that measures each domain in the CL metrics (forgetting --suite-of); shown when a "
+                      "domain has several in-domain suites", style={} if suites else {"display": "none"}),
         ], className="controls"),
         dcc.Store(id="overview-url"),
         dcc.Graph(id="overview-matrix", figure=first["matrix"]),
@@ -152,7 +194,24 @@ def layout(**query: Any) -> html.Div:
 def register_callbacks(app: Dash, run_dir: Path) -> None:
     from aclarena.dashboard.urlstate import keep_in_url
 
-    keep_in_url(app, "overview-url", {"score": ("overview-score", "value"), "chain": ("overview-chain", "value")})
+    keep_in_url(app, "overview-url", {"score": ("overview-score", "value"), "chain": ("overview-chain", "value"),
+                                      "suites": ("overview-suites", "value")})
+
+    @app.callback(
+        Output("overview-suites", "options"),
+        Output("overview-suites", "value"),
+        Output("overview-suites", "style"),
+        Input("overview-chain", "value"),
+        State("overview-suites", "value"),
+        prevent_initial_call=True,
+    )
+    def _suites(chain: str | None, picked: list[str] | None) -> tuple[Any, Any, Any]:
+        suites, default = suite_options(run_dir, chain)
+        values = [o["value"] for o in suites]
+        keep = [v for v in picked or [] if v in values]
+        domains = {v.partition("=")[0] for v in keep}
+        value = keep + [v for v in default if v.partition("=")[0] not in domains]
+        return suites, value, {} if suites else {"display": "none"}
 
     @app.callback(
         Output("overview-matrix", "figure"),
@@ -161,10 +220,11 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
         Output("overview-notes", "children"),
         Input("overview-score", "value"),
         Input("overview-chain", "value"),
+        Input("overview-suites", "value"),
         prevent_initial_call=True,
     )
-    def _update(what: str, chain: str | None) -> tuple[Any, Any, Any, Any]:
-        out = overview_content(run_dir, what or "mean", chain)
+    def _update(what: str, chain: str | None, picked: list[str] | None) -> tuple[Any, Any, Any, Any]:
+        out = overview_content(run_dir, what or "mean", chain, _suite_of(picked))
         if out["empty"]:
             return {}, {}, html.P("No capability matrix yet.", className="note"), []
         return (out["matrix"], out["chain"] or {}, _metrics_table(out["rows"]),
