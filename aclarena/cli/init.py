@@ -139,6 +139,10 @@ def run(args: argparse.Namespace) -> int:
     dupes = sorted({n for n in names if names.count(n) > 1} | {n for n in names if n in manifest})
     if dupes:
         raise ManifestError(f"checkpoint name {dupes[0]!r} is given twice; names must be unique")
+    # the NAME=PATH pairs come first; --from-folder's entries are written relative to the run folder already
+    n_pairs = len(args.pairs)
+    entries = [(n, _from_here(n, p, run_dir, allow_missing=args.allow_missing)) if i < n_pairs else (n, p)
+               for i, (n, p) in enumerate(entries)]
 
     explicit: dict[str, dict[str, str]] = {n: {} for n in names}
     for f in FIELDS:
@@ -149,7 +153,6 @@ def run(args: argparse.Namespace) -> int:
             explicit[name][f] = value
 
     notes: list[str] = []
-    entries = [(name, _from_here(name, path, run_dir, allow_missing=args.allow_missing)) for name, path in entries]
     for name, path in entries:
         source = _require_present(name, path, run_dir, allow_missing=args.allow_missing)
         if source == "hub":

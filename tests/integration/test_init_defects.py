@@ -111,3 +111,15 @@ def test_init_paths_are_read_from_the_current_folder(fixture_run, tmp_path, cli,
     code, _, err = cli("init", "--run", "runs/real", "--add", "seq-math=runs/real/ck/seq-math")
     assert code == 0, err
     assert load_manifest(work / "runs" / "real").resolve("seq-math").path == "ck/seq-math"
+
+
+def test_from_folder_entries_are_not_resolved_twice(fixture_run, tmp_path, cli, monkeypatch):
+    work = tmp_path / "work"
+    shutil.copytree(fixture_run / "checkpoints", work / "runs" / "r" / "ck")
+    monkeypatch.chdir(work)
+    code, _, err = cli("init", "--run", "runs/r", "--from-folder", "runs/r/ck")
+    assert code == 0, err
+    m = load_manifest(work / "runs" / "r")
+    assert m.resolve("base").path == "ck/base"
+    code, _, err = cli("checkpoints", "--run", "runs/r", "--strict")
+    assert code == 0, err
