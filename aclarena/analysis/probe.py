@@ -138,7 +138,7 @@ def make_probe(
                                    progress=lambda k: bar.advance(task, k), world=world)
     if probe is None:
         return None
-    from aclarena.analysis.tokens import weights_fingerprint
+    from aclarena.models.tensors import weights_fingerprint
 
     raw = sum(1 for p in prompts if "messages" not in p)
     if raw and getattr(tok, "chat_template", None):

@@ -31,7 +31,7 @@ from aclarena.errors import AclarenaError, unknown_name
 from aclarena.models import loading
 from aclarena.models.checkpoint import CheckpointInfo, inspect, require_same_tokenizer
 from aclarena.models.loading import LoadOptions
-from aclarena.models.tensors import checkpoint_fingerprint
+from aclarena.models.tensors import weights_fingerprint
 from aclarena.probes.probe_set import (
     ProbeSet,
     list_probe_sets,
@@ -138,14 +138,6 @@ class TokenDrift:
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def weights_fingerprint(info: CheckpointInfo, manifest: Manifest, run_dir: RunPath) -> str:
-    """The checkpoint's fingerprint, including its base's when it is an adapter."""
-    on = None
-    if info.source == "adapter" and info.spec.on:
-        on = inspect(manifest.resolve(info.spec.on), manifest, run_dir, allow_pickle=True)
-    return checkpoint_fingerprint(info, on=on)
 
 
 def require_same_generator(probe_set: ProbeSet, ref: str, weights: str) -> None:

@@ -51,10 +51,12 @@ from aclarena.errors import CheckpointError
 from aclarena.models.checkpoint import (
     CheckpointInfo,
     NonFiniteWeightsError,
+    inspect,
     lora_module_of,
     pattern_value,
     read_safetensors_header,
 )
+from aclarena.store.manifest import Manifest
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,
@@ -541,6 +543,15 @@ def checkpoint_fingerprint(info: CheckpointInfo, on: CheckpointInfo | None = Non
     if on is not None:
         h.update(checkpoint_fingerprint(on).encode())
     return h.hexdigest()[:16]
+
+
+def weights_fingerprint(info: CheckpointInfo, manifest: Manifest, run_dir: str | os.PathLike[str]) -> str:
+    """The checkpoint's fingerprint, including its base's when it is an adapter (what a probe set records of
+    the weights that generated it, and ``tokens`` checks before reusing it: issue 43)."""
+    on = None
+    if info.source == "adapter" and info.spec.on:
+        on = inspect(manifest.resolve(info.spec.on), manifest, run_dir, allow_pickle=True)
+    return checkpoint_fingerprint(info, on=on)
 
 
 def check_finite_safetensors(files: Sequence[Path], name: str, *, chunk: int = 1 << 22) -> None:
