@@ -7,6 +7,7 @@ and results.h5 byte-identical afterwards. docs/reliability.md shows this matrix.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -302,3 +303,17 @@ FLIPS_CASES = (
     FlipsCase("--batch-size 0", 17, None, _flips_other_args("--batch-size", "0"), "--batch-size"),
     FlipsCase("--device gpu (a typo)", 15, None, _flips_other_args("--device", "gpu"), "device 'gpu'"),
 )
+
+
+def one_line(err: str, verb: str) -> str:
+    """The single error line a refused verb prints (no traceback), checked and returned."""
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"aclarena-diag {verb}: error: "), err
+    return lines[0]
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every file under ``root`` with a hash of its bytes (what a refused verb must leave as it was)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+            for p in sorted(root.rglob("*")) if p.is_file()}

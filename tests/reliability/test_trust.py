@@ -7,7 +7,6 @@ Every test here failed on the code before the change (checked against main at 2f
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -15,24 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from distributed_helpers import file_hash
-from reliability_helpers import VERB_ARGV, fill, seed_store, truncated_store
+from reliability_helpers import VERB_ARGV, fill, one_line, seed_store, tree, truncated_store
 
 from aclarena.errors import AclarenaError
 from aclarena.store import ResultsStore
-
-
-def _one_line(err: str, verb: str) -> str:
-    assert "Traceback" not in err, err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith(f"aclarena-diag {verb}: error: "), err
-    return lines[0]
-
-
-def _tree(root: Path) -> dict[str, str]:
-    """Every file under ``root`` with a hash of its bytes (what a refused verb must leave as it was)."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
 
 # --- 1. one name check before any write --------------------------------------------------------------
 
@@ -64,11 +49,11 @@ def test_consolidate_checks_every_name_before_writing(fixture_run, tmp_path, cli
     seed_store(run)
     outside = tmp_path / "outside"
     outside.mkdir()
-    before, around = _tree(run), sorted(p.name for p in tmp_path.iterdir())
+    before, around = tree(run), sorted(p.name for p in tmp_path.iterdir())
     code, _, err = cli("consolidate", *[a.format(outside=outside) for a in argv], "--run", str(run))
     assert code == 1, err
-    assert needle in _one_line(err, "consolidate")
-    assert _tree(run) == before  # nothing written in the run: no folder, manifest and results.h5 as they were
+    assert needle in one_line(err, "consolidate")
+    assert tree(run) == before  # nothing written in the run: no folder, manifest and results.h5 as they were
     assert sorted(p.name for p in tmp_path.iterdir()) == around and not any(outside.iterdir())
     assert not (tmp_path.parent / "escape").exists() and not (tmp_path / "escape").exists()
 
@@ -131,7 +116,7 @@ def test_tokens_refuses_a_lying_config_in_one_line(fixture_run, tmp_path, cli, f
     before = file_hash(fixture_run / "results.h5")
     code, out, err = cli(*fill(VERB_ARGV["tokens"], fixture_run, tmp_path))
     assert code == 1, err
-    assert needle in _one_line(err, "tokens") and "LOAD REPORT" not in out + err
+    assert needle in one_line(err, "tokens") and "LOAD REPORT" not in out + err
     assert file_hash(fixture_run / "results.h5") == before
 
 
@@ -164,7 +149,7 @@ def test_a_library_error_is_one_line(fixture_run, tmp_path, cli):
     _set_config(fixture_run, layer_types=["full_attention"] * 3)
     code, _, err = cli(*fill(VERB_ARGV["tokens"], fixture_run, tmp_path))
     assert code == 1, err
-    line = _one_line(err, "tokens")
+    line = one_line(err, "tokens")
     assert "'seq-math' cannot be loaded" in line and "layer_types" in line, line
 
 
@@ -187,7 +172,7 @@ def test_pickle_weights_only_refuses_is_not_loadable(fixture_run, tmp_path, cli)
     before = file_hash(fixture_run / "results.h5")
     code, _, err = cli(*fill(VERB_ARGV["tokens"], fixture_run, tmp_path), "--allow-pickle")
     assert code == 1, err
-    assert "weights_only" in _one_line(err, "tokens")
+    assert "weights_only" in one_line(err, "tokens")
     assert file_hash(fixture_run / "results.h5") == before
 
 
@@ -221,7 +206,7 @@ def test_a_hub_id_not_in_the_cache_fails_at_once(fixture_run, tmp_path, cli, hf_
     t0 = time.perf_counter()
     code, _, err = cli(*fill(VERB_ARGV["tokens"], fixture_run, tmp_path))
     assert code == 1, err
-    assert "hf download someorg/somemodel" in _one_line(err, "tokens")
+    assert "hf download someorg/somemodel" in one_line(err, "tokens")
     assert time.perf_counter() - t0 < 20
 
 
@@ -268,7 +253,7 @@ def test_a_probe_set_of_a_newer_major_version_is_refused(fixture_run, tmp_path, 
     before = file_hash(fixture_run / "results.h5")
     code, _, err = cli(*fill(VERB_ARGV["tokens"], fixture_run, tmp_path))
     assert code == 1, err
-    line = _one_line(err, "tokens")
+    line = one_line(err, "tokens")
     assert "written by a newer aclarena" in line and "1.0.0" in line and "upgrade aclarena" in line, line
     assert file_hash(fixture_run / "results.h5") == before
 

@@ -8,7 +8,6 @@ it guards against refusing something healthy."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -16,19 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from reliability_helpers import VERB_ARGV, fill, no_weights
-
-
-def _one_line(err: str, verb: str) -> str:
-    assert "Traceback" not in err, err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith(f"aclarena-diag {verb}: error: "), err
-    return lines[0]
-
-
-def _tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
-            for p in sorted(root.rglob("*")) if p.is_file()}
+from reliability_helpers import VERB_ARGV, fill, no_weights, one_line, tree
 
 
 def _dead_pid() -> int:
@@ -56,15 +43,15 @@ def gguf_file(tmp_path_factory, tokenizer):
 def test_import_force_never_deletes_a_folder_it_did_not_write(gguf_file, fixture_run, tmp_path, cli):
     """`import --force --out RUN` (a run folder) and `--out FILE`: refused in one line, every file as it was;
     an earlier import (its aclarena-import.json is there) and an empty folder are still replaced."""
-    before = _tree(fixture_run)
+    before = tree(fixture_run)
     code, _, err = cli("import", str(gguf_file), "--out", str(fixture_run), "--force")
     assert code == 1, err
-    assert "did not write" in _one_line(err, "import")
-    assert _tree(fixture_run) == before
+    assert "did not write" in one_line(err, "import")
+    assert tree(fixture_run) == before
     a_file = tmp_path / "notes.txt"
     a_file.write_text("mine")
     code, _, err = cli("import", str(gguf_file), "--out", str(a_file), "--force")
-    assert code == 1 and "is a file" in _one_line(err, "import") and a_file.read_text() == "mine"
+    assert code == 1 and "is a file" in one_line(err, "import") and a_file.read_text() == "mine"
     out = tmp_path / "m"
     out.mkdir()
     assert cli("import", str(gguf_file), "--out", str(out), "--force")[0] == 0  # an empty folder
@@ -103,7 +90,7 @@ def test_eval_force_never_replaces_a_good_cell_with_an_error_cell(fixture_run, t
     no_weights(fixture_run)  # the rerun cannot load seq-math
     code, _, err = cli(*argv, "--force")
     assert code == 1
-    line = _one_line(err, "eval")
+    line = one_line(err, "eval")
     assert "kept" in line and "seq-math" in line
     assert cells() == good
 
@@ -188,7 +175,7 @@ def test_repair_killed_after_publishing_can_be_rerun(fixture_run, cli):
     (fixture_run / "checkpoints" / "mine").mkdir()
     (fixture_run / "checkpoints" / "mine" / "notes.txt").write_text("x")
     code, _, err = cli(*REPAIR, "--name", "mine", "--run", str(fixture_run))
-    assert code == 1 and "not in the manifest" in _one_line(err, "repair")
+    assert code == 1 and "not in the manifest" in one_line(err, "repair")
 
 
 def test_a_symlinked_checkpoints_folder_outside_the_run_is_refused(fixture_run, tmp_path, cli):
@@ -198,11 +185,11 @@ def test_a_symlinked_checkpoints_folder_outside_the_run_is_refused(fixture_run, 
     listing = sorted(p.name for p in elsewhere.iterdir())
     code, _, err = cli(*REPAIR, "--name", "fix", "--run", str(fixture_run))
     assert code == 1, err
-    assert "outside the run" in _one_line(err, "repair")
+    assert "outside the run" in one_line(err, "repair")
     assert sorted(p.name for p in elsewhere.iterdir()) == listing
     code, _, err = cli("consolidate", "--method", "merge-uniform", "--sources", "seq-math,seq-search", "--name", "m",
                        "--run", str(fixture_run))
-    assert code == 1 and "outside the run" in _one_line(err, "consolidate")
+    assert code == 1 and "outside the run" in one_line(err, "consolidate")
     assert sorted(p.name for p in elsewhere.iterdir()) == listing
 
 
@@ -239,7 +226,7 @@ def test_results_h5_open_in_another_process_is_named_so(fixture_run, cli):
         assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
         code, _, err = cli("forgetting", "--run", str(fixture_run))
         assert code == 1
-        line = _one_line(err, "forgetting")
+        line = one_line(err, "forgetting")
         assert "open for writing in another process" in line and "corrupted" not in line
     finally:
         holder.kill()
@@ -271,7 +258,7 @@ def test_a_deeply_nested_manifest_is_one_line(fixture_run, cli):
     toml = fixture_run / "aclarena.toml"
     toml.write_text(toml.read_text().replace("[run]\n", f"[run]\ndeep = {DEEP}\n", 1))
     code, _, err = cli("checkpoints", "--run", str(fixture_run))
-    assert code == 1 and "too deeply" in _one_line(err, "checkpoints")
+    assert code == 1 and "too deeply" in one_line(err, "checkpoints")
 
 
 def test_a_deeply_nested_training_config_is_one_line(tmp_path):
@@ -301,13 +288,13 @@ def test_json_integers_over_4300_digits_are_one_line(fixture_run, tmp_path, cli)
     prompts.write_text('{"prompt": "what is 3 + 4?"}\n{"prompt": "x", "n": ' + LONG_INT + "}\n")
     code, _, err = cli("probe", "--ref", "seq-math", "--prompts", str(prompts), "--run", str(fixture_run))
     assert code == 1
-    line = _one_line(err, "probe")
+    line = one_line(err, "probe")
     assert "line 2" in line and "too long" in line
     suite = tmp_path / "s.jsonl"
     suite.write_text('{"prompt": "q", "answer": "1", "n": ' + LONG_INT + "}\n")
     code, _, err = cli("init", "--run", str(tmp_path / "new"), f"base={fixture_run / 'checkpoints' / 'base'}",
                        "--suite", f"mine={suite}", "--suite-domain", "mine=math")
-    assert code == 1 and "line 1" in _one_line(err, "init") and not (tmp_path / "new" / "aclarena.toml").exists()
+    assert code == 1 and "line 1" in one_line(err, "init") and not (tmp_path / "new" / "aclarena.toml").exists()
 
 
 def test_a_suite_path_that_is_a_folder_is_named_a_folder(fixture_run, tmp_path, cli):
@@ -315,7 +302,7 @@ def test_a_suite_path_that_is_a_folder_is_named_a_folder(fixture_run, tmp_path, 
     folder.mkdir()
     code, _, err = cli("init", "--run", str(tmp_path / "new"), f"base={fixture_run / 'checkpoints' / 'base'}",
                        "--suite", f"mine={folder}", "--suite-domain", "mine=math")
-    assert code == 1 and "is a folder" in _one_line(err, "init")
+    assert code == 1 and "is a folder" in one_line(err, "init")
 
 
 def test_a_numeric_answer_too_large_for_a_float_is_one_line(tmp_path):
@@ -381,7 +368,7 @@ def test_a_gguf_whose_metadata_contradicts_its_tensors_is_one_line(tmp_path, tok
     write_llama_gguf(model, tokenizer, path)
     code, _, err = cli("import", str(path), "--out", str(tmp_path / "m"))
     assert code == 1, err
-    assert "cannot read" in _one_line(err, "import") or "does not fit" in _one_line(err, "import")
+    assert "cannot read" in one_line(err, "import") or "does not fit" in one_line(err, "import")
     assert not (tmp_path / "m").exists() and not list(tmp_path.glob(".m.*"))
 
 
@@ -422,7 +409,7 @@ def test_flips_refuses_cells_of_an_edited_suite_file(fixture_run, tmp_path, cli)
                        "--run", str(fixture_run))
     register_suites(Manifest(name="none"), ".")
     assert code == 1, err
-    line = _one_line(err, "flips")
+    line = one_line(err, "flips")
     assert "task file has changed" in line and "eval --suites mine" in line
 
 
@@ -450,7 +437,7 @@ def test_tokens_refuses_a_probe_set_whose_reference_weights_changed(fixture_run,
     save_checkpoint(perturb(AutoModelForCausalLM.from_pretrained(folder), 0.05, seed=5), tok, folder)
     code, _, err = cli("tokens", "--ref", "seq-math", "--against", "seq-search", "--run", str(fixture_run))
     assert code == 1, err
-    line = _one_line(err, "tokens")
+    line = one_line(err, "tokens")
     assert "have changed since" in line and "probe --ref seq-math --force" in line
 
 
@@ -513,7 +500,7 @@ def test_init_add_never_drops_an_entry_another_verb_wrote_meanwhile(fixture_run,
     monkeypatch.setattr(init_mod, "_require_present", meanwhile)
     code, _, err = cli("init", "--run", str(fixture_run), "--add", f"extra={fixture_run / 'checkpoints' / 'base'}")
     assert code == 1, err
-    assert "changed by another command" in _one_line(err, "init")
+    assert "changed by another command" in one_line(err, "init")
     assert "fix-other" in toml.read_text() and "extra" not in toml.read_text()
 
 
@@ -555,6 +542,6 @@ def test_a_folder_another_writer_published_meanwhile_gets_no_record_of_this_run(
                                               "seq-math,seq-search"]) + ["--name", "fix", "--run", str(fixture_run)]
     code, _, err = cli(*argv)
     assert code == 1, err
-    assert "was replaced by another" in _one_line(err, verb)
+    assert "was replaced by another" in one_line(err, verb)
     assert "fix" not in load_manifest(fixture_run).checkpoints
     assert not ResultsStore(fixture_run).has("consolidate/fix")
