@@ -7,52 +7,16 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from lora_helpers import add_adapters, dense64, snapshot
 
 from aclarena.diagnostics import repair as R
 from aclarena.diagnostics.task_vectors import group_of
 from aclarena.store import load_manifest
 
 
-def _add_adapters(run, tokenizer):
-    """lora-a and lora-b (r = 8) on seq-search, lora-base on base, in the manifest."""
-    from fixtures import make_lora
-    from transformers import AutoModelForCausalLM
-
-    from aclarena.store.manifest import CheckpointSpec, write_manifest
-
-    m = load_manifest(run)
-    for name, on, seed in (("lora-a", "seq-search", 21), ("lora-b", "seq-search", 22), ("lora-base", "base", 23)):
-        model = AutoModelForCausalLM.from_pretrained(run / "checkpoints" / on, dtype=torch.float32)
-        make_lora(model, run / "checkpoints" / name, seed=seed, r=8)
-        m.add(CheckpointSpec(name, f"checkpoints/{name}", kind="stage", domain="ecom", phase="sft", parent=on, on=on))
-    write_manifest(m, run)
-    return run
-
-
 @pytest.fixture()
-def lora_run(fixture_run, tokenizer):
-    return _add_adapters(fixture_run, tokenizer)
-
-
-def _dense64(run, name):
-    """A checkpoint's weights in float64: a full folder's, or an adapter's model plus its deltas."""
-    from aclarena.models.checkpoint import inspect
-    from aclarena.models.tensors import read_lora
-
-    m = load_manifest(run)
-    spec = m.resolve(name)
-    if spec.on is None:
-        return {k: v.double() for k, v in load_file(str(run / spec.path / "model.safetensors")).items()}
-    out = _dense64(run, spec.on)
-    for target, lo in read_lora(inspect(spec, m, run)).items():
-        out[target] = out[target] + lo.dense()
-    return out
-
-
-def _snapshot(run):
-    return (sorted((p.relative_to(run).as_posix(), p.stat().st_size) for p in run.rglob("*") if p.is_file()),
-            (run / "aclarena.toml").read_text())
+def lora_run(fixture_run):
+    return add_adapters(fixture_run)
 
 
 @pytest.mark.parametrize(("old", "new", "method", "extra"), [
@@ -73,8 +37,8 @@ def test_repair_of_adapters_is_the_dense_float64_repair(lora_run, cli, old, new,
     assert (spec.kind, spec.method, spec.parent, spec.on) == ("consolidated", f"repair-{method}", new, "seq-search")
     folder = lora_run / "checkpoints" / "fix"
     assert (folder / "adapter_config.json").is_file() and not (folder / "model.safetensors").exists()
-    got = _dense64(lora_run, "fix")
-    w_old, w_new = _dense64(lora_run, old), _dense64(lora_run, new)
+    got = dense64(lora_run, "fix")
+    w_old, w_new = dense64(lora_run, old), dense64(lora_run, new)
     modules = extra[1] if extra[:1] == ["--modules"] else None
     percent = float(extra[1]) if method == "svd-restore" else None
     removed = total = 0.0
@@ -101,7 +65,7 @@ def test_layer_rollback_of_adapters_picks_the_dense_layers(lora_run, cli):
     code, out, err = cli("repair", "--run", str(lora_run), "--from", "lora-a", "--to", "lora-b", "--method",
                          "layer-rollback", "--select", "displacement", "--count", "1", "--name", "roll", "--json")
     assert code == 0, err
-    w_old, w_new, got = (_dense64(lora_run, n) for n in ("lora-a", "lora-b", "roll"))
+    w_old, w_new, got = (dense64(lora_run, n) for n in ("lora-a", "lora-b", "roll"))
     sq: dict[str, float] = {}
     for name in w_new:
         sq[group_of(name)] = sq.get(group_of(name), 0.0) + float(((w_new[name] - w_old[name]) ** 2).sum())
@@ -119,7 +83,7 @@ def test_repaired_adapter_loads_with_peft_and_scores_as_the_densified_model(lora
     assert code == 0, err
     m = load_manifest(lora_run)
     model = load_model("fix", m, lora_run)
-    weights = _dense64(lora_run, "fix")
+    weights = dense64(lora_run, "fix")
     merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
     sd = merged.state_dict()
     assert set(weights) <= set(sd)
@@ -129,9 +93,9 @@ def test_repaired_adapter_loads_with_peft_and_scores_as_the_densified_model(lora
 
 @pytest.mark.parametrize(("old", "new"), [("seq-math", "lora-a"), ("lora-base", "lora-a"), ("lora-a", "base")])
 def test_an_adapter_on_another_model_is_one_line_and_writes_nothing(lora_run, cli, old, new):
-    before = _snapshot(lora_run)
+    before = snapshot(lora_run)
     code, out, err = cli("repair", "--run", str(lora_run), "--from", old, "--to", new, "--method", "dg-hard",
                          "--name", "x")
     assert code == 1 and out == ""
     assert "LoRA adapter on" in err and len(err.strip().splitlines()) == 1, err
-    assert _snapshot(lora_run) == before
+    assert snapshot(lora_run) == before
