@@ -1,11 +1,17 @@
 """GGUF in: write an HF safetensors folder from a ``.gguf`` file (``aclarena-diag import``).
 
-transformers reads GGUF files itself (``from_pretrained(folder, gguf_file=...)``: the tensors are
-dequantized, llama.cpp's Q/K row permutation undone, the tokenizer rebuilt from the file's vocabulary,
-merges and chat template), but it marks the model as quantized with ``gguf`` and refuses
-``save_pretrained``. So the dequantized state dict is loaded into a model built from the same config
-without its ``quantization_config``, cast to the chosen dtype and saved with its tokenizer. The folder
-is written beside its place and renamed there only when complete.
+The file is streamed (:class:`GgufStream`, issue 45): transformers' own GGUF code reads the metadata
+only (the config, and the tokenizer rebuilt from the file's vocabulary, merges and chat template), the
+model is built on the ``meta`` device for its tensor names and shapes, and each tensor is then read,
+dequantized by the ``gguf`` package, passed through transformers' tensor processor for the
+architecture (llama.cpp's Q/K row permutation undone, ...), converted and appended to a safetensors
+shard before the next is read: memory is bounded by the largest tensor, not the model. A tensor of a
+type the ``gguf`` package cannot dequantize is refused before anything is written.
+``streaming=False`` keeps the previous implementation for comparison (``benchmarks/gguf_import.py``):
+``from_pretrained(folder, gguf_file=...)`` loads the whole model, which transformers marks as quantized
+and will not save, so its state dict is loaded into a model built from the same config without its
+``quantization_config`` and saved. Either way the folder is written beside its place and renamed there
+only when complete.
 
 What the source was is recorded in ``aclarena-import.json``: the file's name, size and SHA-256, its
 architecture, its quantization (the file type, e.g. ``Q4_1``, and the count of tensors of each GGML
@@ -19,6 +25,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import os
 import shutil
 from collections import Counter
@@ -120,7 +127,8 @@ def sha256_of(path: Path, block: int = 1 << 20) -> str:
 
 
 def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, dtype: str = "float32",
-                force: bool = False) -> GgufImport:
+                force: bool = False, streaming: bool = True, max_shard_bytes: int = 5 << 30,
+                progress: bool = False) -> GgufImport:
     """Write the model and tokenizer of a GGUF file as an HF safetensors folder ``out``.
 
     Args:
@@ -128,6 +136,10 @@ def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         out: the folder to write (refused when it exists, unless ``force``).
         dtype: ``float32`` (the dequantized values exactly), ``bfloat16`` or ``float16``.
         force: replace an existing ``out`` (only once the new folder is complete).
+        streaming: dequantize and write tensor by tensor (:class:`GgufStream`); False loads the whole
+            model with transformers first (the implementation before issue 45, kept for comparison).
+        max_shard_bytes: the size of each safetensors shard (streaming).
+        progress: show progress on stderr (a bar on a terminal, lines in a log).
     """
     if dtype not in DTYPES:
         raise AclarenaError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
@@ -138,15 +150,156 @@ def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     if out_dir.resolve() == path.parent.resolve() or out_dir.resolve() in path.resolve().parents:
         raise AclarenaError(f"--out {out_dir} holds the source file; write the import to another folder")
     info = describe_gguf(path)
+    check_dequantizable(path)
+    if streaming:
+        stream = GgufStream(path, dtype, max_shard_bytes=max_shard_bytes, show_progress=progress)
+        model: Any = stream
+        tokenizer = stream.tokenizer
+        parameters = stream.parameters
+    else:  # the previous implementation: transformers loads the whole model, then it is rebuilt and saved
+        loaded, tokenizer = _load(path)
+        model = _rebuild(loaded, dtype)
+        parameters = sum(p.numel() for p in model.parameters())
     digest = sha256_of(path)
-    model, tokenizer = _load(path)
-    rebuilt = _rebuild(model, dtype)
     record = GgufImport(out=str(out_dir), source=str(path.resolve()), source_bytes=path.stat().st_size,
                         source_sha256=digest, architecture=info["architecture"], quantization=info["quantization"],
-                        tensor_types=info["tensor_types"], dtype=dtype,
-                        parameters=sum(p.numel() for p in rebuilt.parameters()))
-    _write(rebuilt, tokenizer, record, out_dir)
+                        tensor_types=info["tensor_types"], dtype=dtype, parameters=parameters)
+    _write(model, tokenizer, record, out_dir)
     return record
+
+
+def check_dequantizable(path: Path) -> None:
+    """Refuse, before anything is written, a file holding a tensor of a type the gguf package cannot dequantize."""
+    gguf = _gguf_module()
+    from gguf import quants
+
+    ok = set(getattr(quants, "_type_traits", {})) | {gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16}
+    reader = gguf.GGUFReader(str(path))
+    for t in reader.tensors:
+        kind = gguf.GGMLQuantizationType(int(t.tensor_type))
+        if kind not in ok:
+            version = _version("gguf")
+            raise AclarenaError(f"{path}: tensor {t.name} is {kind.name}, which the gguf package{version} cannot "
+                                "dequantize; convert the file with llama.cpp to a supported type (e.g. Q8_0, Q4_K, F16)")
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f" {version(package)}"
+    except PackageNotFoundError:
+        return ""
+
+
+class GgufStream:
+    """A GGUF file's model, written tensor by tensor: what :func:`_write` saves in place of a loaded model.
+
+    The config and tokenizer come from transformers' own GGUF reading (metadata only); the model is built
+    on the ``meta`` device for its tensor names and shapes, and transformers' GGUF name map and tensor
+    processor (llama.cpp's Q/K permutation undone, Gemma's norm offsets) give each file tensor its HF name
+    and values. :meth:`save_pretrained` then reads one tensor's bytes (``pread``, no memory map), dequantizes
+    it with the gguf package, converts it and appends it to a safetensors shard
+    (:class:`aclarena.models.writing.ShardedWriter`) before the next: memory is bounded by a few copies of
+    the largest tensor, not by the model. A log gets progress lines (:mod:`aclarena.progress`).
+    """
+
+    def __init__(self, path: Path, dtype: str, *, max_shard_bytes: int = 5 << 30, show_progress: bool = False) -> None:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from transformers.modeling_gguf_pytorch_utils import (
+            TENSOR_PROCESSORS,
+            TensorProcessor,
+            get_gguf_hf_weights_map,
+            load_gguf_checkpoint,
+        )
+
+        from aclarena.progress import quiet_libraries
+
+        gguf = _gguf_module()
+        quiet_libraries()
+        self.path, self.dtype, self.max_shard_bytes, self.show_progress = path, dtype, max_shard_bytes, show_progress
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+            self.config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+            parsed = load_gguf_checkpoint(str(path), return_tensors=False)
+            with torch.device("meta"):
+                skeleton = AutoModelForCausalLM.from_config(self.config)
+        except (ValueError, KeyError, NotImplementedError, OSError) as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise AclarenaError(f"transformers cannot read {path}: {first}") from None
+        if hasattr(self.config, "quantization_config"):
+            del self.config.quantization_config
+        self.generation_config = skeleton.generation_config
+        self.parsed = parsed
+        self.reader = gguf.GGUFReader(str(path))
+        arch = self.reader.get_field("general.architecture")
+        arch_name = arch.contents() if arch is not None else ""
+        self.processor = TENSOR_PROCESSORS.get(arch_name, TensorProcessor)(config=parsed.get("config", {}))
+        self.name_map = get_gguf_hf_weights_map(skeleton, self.processor)
+        shapes = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+        tied = set(getattr(skeleton, "_tied_weights_keys", None) or {}) if getattr(
+            self.config, "tie_word_embeddings", False) else set()
+        self.plan: list[tuple[Any, str]] = []  # (GGUF tensor, HF name), in file order
+        for t in self.reader.tensors:
+            hf = self.name_map.get(t.name)
+            if hf is not None and hf in shapes:
+                self.plan.append((t, hf))
+        got = {hf for _, hf in self.plan}
+        missing = sorted(set(shapes) - got - tied)
+        unexpected = sorted(t.name for t in self.reader.tensors if self.name_map.get(t.name) not in shapes)
+        if missing or len(got) != len(self.plan):
+            raise AclarenaError(f"the GGUF model's tensors do not fit its config (missing {missing[:3]}, unexpected "
+                                f"{unexpected[:3]}); this architecture cannot be imported tensor by tensor")
+        self.shapes = shapes
+        self.parameters = sum(math.prod(shapes[hf]) for _, hf in self.plan)
+        self.unmapped = unexpected
+
+    def _tensor(self, t: Any) -> Any:
+        """One file tensor dequantized and processed, as float32 numpy (read with ``pread``, not the memory map)."""
+        import numpy as np
+        from gguf import quants
+
+        offset = int(t.data_offset)
+        raw = os.pread(self._fd, int(t.n_bytes), offset)
+        if len(raw) != int(t.n_bytes):
+            raise AclarenaError(f"{self.path} ends inside tensor {t.name}; the file is truncated: download it again")
+        data = np.frombuffer(raw, dtype=t.data.dtype).reshape(t.data.shape)
+        weights = quants.dequantize(data, t.tensor_type)
+        result = self.processor.process(weights=weights, name=t.name, tensor_key_mapping=self.name_map,
+                                        parsed_parameters=self.parsed)
+        return result.weights
+
+    def save_pretrained(self, folder: str | os.PathLike[str], **_: Any) -> None:
+        """Write ``config.json``, ``generation_config.json`` and the weights (shards of ``max_shard_bytes``)."""
+        import numpy as np
+        import torch
+
+        from aclarena.models.writing import ShardedWriter
+        from aclarena.progress import progress
+
+        folder = Path(folder)
+        torch_dtype = getattr(torch, self.dtype)
+        layout = [(hf, torch_dtype, self.shapes[hf]) for _, hf in self.plan]
+        self.config.dtype = self.dtype
+        self.config.save_pretrained(folder)
+        self.generation_config.save_pretrained(folder)
+        self._fd = os.open(self.path, os.O_RDONLY)
+        total = sum(int(t.n_bytes) for t, _ in self.plan)
+        try:
+            with (ShardedWriter(folder, layout, max_shard_bytes=self.max_shard_bytes) as writer,
+                  progress(self.show_progress) as bar):
+                task = bar.add_task(f"import {self.path.name} (MB read)", total=round(total / 1e6, 1))
+                for t, hf in self.plan:
+                    w = self._tensor(t)
+                    if tuple(w.shape) != self.shapes[hf]:
+                        raise AclarenaError(f"tensor {t.name} has shape {list(w.shape)} but the config makes {hf} "
+                                            f"{list(self.shapes[hf])}; this file cannot be imported")
+                    writer.write(hf, torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32).copy()).to(torch_dtype))
+                    del w
+                    bar.advance(task, round(int(t.n_bytes) / 1e6, 1))
+        finally:
+            os.close(self._fd)
 
 
 def _load(path: Path) -> tuple[Any, Any]:
