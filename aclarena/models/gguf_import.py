@@ -260,9 +260,8 @@ class GgufStream:
         import numpy as np
         from gguf import quants
 
-        offset = int(t.data_offset)
-        raw = os.pread(self._fd, int(t.n_bytes), offset)
-        if len(raw) != int(t.n_bytes):
+        raw = bytearray(int(t.n_bytes))  # writable: an F32 tensor's values are used in place, not copied
+        if os.preadv(self._fd, [raw], int(t.data_offset)) != len(raw):
             raise AclarenaError(f"{self.path} ends inside tensor {t.name}; the file is truncated: download it again")
         data = np.frombuffer(raw, dtype=t.data.dtype).reshape(t.data.shape)
         weights = quants.dequantize(data, t.tensor_type)
@@ -295,8 +294,8 @@ class GgufStream:
                     if tuple(w.shape) != self.shapes[hf]:
                         raise AclarenaError(f"tensor {t.name} has shape {list(w.shape)} but the config makes {hf} "
                                             f"{list(self.shapes[hf])}; this file cannot be imported")
-                    writer.write(hf, torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32).copy()).to(torch_dtype))
-                    del w
+                    writer.write(hf, torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)).to(torch_dtype))
+                    del w  # the next tensor is read only now: one tensor (and its quantized bytes) at a time
                     bar.advance(task, round(int(t.n_bytes) / 1e6, 1))
         finally:
             os.close(self._fd)

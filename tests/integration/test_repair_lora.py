@@ -99,3 +99,31 @@ def test_an_adapter_on_another_model_is_one_line_and_writes_nothing(lora_run, cl
     assert code == 1 and out == ""
     assert "LoRA adapter on" in err and len(err.strip().splitlines()) == 1, err
     assert snapshot(lora_run) == before
+
+
+def test_layer_rollback_of_adapters_by_cosine_with_the_oracle(lora_run, cli):
+    """--select cosine on adapters: ⟨Δ_g, τ_g⟩ from the factors against the dense cosine with oracle − base."""
+    import dataclasses
+    import math
+
+    from aclarena.store.manifest import write_manifest
+
+    m = load_manifest(lora_run)
+    m.add(dataclasses.replace(m.resolve("lora-b"), domain="math"), replace_existing=True)  # its oracle: oracle-math
+    write_manifest(m, lora_run)
+    code, out, err = cli("repair", "--run", str(lora_run), "--from", "lora-a", "--to", "lora-b", "--method",
+                         "layer-rollback", "--select", "cosine", "--count", "1", "--name", "rollc", "--json")
+    assert code == 0, err
+    w_old, w_new, base, orc = (dense64(lora_run, n) for n in ("lora-a", "lora-b", "base", "oracle-math"))
+    dot: dict[str, float] = {}
+    sq_d: dict[str, float] = {}
+    sq_t: dict[str, float] = {}
+    for name in w_new:
+        g = group_of(name)
+        d, t = w_new[name] - w_old[name], orc[name] - base[name]
+        dot[g] = dot.get(g, 0.0) + float((d * t).sum())
+        sq_d[g] = sq_d.get(g, 0.0) + float((d * d).sum())
+        sq_t[g] = sq_t.get(g, 0.0) + float((t * t).sum())
+    cos = {g: dot[g] / math.sqrt(sq_d[g] * sq_t[g]) for g in dot if g.startswith("layer.") and sq_d[g] > 0}
+    want = min(cos, key=lambda g: cos[g])
+    assert json.loads(out)["outputs"][0]["layers"] == [want]
