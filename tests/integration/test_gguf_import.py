@@ -174,3 +174,25 @@ def test_a_type_gguf_cannot_dequantize_is_one_line_and_writes_nothing(tmp_path, 
     assert "blk.1.ffn_up.weight is Q8_1" in err and "cannot dequantize" in err, err
     assert len(err.strip().splitlines()) == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # no output, no staging folder
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "BF16", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+                                   "Q6_K", "IQ4_NL", "F16", "F32"])
+def test_dequantize_in_row_blocks_is_the_gguf_package_bit_for_bit(qtype):
+    import gguf
+    import numpy as np
+
+    from aclarena.models.gguf_import import dequantize
+
+    kind = gguf.GGMLQuantizationType[qtype]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((37, 512)).astype(np.float32)
+    try:
+        data = gguf.quants.quantize(x, kind)
+    except NotImplementedError:  # K-quants: the package cannot write them; any bytes are blocks to read
+        data = rng.integers(0, 256, size=gguf.quants.quant_shape_to_byte_shape(x.shape, kind), dtype=np.uint8)
+    want = gguf.quants.dequantize(data, kind)
+    for max_elements in (1 << 22, 1000, 1):  # one block, several rows per block, one row per block
+        got = dequantize(data, kind, max_elements=max_elements)
+        assert got.dtype == np.float32 and got.shape == want.shape == x.shape
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
