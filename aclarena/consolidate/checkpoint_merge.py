@@ -302,13 +302,14 @@ def merge_checkpoints(
 
 def _adapter_deltas(everything: Sequence[CheckpointInfo], reader: TensorReader) -> list[dict[str, LoraFactors]]:
     """Per checkpoint of the reader, its LoRA factors by target tensor (empty for a full checkpoint)."""
-    from aclarena.models.tensors import check_lora_targets, read_lora
+    from aclarena.models.tensors import check_finite_safetensors, check_lora_targets, read_lora
 
     out: list[dict[str, LoraFactors]] = []
     for i in everything:
         if i.source != "adapter":
             out.append({})
             continue
+        check_finite_safetensors(sorted({t.file for t in i.tensors.values()}), i.name)
         factors = read_lora(i)
         check_lora_targets(i.name, factors, reader, str(i.spec.on))
         out.append(factors)

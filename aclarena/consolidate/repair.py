@@ -371,10 +371,18 @@ def _factors(info: CheckpointInfo, root: CheckpointInfo, reader: TensorReader, d
 
     if info.source != "adapter":
         return {}, None
+    _check_finite_adapter(info)
     factors = read_lora(info)
     check_lora_targets(info.name, factors, reader, root.name)
     stored = next(iter(factors.values())).A.dtype if factors else None
     return {t: (lo.B.to(dtype) * lo.scale, lo.A.to(dtype), lo.fan_in_fan_out) for t, lo in factors.items()}, stored
+
+
+def _check_finite_adapter(info: CheckpointInfo) -> None:
+    """NaN or infinite LoRA weights: one line naming the adapter and the tensor (no result of them would be real)."""
+    from aclarena.models.tensors import check_finite_safetensors
+
+    check_finite_safetensors(sorted({t.file for t in info.tensors.values()}), info.name)
 
 
 def _sq_norm(p: torch.Tensor, q: torch.Tensor) -> float:

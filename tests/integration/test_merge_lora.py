@@ -97,3 +97,22 @@ def test_an_adapter_on_another_model_is_one_line_and_writes_nothing(lora_run, cl
         assert code == 1 and out == ""
         assert "does not belong on 'seq-search'" in err and len(err.strip().splitlines()) == 1, err
         assert snapshot(lora_run) == before
+
+
+def test_an_adapter_with_nan_weights_is_one_line_for_repair_and_merges(lora_run, cli):
+    from safetensors.torch import load_file, save_file
+
+    f = lora_run / "checkpoints" / "lora-a" / "adapter_model.safetensors"
+    tensors = load_file(f)
+    name = next(k for k in tensors if "lora_B" in k)
+    tensors[name][0, 0] = float("nan")
+    save_file(tensors, f, metadata={"format": "pt"})
+    before = snapshot(lora_run)
+    for argv in (["repair", "--from", "seq-search", "--to", "lora-a", "--method", "dg-hard", "--name", "bad"],
+                 ["repair", "--from", "lora-a", "--to", "lora-b", "--method", "svd-restore", "--name", "bad"],
+                 ["consolidate", "--method", "merge-ties", "--sources", "lora-a,lora-b", "--name", "bad"],
+                 ["consolidate", "--method", "merge-uniform", "--sources", "seq-search,lora-a", "--name", "bad"]):
+        code, out, err = cli(argv[0], "--run", str(lora_run), *argv[1:])
+        assert code == 1 and out == "", (argv, err)
+        assert "'lora-a' has NaN weights" in err and len(err.strip().splitlines()) == 1, (argv, err)
+        assert snapshot(lora_run) == before
