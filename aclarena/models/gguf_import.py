@@ -151,12 +151,17 @@ def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         raise AclarenaError(f"--out {out_dir} holds the source file; write the import to another folder")
     info = describe_gguf(path)
     check_dequantizable(path)
+    model: Any = None
     if streaming:
-        stream = GgufStream(path, dtype, max_shard_bytes=max_shard_bytes, show_progress=progress)
-        model: Any = stream
-        tokenizer = stream.tokenizer
-        parameters = stream.parameters
-    else:  # the previous implementation: transformers loads the whole model, then it is rebuilt and saved
+        try:
+            stream = GgufStream(path, dtype, max_shard_bytes=max_shard_bytes, show_progress=progress)
+            model, tokenizer, parameters = stream, stream.tokenizer, stream.parameters
+        except NotStreamable as e:  # e.g. MoE files whose expert tensors transformers splits or stacks itself
+            import sys
+
+            print(f"note: {e}; importing with transformers' whole-model GGUF loading instead (memory: the whole "
+                  "model)", file=sys.stderr)
+    if model is None:  # the previous implementation: transformers loads the whole model, then it is rebuilt and saved
         loaded, tokenizer = _load(path)
         model = _rebuild(loaded, dtype)
         parameters = sum(p.numel() for p in model.parameters())
@@ -211,6 +216,10 @@ def _version(package: str) -> str:
         return f" {version(package)}"
     except PackageNotFoundError:
         return ""
+
+
+class NotStreamable(AclarenaError):
+    """The file's tensors do not map one to one onto the model's: :func:`import_gguf` loads it whole instead."""
 
 
 class GgufStream:
@@ -270,8 +279,8 @@ class GgufStream:
         missing = sorted(set(shapes) - got - tied)
         unexpected = sorted(t.name for t in self.reader.tensors if self.name_map.get(t.name) not in shapes)
         if missing or len(got) != len(self.plan):
-            raise AclarenaError(f"the GGUF model's tensors do not fit its config (missing {missing[:3]}, unexpected "
-                                f"{unexpected[:3]}); this architecture cannot be imported tensor by tensor")
+            raise NotStreamable(f"the file's tensors are not one-to-one with the model's (missing {missing[:3]}, "
+                                f"unmapped {unexpected[:3]})")
         self.shapes = shapes
         self.parameters = sum(math.prod(shapes[hf]) for _, hf in self.plan)
         self.unmapped = unexpected

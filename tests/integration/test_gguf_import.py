@@ -196,3 +196,18 @@ def test_dequantize_in_row_blocks_is_the_gguf_package_bit_for_bit(qtype):
         got = dequantize(data, kind, max_elements=max_elements)
         assert got.dtype == np.float32 and got.shape == want.shape == x.shape
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_a_file_that_cannot_be_streamed_is_imported_whole_with_a_note(gguf_file, tmp_path, cli, monkeypatch):
+    """Files whose tensors transformers splits or stacks itself (MoE experts) fall back to the whole-model path."""
+    from aclarena.models import gguf_import
+
+    def not_streamable(*args, **kwargs):
+        raise gguf_import.NotStreamable("the file's tensors are not one-to-one with the model's (missing [...])")
+
+    monkeypatch.setattr(gguf_import, "GgufStream", not_streamable)
+    path, _, _ = gguf_file
+    code, _, err = cli("import", str(path), "--out", str(tmp_path / "m"), "--json")
+    assert code == 0, err
+    assert "note: the file's tensors are not one-to-one" in err and "whole-model GGUF loading instead" in err
+    assert (tmp_path / "m" / "model.safetensors").is_file()
