@@ -17,9 +17,12 @@ def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def write_llama_gguf(model: Any, tokenizer: Any, path: Path, *, quantize: tuple[str, ...] = (),
-                     eos: str = "<|im_end|>") -> dict[str, Any]:
+                     eos: str = "<|im_end|>", qtype: str = "Q8_0", raw: tuple[str, ...] = (),
+                     raw_type: str = "Q8_1") -> dict[str, Any]:
     """Write ``model`` (a LlamaForCausalLM) to ``path``; tensors whose GGUF name contains one of
-    ``quantize`` are stored as Q8_0. Returns {GGUF name: the array written (F32) or its quantized bytes}."""
+    ``quantize`` are stored as ``qtype`` (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: what the gguf package quantizes);
+    those containing one of ``raw`` as zero bytes of ``raw_type`` (a type the package may not dequantize).
+    Returns {GGUF name: the array written (F32), or its quantized values as the package dequantizes them}."""
     import gguf
 
     cfg = model.config
@@ -36,7 +39,7 @@ def write_llama_gguf(model: Any, tokenizer: Any, path: Path, *, quantize: tuple[
                          else float(cfg.rope_theta))
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_vocab_size(cfg.vocab_size)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if quantize else gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType[f"MOSTLY_{qtype}"] if quantize else gguf.LlamaFileType.ALL_F32)
     bpe = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     special = set(tokenizer.all_special_tokens) | {t.content for t in tokenizer.added_tokens_decoder.values()}
@@ -67,10 +70,16 @@ def write_llama_gguf(model: Any, tokenizer: Any, path: Path, *, quantize: tuple[
             arr = llama_cpp_permute(arr, cfg.num_attention_heads)
         elif hf.endswith("k_proj.weight"):
             arr = llama_cpp_permute(arr, cfg.num_key_value_heads)
-        if arr.ndim == 2 and any(q in gg for q in quantize):
-            q = gguf.quants.quantize(arr, gguf.GGMLQuantizationType.Q8_0)
-            w.add_tensor(gg, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-            written[gg] = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0)
+        if arr.ndim == 2 and any(r in gg for r in raw):
+            kind = gguf.GGMLQuantizationType[raw_type]
+            nbytes = gguf.quants.quant_shape_to_byte_shape(arr.shape, kind)
+            w.add_tensor(gg, np.zeros(nbytes, dtype=np.uint8), raw_dtype=kind)
+            written[gg] = None
+        elif arr.ndim == 2 and any(q in gg for q in quantize):
+            kind = gguf.GGMLQuantizationType[qtype]
+            q = gguf.quants.quantize(arr, kind)
+            w.add_tensor(gg, q, raw_dtype=kind)
+            written[gg] = gguf.quants.dequantize(q, kind)
         else:
             w.add_tensor(gg, np.ascontiguousarray(arr, dtype=np.float32))
             written[gg] = arr

@@ -178,11 +178,14 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
     Raises:
         AclarenaError: unknown names or methods, bad settings, a module pattern that matches nothing,
             a taken output name (all before anything is written).
-        CheckpointError: checkpoints that are not of one model (other shapes, tokenizers), adapters.
+        CheckpointError: checkpoints that are not of one model (other shapes, tokenizers).
+
+    When OLD or NEW is a LoRA adapter (the other being the model it is on, or another adapter on that
+    model), each output is an adapter on that model, repaired on the factors without densifying.
     """
     from aclarena.consolidate.checkpoint_merge import read_marker
     from aclarena.consolidate.methods import RESULT_TYPE, RESULT_VERSION
-    from aclarena.consolidate.repair import RepairSpec, repair_checkpoints
+    from aclarena.consolidate.repair import RepairSpec, adapter_root, repair_checkpoints
     from aclarena.models.checkpoint import inspect
     from aclarena.store import Json, ResultsStore
     from aclarena.store.manifest import manifest_path
@@ -208,6 +211,8 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
     seen: dict[str, Any] = {}
     old_info = inspect(old_spec, manifest, run_dir, _seen=seen)
     new_info = inspect(new_spec, manifest, run_dir, _seen=seen)
+    root = adapter_root(old_info, new_info)  # an adapter on another model than its partner: one line here
+    on_info = inspect(manifest.resolve(root), manifest, run_dir, _seen=seen) if root is not None else None
     base_info = oracle_info = None
     oracle_spec = None
     if specs[0][1].needs_oracle:
@@ -236,10 +241,10 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
 
         folder = run_dir / "checkpoints" / out_name
         res = repair_checkpoints(old_info, new_info, spec, folder, base=base_info, oracle=oracle_info, force=force,
-                                 lock=functools.partial(run_lock, run_dir), on_tensor=tick)
+                                 lock=functools.partial(run_lock, run_dir), on_tensor=tick, on=on_info)
         seconds = time.perf_counter() - t0
         ck = CheckpointSpec(name=out_name, path=f"checkpoints/{out_name}", kind="consolidated",
-                            method=f"repair-{method}", parent=new_spec.name, seed=new_spec.seed)
+                            method=f"repair-{method}", parent=new_spec.name, seed=new_spec.seed, on=root)
         settings = res.lineage() | {"oracle": oracle_spec.name if oracle_spec is not None else None,
                                     "layers": res.layers, "tensors_repaired": res.n_repaired,
                                     "energy_removed": res.energy_removed, "directions_kept": res.directions_kept,

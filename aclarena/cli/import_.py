@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aclarena.cli._common import add_verb, human_count, print_json, print_table
+from aclarena.cli._common import add_verb, human_count, print_json, print_table, progress_enabled
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -13,8 +13,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "import",
         help="write an HF safetensors folder from a .gguf file: dtype chosen, source fingerprint and quantization recorded",
         description=(
-            "Read a .gguf file (or the one .gguf in a folder) with transformers, dequantized, and write its model "
-            "and tokenizer as an HF folder of safetensors, which every verb takes. The source's SHA-256, size and "
+            "Read a .gguf file (or the one .gguf in a folder) and write its model and tokenizer as an HF folder of "
+            "safetensors, which every verb takes: tensor by tensor, each dequantized, converted and written before "
+            "the next is read, so memory is bounded by the largest tensor. The source's SHA-256, size and "
             "quantization are written to aclarena-import.json in the folder, and `checkpoints` shows the "
             "quantization. Needs the gguf package (pip install 'aclarena[gguf]'). Then add the folder to a run "
             "with `init` (docs/real-models.md)."
@@ -39,9 +40,9 @@ def run(args: argparse.Namespace) -> int:
     from aclarena.models.gguf_import import import_gguf
     from aclarena.progress import progress
 
-    with progress(enabled=not args.json) as bar:
+    with progress(enabled=progress_enabled(args)) as bar:
         task = bar.add_task("import", total=None)
-        record = import_gguf(args.source, args.out, dtype=args.dtype, force=args.force,
+        record = import_gguf(args.source, args.out, dtype=args.dtype, force=args.force, bar=bar,
                              phase=lambda text: bar.update(task, description=f"import: {text}", completed=0))
     if args.json:
         print_json(record.to_dict())

@@ -5,7 +5,8 @@ update's top ``--rank-percent`` singular directions back to OLD; a comma list ma
 per value), ``dg-hard`` (the Donoho–Gavish hard threshold of each update matrix), ``layer-rollback``
 (layer blocks back to OLD: ``--layers``, or ``--select first|displacement|cosine`` with
 ``--fraction``/``--count``; ``--modules`` restricts any method to tensors matching fnmatch patterns).
-Outputs are consolidated checkpoints of the run; the work is :func:`aclarena.analysis.repair.repair`.
+LoRA stages are repaired on their factors into an adapter. Outputs are consolidated checkpoints of
+the run; the work is :func:`aclarena.analysis.repair.repair`.
 Methods and results: docs/consolidation.md.
 """
 
@@ -21,6 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         sub,
         "repair",
         help="repair what a stage forgot from its two checkpoints (svd-restore, dg-hard, layer-rollback), no training",
+        description="Repair what a stage forgot from its two checkpoints (svd-restore, dg-hard, layer-rollback), no "
+                    "training. When OLD or NEW is a LoRA adapter (the other being the model it is on, or another "
+                    "adapter on that model), the repair works on the adapters' factors and writes an adapter on "
+                    "that model.",
         examples=(
             "aclarena-diag repair --run runs/demo --from seq-search --to seq-ecom --method svd-restore "
             "--rank-percent 10,25,50 --name ecom-svd",

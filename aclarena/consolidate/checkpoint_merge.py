@@ -24,7 +24,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ import torch
 from aclarena.consolidate import merging
 from aclarena.errors import AclarenaError, CheckpointError
 from aclarena.models.checkpoint import CheckpointInfo, require_same_tokenizer
-from aclarena.models.tensors import TensorReader
+from aclarena.models.tensors import LoraFactors, TensorReader
 from aclarena.models.writing import ShardedWriter, copy_model_files
 
 MARKER = "consolidation.json"
@@ -129,15 +129,21 @@ def check_mergeable(infos: Sequence[CheckpointInfo]) -> None:
 
 
 def fingerprint(spec: MergeSpec, infos: Sequence[CheckpointInfo], base: CheckpointInfo | None,
-                starts: Sequence[CheckpointInfo] | None = None) -> str:
+                starts: Sequence[CheckpointInfo] | None = None,
+                adapter_on: Mapping[str, CheckpointInfo] | None = None) -> str:
     import hashlib
 
     from aclarena.models.tensors import checkpoint_fingerprint
 
+    on = dict(adapter_on or {})
+
+    def fp(i: CheckpointInfo) -> str:
+        return checkpoint_fingerprint(i, on=on.get(i.name))
+
     # version 2: task vectors are measured from each source's start (version 1 took θ_i − θ_base always)
-    ident = {"spec": spec.identity(), "sources": [[i.name, checkpoint_fingerprint(i)] for i in infos],
-             "base": [base.name, checkpoint_fingerprint(base)] if base is not None else None,
-             "starts": [[s.name, checkpoint_fingerprint(s)] for s in starts] if starts is not None else None,
+    ident = {"spec": spec.identity(), "sources": [[i.name, fp(i)] for i in infos],
+             "base": [base.name, fp(base)] if base is not None else None,
+             "starts": [[s.name, fp(s)] for s in starts] if starts is not None else None,
              "version": 2}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -217,8 +223,14 @@ def merge_checkpoints(
     force: bool = False,
     on_tensor: Any = None,
     lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+    adapter_on: Mapping[str, CheckpointInfo] | None = None,
 ) -> MergeResult:
     """Merge full checkpoints ``infos`` (with ``base`` for the task-vector methods) into ``out``.
+
+    A LoRA adapter among ``infos`` (or ``starts``) takes part as its model plus its update, ``θ_on + s·B·A``:
+    ``adapter_on`` maps its name to the inspected model it is on, and the update is added to that model's
+    rows as they are read (:meth:`LoraFactors.delta_rows`), one row block at a time, so the output is a full
+    checkpoint and TIES and DARE apply to adapters as to any checkpoint.
 
     ``starts`` (task-vector methods only) names, per source, the checkpoint its update is
     measured from: ``τ_i = θ_i − θ_(starts[i])``; the merge is still ``θ_base + λ (...)``. For the
@@ -230,8 +242,9 @@ def merge_checkpoints(
     marker holding the settings; a rerun with the same inputs and settings reuses it.
 
     Raises:
-        CheckpointError: adapters, other architectures, other tokenizers, unreadable files.
-        AclarenaError: fewer than one model, or a task-vector method without a base.
+        CheckpointError: other architectures, other tokenizers, unreadable files, an adapter that does not fit
+            the model it is on.
+        AclarenaError: fewer than one model, a task-vector method without a base, an adapter without its model.
     """
     if not infos:
         raise AclarenaError("nothing to merge: name at least one checkpoint")
@@ -250,9 +263,20 @@ def merge_checkpoints(
                 position[s.name] = len(everything)
                 everything.append(s)
         start_index = [position[s.name] for s in starts]
-    check_mergeable(everything)
+    on_map = dict(adapter_on or {})
+    for i in everything:
+        if i.source == "adapter" and i.name not in on_map:
+            raise CheckpointError(f"checkpoint {i.name!r} is a LoRA adapter; name the model it is on (`adapter_on`) "
+                                  "to merge it as that model plus its update")
+    readable = [on_map[i.name] if i.source == "adapter" else i for i in everything]
+    check_mergeable(readable)
+    unique: list[CheckpointInfo] = []  # an adapter's model may be a source too: the reader opens each once
+    for i in readable:
+        if i.name not in [u.name for u in unique]:
+            unique.append(i)
+    pos = [next(k for k, u in enumerate(unique) if u.name == i.name) for i in readable]
     out = Path(out)
-    fp = fingerprint(spec, infos, base if spec.needs_base else None, starts)
+    fp = fingerprint(spec, infos, base if spec.needs_base else None, starts, on_map)
     marker = read_marker(out)
     if marker is not None and marker.get("fingerprint") == fp and not force:
         return MergeResult(out, spec, [i.name for i in infos], base.name if base is not None and spec.needs_base else None,
@@ -261,22 +285,24 @@ def merge_checkpoints(
     t0 = time.perf_counter()
     tmp = temporary_folder(out)
     n_base = 1 if spec.needs_base else 0
-    with TensorReader(everything) as reader:
-        ref = n_base  # the first merged model decides stored dtypes and extra tensors
+    with TensorReader(unique) as reader:
+        loras = _adapter_deltas(everything, reader)
+        ref = pos[n_base]  # the first merged model decides stored dtypes and extra tensors
         layout = [(n, out_dtype or reader.dtypes(n)[ref], reader.shape(n)) for n in reader.names]
-        extras = _extra_tensors(infos[0], reader)
+        extras = _extra_tensors(readable[n_base], reader)
         layout += [(n, t.dtype, tuple(t.shape)) for n, t in extras.items()]
         with (removed_on_failure(tmp),
               ShardedWriter(tmp, layout, max_shard_bytes=max_shard_bytes,
                             metadata={"aclarena-merge": json.dumps(spec.identity())}) as writer):
             for name in reader.names:
-                _merge_tensor(reader, name, spec, n_base, len(infos), start_index, writer, block_elements)
+                _merge_tensor(reader, name, spec, n_base, len(infos), start_index, writer, block_elements, loras,
+                              pos)
                 if on_tensor is not None:
                     on_tensor(name)
             for name, t in extras.items():
                 writer.write(name, t)
             total = writer.total_bytes
-    copied = copy_model_files(infos[0].location, tmp)
+    copied = copy_model_files(readable[n_base].location, tmp)
     seconds = time.perf_counter() - t0
     result = MergeResult(out, spec, [i.name for i in infos], base.name if base is not None and spec.needs_base else None,
                          len(layout), total, seconds, copied=copied,
@@ -289,22 +315,52 @@ def merge_checkpoints(
     return result
 
 
+def _adapter_deltas(everything: Sequence[CheckpointInfo], reader: TensorReader) -> list[dict[str, LoraFactors]]:
+    """Per checkpoint of the reader, its LoRA factors by target tensor (empty for a full checkpoint)."""
+    from aclarena.models.tensors import check_finite_safetensors, check_lora_targets, read_lora
+
+    out: list[dict[str, LoraFactors]] = []
+    for i in everything:
+        if i.source != "adapter":
+            out.append({})
+            continue
+        check_finite_safetensors(sorted({t.file for t in i.tensors.values()}), i.name)
+        factors = read_lora(i)
+        check_lora_targets(i.name, factors, reader, str(i.spec.on))
+        out.append(factors)
+    return out
+
+
+def _with_deltas(ts: Sequence[torch.Tensor], name: str, start: int, stop: int,
+                 loras: Sequence[dict[str, LoraFactors]], pos: Sequence[int] | None) -> list[torch.Tensor]:
+    """Rows ``start:stop`` of each checkpoint (``ts`` holds the reader's, ``pos`` maps each checkpoint to one of
+    them), an adapter's update added to its model's rows (float32)."""
+    out = [ts[k] for k in pos] if pos is not None else list(ts)
+    for j, lo in enumerate(loras):
+        f = lo.get(name)
+        if f is not None:
+            out[j] = (out[j].double() + f.delta_rows(start, stop).reshape(out[j].shape)).to(torch.float32)
+    return out
+
+
 def _merge_tensor(reader: TensorReader, name: str, spec: MergeSpec, n_base: int, k: int,
-                  start_index: Sequence[int] | None, writer: ShardedWriter, block_elements: int) -> None:
+                  start_index: Sequence[int] | None, writer: ShardedWriter, block_elements: int,
+                  loras: Sequence[dict[str, LoraFactors]] = (), pos: Sequence[int] | None = None) -> None:
     def split(ts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor] | None]:
         starts = [ts[i] for i in start_index] if start_index is not None else None
         return ts[0], list(ts[n_base:n_base + k]), starts
 
     if spec.method in ("uniform", "task_arithmetic"):
         for chunk in reader.chunks(name, max_elements=block_elements):
-            ts = list(chunk.tensors)
+            ts = _with_deltas(chunk.tensors, name, chunk.start, chunk.stop, loras, pos)
             if spec.method == "uniform":
                 writer.write(name, merging.uniform(ts[:k]))
             else:
                 b, models, starts = split(ts)
                 writer.write(name, merging.task_arithmetic(b, models, spec.lam, starts=starts))
         return
-    b, models, starts = split(reader.read(name))
+    whole = reader.read(name)
+    b, models, starts = split(_with_deltas(whole, name, 0, whole[0].shape[0] if whole[0].ndim else 1, loras, pos))
     if spec.method == "ties":
         merged = merging.ties(b, models, density=spec.density, lam=spec.lam, starts=starts)
     else:

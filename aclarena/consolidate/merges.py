@@ -11,7 +11,10 @@ stage ends would give ``θ_base + 4 δ_1 + 3 δ_2 + 2 δ_3 + δ_4``). Task arith
 stage updates at λ = 1 is then the end point itself; TIES and DARE resolve the stage updates'
 interference instead of adding them. Full checkpoints are merged out of core
 (:mod:`aclarena.consolidate.checkpoint_merge`); LoRA adapters on one model are merged with peft's
-``cat`` (:mod:`aclarena.consolidate.lora_merge`), exact for uniform and task arithmetic.
+``cat`` (:mod:`aclarena.consolidate.lora_merge`), exact for uniform and task arithmetic, into an
+adapter on that model. Any other merge with adapters among the sources (adapters with full
+checkpoints, adapters on several models, TIES or DARE of adapters) takes each adapter as its model
+plus its update ``s·B·A``, added row block by row block while streaming, into a full checkpoint.
 
 Defaults: task arithmetic sweeps λ over 0.25, 0.5, 0.75 and 1.0 (one checkpoint each);
 TIES keeps 20% of each task vector (density 0.2) with λ = 1; DARE drops half of each task
@@ -110,16 +113,22 @@ def run(job: Job) -> list[Output]:
     prefix = _prefix(job, tag)
     specs = [job.manifest.resolve(n) for n in names]
     adapters = [s for s in specs if s.is_adapter]
-    if adapters and len(adapters) != len(specs):
-        raise AclarenaError(f"cannot merge full checkpoints with LoRA adapters ({adapters[0].name}); merge one kind")
-    if adapters:
-        return _merge_adapters(job, kind, specs, prefix)
+    if adapters and len(adapters) == len(specs) and len({s.on for s in specs}) == 1 \
+            and kind in ("uniform", "task_arithmetic"):
+        return _merge_adapters(job, kind, specs, prefix)  # exact and low-rank: an adapter on their model
+    # full checkpoints, adapters among them (each densified tensor by tensor: its model plus s·B·A), or
+    # TIES/DARE of adapters: a full checkpoint
     seen: dict[str, Any] = {}
     infos = [inspect(s, job.manifest, job.run_dir, _seen=seen) for s in specs]
     base = inspect(job.manifest.resolve(job.lineage.base), job.manifest, job.run_dir, _seen=seen)
     starts = update_starts(job, names)
     by_name = {i.name: i for i in [base, *infos]}
+    for s in starts:
+        if s not in by_name:
+            by_name[s] = inspect(job.manifest.resolve(s), job.manifest, job.run_dir, _seen=seen)
     start_infos = [by_name[s] for s in starts]
+    adapter_on = {i.name: inspect(job.manifest.resolve(str(i.spec.on)), job.manifest, job.run_dir, _seen=seen)
+                  for i in [*infos, *start_infos] if i.source == "adapter"}
     k = len(infos)
     if kind == "task_arithmetic":
         plans = [(_lambda_name(prefix, lam), MergeSpec(kind, lam=lam)) for lam in _lambdas(job)]
@@ -137,7 +146,7 @@ def run(job: Job) -> list[Output]:
         job.status(f"{name}: {spec.method} of {', '.join(names)}")
         t0 = time.perf_counter()
         res = merge_checkpoints(infos, spec, job.folder(name), base=base, starts=start_infos, force=job.force,
-                                lock=functools.partial(run_lock, job.run_dir))
+                                lock=functools.partial(run_lock, job.run_dir), adapter_on=adapter_on)
         out_spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method=method,
                                   parent=job.lineage.base, seed=job.lineage.seed)
         settings = {"merge": spec.identity(), "sources": names, "base": res.base, "k": k}
@@ -153,20 +162,16 @@ def _merge_adapters(job: Job, kind: str, specs: list[CheckpointSpec], prefix: st
     from aclarena.models.checkpoint import inspect
     from aclarena.models.loading import load_model
 
-    ons = {s.on for s in specs}
-    if len(ons) != 1:
-        raise AclarenaError(f"the adapters are applied on different models ({', '.join(sorted(map(str, ons)))}); "
-                            "merge adapters of one model")
-    if kind not in ("uniform", "task_arithmetic"):
-        raise AclarenaError(f"{kind} has no exact form for LoRA adapters (it trims or drops entries of the dense delta); "
-                            "merge adapters with merge-uniform or merge-ta")
-    on = ons.pop()
-    assert on is not None
+    on = specs[0].on  # run() routes here only adapters of one model, merged uniformly or by task arithmetic
+    assert on is not None and kind in ("uniform", "task_arithmetic")
     k = len(specs)
     plans = ([(prefix, 1.0 / k)] if kind == "uniform" else
              [(_lambda_name(prefix, lam), lam) for lam in _lambdas(job)])
     outputs = []
-    folders = [(s.name, inspect(s, job.manifest, job.run_dir).location) for s in specs]
+    infos = [inspect(s, job.manifest, job.run_dir) for s in specs]
+    for info in infos:  # an adapter that does not belong on its model: one line, before any model is loaded
+        info.require_loadable()
+    folders = [(i.name, i.location) for i in infos]
     for stem, w in plans:
         name = stem + job.lineage.suffix
         t0 = time.perf_counter()

@@ -18,6 +18,9 @@ What each tensor gets:
 * every other floating tensor, and non-floating buffers: NEW's, unchanged (the output is NEW
   with a repair applied, stored in NEW's dtypes).
 
+LoRA stages (OLD or NEW an adapter, the other its model or another adapter on it) go through
+:func:`repair_adapters`: the repair on the factors, written as an adapter on that model.
+
 Memory: OLD's and NEW's copy of one tensor, the float32 update, its SVD factors (two more
 matrices of the tensor's size at most) and the result, i.e. about six float32 copies of the largest
 tensor, whatever the model size (``benchmarks/repair.py`` measures it against loading both
@@ -31,6 +34,7 @@ import contextlib
 import fnmatch
 import hashlib
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -243,19 +247,28 @@ def repair_checkpoints(
     force: bool = False,
     on_tensor: Callable[[str], None] | None = None,
     lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+    on: CheckpointInfo | None = None,
 ) -> RepairResult:
     """Repair NEW's update from OLD with ``spec`` and write the result to ``out`` (a full HF folder).
 
     ``base`` and ``oracle`` (the new domain's single-task oracle) are needed for layer-rollback
-    by cosine only. A rerun with the same inputs and settings reuses a finished output.
+    by cosine only. A rerun with the same inputs and settings reuses a finished output. When OLD or
+    NEW is a LoRA adapter, ``on`` is the model it applies to (the other is ``on`` or another adapter on
+    it) and the result is an adapter on ``on``, repaired on the factors (:func:`repair_adapters`).
 
     Raises:
-        CheckpointError: adapters, other architectures, shapes or tokenizers, unreadable files.
-        AclarenaError: bad settings, a module pattern that matches nothing, a missing oracle.
+        CheckpointError: other architectures, shapes or tokenizers, unreadable files.
+        AclarenaError: bad settings, a module pattern that matches nothing, a missing oracle, an adapter
+            on another model than its partner.
     """
     if spec.needs_oracle and (base is None or oracle is None):
         raise AclarenaError("--select cosine compares each layer's update with the new domain's oracle direction "
                             "(oracle − base); the manifest has no oracle for that domain: select by displacement")
+    root = adapter_root(old, new)
+    if root is not None:
+        if on is None or on.name != root:
+            raise AclarenaError(f"repairing adapters needs the model they are on ({root!r}) as `on`")
+        return repair_adapters(old, new, on, spec, out, base=base, oracle=oracle, force=force, on_tensor=on_tensor)
     if old.name == new.name:
         raise AclarenaError(f"--from and --to are both {old.name!r}; name the checkpoint before the stage and after it")
     check_mergeable([old, new])
@@ -337,4 +350,214 @@ def repair_checkpoints(
                    "directions_kept": result.directions_kept, "layers": layers, "notes": result.notes},
         "n_tensors": result.n_tensors, "bytes": written, "seconds": round(seconds, 3),
     }, lock=lock)
+    return result
+
+
+# --- LoRA adapters: the repair on the factors --------------------------------------------------------
+
+
+def adapter_root(old: CheckpointInfo, new: CheckpointInfo) -> str | None:
+    """The model OLD and NEW both are or are adapters on (None when neither is an adapter).
+
+    Raises:
+        AclarenaError: an adapter on another model than its partner is or is on (one line).
+    """
+    if old.source != "adapter" and new.source != "adapter":
+        return None
+
+    def root(i: CheckpointInfo) -> str:
+        return i.spec.on if i.source == "adapter" and i.spec.on is not None else i.name
+
+    a, b = root(old), root(new)
+    if a != b:
+        def what(i: CheckpointInfo, r: str) -> str:
+            return f"{i.name!r} is a LoRA adapter on {r!r}" if i.source == "adapter" else f"{i.name!r} is a full model"
+        raise AclarenaError(f"cannot repair between {old.name!r} and {new.name!r}: {what(old, a)} and {what(new, b)}; "
+                            "a repair of adapters needs an adapter and the model it is on, or two adapters on one model")
+    return a
+
+
+def _factors(info: CheckpointInfo, root: CheckpointInfo, reader: TensorReader, dtype: torch.dtype
+             ) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor, bool]], torch.dtype | None]:
+    """An adapter's updates as ``{target: (P, Q, fan_in_fan_out)}`` with ``P Q = s·B·A`` (nothing for the root),
+    and the dtype its factors are stored in."""
+    from aclarena.models.tensors import check_lora_targets, read_lora
+
+    if info.source != "adapter":
+        return {}, None
+    _check_finite_adapter(info)
+    factors = read_lora(info)
+    check_lora_targets(info.name, factors, reader, root.name)
+    stored = next(iter(factors.values())).A.dtype if factors else None
+    return {t: (lo.B.to(dtype) * lo.scale, lo.A.to(dtype), lo.fan_in_fan_out) for t, lo in factors.items()}, stored
+
+
+def _check_finite_adapter(info: CheckpointInfo) -> None:
+    """NaN or infinite LoRA weights: one line naming the adapter and the tensor (no result of them would be real)."""
+    from aclarena.models.tensors import check_finite_safetensors
+
+    check_finite_safetensors(sorted({t.file for t in info.tensors.values()}), info.name)
+
+
+def _sq_norm(p: torch.Tensor, q: torch.Tensor) -> float:
+    """``‖p q‖²_F = Σ (pᵀp) ⊙ (q qᵀ)``, from the factors."""
+    return float(((p.double().T @ p.double()) * (q.double() @ q.double().T)).sum())
+
+
+def _lowrank_group_stats(names: Sequence[str], delta: dict[str, tuple[torch.Tensor, torch.Tensor, bool]], *,
+                         base: CheckpointInfo | None, oracle: CheckpointInfo | None) -> dict[str, R.GroupStats]:
+    """Per layer block: ``‖Δ_g‖²`` from the factors and, with an oracle, ``⟨Δ_g, τ_g⟩`` as ``Σ p ⊙ (τ qᵀ)``."""
+    stats = {group_of(n): R.GroupStats() for n in names}
+    for n, (p, q, _) in delta.items():
+        if n in names:
+            stats[group_of(n)].sq_delta += _sq_norm(p, q)
+    if base is None or oracle is None:
+        return stats
+    wanted = set(names)
+    with TensorReader([base, oracle]) as reader:
+        for name in reader.names:
+            if name not in wanted:
+                continue
+            t_base, t_oracle = reader.read(name)
+            tau = t_oracle.double() - t_base.double()
+            st = stats[group_of(name)]
+            st.sq_oracle += float((tau * tau).sum())
+            if name in delta:
+                p, q, fan = delta[name]
+                tau2 = tau.T if fan else tau
+                st.dot_oracle += float((p.double() * (tau2 @ q.double().T)).sum())
+    return stats
+
+
+def _adapter_config(old: CheckpointInfo, new: CheckpointInfo, rank: int, modules: Sequence[str]) -> dict[str, Any]:
+    """NEW's adapter_config.json (OLD's when NEW is the model), for factors of rank ``rank`` and scaling 1."""
+    src = new if new.source == "adapter" else old
+    cfg = dict(src.adapter_config)
+    cfg.update({"r": rank, "lora_alpha": rank, "use_rslora": False, "alpha_pattern": {}, "rank_pattern": {},
+                "target_modules": sorted({m.rsplit(".", 1)[-1] for m in modules}), "layers_to_transform": None,
+                "layers_pattern": None, "init_lora_weights": True})
+    return cfg
+
+
+def repair_adapters(old: CheckpointInfo, new: CheckpointInfo, root: CheckpointInfo, spec: RepairSpec,
+                    out: str | os.PathLike[str], *, base: CheckpointInfo | None = None,
+                    oracle: CheckpointInfo | None = None, force: bool = False,
+                    on_tensor: Callable[[str], None] | None = None) -> RepairResult:
+    """The repair of NEW's update from OLD where either is a LoRA adapter on ``root`` and the other is ``root`` or
+    another adapter on it: written as a LoRA adapter on ``root`` (``W_rep = root + L_old + P Q``).
+
+    The update ``Δ = L_new − L_old = [s_n B_n, −s_o B_o] · [A_n; A_o]`` has rank at most ``r_n + r_o``; its thin SVD
+    comes from QR of the factors (:func:`aclarena.diagnostics.repair.factored_svd`), so no ``d × d`` matrix is
+    formed. The result equals the dense repair of the densified checkpoints (``repair_checkpoints`` on
+    ``root + s·B·A``): svd-restore and dg-hard count and threshold over all ``min(m, n)`` singular values, the zero
+    ones included. Modules of every adapter are written, padded with zeros to one rank, scaling 1.
+    """
+    from safetensors.torch import save_file
+
+    if old.name == new.name:
+        raise AclarenaError(f"--from and --to are both {old.name!r}; name the checkpoint before the stage and after it")
+    for i in (old, new, root):
+        i.require_loadable()
+    out = Path(out)
+    fp = fingerprint(spec, old, new, [root] + ([base, oracle] if spec.needs_oracle and base and oracle else []))
+    marker = read_marker(out)
+    if marker is not None and marker.get("fingerprint") == fp and not force:
+        rep = marker.get("repair") or {}
+        return RepairResult(out, spec, old.name, new.name, int(marker.get("n_tensors", 0)),
+                            int(rep.get("n_repaired", 0)), int(marker.get("bytes", 0)), 0.0,
+                            float(rep.get("energy_removed", 0.0)), rep.get("directions_kept"),
+                            list(rep.get("layers", [])), reused=True)
+    t0 = time.perf_counter()
+    dtype = COMPUTE_DTYPES[spec.compute_dtype]
+    with TensorReader([root]) as reader:
+        names = list(reader.names)
+        shapes = {n: tuple(reader.shape(n)) for n in names}
+        f_old, stored_old = _factors(old, root, reader, dtype)
+        f_new, stored_new = _factors(new, root, reader, dtype)
+    fans = {t: f[2] for f in (f_old, f_new) for t, f in f.items()}
+    for t in f_old.keys() & f_new.keys():
+        if f_old[t][2] != f_new[t][2]:
+            raise AclarenaError(f"{old.name!r} and {new.name!r} store {t} in other layouts (fan_in_fan_out); "
+                                "repair adapters of one configuration")
+    targets = sorted(f_old.keys() | f_new.keys())
+
+    def delta_of(t: str) -> tuple[torch.Tensor, torch.Tensor]:
+        parts = [(f[t][0], f[t][1]) for f in (f_new,) if t in f] + [(-f[t][0], f[t][1]) for f in (f_old,) if t in f]
+        return torch.cat([p for p, _ in parts], dim=1), torch.cat([q for _, q in parts], dim=0)
+
+    deltas = {t: (*delta_of(t), fans[t]) for t in targets}
+    hit = targeted(names, spec.modules)
+    layers: list[str] = []
+    if spec.method == "layer-rollback":
+        stats = None
+        if spec.effective_select in ("displacement", "cosine"):
+            stats = _lowrank_group_stats(hit, deltas, base=base if spec.needs_oracle else None,
+                                         oracle=oracle if spec.needs_oracle else None)
+        layers = _rollback_groups(spec, hit, stats)
+        if layers:
+            chosen = set(layers)
+            hit = [n for n in hit if group_of(n) in chosen]
+    repaired = set(hit)
+    removed = total = 0.0
+    kept = n_dir = 0
+    pieces: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # target: (B', A') of W_rep − root, scaling 1
+    empty = torch.zeros(0, dtype=dtype)
+    for t in targets:
+        p, q, _ = deltas[t]
+        sq = _sq_norm(p, q)
+        total += sq
+        old_p, old_q = f_old.get(t, (empty.reshape(p.shape[0], 0), empty.reshape(0, q.shape[1]), False))[:2]
+        new_p, new_q = f_new.get(t, (empty.reshape(p.shape[0], 0), empty.reshape(0, q.shape[1]), False))[:2]
+        if t not in repaired:
+            pieces[t] = (new_p, new_q)
+        elif spec.method == "layer-rollback":
+            removed += sq
+            pieces[t] = (old_p, old_q)
+        else:
+            res = (R.svd_restore_lowrank(p, q, float(spec.percent or 0), compute_dtype=dtype)
+                   if spec.method == "svd-restore" else R.dg_hard_lowrank(p, q, compute_dtype=dtype))
+            removed += res.energy_removed * sq
+            kept += res.kept
+            n_dir += res.n
+            pieces[t] = (torch.cat([old_p, res.P], dim=1), torch.cat([old_q, res.Q], dim=0))
+        if on_tensor is not None:
+            on_tensor(t)
+    # the spectral methods count the directions of every repaired matrix, LoRA-free ones (Δ = 0) included, as the
+    # dense repair does: svd-restore keeps n − k of their n directions, dg-hard none (τ = 0, every σ = 0)
+    if spec.method != "layer-rollback":
+        for n in repaired - set(targets):
+            shape = shapes[n]
+            if len(shape) >= 2 and math.prod(shape) > 0:
+                n_zero = min(int(shape[0]), math.prod(shape[1:]))
+                n_dir += n_zero
+                if spec.method == "svd-restore":
+                    kept += n_zero - R.rank_of_percent(float(spec.percent or 0), n_zero)
+    rank = max([1] + [b.shape[1] for b, _ in pieces.values()])
+    store_dtype = stored_new or stored_old or torch.float32
+    tensors: dict[str, torch.Tensor] = {}
+    for t, (b, a) in pieces.items():
+        module = t.removesuffix(".weight")
+        pad = rank - b.shape[1]
+        b = torch.cat([b, b.new_zeros(b.shape[0], pad)], dim=1)
+        a = torch.cat([a, a.new_zeros(pad, a.shape[1])], dim=0)
+        tensors[f"base_model.model.{module}.lora_A.weight"] = a.to(store_dtype).contiguous()
+        tensors[f"base_model.model.{module}.lora_B.weight"] = b.to(store_dtype).contiguous()
+    tmp = temporary_folder(out)
+    with removed_on_failure(tmp):
+        tmp.mkdir(parents=True)
+        save_file(tensors, str(tmp / "adapter_model.safetensors"),
+                  metadata={"format": "pt", "aclarena-repair": json.dumps(spec.identity())})
+        cfg = _adapter_config(old, new, rank, [t.removesuffix(".weight") for t in pieces])
+        (tmp / "adapter_config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+        written = (tmp / "adapter_model.safetensors").stat().st_size
+    seconds = time.perf_counter() - t0
+    result = RepairResult(out, spec, old.name, new.name, len(names), len(repaired), written, seconds,
+                          removed / total if total > 0 else 0.0,
+                          kept / n_dir if n_dir and spec.method != "layer-rollback" else None, layers)
+    publish(tmp, out, {
+        "fingerprint": fp, "lineage": result.lineage() | {"on": root.name, "lora": True},
+        "repair": {"n_repaired": result.n_repaired, "energy_removed": result.energy_removed,
+                   "directions_kept": result.directions_kept, "layers": layers, "rank": rank},
+        "n_tensors": result.n_tensors, "bytes": written, "seconds": round(seconds, 3),
+    })
     return result

@@ -202,6 +202,74 @@ def over_rank_note(percent: float, matrices: int, over: int, example: tuple[int,
             "min(rows, cols) exceeds a low-rank (LoRA) update's rank, so take a smaller one")
 
 
+# --- low-rank updates (LoRA) -------------------------------------------------------------------
+
+
+def factored_svd(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The thin SVD ``u · diag(s) · vh`` of ``p @ q`` (``p``: ``(m, k)``, ``q``: ``(k, n)``) without forming it.
+
+    QR of ``p`` and of ``qᵀ`` (``O((m + n) k²)``), then the SVD of the ``k × k`` core ``R_p R_qᵀ``:
+    ``p q = Q_p (R_p R_qᵀ) Q_qᵀ``. A LoRA update ``s·B·A`` of rank ``r`` costs ``r``-sized work this
+    way, never a ``d × d`` matrix. Returns ``u`` ``(m, k')``, ``s`` ``(k',)`` descending, ``vh`` ``(k', n)``
+    with ``k' = min(m, n, k)``; singular values beyond ``k'`` are zero.
+    """
+    if p.ndim != 2 or q.ndim != 2 or p.shape[1] != q.shape[0]:
+        raise ValueError(f"factors of shapes {tuple(p.shape)} and {tuple(q.shape)} do not multiply")
+    qp, rp = torch.linalg.qr(p)
+    qq, rq = torch.linalg.qr(q.T)
+    u0, s, vh0 = torch.linalg.svd(rp @ rq.T, full_matrices=False)
+    return qp @ u0, s, vh0 @ qq.T
+
+
+@dataclass(frozen=True)
+class LowRankRepair:
+    """A spectral repair of a low-rank update ``Δ = p @ q``: ``W_rep = W_old + P @ Q`` (``P``: ``(m, j)``, ``Q``:
+    ``(j, n)``, the kept directions, ``√σ`` on each side). ``n``, ``kept``, ``energy_removed`` and ``threshold``
+    as :class:`SpectralRepair` reports them for the dense ``(m, n)`` matrix (``n = min(m, n)`` singular values,
+    the zero ones included), so that both agree on the same update."""
+
+    P: torch.Tensor
+    Q: torch.Tensor
+    n: int
+    kept: int
+    energy_removed: float
+    threshold: float | None = None
+
+
+def _kept_factors(u: torch.Tensor, s: torch.Tensor, vh: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor,
+                                                                                                   torch.Tensor]:
+    root = s[keep].sqrt()
+    return u[:, keep] * root, root[:, None] * vh[keep]
+
+
+def svd_restore_lowrank(p: torch.Tensor, q: torch.Tensor, percent: float, *,
+                        compute_dtype: torch.dtype = torch.float32) -> LowRankRepair:
+    """:func:`svd_restore` of the update ``Δ = p @ q``, on its factors: the top ``k = ceil(percent/100 · min(m, n))``
+    directions go back to OLD; what stays is ``Σ_{i>k} σ_i u_i v_iᵀ`` (empty when ``k`` reaches ``Δ``'s rank)."""
+    pct = check_percent(percent)
+    m, n = int(p.shape[0]), int(q.shape[1])
+    u, s, vh = factored_svd(p.to(compute_dtype), q.to(compute_dtype))
+    n_dense = min(m, n)
+    k = rank_of_percent(pct, n_dense)
+    keep = torch.arange(s.numel()) >= k
+    big_p, big_q = _kept_factors(u, s, vh, keep)
+    return LowRankRepair(big_p, big_q, n_dense, n_dense - k, _energy(s, s[:k]))
+
+
+def dg_hard_lowrank(p: torch.Tensor, q: torch.Tensor, *, compute_dtype: torch.dtype = torch.float32) -> LowRankRepair:
+    """:func:`dg_hard` of the update ``Δ = p @ q``, on its factors: the threshold's median is taken over all
+    ``min(m, n)`` singular values of Δ, its zero ones included (it is 0 when Δ's rank is under half of them,
+    and then every non-zero direction is kept)."""
+    m, n = int(p.shape[0]), int(q.shape[1])
+    u, s, vh = factored_svd(p.to(compute_dtype), q.to(compute_dtype))
+    n_dense = min(m, n)
+    full = torch.cat([s.double(), s.new_zeros(max(0, n_dense - s.numel()), dtype=torch.float64)])
+    tau = dg_threshold(full, (m, n))
+    keep = s > tau
+    big_p, big_q = _kept_factors(u, s, vh, keep)
+    return LowRankRepair(big_p, big_q, n_dense, int(keep.sum()), _energy(s, s[~keep]), tau)
+
+
 # --- layer selection ------------------------------------------------------------------------
 
 

@@ -1,11 +1,17 @@
 """GGUF in: write an HF safetensors folder from a ``.gguf`` file (``aclarena-diag import``).
 
-transformers reads GGUF files itself (``from_pretrained(folder, gguf_file=...)``: the tensors are
-dequantized, llama.cpp's Q/K row permutation undone, the tokenizer rebuilt from the file's vocabulary,
-merges and chat template), but it marks the model as quantized with ``gguf`` and refuses
-``save_pretrained``. So the dequantized state dict is loaded into a model built from the same config
-without its ``quantization_config``, cast to the chosen dtype and saved with its tokenizer. The folder
-is written beside its place and renamed there only when complete.
+The file is streamed (:class:`GgufStream`, issue 45): transformers' own GGUF code reads the metadata
+only (the config, and the tokenizer rebuilt from the file's vocabulary, merges and chat template), the
+model is built on the ``meta`` device for its tensor names and shapes, and each tensor is then read,
+dequantized by the ``gguf`` package, passed through transformers' tensor processor for the
+architecture (llama.cpp's Q/K row permutation undone, ...), converted and appended to a safetensors
+shard before the next is read: memory is bounded by the largest tensor, not the model. A tensor of a
+type the ``gguf`` package cannot dequantize is refused before anything is written.
+``streaming=False`` keeps the previous implementation for comparison (``benchmarks/gguf_import.py``):
+``from_pretrained(folder, gguf_file=...)`` loads the whole model, which transformers marks as quantized
+and will not save, so its state dict is loaded into a model built from the same config without its
+``quantization_config`` and saved. Either way the folder is written beside its place and renamed there
+only when complete.
 
 What the source was is recorded in ``aclarena-import.json``: the file's name, size and SHA-256, its
 architecture, its quantization (the file type, e.g. ``Q4_1``, and the count of tensors of each GGML
@@ -22,6 +28,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import math
 import os
 import shutil
 from collections import Counter
@@ -129,7 +136,8 @@ def sha256_of(path: Path, block: int = 1 << 20) -> str:
 
 
 def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, dtype: str = "float32",
-                force: bool = False, phase: Callable[[str], None] | None = None) -> GgufImport:
+                force: bool = False, streaming: bool = True, max_shard_bytes: int = 5 << 30,
+                progress: bool = False, phase: Callable[[str], None] | None = None, bar: Any = None) -> GgufImport:
     """Write the model and tokenizer of a GGUF file as an HF safetensors folder ``out``.
 
     Args:
@@ -137,8 +145,14 @@ def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         out: the folder to write (refused when it exists, unless ``force``).
         dtype: ``float32`` (the dequantized values exactly), ``bfloat16`` or ``float16``.
         force: replace an existing ``out`` (only once the new folder is complete).
-        phase: called with the name of each phase as it starts (hashing, reading, rebuilding, writing:
-            minutes each on a 1 GB file), for progress lines.
+        streaming: dequantize and write tensor by tensor (:class:`GgufStream`); False loads the whole
+            model with transformers first (the implementation before issue 45, kept for comparison).
+        max_shard_bytes: the size of each safetensors shard (streaming).
+        progress: show progress on stderr (a bar on a terminal, lines in a log).
+        phase: called with the name of each phase as it starts (hashing, reading, writing: minutes each on a
+            1 GB file), for progress lines.
+        bar: an open :func:`aclarena.progress.progress` to add the tensor-by-tensor task to (instead of
+            opening one: the CLI's, which also shows the phases).
     """
     say = phase or (lambda _: None)
     if dtype not in DTYPES:
@@ -154,23 +168,36 @@ def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     info = describe_gguf(path)
     say(f"hashing {path.name} ({path.stat().st_size / 1e9:.2f} GB, SHA-256)")
     digest = sha256_of(path)
-    say("reading and dequantizing the tensors and the tokenizer (transformers)")
-    model, tokenizer = _load(path)
-    from aclarena.models.loading import library_errors
+    check_dequantizable(path)
+    model: Any = None
+    if streaming:
+        try:
+            say("reading the config and the tokenizer (transformers, metadata only)")
+            stream = GgufStream(path, dtype, max_shard_bytes=max_shard_bytes, show_progress=progress, bar=bar)
+            model, tokenizer, parameters = stream, stream.tokenizer, stream.parameters
+        except NotStreamable as e:  # e.g. MoE files whose expert tensors transformers splits or stacks itself
+            import sys
 
-    say(f"rebuilding the model in {dtype}")
-    with library_errors(f"the GGUF model of {path} does not fit its own metadata"):
-        rebuilt = _rebuild(model, dtype)
-    eot_text, eot, added = _stop_at_end_of_turn(rebuilt, tokenizer)
+            print(f"note: {e}; importing with transformers' whole-model GGUF loading instead (memory: the whole "
+                  "model)", file=sys.stderr)
+    if model is None:  # the previous implementation: transformers loads the whole model, then it is rebuilt and saved
+        from aclarena.models.loading import library_errors
+
+        say("reading and dequantizing the tensors and the tokenizer (transformers)")
+        loaded, tokenizer = _load(path)
+        say(f"rebuilding the model in {dtype}")
+        with library_errors(f"the GGUF model of {path} does not fit its own metadata"):
+            model = _rebuild(loaded, dtype)
+        parameters = sum(p.numel() for p in model.parameters())
+    eot_text, eot, added = _stop_at_end_of_turn(model, tokenizer)
     record = GgufImport(out=str(out_dir), source=str(path.resolve()), source_bytes=path.stat().st_size,
                         source_sha256=digest, architecture=info["architecture"], quantization=info["quantization"],
-                        tensor_types=info["tensor_types"], dtype=dtype,
-                        parameters=sum(p.numel() for p in rebuilt.parameters()),
-                        eos_token_ids=_eos_list(rebuilt.generation_config.eos_token_id),
+                        tensor_types=info["tensor_types"], dtype=dtype, parameters=parameters,
+                        eos_token_ids=_eos_list(model.generation_config.eos_token_id),
                         end_of_turn=eot_text.strip() or None if eot is not None else None, end_of_turn_id=eot,
                         end_of_turn_added=added)
-    say(f"writing {out_dir}")
-    _write(rebuilt, tokenizer, record, out_dir)
+    say(f"writing {out_dir}" + (" tensor by tensor" if isinstance(model, GgufStream) else ""))
+    _write(model, tokenizer, record, out_dir)
     return record
 
 
@@ -196,6 +223,165 @@ def _stop_at_end_of_turn(model: Any, tokenizer: Any) -> tuple[str, int | None, b
         return text, eot, False
     model.generation_config.eos_token_id = [*eos, eot]
     return text, eot, True
+
+
+def check_dequantizable(path: Path) -> None:
+    """Refuse, before anything is written, a file holding a tensor of a type the gguf package cannot dequantize."""
+    gguf = _gguf_module()
+    from gguf import quants
+
+    ok = set(getattr(quants, "_type_traits", {})) | {gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16}
+    reader = gguf.GGUFReader(str(path))
+    for t in reader.tensors:
+        kind = gguf.GGMLQuantizationType(int(t.tensor_type))
+        if kind not in ok:
+            version = _version("gguf")
+            raise AclarenaError(f"{path}: tensor {t.name} is {kind.name}, which the gguf package{version} cannot "
+                                "dequantize; convert the file with llama.cpp to a supported type (e.g. Q8_0, Q4_K, F16)")
+
+
+def dequantize(data: Any, qtype: Any, *, max_elements: int = 1 << 18) -> Any:
+    """``gguf.quants.dequantize`` of one tensor's bytes, the same values bit for bit, in row blocks of about
+    ``max_elements`` values instead of the package's groups of 16 rows: fewer numpy calls on blocks that
+    still fit the cache (2-3x less CPU for Q8_0, Q4_K and Q6_K on an 8.4M-value tensor, one core; blocks of
+    4M values were slower again); memory is the tensor and one block."""
+    import numpy as np
+    from gguf import quants
+
+    traits = getattr(quants, "_type_traits", {}).get(qtype)
+    if traits is None or not hasattr(traits, "dequantize_rows"):
+        return quants.dequantize(data, qtype)  # F32, F16, or a gguf package of another layout
+    traits.init_grid()
+    rows = data.reshape(-1, data.shape[-1])
+    per_row = rows.shape[1] // traits.type_size * traits.block_size
+    out = np.empty((rows.shape[0], per_row), dtype=np.float32)
+    step = max(1, max_elements // max(1, per_row))
+    for a in range(0, rows.shape[0], step):
+        out[a:a + step] = traits.dequantize_rows(rows[a:a + step]).reshape(-1, per_row)
+    return out.reshape(*data.shape[:-1], per_row)
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f" {version(package)}"
+    except PackageNotFoundError:
+        return ""
+
+
+class NotStreamable(AclarenaError):
+    """The file's tensors do not map one to one onto the model's: :func:`import_gguf` loads it whole instead."""
+
+
+class GgufStream:
+    """A GGUF file's model, written tensor by tensor: what :func:`_write` saves in place of a loaded model.
+
+    The config and tokenizer come from transformers' own GGUF reading (metadata only); the model is built
+    on the ``meta`` device for its tensor names and shapes, and transformers' GGUF name map and tensor
+    processor (llama.cpp's Q/K permutation undone, Gemma's norm offsets) give each file tensor its HF name
+    and values. :meth:`save_pretrained` then reads one tensor's bytes (``pread``, no memory map), dequantizes
+    it with the gguf package, converts it and appends it to a safetensors shard
+    (:class:`aclarena.models.writing.ShardedWriter`) before the next: memory is bounded by a few copies of
+    the largest tensor, not by the model. A log gets progress lines (:mod:`aclarena.progress`).
+    """
+
+    def __init__(self, path: Path, dtype: str, *, max_shard_bytes: int = 5 << 30, show_progress: bool = False,
+                 bar: Any = None) -> None:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from transformers.modeling_gguf_pytorch_utils import (
+            TENSOR_PROCESSORS,
+            TensorProcessor,
+            get_gguf_hf_weights_map,
+            load_gguf_checkpoint,
+        )
+
+        from aclarena.progress import quiet_libraries
+
+        gguf = _gguf_module()
+        quiet_libraries()
+        self.path, self.dtype, self.max_shard_bytes, self.show_progress = path, dtype, max_shard_bytes, show_progress
+        self.bar = bar  # an open progress display to add the task to (else one of its own)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+            self.config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+            parsed = load_gguf_checkpoint(str(path), return_tensors=False)
+            with torch.device("meta"):
+                skeleton = AutoModelForCausalLM.from_config(self.config)
+        except (ValueError, KeyError, NotImplementedError, OSError) as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise AclarenaError(f"transformers cannot read {path}: {first}") from None
+        if hasattr(self.config, "quantization_config"):
+            del self.config.quantization_config
+        self.generation_config = skeleton.generation_config
+        self.parsed = parsed
+        self.reader = gguf.GGUFReader(str(path))
+        arch = self.reader.get_field("general.architecture")
+        arch_name = arch.contents() if arch is not None else ""
+        self.processor = TENSOR_PROCESSORS.get(arch_name, TensorProcessor)(config=parsed.get("config", {}))
+        self.name_map = get_gguf_hf_weights_map(skeleton, self.processor)
+        shapes = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+        tied = set(getattr(skeleton, "_tied_weights_keys", None) or {}) if getattr(
+            self.config, "tie_word_embeddings", False) else set()
+        self.plan: list[tuple[Any, str]] = []  # (GGUF tensor, HF name), in file order
+        for t in self.reader.tensors:
+            hf = self.name_map.get(t.name)
+            if hf is not None and hf in shapes:
+                self.plan.append((t, hf))
+        got = {hf for _, hf in self.plan}
+        missing = sorted(set(shapes) - got - tied)
+        unexpected = sorted(t.name for t in self.reader.tensors if self.name_map.get(t.name) not in shapes)
+        if missing or len(got) != len(self.plan):
+            raise NotStreamable(f"the file's tensors are not one-to-one with the model's (missing {missing[:3]}, "
+                                f"unmapped {unexpected[:3]})")
+        self.shapes = shapes
+        self.parameters = sum(math.prod(shapes[hf]) for _, hf in self.plan)
+        self.unmapped = unexpected
+
+    def _tensor(self, t: Any) -> Any:
+        """One file tensor dequantized and processed, as float32 numpy (read with ``pread``, not the memory map)."""
+        import numpy as np
+
+        raw = bytearray(int(t.n_bytes))  # writable: an F32 tensor's values are used in place, not copied
+        if os.preadv(self._fd, [raw], int(t.data_offset)) != len(raw):
+            raise AclarenaError(f"{self.path} ends inside tensor {t.name}; the file is truncated: download it again")
+        data = np.frombuffer(raw, dtype=t.data.dtype).reshape(t.data.shape)
+        weights = dequantize(data, t.tensor_type)
+        result = self.processor.process(weights=weights, name=t.name, tensor_key_mapping=self.name_map,
+                                        parsed_parameters=self.parsed)
+        return result.weights
+
+    def save_pretrained(self, folder: str | os.PathLike[str], **_: Any) -> None:
+        """Write ``config.json``, ``generation_config.json`` and the weights (shards of ``max_shard_bytes``)."""
+        import numpy as np
+        import torch
+
+        from aclarena.models.writing import ShardedWriter
+        from aclarena.progress import progress
+
+        folder = Path(folder)
+        torch_dtype = getattr(torch, self.dtype)
+        layout = [(hf, torch_dtype, self.shapes[hf]) for _, hf in self.plan]
+        self.config.dtype = self.dtype
+        self.config.save_pretrained(folder)
+        self.generation_config.save_pretrained(folder)
+        self._fd = os.open(self.path, os.O_RDONLY)
+        total = sum(int(t.n_bytes) for t, _ in self.plan)
+        try:
+            with (ShardedWriter(folder, layout, max_shard_bytes=self.max_shard_bytes) as writer,
+                  (contextlib.nullcontext(self.bar) if self.bar is not None else progress(self.show_progress)) as bar):
+                task = bar.add_task(f"import {self.path.name} (MB read)", total=round(total / 1e6, 1))
+                for t, hf in self.plan:
+                    w = self._tensor(t)
+                    if tuple(w.shape) != self.shapes[hf]:
+                        raise AclarenaError(f"tensor {t.name} has shape {list(w.shape)} but the config makes {hf} "
+                                            f"{list(self.shapes[hf])}; this file cannot be imported")
+                    writer.write(hf, torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)).to(torch_dtype))
+                    del w  # the next tensor is read only now: one tensor (and its quantized bytes) at a time
+                    bar.advance(task, round(int(t.n_bytes) / 1e6, 1))
+        finally:
+            os.close(self._fd)
 
 
 def _load(path: Path) -> tuple[Any, Any]:

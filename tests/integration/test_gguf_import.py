@@ -89,6 +89,132 @@ def test_import_refuses_and_checkpoints_shows_the_quantization(gguf_file, tmp_pa
     assert "quantization" in stdout and "Q8_0" in stdout
 
 
+# --- issue 45 item 3: streamed tensor by tensor ------------------------------------------------------------
+
+
+def _weights(folder):
+    from safetensors.torch import load_file
+
+    out = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        out.update(load_file(str(f)))
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_streamed_import_equals_the_transformers_import_and_shards(gguf_file, tmp_path, dtype):
+    """The same tensors, bit for bit, as loading the whole model with transformers (the previous implementation),
+    in shards when asked; the sharded folder loads with plain transformers and gives the same logits."""
+    from transformers import AutoModelForCausalLM
+
+    from aclarena.models.gguf_import import import_gguf
+
+    path, _, _ = gguf_file
+    old = import_gguf(path, tmp_path / "whole", dtype=dtype, streaming=False)
+    new = import_gguf(path, tmp_path / "streamed", dtype=dtype, max_shard_bytes=200_000)
+    assert new.parameters == old.parameters and new.to_dict() | {"out": ""} == old.to_dict() | {"out": ""}
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "streamed")
+    assert set(a) == set(b)
+    for name in a:
+        assert a[name].dtype == b[name].dtype and torch.equal(a[name], b[name]), name
+    assert len(list((tmp_path / "streamed").glob("model-*.safetensors"))) > 1
+    assert (tmp_path / "streamed" / "model.safetensors.index.json").is_file()
+    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    m1 = AutoModelForCausalLM.from_pretrained(tmp_path / "whole", dtype=torch.float32)
+    m2 = AutoModelForCausalLM.from_pretrained(tmp_path / "streamed", dtype=torch.float32)
+    assert m2.config.tie_word_embeddings and m2.config.num_key_value_heads == 2
+    with torch.no_grad():
+        assert torch.equal(m1(ids).logits, m2(ids).logits)
+
+
+def test_streamed_import_never_loads_the_whole_model(gguf_file, tmp_path, cli, monkeypatch):
+    """Streaming reads the file tensor by tensor: transformers' whole-model GGUF loading is never called."""
+    import transformers
+    from transformers import modeling_gguf_pytorch_utils as mg
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the whole model was loaded")
+
+    real = mg.load_gguf_checkpoint
+
+    def metadata_only(path, return_tensors=False, **kwargs):
+        if return_tensors:
+            refuse()
+        return real(path, return_tensors=False, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    monkeypatch.setattr(mg, "load_gguf_checkpoint", metadata_only)
+    path, _, _ = gguf_file
+    code, _, err = cli("import", str(path), "--out", str(tmp_path / "m"), "--json")
+    assert code == 0, err
+
+
+def test_import_in_a_log_prints_progress_lines(gguf_file, tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("ACLARENA_PROGRESS_INTERVAL", "30")
+    path, _, _ = gguf_file
+    code, _, err = cli("import", str(path), "--out", str(tmp_path / "m"))
+    assert code == 0, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("[aclarena ")]
+    assert any(f"start: import {path.name}" in ln for ln in lines), err
+    assert any(f"end: import {path.name}" in ln and "MB/s" not in ln for ln in lines), err
+    assert "\r" not in err  # no bar redrawn into the pipe
+
+
+def test_a_type_gguf_cannot_dequantize_is_one_line_and_writes_nothing(tmp_path, cli, tokenizer):
+    from gguf_helpers import write_llama_gguf
+
+    from aclarena.models.tiny import build_model, tiny_config
+
+    model = build_model(tiny_config(tokenizer, arch="llama", num_heads=4, num_kv_heads=2), seed=3)
+    src = tmp_path / "src"
+    src.mkdir()
+    path = src / "odd.gguf"
+    write_llama_gguf(model, tokenizer, path, raw=("blk.1.ffn_up",), raw_type="Q8_1")
+    out = tmp_path / "m"
+    code, stdout, err = cli("import", str(path), "--out", str(out))
+    assert code == 1 and stdout == ""
+    assert "blk.1.ffn_up.weight is Q8_1" in err and "cannot dequantize" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # no output, no staging folder
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "BF16", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+                                   "Q6_K", "IQ4_NL", "F16", "F32"])
+def test_dequantize_in_row_blocks_is_the_gguf_package_bit_for_bit(qtype):
+    import gguf
+    import numpy as np
+
+    from aclarena.models.gguf_import import dequantize
+
+    kind = gguf.GGMLQuantizationType[qtype]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((37, 512)).astype(np.float32)
+    try:
+        data = gguf.quants.quantize(x, kind)
+    except NotImplementedError:  # K-quants: the package cannot write them; any bytes are blocks to read
+        data = rng.integers(0, 256, size=gguf.quants.quant_shape_to_byte_shape(x.shape, kind), dtype=np.uint8)
+    want = gguf.quants.dequantize(data, kind)
+    for max_elements in (1 << 22, 1000, 1):  # one block, several rows per block, one row per block
+        got = dequantize(data, kind, max_elements=max_elements)
+        assert got.dtype == np.float32 and got.shape == want.shape == x.shape
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_a_file_that_cannot_be_streamed_is_imported_whole_with_a_note(gguf_file, tmp_path, cli, monkeypatch):
+    """Files whose tensors transformers splits or stacks itself (MoE experts) fall back to the whole-model path."""
+    from aclarena.models import gguf_import
+
+    def not_streamable(*args, **kwargs):
+        raise gguf_import.NotStreamable("the file's tensors are not one-to-one with the model's (missing [...])")
+
+    monkeypatch.setattr(gguf_import, "GgufStream", not_streamable)
+    path, _, _ = gguf_file
+    code, _, err = cli("import", str(path), "--out", str(tmp_path / "m"), "--json")
+    assert code == 0, err
+    assert "note: the file's tensors are not one-to-one" in err and "whole-model GGUF loading instead" in err
+    assert (tmp_path / "m" / "model.safetensors").is_file()
+
+
 def test_import_adds_the_template_end_of_turn_to_the_generation_config(tmp_path, cli):
     """Issue 49: a Gemma-style GGUF names `<eos>` only while its template ends a turn with `<end_of_turn>`;
     the imported folder's generation config stops there too, and the command says so."""

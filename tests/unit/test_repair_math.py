@@ -173,3 +173,65 @@ def test_rank_of_a_low_rank_update_and_what_was_kept_within_it():
     note = R.over_rank_note(25.0, 7, 7, (12, 4))
     assert note is not None and "7 of 7" in note and "full rollback" in note and "\n" not in note
     assert R.over_rank_note(25.0, 7, 0, None) is None
+
+
+# --- issue 45: the repairs of a low-rank (LoRA) update on its factors, against the dense float64 repair ---------
+
+
+def _factors(m: int, n: int, r: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(m, r, generator=g, dtype=torch.float64), torch.randn(r, n, generator=g, dtype=torch.float64)
+
+
+def _dense(old: torch.Tensor, res: R.LowRankRepair) -> torch.Tensor:
+    return old + res.P @ res.Q
+
+
+@pytest.mark.parametrize(("m", "n", "r"), [(40, 24, 4), (24, 40, 6), (16, 16, 12), (8, 30, 10)])
+def test_factored_svd_is_the_svd_of_the_product(m, n, r):
+    p, q = _factors(m, n, r, seed=m + n + r)
+    u, s, vh = R.factored_svd(p, q)
+    dense = torch.linalg.svdvals(p @ q)
+    k = s.numel()
+    assert k == min(m, n, r)
+    torch.testing.assert_close(s, dense[:k], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close((u * s) @ vh, p @ q, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(u.T @ u, torch.eye(k, dtype=torch.float64), rtol=0, atol=1e-10)
+    torch.testing.assert_close(vh @ vh.T, torch.eye(k, dtype=torch.float64), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize(("m", "n", "r"), [(40, 24, 4), (24, 40, 6), (16, 16, 12)])
+@pytest.mark.parametrize("percent", [5, 10, 25, 100])
+def test_svd_restore_on_factors_is_the_dense_repair(m, n, r, percent):
+    p, q = _factors(m, n, r, seed=7 * m + n)
+    old = torch.randn(m, n, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    new = old + p @ q
+    dense = R.svd_restore(old, new, percent, compute_dtype=torch.float64)
+    low = R.svd_restore_lowrank(p, q, percent, compute_dtype=torch.float64)
+    torch.testing.assert_close(_dense(old, low), dense.tensor, rtol=0, atol=1e-9)
+    assert (low.n, low.kept) == (dense.n, dense.kept)
+    assert low.energy_removed == pytest.approx(dense.energy_removed, abs=1e-12)
+    assert low.P.shape[1] == max(0, r - R.rank_of_percent(percent, min(m, n)))  # the kept directions only
+
+
+@pytest.mark.parametrize(("m", "n", "r"), [(40, 24, 4), (16, 16, 12), (12, 20, 9)])
+def test_dg_hard_on_factors_is_the_dense_repair(m, n, r):
+    """Rank under half the singular values (median 0: everything kept) and above it (a real threshold)."""
+    p, q = _factors(m, n, r, seed=11 * m + n)
+    # a spread spectrum, so that the threshold falls between singular values when the median is not zero
+    p = p * torch.logspace(0, -2, r, dtype=torch.float64)
+    old = torch.randn(m, n, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    new = old + p @ q
+    dense = R.dg_hard(old, new, compute_dtype=torch.float64)
+    low = R.dg_hard_lowrank(p, q, compute_dtype=torch.float64)
+    torch.testing.assert_close(_dense(old, low), dense.tensor, rtol=0, atol=1e-9)
+    # the dense SVD's zero singular values are rounding noise (~1e-15), of which it keeps those above
+    # ω · median(noise); in exact arithmetic, as on the factors, they are 0 and never kept
+    real = torch.linalg.svdvals(new - old) > max(dense.threshold or 0.0, 1e-9)
+    assert (low.n, low.kept) == (dense.n, int(real.sum()))
+    assert low.energy_removed == pytest.approx(dense.energy_removed, abs=1e-12)
+    assert low.threshold == pytest.approx(dense.threshold, abs=1e-9)
+    if 2 * r <= min(m, n):
+        assert low.kept == r and low.threshold == 0.0
+    else:
+        assert 0 < low.kept < r
