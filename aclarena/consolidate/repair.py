@@ -268,7 +268,8 @@ def repair_checkpoints(
     if root is not None:
         if on is None or on.name != root:
             raise AclarenaError(f"repairing adapters needs the model they are on ({root!r}) as `on`")
-        return repair_adapters(old, new, on, spec, out, base=base, oracle=oracle, force=force, on_tensor=on_tensor)
+        return repair_adapters(old, new, on, spec, out, base=base, oracle=oracle, force=force, on_tensor=on_tensor,
+                               lock=lock)
     if old.name == new.name:
         raise AclarenaError(f"--from and --to are both {old.name!r}; name the checkpoint before the stage and after it")
     check_mergeable([old, new])
@@ -442,7 +443,8 @@ def _adapter_config(old: CheckpointInfo, new: CheckpointInfo, rank: int, modules
 def repair_adapters(old: CheckpointInfo, new: CheckpointInfo, root: CheckpointInfo, spec: RepairSpec,
                     out: str | os.PathLike[str], *, base: CheckpointInfo | None = None,
                     oracle: CheckpointInfo | None = None, force: bool = False,
-                    on_tensor: Callable[[str], None] | None = None) -> RepairResult:
+                    on_tensor: Callable[[str], None] | None = None,
+                    lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None) -> RepairResult:
     """The repair of NEW's update from OLD where either is a LoRA adapter on ``root`` and the other is ``root`` or
     another adapter on it: written as a LoRA adapter on ``root`` (``W_rep = root + L_old + P Q``).
 
@@ -466,7 +468,7 @@ def repair_adapters(old: CheckpointInfo, new: CheckpointInfo, root: CheckpointIn
         return RepairResult(out, spec, old.name, new.name, int(marker.get("n_tensors", 0)),
                             int(rep.get("n_repaired", 0)), int(marker.get("bytes", 0)), 0.0,
                             float(rep.get("energy_removed", 0.0)), rep.get("directions_kept"),
-                            list(rep.get("layers", [])), reused=True)
+                            list(rep.get("layers", [])), reused=True, fingerprint=fp)
     t0 = time.perf_counter()
     dtype = COMPUTE_DTYPES[spec.compute_dtype]
     with TensorReader([root]) as reader:
@@ -542,9 +544,8 @@ def repair_adapters(old: CheckpointInfo, new: CheckpointInfo, root: CheckpointIn
         a = torch.cat([a, a.new_zeros(pad, a.shape[1])], dim=0)
         tensors[f"base_model.model.{module}.lora_A.weight"] = a.to(store_dtype).contiguous()
         tensors[f"base_model.model.{module}.lora_B.weight"] = b.to(store_dtype).contiguous()
-    tmp = temporary_folder(out)
+    tmp = temporary_folder(out)  # made, empty, of a unique name (issue 43)
     with removed_on_failure(tmp):
-        tmp.mkdir(parents=True)
         save_file(tensors, str(tmp / "adapter_model.safetensors"),
                   metadata={"format": "pt", "aclarena-repair": json.dumps(spec.identity())})
         cfg = _adapter_config(old, new, rank, [t.removesuffix(".weight") for t in pieces])
@@ -553,11 +554,11 @@ def repair_adapters(old: CheckpointInfo, new: CheckpointInfo, root: CheckpointIn
     seconds = time.perf_counter() - t0
     result = RepairResult(out, spec, old.name, new.name, len(names), len(repaired), written, seconds,
                           removed / total if total > 0 else 0.0,
-                          kept / n_dir if n_dir and spec.method != "layer-rollback" else None, layers)
+                          kept / n_dir if n_dir and spec.method != "layer-rollback" else None, layers, fingerprint=fp)
     publish(tmp, out, {
         "fingerprint": fp, "lineage": result.lineage() | {"on": root.name, "lora": True},
         "repair": {"n_repaired": result.n_repaired, "energy_removed": result.energy_removed,
                    "directions_kept": result.directions_kept, "layers": layers, "rank": rank},
         "n_tensors": result.n_tensors, "bytes": written, "seconds": round(seconds, 3),
-    })
+    }, lock=lock)
     return result

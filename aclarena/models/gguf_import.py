@@ -170,11 +170,13 @@ def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     digest = sha256_of(path)
     check_dequantizable(path)
     model: Any = None
+    streamed = False
     if streaming:
         try:
             say("reading the config and the tokenizer (transformers, metadata only)")
             stream = GgufStream(path, dtype, max_shard_bytes=max_shard_bytes, show_progress=progress, bar=bar)
             model, tokenizer, parameters = stream, stream.tokenizer, stream.parameters
+            streamed = True
         except NotStreamable as e:  # e.g. MoE files whose expert tensors transformers splits or stacks itself
             import sys
 
@@ -196,7 +198,7 @@ def import_gguf(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
                         eos_token_ids=_eos_list(model.generation_config.eos_token_id),
                         end_of_turn=eot_text.strip() or None if eot is not None else None, end_of_turn_id=eot,
                         end_of_turn_added=added)
-    say(f"writing {out_dir}" + (" tensor by tensor" if isinstance(model, GgufStream) else ""))
+    say(f"writing {out_dir}" + (" tensor by tensor" if streamed else ""))
     _write(model, tokenizer, record, out_dir)
     return record
 
@@ -375,7 +377,8 @@ class GgufStream:
                 for t, hf in self.plan:
                     w = self._tensor(t)
                     if tuple(w.shape) != self.shapes[hf]:
-                        raise AclarenaError(f"tensor {t.name} has shape {list(w.shape)} but the config makes {hf} "
+                        raise AclarenaError(f"the GGUF model of {self.path} does not fit its own metadata: tensor "
+                                            f"{t.name} has shape {list(w.shape)} but the config makes {hf} "
                                             f"{list(self.shapes[hf])}; this file cannot be imported")
                     writer.write(hf, torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)).to(torch_dtype))
                     del w  # the next tensor is read only now: one tensor (and its quantized bytes) at a time
