@@ -237,7 +237,12 @@ def consolidation_note(rows: Sequence[Any], in_domain: Sequence[str]) -> str:
     method's shares, and the study's claims about the method families the run has (none otherwise)."""
     shares = oracle_shares(rows, in_domain)
     by_label = {r.label: r for r in rows}
-    shared = {k: v for k, v in shares.items() if by_label[k].role == "method" and len(v) == len(in_domain) and v}
+    oracles = {r.label: r for r in rows if r.role == "oracle"}
+    measurable = [s for s in in_domain if f"oracle-{_domain(s)}" in oracles
+                  and s in oracles[f"oracle-{_domain(s)}"].cells
+                  and _finite(oracles[f"oracle-{_domain(s)}"].cells[s].mean)
+                  and oracles[f"oracle-{_domain(s)}"].cells[s].mean > 0]
+    shared = {k: v for k, v in shares.items() if by_label[k].role == "method" and v and set(v) == set(measurable)}
     parts = []
     if shared:
         best = max(shared, key=lambda k: (min(shared[k].values()), sum(shared[k].values())))
@@ -248,6 +253,10 @@ def consolidation_note(rows: Sequence[Any], in_domain: Sequence[str]) -> str:
         others = [f"{k} {min(v.values()) * 100:.0f}%" for k, v in shared.items() if k != best]
         if others:
             parts.append("worst in-domain share of the others: " + ", ".join(others))
+        missing = [s for s in in_domain if s not in measurable]
+        if missing:
+            parts.append(f"no oracle score above 0 to compare on {', '.join(missing)} (`aclarena-diag train` with "
+                         "its oracle, then `aclarena-diag eval`)")
     elif shares:
         parts.append("no shared-weight model has a score on every in-domain suite with a non-zero oracle")
     else:
