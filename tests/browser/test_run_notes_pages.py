@@ -84,6 +84,7 @@ def test_missing_data_is_explained_and_its_controls_disabled(fixture_run, serve,
     assert not page.locator("#consolidation-router").is_visible()
     states = page.inner_text("#consolidation-states")
     assert "this run has no MLE" in states and "aclarena-diag consolidate --method mle" in states
+    assert "all are at the floor" in states
     assert page.locator("#consolidation-score input[value=avg]").is_disabled()
     assert "MLE answers each suite" not in page.inner_text("body")
     assert console_errors == []

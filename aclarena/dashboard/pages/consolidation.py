@@ -16,7 +16,7 @@ ROUTER_OPTIONS = [{"label": r, "value": r} for r in ("rule", "learned", "bandit"
 
 def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: str = "bars") -> dict[str, Any]:
     """The comparison rows and the chosen figure (callbacks return these; tests call it directly)."""
-    from aclarena.diagnostics.run_notes import avg_k_state, consolidation_note
+    from aclarena.diagnostics.run_notes import avg_k_state, consolidation_note, floor_note
     from aclarena.figures.consolidation import (
         comparison_heatmap,
         method_bars,
@@ -46,7 +46,7 @@ def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: st
     headers = [f"{s} (id)" if s in cmp.in_domain else s for s in cmp.suites]
     return {"empty": False, "headers": headers, "rows": rows, "figure": fig, "notes": cmp.notes,
             "run_note": consolidation_note(cmp.rows, cmp.in_domain), "has_mle": has_mle, "n_avg": n_avg,
-            "avg_reason": avg_reason, "repairs": [_repair_row(x) for x in repairs],
+            "avg_reason": avg_reason, "floor": floor_note([c.mean for c in ok]), "repairs": [_repair_row(x) for x in repairs],
             "repair_figure": repair_score_bars(repairs) if repairs else None}
 
 
@@ -127,7 +127,7 @@ def layout(**_query: Any) -> html.Div:
                                                                   {"label": " heatmap ", "value": "heatmap"}])]),
         ], className="controls"),
         html.P(" ".join(x for x in (
-            c["avg_reason"],
+            c["floor"], c["avg_reason"],
             None if c["has_mle"] else "MLE router: hidden, this run has no MLE; `aclarena-diag consolidate --method "
                                       "mle --run DIR` makes one.") if x), className="note", id="consolidation-states"),
         html.Div(_table(c), id="consolidation-table"),
