@@ -151,8 +151,8 @@ def vectors_note(s: Mapping[str, Any], checkpoints: Mapping[str, tuple[str | Non
                                                          else f" ({un[0][0]} vs {un[0][1]})"))
         keys.append("unrelated_cos")
     if not parts:
-        run = ("This run has no stage update with an oracle of its domain: `aclarena-diag train` with oracles, "
-               "then `aclarena-diag vectors --run DIR`.")
+        run = ("This run has no stage update with an oracle of its domain to compare: an `[oracles] domains = "
+               "[...]` table in the curriculum, `aclarena-diag train`, then `aclarena-diag vectors --run DIR`.")
     else:
         run = "This run: cosine of " + "; ".join(parts) + "."
     return f"{run} {study(*keys)}"
@@ -299,7 +299,7 @@ def floor_note(values: Sequence[float], what: str = "greedy") -> str | None:
     if not xs or any(x != 0 for x in xs):
         return None
     return (f"Every model scores 0.00 on every suite ({what}): all are at the floor, so no skill was learned "
-            "yet and nothing can be forgotten; train longer (more `steps` in the curriculum, then "
+            "yet and nothing can be forgotten; train longer (more `max_steps` in the curriculum's stages, then "
             "`aclarena-diag train --run DIR` and `aclarena-diag eval --run DIR`).")
 
 
