@@ -277,12 +277,28 @@ def colour_scale(reader: StoreReader, probe: str, color_by: str, checkpoints: li
     return (0.0, top) if color_by == "entropy" else (KL_LOW, top)
 
 
+def fitted_scale(values: Any, color_by: str, fallback: tuple[float, float],
+                 q: tuple[float, float] = (1.0, 99.0)) -> tuple[float, float]:
+    """(low, high) fitted to the values shown: their ``q`` percentiles (1st-99th), within ``fallback`` (the
+    probe set's global scale: a drift below its floor ``KL_LOW`` still reads as unchanged); ``fallback``
+    itself when they span no range."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if color_by != "entropy":
+        v = v[v > 0]
+    if len(v) < 2:
+        return fallback
+    lo, hi = (float(x) for x in np.percentile(v, q))
+    lo, hi = max(lo, fallback[0]), min(hi, fallback[1])
+    return (lo, hi) if hi > lo else fallback
+
+
 def colour_fraction(value: float, scale: tuple[float, float], color_by: str) -> float | None:
     if not math.isfinite(value):
         return None
     lo, hi = scale
     if color_by == "entropy":
-        return min(max(value / hi, 0.0), 1.0) if hi > 0 else 0.0
+        return min(max((value - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 0.0
     span = math.log10(hi) - math.log10(lo)
     return min(max((math.log10(max(value, lo)) - math.log10(lo)) / span, 0.0), 1.0)
 
@@ -295,12 +311,14 @@ def colour_ticks(scale: tuple[float, float], color_by: str) -> list[tuple[float,
     """(fraction along the bar, label) for the colour bar."""
     lo, hi = scale
     if color_by == "entropy":
-        return [(f, f"{f * hi:.2g}") for f in (0.0, 0.25, 0.5, 0.75, 1.0)]
-    ticks = [(0.0, f"≤{lo:g}")]
+        return [(f, f"{lo + f * (hi - lo):.2g}") for f in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    ticks = [(0.0, f"≤{lo:.3g}")]
     e = math.floor(math.log10(lo)) + 1
     while 10.0 ** e < hi:
         ticks.append((colour_fraction(10.0 ** e, scale, "drift") or 0.0, f"1e{e}"))
         e += 1
+    if len(ticks) == 1:  # within one decade: the middle of the (log) bar
+        ticks.append((0.5, f"{math.sqrt(lo * hi):.3g}"))
     ticks.append((1.0, f"{hi:.3g}"))
     return ticks
 

@@ -353,10 +353,10 @@ SUMMARY_TIPS = {
     "kl_mean_high": "Mean KL at high-entropy positions (the reference's decision points).",
     "kl_mean_low": "Mean KL at low-entropy positions. Near 0 = settled tokens kept.",
     "kl_share_high": "Share of all KL at high-entropy positions. Above their share of positions = drift concentrates "
-                     "at decision points (the study: ~6% of positions).",
+                     "at decision points (study (Qwen3-8B): ~6% of positions).",
     "flip_rate_high": "Share of high-entropy positions whose top-1 token changed.",
     "flip_rate_low": "Share of low-entropy positions whose top-1 token changed. Near 0 is good.",
-    "barely_moved_low": "Low-entropy positions whose log-prob moved < eps. The study: ~94% barely move.",
+    "barely_moved_low": "Low-entropy positions whose log-prob moved < eps. Study (Qwen3-8B): ~94% barely move.",
     "concentration_area": "Area under the concentration curve: 0.5 = drift unrelated to entropy, 1 = all at the top.",
     "n_invalid": "Positions left out (non-finite logits or beyond the checkpoint's positions). 0 is good.",
 }

@@ -322,7 +322,7 @@ def sft_rl_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None =
     if len(ratios) > 8:
         note += f"; … ({len(ratios)} stages)"
     if s.get("overall_ratio") is not None and np.isfinite(s["overall_ratio"]):
-        note = (note + "; " if note else "") + f"mean SFT / mean RL {s['overall_ratio']:.2f}× (study: 3–7×)"
+        note = (note + "; " if note else "") + f"mean SFT / mean RL {s['overall_ratio']:.2f}× (study (Qwen3-8B): 3–7×)"
     elif "sft" in s["phases"] and "rl" in s["phases"]:
         note = (note + "; " if note else "") + "SFT/RL ratio: no stage has both an SFT and a non-zero RL update"
     zero = [s["children"][i] for i in keep if not norm[i] > 0]

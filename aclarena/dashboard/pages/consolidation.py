@@ -16,6 +16,7 @@ ROUTER_OPTIONS = [{"label": r, "value": r} for r in ("rule", "learned", "bandit"
 
 def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: str = "bars") -> dict[str, Any]:
     """The comparison rows and the chosen figure (callbacks return these; tests call it directly)."""
+    from aclarena.diagnostics.run_notes import avg_k_state, consolidation_note, floor_note
     from aclarena.figures.consolidation import (
         comparison_heatmap,
         method_bars,
@@ -23,7 +24,7 @@ def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: st
         repair_score_bars,
     )
     from aclarena.store.capability import load_matrix
-    from aclarena.store.comparison import comparison, repair_scores
+    from aclarena.store.comparison import comparison, read_mle_routes, repair_scores
 
     m = manifest(run_dir)
     with reader(run_dir) as r:
@@ -34,6 +35,9 @@ def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: st
             return {"empty": True}
         cmp = comparison(matrix, m, r, router=router, what="mean" if score == "greedy" else "avg_k_mean")
         repairs = repair_scores(r, matrix, m)
+        has_mle = bool(read_mle_routes(r))
+    ok = [c for c in matrix.cells.values() if c.ok]
+    n_avg, _, avg_reason = avg_k_state([c.mean for c in ok], [c.avg_k_mean for c in ok])
     if not any(row.role in ("method", "mle") for row in cmp.rows):
         return {"empty": True, "no_methods": True}
     fig = method_radar(cmp) if view == "radar" else comparison_heatmap(cmp) if view == "heatmap" else method_bars(cmp)
@@ -41,7 +45,8 @@ def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: st
             for row in cmp.rows]
     headers = [f"{s} (id)" if s in cmp.in_domain else s for s in cmp.suites]
     return {"empty": False, "headers": headers, "rows": rows, "figure": fig, "notes": cmp.notes,
-            "repairs": [_repair_row(x) for x in repairs],
+            "run_note": consolidation_note(cmp.rows, cmp.in_domain), "has_mle": has_mle, "n_avg": n_avg,
+            "avg_reason": avg_reason, "floor": floor_note([c.mean for c in ok]), "repairs": [_repair_row(x) for x in repairs],
             "repair_figure": repair_score_bars(repairs) if repairs else None}
 
 
@@ -49,13 +54,17 @@ def _repair_row(x: Any) -> dict[str, Any]:
     import math
 
     from aclarena.diagnostics.repair_score import PARTS
+    from aclarena.diagnostics.run_notes import repair_part_reason
 
-    cells = []
+    cells, why = [], []
     for p in PARTS:
         part = x.score.part(p)
         cells.append("-" if math.isnan(part.value) else
                      f"{part.value:.2f} [{part.ci[0]:.2f}, {part.ci[1]:.2f}] ({', '.join(part.suites)})")
-    return {"label": x.checkpoint, "stage": f"{x.old} → {x.new}", "cells": cells}
+        reason = repair_part_reason(p, part.value, part.suites, part.dropped)
+        if reason:
+            why.append(reason)
+    return {"label": x.checkpoint, "stage": f"{x.old} → {x.new}", "cells": cells, "why": why}
 
 
 def _repair_section(c: dict[str, Any]) -> list[Any]:
@@ -73,7 +82,10 @@ def _repair_section(c: dict[str, Any]) -> list[Any]:
                    "measurable, target retention the share of the stage's own gain kept; 95% bootstrap intervals "
                    "over items (Spectral Unforgetting, arXiv 2605.20296; definitions in docs/consolidation.md).",
                    className="note"),
-            table, dcc.Graph(id="consolidation-repair-figure", figure=c["repair_figure"])]
+            table,
+            html.Ul([html.Li(f"{r['label']}: {w}") for r in c["repairs"] for w in r["why"]], className="note",
+                    id="consolidation-repair-why"),
+            dcc.Graph(id="consolidation-repair-figure", figure=c["repair_figure"])]
 
 
 def _table(c: dict[str, Any]) -> html.Table:
@@ -96,21 +108,28 @@ def layout(**_query: Any) -> html.Div:
     return html.Div([
         html.H2("Consolidation"),
         html.P("Oracles and the sequential end point are reference rows; each method's cells are mean ± std over its "
-               "replicates. MLE answers each suite with the expert its router picks from the suite's execution "
-               "context (the backbone when no expert fits). Study: MMOPD is the most balanced shared-weight model, "
-               "SDFT recovers search but loses IF, uniform merging keeps general knowledge, MLE stays near each "
-               "oracle in-domain.", className="note"),
+               "replicates." + (" MLE answers each suite with the expert its router picks from the suite's execution "
+                                "context (the backbone when no expert fits)." if c["has_mle"] else ""),
+               className="note"),
+        html.P(c["run_note"], className="note", id="consolidation-run-note"),
         html.Div([
-            html.Div([html.Label("score"), dcc.RadioItems(id="consolidation-score", value="greedy", inline=True,
-                                                          options=[{"label": " greedy ", "value": "greedy"},
-                                                                   {"label": " avg@k ", "value": "avg"}])]),
+            html.Div([html.Label("score"), dcc.RadioItems(
+                id="consolidation-score", value="greedy", inline=True,
+                options=[{"label": " greedy ", "value": "greedy"},
+                         {"label": " avg@k ", "value": "avg", "disabled": c["n_avg"] == 0}])],
+                title=c["avg_reason"] or ""),
             html.Div([html.Label("MLE router"), dcc.Dropdown(id="consolidation-router", options=ROUTER_OPTIONS,
-                                                             value="rule", clearable=False)]),
+                                                             value="rule", clearable=False)],
+                     style={} if c["has_mle"] else {"display": "none"}),
             html.Div([html.Label("view"), dcc.RadioItems(id="consolidation-view", value="bars", inline=True,
                                                          options=[{"label": " bars ", "value": "bars"},
                                                                   {"label": " radar ", "value": "radar"},
                                                                   {"label": " heatmap ", "value": "heatmap"}])]),
         ], className="controls"),
+        html.P(" ".join(x for x in (
+            c["floor"], c["avg_reason"],
+            None if c["has_mle"] else "MLE router: hidden, this run has no MLE; `aclarena-diag consolidate --method "
+                                      "mle --run DIR` makes one.") if x), className="note", id="consolidation-states"),
         html.Div(_table(c), id="consolidation-table"),
         dcc.Graph(id="consolidation-figure", figure=c["figure"]),
         html.Ul([html.Li(n) for n in c["notes"]], id="consolidation-notes", className="note"),
@@ -121,12 +140,12 @@ def layout(**_query: Any) -> html.Div:
 def register_callbacks(app: Dash, run_dir: Path) -> None:
     @app.callback(
         Output("consolidation-table", "children"), Output("consolidation-figure", "figure"),
-        Output("consolidation-notes", "children"),
+        Output("consolidation-notes", "children"), Output("consolidation-run-note", "children"),
         Input("consolidation-score", "value"), Input("consolidation-router", "value"),
         Input("consolidation-view", "value"), prevent_initial_call=True,
     )
-    def _update(score: str, router: str, view: str) -> tuple[Any, Any, Any]:
+    def _update(score: str, router: str, view: str) -> tuple[Any, Any, Any, Any]:
         c = content(run_dir, score, router, view)
         if c["empty"]:
-            return html.P("nothing to show"), {}, []
-        return _table(c), c["figure"], [html.Li(n) for n in c["notes"]]
+            return html.P("nothing to show"), {}, [], ""
+        return _table(c), c["figure"], [html.Li(n) for n in c["notes"]], c["run_note"]

@@ -44,6 +44,7 @@ def figures(run_dir: Path, view: str, kinds: list[str] | None = None,
 
 def layout(**query: Any) -> html.Div:
     from aclarena.dashboard.urlstate import query_list, query_value
+    from aclarena.diagnostics.run_notes import displacement_note
 
     run_dir = current_run()
     view = query_value(query, "view", ["all", "no-embeddings"], "all")
@@ -57,9 +58,10 @@ def layout(**query: Any) -> html.Div:
     bars, profile, sparsity = figures(run_dir, view, kinds, phases)
     return html.Div([
         html.H2("Displacement"),
-        html.P("‖Δθ‖₂ of each update (θ − θ_parent) and its fraction of ‖θ_parent‖₂. Study: SFT moves parameters "
-               "3–7× more than RL. Sparsity is the fraction of entries that moved by at most the tolerance; dotted "
-               "curves round both weights to bf16 first, which hides small updates.", className="note"),
+        html.P("‖Δθ‖₂ of each update (θ − θ_parent) and its fraction of ‖θ_parent‖₂. Sparsity is the fraction of "
+               "entries that moved by at most the tolerance; dotted curves round both weights to bf16 first, which "
+               "hides small updates.", className="note"),
+        html.P(displacement_note(s), className="note", id="displacement-run-note"),
         html.Div([html.Div([html.Label("weights"),
                             dcc.RadioItems(id="displacement-view", options=VIEW_OPTIONS, value=view, inline=True)]),
                   html.Div([html.Label("show"), dcc.Checklist(id="displacement-kinds", options=KIND_OPTIONS,
@@ -83,8 +85,12 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
 
     @app.callback(
         Output("displacement-sft-rl", "figure"), Output("displacement-layers", "figure"),
-        Output("displacement-sparsity", "figure"), Input("displacement-view", "value"),
+        Output("displacement-sparsity", "figure"), Output("displacement-run-note", "children"),
+        Input("displacement-view", "value"),
         Input("displacement-kinds", "value"), Input("displacement-phases", "value"), prevent_initial_call=True,
     )
-    def _view(view: str, kinds: list[str], phases: list[str]) -> tuple[Any, Any, Any]:
-        return figures(run_dir, view, kinds, phases)
+    def _view(view: str, kinds: list[str], phases: list[str]) -> tuple[Any, Any, Any, str]:
+        from aclarena.diagnostics.run_notes import displacement_note
+
+        s = summary(run_dir, view)
+        return (*figures(run_dir, view, kinds, phases), displacement_note(s) if s is not None else "")

@@ -56,6 +56,7 @@ def _suite_of(values: list[str] | None) -> dict[str, str]:
 def overview_content(run_dir: Path, what: str = "mean", chain: str | None = None,
                      suite_of: dict[str, str] | None = None) -> dict[str, Any]:
     """Figures, metric rows and notes of the page (callbacks return these; tests call it directly)."""
+    from aclarena.diagnostics.run_notes import avg_k_state, floor_note
     from aclarena.errors import AclarenaError
     from aclarena.figures.overview import capability_heatmap, chain_lines, metric_rows, score_intervals
     from aclarena.store.capability import SeveralChainsError, load_matrix
@@ -67,6 +68,9 @@ def overview_content(run_dir: Path, what: str = "mean", chain: str | None = None
             return {"empty": True}
         intervals = score_intervals(r, what)
         out: dict[str, Any] = {"empty": False, "matrix": capability_heatmap(matrix, m, what, intervals)}
+        ok = [c for c in matrix.cells.values() if c.ok]
+        out["n_avg"], _, out["avg_reason"] = avg_k_state([c.mean for c in ok], [c.avg_k_mean for c in ok])
+        out["floor"] = floor_note([getattr(c, what) for c in ok], "greedy" if what == "mean" else "avg@k")
         try:
             out["chain"] = chain_lines(matrix, m, chain, what, intervals)
             out["rows"], out["notes"] = metric_rows(matrix, m, r, chain, what, suite_of=suite_of)
@@ -157,6 +161,9 @@ def layout(**query: Any) -> html.Div:
     suites, default = suite_options(run_dir, chain)
     picked = query_list(query, "suites", [o["value"] for o in suites], default)
     first = overview_content(run_dir, score, chain, _suite_of(picked))
+    if not first["empty"] and score == "avg_k_mean" and first["n_avg"] == 0:  # the URL asks for what the run lacks
+        score = "mean"
+        first = overview_content(run_dir, score, chain, _suite_of(picked))
     if first["empty"]:
         return html.Div([
             html.H2("Overview"),
@@ -169,7 +176,10 @@ def layout(**query: Any) -> html.Div:
         html.Div([
             html.Div([html.Label("score"), dcc.RadioItems(
                 id="overview-score", value=score, inline=True,
-                options=[{"label": " greedy ", "value": "mean"}, {"label": " avg@k ", "value": "avg_k_mean"}])]),
+                options=[{"label": " greedy ", "value": "mean"},
+                         {"label": " avg@k " if first["avg_reason"] is None else
+                          f" avg@k ({first['n_avg']} cells) ", "value": "avg_k_mean",
+                          "disabled": first["n_avg"] == 0}])], title=first["avg_reason"] or ""),
             html.Div([html.Label("chain"), dcc.Dropdown(
                 id="overview-chain", options=options, value=chain, clearable=False,
                 placeholder="several chains of stages: choose one")]),
@@ -180,6 +190,8 @@ def layout(**query: Any) -> html.Div:
                       "domain has several in-domain suites", style={} if suites else {"display": "none"}),
         ], className="controls"),
         dcc.Store(id="overview-url"),
+        html.P(first["avg_reason"] or "", className="note", id="overview-avg-note"),
+        html.P(first["floor"] or "", className="note", id="overview-floor-note"),
         dcc.Graph(id="overview-matrix", figure=first["matrix"]),
         html.Div(_items_panel(None), id="overview-items", className="token-detail"),
         dcc.Graph(id="overview-chain-scores", figure=first["chain"] or {}),
@@ -218,17 +230,18 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
         Output("overview-chain-scores", "figure"),
         Output("overview-metrics", "children"),
         Output("overview-notes", "children"),
+        Output("overview-floor-note", "children"),
         Input("overview-score", "value"),
         Input("overview-chain", "value"),
         Input("overview-suites", "value"),
         prevent_initial_call=True,
     )
-    def _update(what: str, chain: str | None, picked: list[str] | None) -> tuple[Any, Any, Any, Any]:
+    def _update(what: str, chain: str | None, picked: list[str] | None) -> tuple[Any, Any, Any, Any, Any]:
         out = overview_content(run_dir, what or "mean", chain, _suite_of(picked))
         if out["empty"]:
-            return {}, {}, html.P("No capability matrix yet.", className="note"), []
+            return {}, {}, html.P("No capability matrix yet.", className="note"), [], ""
         return (out["matrix"], out["chain"] or {}, _metrics_table(out["rows"]),
-                [html.Li(n) for n in out["notes"]])
+                [html.Li(n) for n in out["notes"]], out["floor"] or "")
 
     @app.callback(
         Output("overview-items", "children"),

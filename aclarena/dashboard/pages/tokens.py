@@ -38,7 +38,7 @@ RANK_COLUMNS = {
         ("flips", "flips", "int", "Positions whose top-1 token changed."),
         ("flip_rate", "flip rate", "numeric", "Flips / positions. 0 = same greedy choices as the reference."),
         ("high_share", "KL share high", "numeric",
-         "Share of the sequence's KL at high-entropy positions (the study: forgetting concentrates there)."),
+         "Share of the sequence's KL at high-entropy positions (study (Qwen3-8B): forgetting concentrates there)."),
     ],
     "positions": [
         ("seq", "seq", "int", "Sequence index."),
@@ -84,11 +84,14 @@ def _table(table_id: str, spec: list[tuple[str, str, str, str]]) -> dash_table.D
 
 
 def layout(**query: Any) -> html.Div:
-    from aclarena.figures.tokens import token_probes
+    from aclarena.diagnostics.run_notes import main_probe, probe_help
+    from aclarena.figures.tokens import reference_name, token_probes
 
     run_dir = current_run()
+    names = [c.name for c in manifest(run_dir)]
     with reader(run_dir) as r:
         probes = token_probes(r)
+        helps = {p: probe_help(p, reference_name(r, p), names) for p in probes}
     if not probes:
         return html.Div([
             html.H2("Tokens"),
@@ -97,15 +100,17 @@ def layout(**query: Any) -> html.Div:
         ])
     from aclarena.dashboard.urlstate import query_int, query_pin, query_value
 
-    probe = query_value(query, "probe", probes, probes[0])
+    probe = query_value(query, "probe", probes, main_probe(probes, names))
     initial = {"probe": probe, "seq": query_int(query, "seq"), "checkpoint": query_value(query, "checkpoint"),
                "b": query_value(query, "b")}
     return html.Div([
         dcc.Store(id="tokens-query", data=initial), dcc.Store(id="tokens-url"),
         html.H2("Tokens: where later checkpoints drift on a frozen generation"),
         html.Div([
-            html.Div([html.Label("probe set"),
-                      dcc.Dropdown(id="tokens-probe", options=probes, value=probe, clearable=False)]),
+            html.Div([html.Label("probe set", title="Hover a probe set for what it is; the line below the "
+                                                     "controls explains the one shown."),
+                      dcc.Dropdown(id="tokens-probe", clearable=False, value=probe,
+                                   options=[{"label": p, "value": p, "title": helps[p]} for p in probes])]),
             html.Div([html.Label("sequence"), dcc.Dropdown(id="tokens-sequence", clearable=False)],
                      style={"minWidth": "28em"}),
             html.Div([html.Label("checkpoint"), dcc.Dropdown(id="tokens-checkpoint", clearable=False)]),
@@ -116,7 +121,16 @@ def layout(**query: Any) -> html.Div:
                                      inline=True,
                                      options=[{"label": " drift (KL) ", "value": "drift"},
                                               {"label": " reference entropy", "value": "entropy"}])]),
+            html.Div([html.Label("colour scale"),
+                      dcc.RadioItems(id="tokens-scale", value=query_value(query, "scale", ["fitted", "global"],
+                                                                          "fitted"), inline=True,
+                                     options=[{"label": " fitted to this view ", "value": "fitted"},
+                                              {"label": " global (whole probe set) ", "value": "global"}])],
+                     title="fitted: the 1st-99th percentile of the values shown; global: one scale for every "
+                           "sequence and checkpoint of the probe set"),
         ], className="controls"),
+        html.P(helps[probe], className="note", id="tokens-probe-help"),
+        html.P(className="note", id="tokens-run-note"),
         html.Div(id="tokens-legend", className="tokens-legend"),
         html.Div([
             html.Div([html.H4(id="tokens-title-a"), html.Div(id="tokens-text", className="token-text")],
@@ -203,6 +217,26 @@ def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], in
     )
     options = [{"label": lab, "value": i} for i, lab in enumerate(labels)]
     return options, 0 if options else None, ckpts, (ckpts[-1] if ckpts else None), table
+
+
+def probe_notes(run_dir: Path, probe: str | None) -> tuple[str, str]:
+    """What the probe set is, and its run note: the KL share at high-entropy positions of the last stage
+    checkpoint scored on it (else the last checkpoint), beside the study's."""
+    from aclarena.diagnostics.run_notes import probe_help, tokens_note
+    from aclarena.figures.tokens import reference_name, summaries
+
+    if probe is None:
+        return "", ""
+    m = manifest(run_dir)
+    with reader(run_dir) as r:
+        if r is None:
+            return "", ""
+        rows = summaries(r, probe, m)
+        ref = reference_name(r, probe)
+    kinds = {c.name: c.kind for c in m}
+    stages = [row for row in rows if kinds.get(row["checkpoint"]) == "stage"]
+    row = (stages or rows or [None])[-1]
+    return probe_help(probe, ref, [c.name for c in m]), tokens_note(probe, row)
 
 
 def _prompt_box() -> html.Details:
@@ -293,15 +327,22 @@ def strata(run_dir: Path, probe: str | None) -> Any:
         return strata_figure(r, probe, manifest(run_dir))
 
 
-def colour_bar(scale: tuple[float, float], color_by: str, checkpoint: str | None) -> html.Div:
-    """The colour bar above the text: gradient, ticks and what the colours mean."""
+def colour_bar(scale: tuple[float, float], color_by: str, checkpoint: str | None,
+               whole: tuple[float, float] | None = None) -> html.Div:
+    """The colour bar above the text: gradient, ticks and what the colours mean (``whole``: the probe
+    set's global scale, given when ``scale`` is fitted to the view)."""
     from aclarena.figures.token_explore import DRIFT_RGB, ENTROPY_RGB, colour_ticks, rgba
 
     rgb = ENTROPY_RGB if color_by == "entropy" else DRIFT_RGB
     gradient = f"linear-gradient(to right, {rgba(0.0, rgb)}, {rgba(0.5, rgb)}, {rgba(1.0, rgb)})"
     ticks = [html.Span(label, className="tick", style={"left": f"{100 * f:.1f}%"})
              for f, label in colour_ticks(scale, color_by)]
-    if color_by == "entropy":
+    if whole is not None:
+        unit = "reference entropy (nats)" if color_by == "entropy" else "KL(p_ref ‖ p_ckpt) in nats, log scale"
+        what = (f"{unit}, fitted to this view: the 1st-99th percentile of the values shown ({scale[0]:.3g} to "
+                f"{scale[1]:.3g}); the probe set's global scale is {whole[0]:.3g} to {whole[1]:.3g} "
+                "(colour scale: global)")
+    elif color_by == "entropy":
         what = "reference entropy (nats), 0 to the probe set's largest"
     else:
         what = (f"KL(p_ref ‖ p_ckpt) in nats, log scale, one scale for every sequence and checkpoint "
@@ -320,10 +361,11 @@ def colour_bar(scale: tuple[float, float], color_by: str, checkpoint: str | None
 
 
 def on_view(run_dir: Path, probe: str | None, seq: int | None, checkpoint: str | None, color_by: str,
-            checkpoint_b: str | None = None) -> tuple[dict[str, Any], Any]:
+            checkpoint_b: str | None = None, scale_mode: str = "global") -> tuple[dict[str, Any], Any]:
     """The coloured text of one sequence (HTML, for ``checkpoint`` and optionally ``checkpoint_b`` on
-    the same scale) and the colour bar."""
-    from aclarena.figures.token_explore import colour_scale, text_html
+    the same scale) and the colour bar; ``scale_mode`` "global" (one scale for the probe set) or
+    "fitted" (the 1st-99th percentile of the values shown; the page's default)."""
+    from aclarena.figures.token_explore import colour_scale, fitted_scale, text_html
     from aclarena.figures.tokens import sequence_tokens, token_checkpoints
 
     if probe is None or seq is None:
@@ -334,13 +376,17 @@ def on_view(run_dir: Path, probe: str | None, seq: int | None, checkpoint: str |
         ckpts = token_checkpoints(r, probe)
         scale = colour_scale(r, probe, color_by, ckpts)
         out: dict[str, Any] = {"seq": int(seq)}
-        for side, name in (("a", checkpoint), ("b", checkpoint_b)):
-            if side == "b" and not name:
-                continue
-            tokens = sequence_tokens(r, probe, int(seq), name)
-            out[side] = text_html(tokens, color_by, scale)
-            out[f"title_{side}"] = f"{name}" if color_by == "drift" else f"{name} (colour: reference entropy)"
-    return out, colour_bar(scale, color_by, checkpoint)
+        shown = {side: sequence_tokens(r, probe, int(seq), name)
+                 for side, name in (("a", checkpoint), ("b", checkpoint_b)) if side == "a" or name}
+    whole = scale
+    if scale_mode == "fitted":
+        values = [t.entropy if color_by == "entropy" else t.kl for ts in shown.values() for t in ts if t.scored]
+        scale = fitted_scale(values, color_by, scale)
+    for side, tokens in shown.items():
+        name = checkpoint if side == "a" else checkpoint_b
+        out[side] = text_html(tokens, color_by, scale)
+        out[f"title_{side}"] = f"{name}" if color_by == "drift" else f"{name} (colour: reference entropy)"
+    return out, colour_bar(scale, color_by, checkpoint, None if scale_mode != "fitted" else whole)
 
 
 def on_rank(run_dir: Path, probe: str | None, checkpoint: str | None, by: str) -> tuple[Any, ...]:
@@ -505,7 +551,8 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
         Output("tokens-sequence", "options"), Output("tokens-sequence", "value"),
         Output("tokens-checkpoint", "options"), Output("tokens-checkpoint", "value"),
         Output("tokens-checkpoint-b", "options"), Output("tokens-checkpoint-b", "value"),
-        Output("tokens-summary", "children"),
+        Output("tokens-summary", "children"), Output("tokens-probe-help", "children"),
+        Output("tokens-run-note", "children"),
         Input("tokens-probe", "value"), State("tokens-query", "data"),
     )
     def _probe(probe: str | None, initial: dict[str, Any] | None) -> tuple[Any, ...]:
@@ -516,7 +563,7 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
                 value = initial["seq"]
             ckpt = initial["checkpoint"] if initial.get("checkpoint") in ckpts else ckpt
             b = initial["b"] if initial.get("b") in ckpts else None
-        return options, value, ckpts, ckpt, ckpts, b, table
+        return (options, value, ckpts, ckpt, ckpts, b, table, *probe_notes(run_dir, probe))
 
     @app.callback(
         Output("tokens-prompt-render", "data"), Output("tokens-prompt-note", "children"),
@@ -547,17 +594,18 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
     keep_in_url(app, "tokens-url", {
         "probe": ("tokens-probe", "value"), "seq": ("tokens-sequence", "value"),
         "checkpoint": ("tokens-checkpoint", "value"), "b": ("tokens-checkpoint-b", "value"),
-        "color": ("tokens-color", "value"), "rank": ("tokens-rank-by", "value"), "pin": ("tokens-pin", "data")})
+        "color": ("tokens-color", "value"), "scale": ("tokens-scale", "value"), "rank": ("tokens-rank-by", "value"),
+        "pin": ("tokens-pin", "data")})
 
     @app.callback(
         Output("tokens-render", "data"), Output("tokens-legend", "children"),
         Input("tokens-probe", "value"), Input("tokens-sequence", "value"), Input("tokens-checkpoint", "value"),
-        Input("tokens-color", "value"), Input("tokens-checkpoint-b", "value"),
+        Input("tokens-color", "value"), Input("tokens-checkpoint-b", "value"), Input("tokens-scale", "value"),
     )
     def _view(probe: str | None, seq: int | None, checkpoint: str | None, color_by: str,
-              checkpoint_b: str | None) -> tuple[Any, ...]:
-        render, legend = on_view(run_dir, probe, seq, checkpoint, color_by, checkpoint_b)
-        render["version"] = f"{probe}|{seq}|{checkpoint}|{checkpoint_b}|{color_by}"
+              checkpoint_b: str | None, scale_mode: str | None) -> tuple[Any, ...]:
+        render, legend = on_view(run_dir, probe, seq, checkpoint, color_by, checkpoint_b, scale_mode or "fitted")
+        render["version"] = f"{probe}|{seq}|{checkpoint}|{checkpoint_b}|{color_by}|{scale_mode}"
         return render, legend
 
     app.clientside_callback(

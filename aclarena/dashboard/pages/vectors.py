@@ -83,6 +83,15 @@ def _per_layer(figure: Any, run_dir: Path, view: str, index: int | None, kinds: 
     return figure(s, index or 0, view, _keep(run_dir, s, kinds, phases))
 
 
+def run_note(run_dir: Path, s: dict[str, Any]) -> str:
+    """The run's cosines beside the study's (:func:`aclarena.diagnostics.run_notes.vectors_note`)."""
+    from aclarena.diagnostics.run_notes import vectors_note
+
+    m = manifest(run_dir)
+    stages = [c.name for c in m if c.kind == "stage"]
+    return vectors_note(s, {c.name: (c.domain, c.phase, c.kind) for c in m}, stages[-1] if stages else None)
+
+
 def layout(**query: Any) -> html.Div:
     from aclarena.dashboard.urlstate import query_int, query_list, query_value
 
@@ -101,9 +110,8 @@ def layout(**query: Any) -> html.Div:
     return html.Div([
         html.H2("Task vectors"),
         html.P("Cosines of stage updates (θ − θ_parent), cumulative updates (θ − θ_base) and oracle directions "
-               "(oracle − base). Study: stage updates are only partly aligned with their oracle; oracle-mix SFT from "
-               "the base and from the sequential end point has cosine 0.77, unrelated SFT tasks 0.05.",
-               className="note"),
+               "(oracle − base).", className="note"),
+        html.P(run_note(run_dir, s), className="note", id="vectors-run-note"),
         html.Div([html.Div([html.Label("weights"),
                             dcc.RadioItems(id="vectors-view", options=VIEW_OPTIONS, value=view, inline=True)]),
                   html.Div([html.Label("show"),
@@ -140,11 +148,13 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
     @app.callback(
         Output("vectors-heatmap", "figure"), Output("vectors-distances", "figure"),
         Output("vectors-layer-slider", "max"), Output("vectors-layer-slider", "marks"),
+        Output("vectors-run-note", "children"),
         Input("vectors-view", "value"), Input("vectors-kinds", "value"), Input("vectors-phases", "value"),
         prevent_initial_call=True,
     )
-    def _view(view: str, kinds: list[str], phases: list[str]) -> tuple[Any, Any, int, dict[int, str]]:
-        return view_figures(run_dir, view, kinds, phases)
+    def _view(view: str, kinds: list[str], phases: list[str]) -> tuple[Any, Any, int, dict[int, str], str]:
+        s = summary(run_dir, view)
+        return (*view_figures(run_dir, view, kinds, phases), run_note(run_dir, s) if s is not None else "")
 
     @app.callback(
         Output("vectors-layer-heatmap", "figure"),
