@@ -245,6 +245,8 @@ def test_a_base_without_a_template_goes_through_eval_flips_and_probe(fixture_run
         prompt_ids = tokenizer(p)["input_ids"]
         assert seq[:len(prompt_ids)].tolist() == prompt_ids and not mask[:len(prompt_ids)].any()
         assert tokenizer.decode(seq[len(prompt_ids):].tolist()).startswith(reply)
+    code, out, err = cli("tokens", "--run", str(fixture_run), "--ref", "seq-math", "--against", "seq-search", "--json")
+    assert code == 0, err  # teacher-forced on the plain probe set
 
 
 def test_chat_asked_for_a_tokenizer_without_a_template_is_one_line_and_writes_nothing(fixture_run, tokenizer, cli):
@@ -283,3 +285,24 @@ def test_a_suite_asks_for_plain_prompts_of_a_chat_checkpoint(fixture_run, tmp_pa
     assert code == 0, err
     (cell,) = json.loads(out)["cells"]
     assert cell["prompt_format"] == "chat" and cell["computed"]
+
+
+def test_the_monitor_probes_a_checkpoint_without_a_template_as_plain_text(tokenizer, tmp_path, caplog):
+    import logging
+
+    from aclarena.envs import sample_prompts
+    from aclarena.models.tiny import build_model, save_checkpoint, tiny_config
+    from aclarena.train.monitor import domain_probe
+
+    tok = _no_template(tokenizer)
+    folder = save_checkpoint(build_model(tiny_config(tok), seed=0), tok, tmp_path / "base")
+    run = tmp_path / "run"
+    run.mkdir()
+    with caplog.at_level(logging.INFO, logger="aclarena.monitor"):
+        probe = domain_probe(run, "base", folder, "math", name="monitor.math", n=2, max_new_tokens=4)
+    assert probe.settings["prompt_format"] == "plain"
+    assert any("no chat template" in r.getMessage() for r in caplog.records)
+    for seq, p in zip(probe.ids, sample_prompts("math", 2, 0, split="eval", suite="id"), strict=True):
+        want = tok(render_prompt(tok, p["messages"], p.get("tools"), prompt_format="plain"),
+                   add_special_tokens=False)["input_ids"]
+        assert seq[:len(want)].tolist() == want
