@@ -128,17 +128,19 @@ def plain_text(messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | Non
     """A conversation as plain text, for a base model to continue.
 
     One user message (after any system messages) is written as it is, below the system text: the suite's
-    prompt as the user wrote it. Anything longer (earlier assistant turns, tool results) or a conversation
+    prompt as the user wrote it. Few-shot examples (message pairs marked ``"fewshot": true``, a suite's
+    ``fewshot`` file) come before it as ``prompt answer`` blocks, one blank line apart, as
+    lm-evaluation-harness writes them. Anything longer (earlier assistant turns, tool results) or a conversation
     with tools is written as text turns (``User: ...``, ``Assistant: ...``, ``Tool: ...``), the tool schemas
     as JSON lines under :data:`TOOLS_HEAD`, ending with ``Assistant:`` for the model to continue.
     """
     system = [str(m.get("content") or "") for m in messages if m["role"] == "system"]
-    rest = [m for m in messages if m["role"] != "system"]
-    head = "\n\n".join(s for s in system if s)
+    shots = [str(m.get("content") or "") for m in messages if m.get("fewshot")]
+    rest = [m for m in messages if m["role"] != "system" and not m.get("fewshot")]
+    head = [s for s in system if s] + [f"{q} {a}" for q, a in zip(shots[::2], shots[1::2], strict=True)]
     if not tools and len(rest) == 1 and rest[0]["role"] == "user":
-        body = str(rest[0].get("content") or "")
-        return f"{head}\n\n{body}" if head else body
-    parts = [head] if head else []
+        return "\n\n".join([*head, str(rest[0].get("content") or "")])
+    parts = list(head)
     if tools:
         parts.append("\n".join([TOOLS_HEAD, *(json.dumps(t, sort_keys=True) for t in tools)]))
     turns = [f"{TURN_LABELS.get(m['role'], str(m['role']).title())}: {m.get('content') or ''}" for m in rest]

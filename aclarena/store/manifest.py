@@ -145,6 +145,10 @@ class SuiteSpec:
         chance: the score of guessing (a multiple-choice suite: one over its options), default 0.
         prompt_format: ``chat`` or ``plain`` for every checkpoint evaluated on it (a checkpoint's own
             ``prompt_format`` comes first); None: each checkpoint's (detected from its tokenizer).
+        fewshot: the suite's few-shot split, a JSONL file of solved examples (lines as the task file's)
+            put before every task: ``prompt answer`` blocks in the plain format, user/assistant
+            turns in the chat format.
+        num_fewshot: how many of its lines, in file order (default: all of them).
     """
 
     name: str
@@ -158,10 +162,18 @@ class SuiteSpec:
     system: str | None = None
     chance: float | None = None
     prompt_format: str | None = None
+    fewshot: str | None = None
+    num_fewshot: int | None = None
 
     def __post_init__(self) -> None:
         where = f"suite {self.name!r}"
         _check_prompt_format(self.prompt_format, where)
+        if self.fewshot is not None and (not isinstance(self.fewshot, str) or not self.fewshot):
+            raise ManifestError(f"{where}: `fewshot` must be the path of a JSONL file of examples")
+        if self.num_fewshot is not None and (not isinstance(self.num_fewshot, int) or isinstance(self.num_fewshot, bool)
+                                             or self.num_fewshot < 0 or self.fewshot is None):
+            raise ManifestError(f"{where}: `num_fewshot` must be an integer >= 0 and goes with `fewshot` (the file of "
+                                f"examples), got {self.num_fewshot!r}")
         if not isinstance(self.name, str) or not NAME_RE.match(self.name):
             raise ManifestError(f"suite name {self.name!r} is not allowed; use letters, digits, '.', '_' and '-'")
         for key in ("path", "domain"):

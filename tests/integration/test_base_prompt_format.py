@@ -52,19 +52,21 @@ def _independent_reply(text: str) -> str:
 
 def _plain_greedy(folder, prompts):
     """Replies generated with transformers alone: the prompt's raw text (special tokens as the tokenizer adds
-    them), greedy, cut at the end of sequence and where the plain reply ends."""
+    them), greedy, cut at the tokenizer's and the model's end-of-sequence tokens and where the plain reply ends."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(folder)
     assert not tok.chat_template
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    named = [tok.eos_token_id, model.config.eos_token_id, model.generation_config.eos_token_id]
+    stops = sorted({i for x in named if x is not None for i in (x if isinstance(x, list) else [x])})
     out = []
     for p in prompts:
         ids = tok(p, return_tensors="pt")["input_ids"]
         with torch.no_grad():
-            gen = model.generate(ids, max_new_tokens=MAX_NEW, do_sample=False, eos_token_id=tok.eos_token_id,
+            gen = model.generate(ids, max_new_tokens=MAX_NEW, do_sample=False, eos_token_id=stops,
                                  pad_token_id=tok.pad_token_id)[0, ids.shape[1]:].tolist()
-        cut = next((i for i, t in enumerate(gen) if t == tok.eos_token_id), len(gen))
+        cut = next((i for i, t in enumerate(gen) if t in stops), len(gen))
         out.append(_independent_reply(tok.decode(gen[:cut], skip_special_tokens=False)))
     return out
 
@@ -306,3 +308,54 @@ def test_the_monitor_probes_a_checkpoint_without_a_template_as_plain_text(tokeni
         want = tok(render_prompt(tok, p["messages"], p.get("tools"), prompt_format="plain"),
                    add_special_tokens=False)["input_ids"]
         assert seq[:len(want)].tolist() == want
+
+
+# --- few-shot examples from the suite's own fewshot split ------------------------------------------------
+
+
+def test_fewshot_examples_come_before_the_prompt():
+    shots = [{"role": "user", "content": "Q: 1+1?\nA:", "fewshot": True}, {"role": "assistant", "content": "2", "fewshot": True},
+             {"role": "user", "content": "Q: 2+3?\nA:", "fewshot": True}, {"role": "assistant", "content": "5", "fewshot": True}]
+    assert plain_text([{"role": "system", "content": "Add."}, *shots, {"role": "user", "content": "Q: 4+4?\nA:"}]) == \
+        "Add.\n\nQ: 1+1?\nA: 2\n\nQ: 2+3?\nA: 5\n\nQ: 4+4?\nA:"
+
+
+def test_a_fewshot_suite_on_a_base_and_on_a_chat_checkpoint(fixture_run, tokenizer, tmp_path, cli):
+    from aclarena.envs import sample_tasks
+
+    ck = fixture_run / "checkpoints"
+    chat_tok = copy.deepcopy(tokenizer)  # oracle-math keeps its chat template
+    _base_run(fixture_run, tokenizer)
+    shots = [("what is the capital of the river", "tower"), ("what is the price of the city", "year")]
+    fewshot = tmp_path / "mine.fewshot.jsonl"
+    fewshot.write_text("".join(json.dumps({"prompt": q, "answer": a}) + "\n" for q, a in [*shots, ("unused", "x")]))
+    prefix = "".join(f"{q} {a}\n\n" for q, a in shots)
+    replies = _plain_greedy(ck / "seq-math", [prefix + p for p in PROMPTS[:4]])
+    tasks = tmp_path / "mine.jsonl"
+    tasks.write_text("".join(json.dumps({"id": i, "prompt": p, "answer": r}) + "\n"
+                             for i, (p, r) in enumerate(zip(PROMPTS, replies, strict=False))))
+    code, _, err = cli("init", "--run", str(fixture_run), "--add", "--suite", f"mine={tasks}",
+                       "--suite-domain", "mine=math", "--suite-scorer", "mine=exact")
+    assert code == 0, err
+    toml = fixture_run / "aclarena.toml"
+    text = toml.read_text() + f'max_new_tokens = {MAX_NEW}\nfewshot = "{fewshot}"\nnum_fewshot = 2\n'
+    toml.write_text(text)
+    code, out, err = cli("eval", "--run", str(fixture_run), "--checkpoints", "seq-math", "--samples", "0", "--json")
+    assert code == 0, err
+    (cell,) = json.loads(out)["cells"]
+    assert cell["prompt_format"] == "plain" and cell["mean"] == 1.0, cell  # the examples were in its prompts
+
+    # a chat checkpoint sees them as earlier user/assistant turns
+    register_suites(load_manifest(fixture_run), fixture_run)
+    task = sample_tasks("mine", 1, seed=0)[0]
+    rendered = render_prompt(chat_tok, task.messages, prompt_format="chat")
+    assert rendered == chat_tok.apply_chat_template(
+        [m for q, a in shots for m in ({"role": "user", "content": q}, {"role": "assistant", "content": a})]
+        + [{"role": "user", "content": task.prompt}], add_generation_prompt=True, tokenize=False)
+
+    # more examples asked than the file holds: one line, nothing written
+    toml.write_text(text.replace("num_fewshot = 2", "num_fewshot = 5"))
+    before = (fixture_run / "results.h5").read_bytes()
+    code, out, err = cli("eval", "--run", str(fixture_run), "--checkpoints", "seq-math", "--samples", "0", "--force")
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "num_fewshot = 5" in err and "3 examples" in err, err
+    assert (fixture_run / "results.h5").read_bytes() == before
