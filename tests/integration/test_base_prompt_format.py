@@ -359,3 +359,22 @@ def test_a_fewshot_suite_on_a_base_and_on_a_chat_checkpoint(fixture_run, tokeniz
     code, out, err = cli("eval", "--run", str(fixture_run), "--checkpoints", "seq-math", "--samples", "0", "--force")
     assert code == 1 and len(err.strip().splitlines()) == 1 and "num_fewshot = 5" in err and "3 examples" in err, err
     assert (fixture_run / "results.h5").read_bytes() == before
+
+
+def test_flips_refuses_a_pair_evaluated_in_two_formats(fixture_run, tmp_path, cli):
+    tasks = tmp_path / "qa.jsonl"
+    tasks.write_text("".join(json.dumps({"id": i, "prompt": p, "answer": "x"}) + "\n" for i, p in enumerate(PROMPTS[:2])))
+    code, _, err = cli("init", "--run", str(fixture_run), "--add", "--suite", f"qa={tasks}", "--suite-domain", "qa=math")
+    assert code == 0, err
+    toml = fixture_run / "aclarena.toml"
+    toml.write_text(toml.read_text().replace('phase = "sft"\n', 'phase = "sft"\nprompt_format = "plain"\n', 1)
+                    + "max_new_tokens = 4\n")
+    assert load_manifest(fixture_run).resolve("seq-search").prompt_format == "plain"
+    code, out, err = cli("eval", "--run", str(fixture_run), "--checkpoints", "seq-math,seq-search", "--samples", "0",
+                         "--json")
+    assert code == 0, err
+    assert {c["checkpoint"]: c["prompt_format"] for c in json.loads(out)["cells"]} == {"seq-math": "chat",
+                                                                                     "seq-search": "plain"}
+    code, out, err = cli("flips", "--run", str(fixture_run), "--from", "seq-math", "--to", "seq-search", "--suite", "qa")
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "chat prompt format" in err and "plain" in err and "prompt_format" in err
