@@ -378,3 +378,15 @@ def test_flips_refuses_a_pair_evaluated_in_two_formats(fixture_run, tmp_path, cl
     code, out, err = cli("flips", "--run", str(fixture_run), "--from", "seq-math", "--to", "seq-search", "--suite", "qa")
     assert code == 1 and len(err.strip().splitlines()) == 1, err
     assert "chat prompt format" in err and "plain" in err and "prompt_format" in err
+
+
+def test_token_drift_in_memory_renders_chats_as_plain_text_without_a_template(tokenizer):
+    import aclarena as acl
+    from aclarena.models.tiny import build_model, tiny_config
+
+    tok = _no_template(tokenizer)
+    ref = build_model(tiny_config(tok), seed=0).eval()
+    chat = [{"messages": [{"role": "user", "content": "what is the total"}]}]
+    mem = acl.token_drift(ref, ref, chat, tokenizer=tok, max_new_tokens=4)
+    want = tok("what is the total", add_special_tokens=False)["input_ids"]
+    assert mem.probe.ids[0][:len(want)].tolist() == want and mem.probe.settings["prompt_format"] == "plain"
