@@ -249,6 +249,10 @@ def test_a_base_without_a_template_goes_through_eval_flips_and_probe(fixture_run
         assert tokenizer.decode(seq[len(prompt_ids):].tolist()).startswith(reply)
     code, out, err = cli("tokens", "--run", str(fixture_run), "--ref", "seq-math", "--against", "seq-search", "--json")
     assert code == 0, err  # teacher-forced on the plain probe set
+    code, out, err = cli("signatures", "--run", str(fixture_run), "--updates", "seq-math", "-n", "8",
+                         "--max-new-tokens", "8", "--n-boot", "100", "--json")
+    assert code == 0, err  # seq-math signed on base's plain generations
+    assert read_probe_set(ResultsStore(fixture_run), "base.math").settings["prompt_format"] == "plain"
 
 
 def test_chat_asked_for_a_tokenizer_without_a_template_is_one_line_and_writes_nothing(fixture_run, tokenizer, cli):
