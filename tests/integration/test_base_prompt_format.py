@@ -217,6 +217,12 @@ def test_a_base_without_a_template_goes_through_eval_flips_and_probe(fixture_run
     toml = fixture_run / "aclarena.toml"
     toml.write_text(toml.read_text() + f"max_new_tokens = {MAX_NEW}\n")  # the [suites.mine] table is the last one
 
+    code, out, err = cli("checkpoints", "--run", str(fixture_run), "--json")
+    assert code == 0, err
+    rows = {r["name"]: r for r in json.loads(out)["checkpoints"]}
+    assert rows["base"]["chat_template"] is False and rows["base"]["prompt_format"] == "plain"
+    assert rows["oracle-math"]["chat_template"] is True and rows["oracle-math"]["prompt_format"] == "chat"
+
     code, out, err = cli("eval", "--run", str(fixture_run), "--checkpoints", "base,seq-math,seq-search",
                          "--samples", "0", "--json")
     assert code == 0, err
@@ -271,6 +277,8 @@ def test_chat_asked_for_a_tokenizer_without_a_template_is_one_line_and_writes_no
         lines = err.strip().splitlines()
         assert len(lines) == 1 and "'base' has no chat template" in lines[0] and "prompt_format" in lines[0], err
         assert (store.path.read_bytes() if store.path.exists() else None) == before
+    code, out, err = cli("checkpoints", "--run", str(fixture_run))
+    assert code == 0 and "chat (no template)" in out, out + err  # the listing shows it, without failing
 
 
 def test_a_suite_asks_for_plain_prompts_of_a_chat_checkpoint(fixture_run, tmp_path, cli):
