@@ -71,3 +71,28 @@ def frame(rows: Iterable[Mapping[str, Any]], columns: list[str] | None = None) -
 
     rows = list(rows)
     return pd.DataFrame(rows, columns=columns) if columns is not None else pd.DataFrame(rows)
+
+
+def prompt_format_of(spec: Any, manifest: Manifest, run_dir: RunPath, *, suite: str | None = None,
+                     template: bool | None = None, info: Any = None) -> tuple[str, str | None]:
+    """How checkpoint ``spec`` is prompted (on ``suite``): its ``prompt_format`` in the manifest, else the
+    suite's (``[suites.NAME] prompt_format``), else detected from its tokenizer (``template``: whether it
+    has a chat template; read from the checkpoint's files when not given). Returns the format and the one
+    line saying it was detected as ``plain`` (None otherwise); ``chat`` asked for a tokenizer without a
+    template is an AclarenaError of one line (:func:`aclarena.models.chat.choose_prompt_format`)."""
+    from aclarena.models.chat import choose_prompt_format
+
+    suite_spec = manifest.suites.get(suite) if suite is not None else None
+    if spec.prompt_format is not None:
+        requested, where = spec.prompt_format, f"[checkpoints.{spec.name}] prompt_format"
+    elif suite_spec is not None and suite_spec.prompt_format is not None:
+        requested, where = suite_spec.prompt_format, f"[suites.{suite}] prompt_format"
+    else:
+        requested, where = None, None
+    if template is None:
+        if info is None:
+            from aclarena.models.checkpoint import inspect
+
+            info = inspect(spec, manifest, run_dir, allow_pickle=True)
+        template = info.chat_template
+    return choose_prompt_format(requested, template, checkpoint=spec.name, where=where)

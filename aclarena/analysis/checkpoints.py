@@ -51,11 +51,23 @@ def checkpoints(run_dir: RunPath, *, allow_pickle: bool = False, manifest: Manif
             "dtype": info.dtype,
             "tokenizer": info.tokenizer_fingerprint,
             "chat_template": info.chat_template,
+            "prompt_format": _prompt_format(s.prompt_format, info.chat_template),
             "loadable": info.loadable,
             "problem": info.problem,
             **_imported(info.location if info.source == "folder" else None),
         })
     return CheckpointsResult(run=manifest.name, base=manifest.base, rows=tuple(rows))
+
+
+def _prompt_format(requested: str | None, template: bool | None) -> str:
+    """How eval, probe and flips prompt the checkpoint (:func:`aclarena.models.chat.choose_prompt_format`):
+    ``chat``, ``plain``, or ``chat (no template)`` where the manifest asks for chat and the tokenizer has none
+    (those verbs refuse it in one line)."""
+    if requested == "chat" and template is False:
+        return "chat (no template)"
+    if requested is not None:
+        return requested
+    return "plain" if template is False else "chat"
 
 
 def _imported(folder: str | None) -> dict[str, Any]:

@@ -46,12 +46,16 @@ class EvalResult:
     # reruns (--force) that failed where a good cell was stored: the good cell kept, the failure here
     kept: list[dict[str, Any]] = field(default_factory=list)
     writes: tuple[str, ...] = ()  # the store keys of the cells written by this call (docs/python-api.md)
+    # (checkpoint, suite) -> chat | plain, and one line per checkpoint whose plain format was detected
+    prompt_formats: dict[tuple[str, str], str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """What ``aclarena-diag eval --json`` prints."""
         return {"settings": self.settings, "settings_id": self.settings_id, "checkpoints": self.checkpoints,
                 "suites": self.suites, "skipped": self.skipped, "cells": self.cells,
-                "over_training_seeds": self.over_training_seeds, "rerun_failed_kept": self.kept}
+                "over_training_seeds": self.over_training_seeds, "rerun_failed_kept": self.kept,
+                "notes": self.notes}
 
     def to_pandas(self) -> Any:
         """DataFrame, one row per cell."""
@@ -169,15 +173,19 @@ def score_matrix(
     """:func:`evaluate` in the data-parallel ``w`` (see :func:`aclarena.distributed.world`): the ranks share
     each suite's episodes; rank 0 writes the cells and gets the result, the other ranks None."""
     # imported here, not at the top: the tests replace evaluate_suite and load_tokenizer in their modules
+    from aclarena.analysis._common import prompt_format_of
     from aclarena.envs import resolve_suites, suite_chance
     from aclarena.envs.custom import register_suites
     from aclarena.envs.evaluation import (
         EvalSettings,
         evaluate_suite,
+        format_settings,
         rollouts_per_suite,
         suite_domain_role,
         suite_settings,
     )
+    from aclarena.models.chat import has_template
+    from aclarena.models.checkpoint import inspect
     from aclarena.models.loading import LoadOptions, NonFiniteWeightsError, load_model, load_tokenizer
     from aclarena.store import ResultsStore
     from aclarena.store.capability import (
@@ -208,7 +216,22 @@ def score_matrix(
     options = LoadOptions(dtype=dtype, device=w.device(device), device_map=device_map)
     ident = settings.identity()
     sid = settings_id(ident)
-    sids = {suite: settings_id(suite_settings(ident, suite)) for suite in suite_list}  # custom suites: + their file
+    # how each checkpoint is prompted on each suite (issue 45): a chat format asked for a tokenizer without a
+    # template is bad input, refused here before any cell is written
+    formats: dict[tuple[str, str], str] = {}
+    notes: list[str] = []
+    for spec in specs:
+        template = inspect(spec, manifest, run_dir, allow_pickle=True).chat_template
+        for suite in suite_list:
+            fmt, note = prompt_format_of(spec, manifest, run_dir, suite=suite, template=template)
+            formats[(spec.name, suite)] = fmt
+            if note is not None and note not in notes:
+                notes.append(note)
+
+    def cell_settings(name: str, suite: str) -> dict[str, Any]:  # custom suites: + their file; plain: + its format
+        return format_settings(suite_settings(ident, suite), formats[(name, suite)])
+
+    sids = {(spec.name, suite): settings_id(cell_settings(spec.name, suite)) for spec in specs for suite in suite_list}
     store = ResultsStore(run_dir)
 
     def plan() -> tuple[dict[str, list[str]], int]:  # rank 0 alone reads the store
@@ -220,7 +243,7 @@ def score_matrix(
         skipped = 0
         for spec in specs:
             for suite in suite_list:
-                c = existing.get(cell_key(spec.name, suite, sids[suite]))
+                c = existing.get(cell_key(spec.name, suite, sids[(spec.name, suite)]))
                 if c is not None and c.ok and not force:
                     skipped += 1
                     continue
@@ -242,8 +265,11 @@ def score_matrix(
             tokenizer: Any = None
             load_error = None
             try:
-                # the tokenizer first: one without a chat template fails here, before the model is loaded
-                tokenizer = load_tokenizer(spec, manifest, run_dir, require_chat_template=True)
+                # the tokenizer first: a chat format without a chat template fails here, before the model is loaded
+                tokenizer = load_tokenizer(spec, manifest, run_dir)
+                if any(formats[(spec.name, s)] == "chat" for s in pending) and not has_template(tokenizer):
+                    raise AclarenaError(f"the tokenizer of {spec.name!r} has no chat template; add one "
+                                        "(chat_template.jinja) or set prompt_format = \"plain\"")
                 if engine == "vllm":
                     from aclarena.models.vllm_engine import load_llm
 
@@ -259,24 +285,27 @@ def score_matrix(
                 bar.update(task, description=f"{spec.name} {suite}")
                 if load_error is not None:
                     data, attrs = error_payload(checkpoint=spec.name, suite=suite, domain=domain, role=role,
-                                                source="arena", settings=suite_settings(ident, suite), error=load_error)
+                                                source="arena", settings=cell_settings(spec.name, suite), error=load_error)
                     bar.advance(task, per_suite)
                 else:
                     try:
-                        # world only when sharding: one process calls it as before
+                        # world only when sharding, the format only when plain: a chat cell calls it as before
+                        fmt = formats[(spec.name, suite)]
+                        extra: dict[str, Any] = {"world": w} if w.distributed else {}
+                        if fmt != "chat":
+                            extra["prompt_format"] = fmt
                         cell = evaluate_suite(model, tokenizer, suite, settings, checkpoint=spec.name,
-                                              on_progress=lambda k: bar.advance(task, k),
-                                              **({"world": w} if w.distributed else {}))
+                                              on_progress=lambda k: bar.advance(task, k), **extra)
                     except AclarenaError:
                         raise
                     except Exception as e:  # a failing checkpoint must not stop the matrix
                         cell = error_payload(checkpoint=spec.name, suite=suite, domain=domain, role=role,
-                                             source="arena", settings=suite_settings(ident, suite), error=one_line(e))
+                                             source="arena", settings=cell_settings(spec.name, suite), error=one_line(e))
                     if not w.is_main or cell is None:  # rank 0 has this rank's share and writes the cell
                         w.run_main(lambda: None)
                         continue
                     data, attrs = cell
-                if w.run_main(functools.partial(_write_cell, store, cell_key(spec.name, suite, sids[suite]), data,
+                if w.run_main(functools.partial(_write_cell, store, cell_key(spec.name, suite, sids[(spec.name, suite)]), data,
                                                 attrs, text)):
                     computed.add((spec.name, suite))
                 elif w.is_main:
@@ -289,7 +318,7 @@ def score_matrix(
         cells = {c.key: c for c in read_cells(r)}
         for spec in specs:
             for suite in suite_list:
-                c = cells.get(cell_key(spec.name, suite, sids[suite]))
+                c = cells.get(cell_key(spec.name, suite, sids[(spec.name, suite)]))
                 if c is None:
                     continue
                 ci95, chance = cell_ci95(r, c) if c.ok else None, suite_chance(suite)
@@ -297,10 +326,12 @@ def score_matrix(
                              "ci95": ci95, "chance": chance, "at_chance": at_chance(ci95, chance), "std": c.std,
                              "avg_k_mean": c.avg_k_mean, "avg_k_std": c.avg_k_std, "n_items": c.n_items,
                              "n_seeds": c.n_seeds, "samples": c.samples, "error": c.error,
+                             "prompt_format": formats[(spec.name, suite)],
                              "computed": (spec.name, suite) in computed, "key": c.key})
     return EvalResult(settings=ident, settings_id=sid, checkpoints=[s.name for s in specs], suites=suite_list, skipped=skipped,
                       cells=rows, over_training_seeds=over_training_seeds(rows, [s.name for s in specs]), samples=settings.samples,
-                      kept=kept, writes=tuple(str(r["key"]) for r in rows if r["computed"]))
+                      kept=kept, writes=tuple(str(r["key"]) for r in rows if r["computed"]), prompt_formats=formats,
+                      notes=notes)
 
 
 class _KeepGoodCell(Exception):

@@ -314,12 +314,14 @@ def lockstep_generate(
     max_new_tokens: Sequence[int],
     stop_ids: Sequence[int],
     pad_id: int,
+    stop_text: Callable[[list[int]], bool] | None = None,
 ) -> list[list[int]]:
     """Greedy generation by ``driver`` (``"e"`` or ``"l"``) with both models in lockstep.
 
     At each step both models' next-token distributions are computed (each with its own KV
     cache); the driver's top-1 token is emitted unless the row's :class:`Swapper` lets the
-    other model's top-1 through. Rows stop at a stop token or their ``max_new_tokens``.
+    other model's top-1 through. Rows stop at a stop token, their ``max_new_tokens``, or when
+    ``stop_text(generated ids)`` says the reply has ended (a plain-format prompt's).
     Returns each row's generated ids (the stop token included when one was generated).
     """
     import torch
@@ -366,7 +368,7 @@ def lockstep_generate(
                 swappers[r].tokens.append(tok)
                 out[r].append(tok)
                 nxt.append(tok)
-                if tok in stops or len(out[r]) >= limit[r]:
+                if tok in stops or len(out[r]) >= limit[r] or (stop_text is not None and stop_text(out[r])):
                     done[r] = True
             if all(done):
                 break
@@ -395,12 +397,15 @@ def play(
     batch_size: int = 16,
     env_for: Callable[[Task], Environment] | None = None,
     on_batch: Callable[[int], None] | None = None,
+    prompt_format: str = "chat",
 ) -> list[Trajectory]:
     """Play ``tasks`` with ``driver`` generating in lockstep with the other model (see
     :func:`lockstep_generate`); tool results, user replies and rewards come from each task's
     environment, as in :func:`aclarena.envs.rollout.run_episodes`. Swappers keep their state
-    across an episode's turns."""
+    across an episode's turns. Prompts are rendered in ``prompt_format``, as eval renders them
+    (:func:`aclarena.models.chat.render_prompt`)."""
     from aclarena.envs.rollout import Episode, env_of, stop_token_ids
+    from aclarena.models.chat import cut_reply, render_prompt, reply_end
 
     if len(tasks) != len(swappers):
         raise ValueError(f"{len(tasks)} tasks but {len(swappers)} swappers")
@@ -419,7 +424,7 @@ def play(
             contexts, keep = [], []
             for i in live:
                 msgs, tools = episodes[i].conversation
-                text = tokenizer.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, tokenize=False)
+                text = render_prompt(tokenizer, msgs, tools, prompt_format=prompt_format)
                 ids = tokenizer(text, add_special_tokens=False)["input_ids"]
                 if len(ids) + episodes[i].env.max_new_tokens > limit:
                     episodes[i].act(None)  # the context is full, as model_policy does
@@ -431,12 +436,15 @@ def play(
                 continue
             gen = lockstep_generate(e_model, l_model, driver, contexts, [rows[i] for i in keep],
                                     max_new_tokens=[episodes[i].env.max_new_tokens for i in keep],
-                                    stop_ids=stops, pad_id=pad_id)
+                                    stop_ids=stops, pad_id=pad_id,
+                                    stop_text=None if prompt_format == "chat" else (
+                                        lambda toks: reply_end(tokenizer.decode(toks, skip_special_tokens=False),
+                                                               prompt_format) is not None))
             stop_set = set(stops)
             for i, toks in zip(keep, gen, strict=True):
                 rows[i].turns.append(list(toks))
                 cut = next((j for j, t in enumerate(toks) if t in stop_set), len(toks))
-                episodes[i].act(tokenizer.decode(toks[:cut], skip_special_tokens=False))
+                episodes[i].act(cut_reply(tokenizer, toks[:cut], prompt_format)[1])
         out.extend(e.result() for e in episodes)
         if on_batch is not None:
             on_batch(len(episodes))
@@ -590,6 +598,7 @@ def swap_test(
     batch_size: int = 16,
     env_for: Callable[[Task], Environment] | None = None,
     on_batch: Callable[[int], None] | None = None,
+    prompt_format: str = "chat",
 ) -> SwapCurve:
     """The swap test on items whose E replays are ``replays`` (E generating, L in lockstep).
 
@@ -606,7 +615,8 @@ def swap_test(
 
     def run(rows: list[tuple[int, int, Swapper]], report: Callable[[int], None] | None) -> None:
         trajs = play([tasks[i] for i, _, _ in rows], [s for _, _, s in rows], e_model, l_model, tokenizer,
-                     driver=driver, batch_size=batch_size, env_for=env_for, on_batch=report)
+                     driver=driver, batch_size=batch_size, env_for=env_for, on_batch=report,
+                     prompt_format=prompt_format)
         for (i, j, sw), tr in zip(rows, trajs, strict=True):
             solved = tr.reward >= 0.5
             arrays[sw.mode][i, j] = int(solved if direction == "forward" else not solved)
@@ -682,6 +692,12 @@ def flip_items(reader: StoreReader, manifest: Manifest, early: str, late: str, s
         if same[0] != same[1]:
             raise AclarenaError(f"{early!r} and {late!r} were imported on {suite!r} with different tasks or metrics "
                                 f"({same[0]} vs {same[1]}); import both with the same --lm-eval-metric")
+    elif (cells[early].settings.get("prompt_format", "chat") != cells[late].settings.get("prompt_format", "chat")
+          and played):
+        formats = [str(c.settings.get("prompt_format", "chat")) for c in cells.values()]
+        raise AclarenaError(f"{early!r} was evaluated on {suite!r} in the {formats[0]} prompt format and {late!r} in the "
+                            f"{formats[1]} one; flips replays both on the same prompts: set the same prompt_format for "
+                            "both in aclarena.toml and rerun `aclarena-diag eval`")
     elif cells[early].key.rsplit("/", 1)[-1] != cells[late].key.rsplit("/", 1)[-1]:
         raise AclarenaError(f"{early!r} and {late!r} were evaluated on {suite!r} with different settings, so their items "
                             f"differ; rerun `aclarena-diag eval --suites {suite}` with the same settings for both")
@@ -935,12 +951,14 @@ def flips(
                 kept.append((i, d))
                 by_dir[d] = by_dir.get(d, 0) + 1
         pairs = kept
-    tok = load_tokenizer(early, manifest, run_dir, require_chat_template=True)
+    # replayed in the prompt format eval played both cells in (they share their settings, format included)
+    prompt_format = str(cell_settings.get("prompt_format", "chat"))
+    tok = load_tokenizer(early, manifest, run_dir, require_chat_template=prompt_format == "chat")
     e_model = load_model(early, manifest, run_dir, opts)
     l_model = load_model(late, manifest, run_dir, opts)
     result = analyse(e_model, l_model, tok, [tasks_by_id[i] for i, _ in pairs], [d for _, d in pairs],
                      settings=settings, early=early, late=late, suite=suite, relation=relation, n_items=n_common,
-                     progress=progress)
+                     progress=progress, prompt_format=prompt_format)
     result = replace(result, settings=ident, total_forgot=totals[FORGOT], total_gained=totals[GAINED])
     if write:
         data, attrs = _to_store(result)
@@ -965,11 +983,12 @@ def analyse(
     n_items: int | None = None,
     env_for: Callable[[Task], Environment] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    prompt_format: str = "chat",
 ) -> FlipsResult:
     """The whole analysis on loaded models and given tasks (``directions[i]``: forgot or gained).
 
     The run-free core of :func:`flips`; ``env_for`` maps a task to its environment (default:
-    the arena's).
+    the arena's); ``prompt_format`` renders the prompts (``chat`` or ``plain``, as eval did).
     """
     settings = settings or FlipSettings()
     if len(tasks) != len(directions):
@@ -990,10 +1009,10 @@ def analyse(
     t0 = time.perf_counter()
     e_rep = [Swapper() for _ in tasks]
     e_tr = play(tasks, e_rep, e_model, l_model, tokenizer, driver="e", batch_size=bs, env_for=env_for,
-                on_batch=tick("replay E", len(tasks)))
+                on_batch=tick("replay E", len(tasks)), prompt_format=prompt_format)
     l_rep = [Swapper() for _ in tasks]
     l_tr = play(tasks, l_rep, e_model, l_model, tokenizer, driver="l", batch_size=bs, env_for=env_for,
-                on_batch=tick("replay L", len(tasks)))
+                on_batch=tick("replay L", len(tasks)), prompt_format=prompt_format)
     cost["replay_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     loc = localize(e_model, l_model, tokenizer, e_rep, top=settings.top, logprob_below=settings.logprob_below,
@@ -1024,13 +1043,13 @@ def analyse(
         n_rows = 2 * len(test) * len(settings.budgets)
         forward = swap_test(sub_tasks, sub_rep, e_model, l_model, tokenizer, direction="forward",
                             budgets=settings.budgets, seed=settings.seed, batch_size=bs, env_for=env_for,
-                            on_batch=tick("swap test", n_rows))
+                            on_batch=tick("swap test", n_rows), prompt_format=prompt_format)
         cost["swap_forward_s"] = time.perf_counter() - t2
         if settings.reverse:
             t3 = time.perf_counter()
             reverse = swap_test(sub_tasks, sub_rep, e_model, l_model, tokenizer, direction="reverse",
                                 budgets=settings.budgets, seed=settings.seed, batch_size=bs, env_for=env_for,
-                                on_batch=tick("reverse swap test", n_rows))
+                                on_batch=tick("reverse swap test", n_rows), prompt_format=prompt_format)
             cost["swap_reverse_s"] = time.perf_counter() - t3
     total = time.perf_counter() - t0
     cost["total_s"] = total

@@ -81,8 +81,9 @@ def token_drift(
     Args:
         reference: the model whose frozen sequences are scored (the earlier checkpoint).
         model: the model to score (a later checkpoint; PEFT-wrapped or not).
-        probe: a ProbeSet, or prompts (strings, or ``{"messages": [...]}`` chats) that ``reference``
-            completes greedily with ``tokenizer`` (up to ``max_new_tokens``); its completions are scored.
+        probe: a ProbeSet, or prompts (strings, or ``{"messages": [...]}`` chats, rendered with the chat
+            template, or as plain text when ``tokenizer`` has none) that ``reference`` completes greedily
+            with ``tokenizer`` (up to ``max_new_tokens``); its completions are scored.
         high: the high-entropy set, ``q=FRACTION`` of positions or ``nats=THRESHOLD``.
         eps: |Δ log-prob| below which a position barely moves.
     """
@@ -96,9 +97,13 @@ def token_drift(
         if tokenizer is None:
             raise AclarenaError("prompts need the reference's tokenizer: pass tokenizer=...")
         prompts = [{"prompt": p} if isinstance(p, str) else dict(p) for p in probe]
+        from aclarena.models.chat import choose_prompt_format, has_template
+
+        # chats rendered as eval renders them: plain text for a tokenizer without a chat template (issue 45)
+        fmt = choose_prompt_format(None, has_template(tokenizer), checkpoint="reference")[0]
         made = generate_probe_set(reference, tokenizer, prompts, name="in-memory", reference="reference",
                                   settings=GenerationSettings(max_new_tokens=max_new_tokens),
-                                  max_length=model_max_length(reference))
+                                  max_length=model_max_length(reference), prompt_format=fmt)
         assert made is not None  # one process
         probe = made
     res = score(model, reference, probe, batch_size=batch_size, chunk_size=chunk_size, topk=topk)

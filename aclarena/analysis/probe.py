@@ -105,7 +105,15 @@ def make_probe(
     info = inspect(spec, manifest, run_dir, allow_pickle=load.allow_pickle)
     info.require_loadable()
     tok = load_tokenizer(spec, manifest, run_dir, padding_side="left")
+    from aclarena.analysis._common import prompt_format_of
+    from aclarena.models.chat import has_template
+
+    prompt_format, format_note = prompt_format_of(spec, manifest, run_dir, template=has_template(tok))
     if conversations is not None:
+        if prompt_format != "chat":
+            raise AclarenaError(f"--from-traces tokenizes conversations with the chat template, and {ref!r} is prompted "
+                                f"as plain text ({format_note or 'its prompt_format'}); make its probe set from "
+                                "--prompts or --domain, or give it a chat template")
         cfg = info.config or {}
         limit = cfg.get("max_position_embeddings") or cfg.get("n_positions")
         if world is not None and not world.is_main:
@@ -135,13 +143,13 @@ def make_probe(
         task = bar.add_task(f"generating with {ref}", total=len(prompts))
         probe = generate_probe_set(model, tok, prompts, name=name, reference=ref, settings=settings,
                                    max_length=model_max_length(model), source="domain" if domain else "prompts",
-                                   progress=lambda k: bar.advance(task, k), world=world)
+                                   progress=lambda k: bar.advance(task, k), world=world, prompt_format=prompt_format)
     if probe is None:
         return None
     from aclarena.models.tensors import weights_fingerprint
 
     raw = sum(1 for p in prompts if "messages" not in p)
-    if raw and getattr(tok, "chat_template", None):
+    if raw and prompt_format == "chat":
         probe.warnings.append(
             f"{raw} of {len(prompts)} prompts are plain \"prompt\" lines, generated from as raw text without the "
             f"chat template that eval renders for {ref}; write {{\"messages\": [{{\"role\": \"user\", "
@@ -150,6 +158,8 @@ def make_probe(
     probe.settings.update({"tokenizer": info.tokenizer_fingerprint, "domain": domain, "prompt_source": prompt_source,
                            "file": str(Path(prompts_file).resolve()) if prompts_file else None,
                            "reference_weights": weights_fingerprint(info, manifest, run_dir)})
+    if format_note is not None:
+        probe.settings["prompt_format_note"] = format_note
     return probe
 
 
@@ -166,6 +176,8 @@ def describe(probe: Any) -> dict[str, Any]:
         "digest": probe.digest,
         "warnings": list(probe.warnings),
         "prompts": probe.settings.get("prompt_source"),
+        "prompt_format": probe.settings.get("prompt_format", "chat"),
+        "notes": [probe.settings["prompt_format_note"]] if probe.settings.get("prompt_format_note") else [],
     }
 
 

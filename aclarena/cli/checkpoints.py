@@ -42,14 +42,16 @@ def run(args: argparse.Namespace) -> int:
         shown = [r | {"parameters": human_count(r["parameters"]),
                       "template": {True: "yes", False: "no", None: "?"}[r["chat_template"]],
                       "status": "ok" if r["loadable"] else f"no: {r['problem']}"} for r in rows]
+        shown = [r | {"prompt": r["prompt_format"]} for r in shown]
         columns = ["name", "kind", "domain", "phase", "parent", "parameters", "dtype", "tokenizer", "template",
-                   "status"]
+                   "prompt", "status"]
         if any(r["quantization"] for r in rows):  # imported from GGUF: the quantization the weights went through
             columns.insert(7, "quantization")
         print_table(shown, columns,
                     title=f"run {result.run} ({len(rows)} checkpoints, base {result.base or '-'})",
-                    caption="template: whether the tokenizer has a chat template (eval, flips and chat probes render "
-                            "with it; a checkpoint without one gets error cells in eval)")
+                    caption="template: whether the tokenizer has a chat template; prompt: how eval, probe and flips "
+                            "prompt it (chat: with the template; plain: as text, detected when there is none; "
+                            "prompt_format in aclarena.toml chooses)")
     bad = [r for r in result.rows if not r["loadable"]]
     if bad:
         level = "error" if args.strict else "warning"

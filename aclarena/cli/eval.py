@@ -113,6 +113,8 @@ def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
         _print_matrix(rows, result.checkpoints, result.suites, result.samples, result.settings_id, result.skipped)
         if over_seeds:
             _print_over_seeds(over_seeds, result.suites)
+    for line in result.notes:
+        print(f"aclarena-diag eval: note: {line}", file=sys.stderr)
     for line in result.warnings:
         print(f"aclarena-diag eval: warning: {line}", file=sys.stderr)
     error = result.error_message()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from aclarena.analysis.probe import DEFAULT_DOMAIN_N, describe, freeze_probe
@@ -85,5 +86,7 @@ def _run(args: argparse.Namespace, w: Any) -> int:
                     title=f"probe set stored in {ResultsStore(args.run).path}")
     if row.get("prompts") and not args.json:
         print(f"note: prompts from {row['prompts']}")
+    for line in row["notes"]:
+        print(f"aclarena-diag probe: note: {line}", file=sys.stderr)
     print_warnings(probe.warnings, "probe")
     return 0

@@ -87,6 +87,8 @@ class CustomSuite(Environment):
         self.max_new_tokens = spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
         self.file = suite_file(spec, run_dir)
         self.items = read_items(self.file, spec)
+        self.fewshot_path = fewshot_file(spec, run_dir)
+        self.shots = fewshot_messages(spec, run_dir)
         self._score = make_scorer(spec, allow_code=allow_code)
 
     @property
@@ -115,10 +117,11 @@ class CustomSuite(Environment):
 
     def _task(self, item: dict[str, Any]) -> CustomTask:
         messages = item["messages"]
+        data = {**item, "messages": with_fewshot(messages, self.shots)} if self.shots else item
         return CustomTask(id=f"{self.name}/{item['id']}", env=self.name, variant=self.spec.role, split="eval",
                           system=next((m["content"] for m in messages if m["role"] == "system"), ""), tools=None,
                           prompt=next(m["content"] for m in reversed(messages) if m["role"] == "user"),
-                          key=str(item["id"]), data=item)
+                          key=str(item["id"]), data=data)
 
     def score(self, task: Task, trajectory: Trajectory) -> dict[str, float]:
         last = trajectory.steps[-1] if trajectory.steps else None
@@ -141,15 +144,54 @@ def suite_prompts(manifest: Manifest, run_dir: str | os.PathLike[str], domain: s
     if not specs:
         return None
     specs = [s for s in specs if s.role == "id"] or specs
-    pool = [{"messages": item["messages"], "tools": None, "domain": domain, "suite": spec.name,
+    pool = [{"messages": with_fewshot(item["messages"], shots), "tools": None, "domain": domain, "suite": spec.name,
              "task_id": f"{spec.name}/{item['id']}"}
-            for spec in specs for item in read_items(suite_file(spec, run_dir), spec)]
+            for spec in specs for shots in [fewshot_messages(spec, run_dir)]
+            for item in read_items(suite_file(spec, run_dir), spec)]
     if n < len(pool):
         pool = [pool[i] for i in sorted(random.Random(f"{domain}|{seed}").sample(range(len(pool)), n))]
     return pool, [s.name for s in specs]
 
 
 # --- files --------------------------------------------------------------------------------------
+
+
+def fewshot_file(spec: SuiteSpec, run_dir: str | os.PathLike[str]) -> Path | None:
+    if spec.fewshot is None:
+        return None
+    raw = os.path.expanduser(spec.fewshot)
+    return Path(raw) if os.path.isabs(raw) else Path(run_dir) / raw
+
+
+def fewshot_messages(spec: SuiteSpec, run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The suite's few-shot examples (its ``fewshot`` file, the first ``num_fewshot`` lines) as user/assistant
+    message pairs marked ``"fewshot": true`` (:func:`aclarena.models.chat.plain_text` writes them as
+    ``prompt answer`` blocks); each line's first accepted answer is the example's. Empty without a file."""
+    path = fewshot_file(spec, run_dir)
+    if path is None:
+        return []
+    shots = []
+    for item in read_items(path, spec):
+        answers = _answers(item.get("answer"))
+        if not answers:
+            raise AclarenaError(f"{path}: the few-shot example {item['id']!r} has no \"answer\"; each example shows one")
+        turns = [m for m in item["messages"] if m["role"] != "system"]
+        if len(turns) != 1:
+            raise AclarenaError(f"{path}: the few-shot example {item['id']!r} must be one user message (a \"prompt\")")
+        shots.append((turns[0]["content"], str(answers[0])))
+    k = len(shots) if spec.num_fewshot is None else spec.num_fewshot
+    if k > len(shots):
+        raise AclarenaError(f"suite {spec.name!r}: num_fewshot = {k} but {path} holds {len(shots)} examples")
+    return [m for q, a in shots[:k] for m in ({"role": "user", "content": q, "fewshot": True},
+                                                {"role": "assistant", "content": a, "fewshot": True})]
+
+
+def with_fewshot(messages: list[dict[str, Any]], shots: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with the few-shot turns after their system messages."""
+    if not shots:
+        return messages
+    system = [m for m in messages if m["role"] == "system"]
+    return [*system, *shots, *(m for m in messages if m["role"] != "system")]
 
 
 def suite_file(spec: SuiteSpec, run_dir: str | os.PathLike[str]) -> Path:
@@ -418,6 +460,8 @@ def stale_cell(name: str, settings: Mapping[str, Any]) -> str | None:
     if then is not None and then != now["suite_sha256"]:
         return (f"suite {name!r}'s task file has changed since these cells were evaluated (SHA-256 {str(then)[:12]}... "
                 f"then, {now['suite_sha256'][:12]}... now)")
+    if settings.get("fewshot_sha256") != now.get("fewshot_sha256"):
+        return f"suite {name!r}'s few-shot file has changed since these cells were evaluated"
     spec = settings.get("suite_spec")
     if spec is not None and spec != now["suite_spec"]:
         return f"suite {name!r}'s [suites.{name}] table has changed since these cells were evaluated"
@@ -430,4 +474,7 @@ def identity(name: str) -> dict[str, Any] | None:
     suite = _registry.get(name)
     if suite is None:
         return None
-    return {"suite_spec": json.loads(json.dumps(suite.spec.to_dict())), "suite_sha256": file_sha256(suite.file)}
+    out = {"suite_spec": json.loads(json.dumps(suite.spec.to_dict())), "suite_sha256": file_sha256(suite.file)}
+    if suite.fewshot_path is not None:
+        out["fewshot_sha256"] = file_sha256(suite.fewshot_path)
+    return out

@@ -85,6 +85,12 @@ def suite_settings(identity: dict[str, Any], suite: str) -> dict[str, Any]:
     return identity if extra is None else {**identity, **extra}
 
 
+def format_settings(settings: dict[str, Any], prompt_format: str) -> dict[str, Any]:
+    """A cell's settings with its prompt format: ``plain`` is recorded (and so changes the cell's id);
+    ``chat``, the format of every cell before issue 45, is not, so those cells keep their ids."""
+    return settings if prompt_format == "chat" else {**settings, "prompt_format": prompt_format}
+
+
 def transcript(traj: Trajectory) -> str:
     """The generated part of a trajectory as compact text (after the task's opening messages: a system
     prompt and a user message for the arena's tasks, a custom suite's own chat for its tasks)."""
@@ -107,8 +113,12 @@ def evaluate_suite(
     checkpoint: str,
     on_progress: Callable[[int], None] | None = None,
     world: World | None = None,
+    prompt_format: str = "chat",
 ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """Play ``suite`` with ``model``; returns the cell's (datasets, attributes) for the store.
+
+    Prompts are rendered in ``prompt_format`` (:func:`aclarena.models.chat.render_prompt`); a ``plain``
+    cell's settings say so (:func:`format_settings`), so it is never taken for a chat cell.
 
     With a data-parallel ``world`` (:mod:`aclarena.distributed`) each rank plays its
     round-robin share of the generation batches (the same batches, seeded the same way, as
@@ -125,14 +135,16 @@ def evaluate_suite(
         for seed in settings.seeds:
             tasks = drawn[seed]
             trajs = generate_trajectories(model, tokenizer, tasks, do_sample=False, seed=seed,
-                                          batch_size=settings.batch_size, on_batch=on_progress, shard=shard)
+                                          batch_size=settings.batch_size, on_batch=on_progress, shard=shard,
+                                          prompt_format=prompt_format)
             greedy_out = {i: _outcome(tr) for i, tr in enumerate(trajs) if tr is not None}
             sampled_out: dict[int, float] = {}
             if k:
                 repeated = [t for t in tasks for _ in range(k)]
                 trajs = generate_trajectories(model, tokenizer, repeated, do_sample=True,
                                               temperature=settings.temperature, top_p=settings.top_p, seed=seed,
-                                              batch_size=settings.batch_size, on_batch=on_progress, shard=shard)
+                                              batch_size=settings.batch_size, on_batch=on_progress, shard=shard,
+                                              prompt_format=prompt_format)
                 sampled_out = {i: tr.reward for i, tr in enumerate(trajs) if tr is not None}
             per_seed.append((greedy_out, sampled_out))
         return per_seed
@@ -166,7 +178,7 @@ def evaluate_suite(
         if k and sampled is not None:
             sampled[si] = np.array([rewards[j] for j in range(n * k)], dtype=np.float32).reshape(n, k)
     return cell_payload(checkpoint=checkpoint, suite=suite, domain=domain, role=role, source="arena",
-                        settings=suite_settings(settings.identity(), suite), greedy=greedy, samples=sampled, item_ids=ids,
+                        settings=format_settings(suite_settings(settings.identity(), suite), prompt_format), greedy=greedy, samples=sampled, item_ids=ids,
                         metrics=metric_rows, transcripts=transcripts, end_reasons=reasons)
 
 

@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aclarena.envs.base import Environment, Step, Task, ToolError, Trajectory
-from aclarena.models.chat import Conversation, Policy, stop_token_ids
+from aclarena.models.chat import (
+    Conversation,
+    Policy,
+    cut_reply,
+    render_prompt,
+    reply_stopping,
+    stop_token_ids,
+)
 from aclarena.models.chat import end_of_turn as end_of_turn  # imported from here by train/ and tests
 
 if TYPE_CHECKING:
@@ -214,8 +221,12 @@ def model_policy(
     top_p: float = 1.0,
     max_context: int | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
+    prompt_format: str = "chat",
 ) -> Policy:
     """A policy generating with ``model``: one left-padded ``generate`` call per batch.
+
+    Conversations are rendered in ``prompt_format`` (:func:`aclarena.models.chat.render_prompt`); a
+    ``plain`` reply also ends where :func:`aclarena.models.chat.reply_end` says.
 
     Conversations longer than ``max_context - max_new_tokens`` tokens (default: the model's
     ``max_position_embeddings``) get None: the episode ends with ``end_reason="context"``.
@@ -229,8 +240,7 @@ def model_policy(
     template_kwargs = dict(chat_template_kwargs or {})
 
     def policy(convs: Sequence[Conversation]) -> list[str | None]:
-        texts = [tokenizer.apply_chat_template(m, tools=t, add_generation_prompt=True, tokenize=False,
-                                               **template_kwargs) for m, t in convs]
+        texts = [render_prompt(tokenizer, m, t, prompt_format=prompt_format, **template_kwargs) for m, t in convs]
         ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
         keep = [i for i, x in enumerate(ids) if len(x) + max_new_tokens <= limit]
         out: list[str | None] = [None] * len(convs)
@@ -248,6 +258,9 @@ def model_policy(
             kwargs |= {"temperature": temperature, "top_p": top_p, "top_k": 0}
         else:
             kwargs |= {"temperature": None, "top_p": None, "top_k": None}
+        stopping = reply_stopping(tokenizer, width, prompt_format)
+        if stopping is not None:
+            kwargs["stopping_criteria"] = stopping
         with torch.no_grad():
             gen = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
         new = gen[:, width:].tolist()
@@ -255,23 +268,23 @@ def model_policy(
         for row, i in enumerate(keep):
             toks = new[row]
             cut = next((j for j, t in enumerate(toks) if t in stop_set), len(toks))
-            out[i] = tokenizer.decode(toks[:cut], skip_special_tokens=False)
+            out[i] = cut_reply(tokenizer, toks[:cut], prompt_format)[1]
         return out
 
     return policy
 
 
-def prompt_lengths(tokenizer: PreTrainedTokenizerBase, tasks: Sequence[Task]) -> list[int]:
+def prompt_lengths(tokenizer: PreTrainedTokenizerBase, tasks: Sequence[Task], prompt_format: str = "chat") -> list[int]:
     """Tokens of each task's opening prompt, as the policy renders it (generation prompt included)."""
-    texts = [tokenizer.apply_chat_template(t.messages, tools=t.tool_list, add_generation_prompt=True, tokenize=False)
-             for t in tasks]
+    texts = [render_prompt(tokenizer, t.messages, t.tool_list, prompt_format=prompt_format) for t in tasks]
     return [len(x) for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
-def greedy_order(tokenizer: PreTrainedTokenizerBase, tasks: Sequence[Task], idx: Sequence[int]) -> list[int]:
+def greedy_order(tokenizer: PreTrainedTokenizerBase, tasks: Sequence[Task], idx: Sequence[int],
+                 prompt_format: str = "chat") -> list[int]:
     """``idx`` (the positions of ``tasks``) sorted by prompt length, ties in task order: batches of
     similar lengths pad little (the probe generator sorts the same way)."""
-    lengths = prompt_lengths(tokenizer, tasks)
+    lengths = prompt_lengths(tokenizer, tasks, prompt_format)
     return [i for _, _, i in sorted(zip(lengths, range(len(idx)), idx, strict=True))]
 
 
@@ -290,8 +303,10 @@ def generate_trajectories(
     on_batch: Callable[[int], None] | None = None,
     shard: tuple[int, int] | None = None,
     sort_by_length: bool = True,
+    prompt_format: str = "chat",
 ) -> list[Trajectory | None]:
     """Roll ``model`` out on ``tasks`` (all of one environment or mixed); greedy unless ``do_sample``.
+    Prompts are rendered in ``prompt_format`` (``chat`` or ``plain``, :func:`aclarena.models.chat.render_prompt`).
 
     Greedy episodes are batched by prompt length (``sort_by_length``, :func:`greedy_order`), so a
     batch pads little; each turn of a batch is one ``generate`` call with the KV cache. Greedy
@@ -322,7 +337,8 @@ def generate_trajectories(
     for i, t in enumerate(tasks):
         by_env.setdefault(t.env, []).append(i)
     if not do_sample and sort_by_length:
-        by_env = {env: greedy_order(tokenizer, [tasks[i] for i in idx], idx) for env, idx in by_env.items()}
+        by_env = {env: greedy_order(tokenizer, [tasks[i] for i in idx], idx, prompt_format)
+                  for env, idx in by_env.items()}
     out: list[Trajectory | None] = [None] * len(tasks)
     from aclarena.models.vllm_engine import is_vllm, vllm_policy
 
@@ -330,10 +346,11 @@ def generate_trajectories(
         env = env_of(tasks[idx[0]])
         if is_vllm(model):  # --engine vllm: the same loop, answered by a vLLM engine
             policy = vllm_policy(model, tokenizer, max_new_tokens=env.max_new_tokens if max_new_tokens is None else max_new_tokens,
-                                 do_sample=do_sample, temperature=temperature, top_p=top_p, seed=seed)
+                                 do_sample=do_sample, temperature=temperature, top_p=top_p, seed=seed,
+                                 prompt_format=prompt_format)
         else:
             policy = model_policy(model, tokenizer, max_new_tokens=env.max_new_tokens if max_new_tokens is None else max_new_tokens,
-                                  do_sample=do_sample, temperature=temperature, top_p=top_p)
+                                  do_sample=do_sample, temperature=temperature, top_p=top_p, prompt_format=prompt_format)
         trajs = run_episodes([tasks[i] for i in idx], policy, batch_size=batch_size, max_turns=max_turns,
                              on_batch=on_batch, before_batch=before_batch)
         for i, tr in zip(idx, trajs, strict=True):

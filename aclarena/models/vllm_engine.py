@@ -90,17 +90,16 @@ def generate_ids(llm: Any, prompts: Sequence[Sequence[int]], params: Any) -> lis
 
 def vllm_policy(llm: Any, tokenizer: Any, *, max_new_tokens: int = 64, do_sample: bool = False,
                 temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
-                max_context: int | None = None) -> Policy:
+                max_context: int | None = None, prompt_format: str = "chat") -> Policy:
     """A rollout policy answering with ``llm`` (see :func:`aclarena.envs.rollout.model_policy`)."""
-    from aclarena.models.chat import stop_token_ids
+    from aclarena.models.chat import cut_reply, render_prompt, stop_token_ids
 
     limit = int(llm.llm_engine.model_config.max_model_len) if max_context is None else max_context
     stops = stop_token_ids(llm, tokenizer)
     calls = [0]
 
     def policy(convs: Sequence[Conversation]) -> list[str | None]:
-        texts = [tokenizer.apply_chat_template(m, tools=t, add_generation_prompt=True, tokenize=False)
-                 for m, t in convs]
+        texts = [render_prompt(tokenizer, m, t, prompt_format=prompt_format) for m, t in convs]
         ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
         keep = [i for i, x in enumerate(ids) if len(x) + max_new_tokens <= limit]
         out: list[str | None] = [None] * len(convs)
@@ -110,7 +109,7 @@ def vllm_policy(llm: Any, tokenizer: Any, *, max_new_tokens: int = 64, do_sample
                                      top_p=top_p, seed=seed * 1_000_003 + calls[0], stop_token_ids=stops)
             for i, toks in zip(keep, generate_ids(llm, [ids[i] for i in keep], params), strict=True):
                 cut = next((j for j, t in enumerate(toks) if t in set(stops)), len(toks))
-                out[i] = tokenizer.decode(toks[:cut], skip_special_tokens=False)
+                out[i] = cut_reply(tokenizer, toks[:cut], prompt_format)[1]
         return out
 
     return policy

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aclarena.errors import AclarenaError
-from aclarena.models.chat import stop_token_ids
+from aclarena.models.chat import cut_reply, render_prompt, reply_stopping, stop_token_ids
 from aclarena.probes.probe_set import ProbeSet, token_pieces, vocab_strings
 
 if TYPE_CHECKING:
@@ -68,18 +68,19 @@ def model_max_length(model: PreTrainedModel) -> int | None:
     return None
 
 
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: Mapping[str, Any]) -> list[int]:
-    """Token ids of one prompt: chat messages with a generation prompt, or plain text."""
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: Mapping[str, Any], prompt_format: str = "chat"
+                  ) -> list[int]:
+    """Token ids of one prompt: messages rendered in ``prompt_format`` (the chat template with a generation
+    prompt, or plain text: :func:`aclarena.models.chat.render_prompt`), or a ``prompt`` line's raw text."""
     if "messages" in prompt:
-        if not getattr(tokenizer, "chat_template", None):
+        if prompt_format == "chat" and not getattr(tokenizer, "chat_template", None):
             raise AclarenaError("the reference's tokenizer has no chat template, so chat prompts cannot be rendered; "
-                                'use {"prompt": "..."} lines or add a chat template')
+                                'use {"prompt": "..."} lines, prompt_format = "plain" or add a chat template')
         try:
-            enc = tokenizer.apply_chat_template(list(prompt["messages"]), tools=prompt.get("tools"),
-                                                add_generation_prompt=True, tokenize=True, return_dict=True)
+            text = render_prompt(tokenizer, list(prompt["messages"]), prompt.get("tools"), prompt_format=prompt_format)
         except Exception as e:
             raise AclarenaError(f"the chat template cannot render a prompt: {str(e).splitlines()[0]}") from None
-        return [int(x) for x in enc["input_ids"]]
+        return [int(x) for x in tokenizer(text, add_special_tokens=False)["input_ids"]]
     return [int(x) for x in tokenizer(prompt["prompt"], add_special_tokens=True)["input_ids"]]
 
 
@@ -95,8 +96,12 @@ def generate_probe_set(
     source: str = "prompts",
     progress: Callable[[int], None] | None = None,
     world: World | None = None,
+    prompt_format: str = "chat",
 ) -> ProbeSet | None:
     """Generate from ``model`` on ``prompts`` and freeze the result as a probe set.
+
+    ``messages`` prompts are rendered in ``prompt_format`` (:func:`aclarena.models.chat.render_prompt`);
+    a ``plain`` one's generation also ends where its reply does (:func:`aclarena.models.chat.reply_end`).
 
     Each prompt is ``{"messages": [...], "tools": [...]}`` (rendered with the chat template)
     or ``{"prompt": "text"}``. The generated tokens (up to and including the stop token:
@@ -121,7 +126,7 @@ def generate_probe_set(
     warnings: list[str] = []
     encoded = []
     for i, p in enumerate(prompts):
-        ids = encode_prompt(tokenizer, p)
+        ids = encode_prompt(tokenizer, p, prompt_format)
         if not ids:
             raise AclarenaError(f"prompt {i} is empty after tokenization; give some text")
         if len(ids) > limit - 1:
@@ -166,6 +171,9 @@ def generate_probe_set(
                     top_p=settings.top_p, seed=settings.seed + b, stop_token_ids=stop))
             else:
                 torch.manual_seed(settings.seed + b)
+                stopping = reply_stopping(tokenizer, width, prompt_format, ["messages" in prompts[i] for i in idx])
+                if stopping is not None:
+                    kwargs["stopping_criteria"] = stopping
                 with torch.no_grad():
                     out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                                          **kwargs)
@@ -174,6 +182,8 @@ def generate_probe_set(
                 toks = gen[r]
                 cut = next((j + 1 for j, t in enumerate(toks) if t in stop), len(toks))
                 results[i] = toks[:cut]
+                if "messages" in prompts[i] and prompt_format != "chat":  # where the plain reply ends
+                    results[i] = cut_reply(tokenizer, results[i], prompt_format)[0]
             if progress is not None:
                 progress(len(idx))
         return results, capped
@@ -206,5 +216,7 @@ def generate_probe_set(
     cfg = getattr(model, "config", None)
     vocab_size = getattr(cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg, "vocab_size", None)
     info = {"source": source, "generation": settings.to_dict(), "max_length": limit, "padding_side": "left"}
+    if prompt_format != "chat":  # recorded when it is not the format of every probe set before issue 45
+        info["prompt_format"] = prompt_format
     return ProbeSet(name=name, reference=reference, ids=ids_out, scored=masks, texts=texts, token_text=pieces,
                     sources=sources, settings=info, warnings=warnings, vocab=vocab_strings(tokenizer, vocab_size))

@@ -42,6 +42,14 @@ KINDS = ("base", "stage", "oracle", "consolidated")
 PHASES = ("sft", "rl")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # \Z, not $: "$" also matches before a final newline
 RUN_KEYS = ("name", "base", "description")
+PROMPT_FORMATS = ("chat", "plain")  # aclarena.models.chat: how a checkpoint is prompted (issue 45)
+
+
+def _check_prompt_format(value: Any, where: str) -> None:
+    if value is not None and value not in PROMPT_FORMATS:
+        raise ManifestError(f"{where} has prompt_format {value!r}{did_you_mean(str(value), PROMPT_FORMATS)}; "
+                            f"prompt_format must be one of {', '.join(PROMPT_FORMATS)} (leave it out to detect it "
+                            "from the tokenizer: no chat template means plain)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +67,8 @@ class CheckpointSpec:
         on: for a LoRA adapter, the checkpoint it is applied to.
         method: for consolidated models, how they were made (``mmopd``, ``merge-ties``...).
         seed: the training seed, when a run holds several.
+        prompt_format: ``chat`` (its tokenizer's chat template) or ``plain`` (prompts as text, for base
+            models); None: detected from the tokenizer (no chat template means plain).
     """
 
     name: str
@@ -70,6 +80,7 @@ class CheckpointSpec:
     on: str | None = None
     method: str | None = None
     seed: int | None = None
+    prompt_format: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.match(self.name):
@@ -94,6 +105,7 @@ class CheckpointSpec:
                 raise ManifestError(f"checkpoint {self.name!r}: `{key}` must be a non-empty string")
         if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
             raise ManifestError(f"checkpoint {self.name!r}: `seed` must be an integer, got {self.seed!r}")
+        _check_prompt_format(self.prompt_format, f"checkpoint {self.name!r}")
         if self.parent == self.name or self.on == self.name:
             raise ManifestError(f"checkpoint {self.name!r} names itself as parent or `on`; name another")
 
@@ -131,6 +143,12 @@ class SuiteSpec:
         system: a system prompt put before every task that has none (default: none, so the
             model's chat template adds its own default, if it has one).
         chance: the score of guessing (a multiple-choice suite: one over its options), default 0.
+        prompt_format: ``chat`` or ``plain`` for every checkpoint evaluated on it (a checkpoint's own
+            ``prompt_format`` comes first); None: each checkpoint's (detected from its tokenizer).
+        fewshot: the suite's few-shot split, a JSONL file of solved examples (lines as the task file's)
+            put before every task: ``prompt answer`` blocks in the plain format, user/assistant
+            turns in the chat format.
+        num_fewshot: how many of its lines, in file order (default: all of them).
     """
 
     name: str
@@ -143,9 +161,19 @@ class SuiteSpec:
     max_new_tokens: int | None = None
     system: str | None = None
     chance: float | None = None
+    prompt_format: str | None = None
+    fewshot: str | None = None
+    num_fewshot: int | None = None
 
     def __post_init__(self) -> None:
         where = f"suite {self.name!r}"
+        _check_prompt_format(self.prompt_format, where)
+        if self.fewshot is not None and (not isinstance(self.fewshot, str) or not self.fewshot):
+            raise ManifestError(f"{where}: `fewshot` must be the path of a JSONL file of examples")
+        if self.num_fewshot is not None and (not isinstance(self.num_fewshot, int) or isinstance(self.num_fewshot, bool)
+                                             or self.num_fewshot < 0 or self.fewshot is None):
+            raise ManifestError(f"{where}: `num_fewshot` must be an integer >= 0 and goes with `fewshot` (the file of "
+                                f"examples), got {self.num_fewshot!r}")
         if not isinstance(self.name, str) or not NAME_RE.match(self.name):
             raise ManifestError(f"suite name {self.name!r} is not allowed; use letters, digits, '.', '_' and '-'")
         for key in ("path", "domain"):

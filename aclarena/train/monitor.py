@@ -39,6 +39,7 @@ docs/monitor.md lists every key, the metrics and where the provisional default l
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -233,6 +234,7 @@ def domain_probe(run_dir: str | os.PathLike[str], checkpoint: str, folder: str |
     changed since), otherwise generated and stored.
     """
     from aclarena.envs import sample_prompts
+    from aclarena.models.chat import choose_prompt_format, has_template
     from aclarena.models.checkpoint import tokenizer_fingerprint
     from aclarena.probes.generation import GenerationSettings, generate_probe_set, model_max_length
     from aclarena.probes.probe_set import list_probe_sets, read_probe_set, write_probe_set
@@ -251,12 +253,16 @@ def domain_probe(run_dir: str | os.PathLike[str], checkpoint: str, folder: str |
         have = {k: probe.settings.get(k) for k in want}
         if have == want and probe.reference == checkpoint:
             return probe
-    model, tok = load_start(folder, require_chat_template=True)
+    model, tok = load_start(folder, require_chat_template=False)
     tok.padding_side = "left"
+    # prompted as eval prompts it: a checkpoint without a chat template (a base) as plain text (issue 45)
+    prompt_format, note = choose_prompt_format(None, has_template(tok), checkpoint=checkpoint)
+    if note is not None:
+        logging.getLogger("aclarena.monitor").info("probe %s: %s", name, note)
     prompts = sample_prompts(domain, n, seed, split=split, suite="id")
     settings = GenerationSettings(max_new_tokens=max_new_tokens, temperature=0.0, seed=seed, batch_size=batch_size)
     made = generate_probe_set(model, tok, prompts, name=name, reference=checkpoint, settings=settings,
-                              max_length=model_max_length(model), source="domain")
+                              max_length=model_max_length(model), source="domain", prompt_format=prompt_format)
     assert made is not None  # None only for the other ranks of a `world`, and none is given here
     probe = made
     probe.settings.update(want)

@@ -166,7 +166,8 @@ def test_hub_id_is_resolved_from_the_local_cache_only(tmp_path, monkeypatch):
 
 def test_chat_template_column_and_eval_fails_before_loading_the_model(fixture_run, cli, monkeypatch):
     """Issue 49: `checkpoints` had no chat-template column, and `eval` loaded a model whose tokenizer has no
-    template before failing each of its cells."""
+    template before failing each of its cells. Issue 45: such a checkpoint is prompted as plain text; the chat
+    format asked for it is refused before any model is loaded."""
     import aclarena.models.loading as loading
 
     ck = fixture_run / "checkpoints" / "seq-math"
@@ -189,8 +190,17 @@ def test_chat_template_column_and_eval_fails_before_loading_the_model(fixture_ru
         return real(spec, *a, **k)
 
     monkeypatch.setattr(loading, "load_model", spy)
+    # issue 45: a checkpoint without a template is prompted as plain text (said in one note), not an error cell
     code, out, err = cli("eval", "--run", str(fixture_run), "--checkpoints", "seq-math", "--suites", "math/id",
                          "-n", "2", "--samples", "0", "--json")
+    assert code == 0, err
     (cell,) = json.loads(out)["cells"]
-    assert cell["status"] == "error" and "no chat template" in cell["error"]
+    assert cell["status"] == "ok" and cell["prompt_format"] == "plain" and "no chat template" in err
+    # the chat format asked for it is refused in one line, before the weights are read
+    loaded.clear()
+    toml = fixture_run / "aclarena.toml"
+    toml.write_text(toml.read_text().replace('phase = "rl"\n', 'phase = "rl"\nprompt_format = "chat"\n', 1))
+    code, out, err = cli("eval", "--run", str(fixture_run), "--checkpoints", "seq-math", "--suites", "math/id",
+                         "-n", "2", "--samples", "0", "--json", "--force")
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "no chat template" in err, err
     assert loaded == []  # refused on its tokenizer, before the weights were read
