@@ -64,11 +64,6 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print_phase_table(rows, title=f"mini-arena curriculum ({args.preset}) in {Path(args.out)}")
 
-    if args.preset not in PRESETS:
-        from aclarena.errors import unknown_name
-
-        raise unknown_name("preset", args.preset, PRESETS)
-
     @contextlib.contextmanager
     def report(what: str) -> Iterator[None]:
         with status(f"demo: {what}", enabled=show):  # a spinner on a terminal, start/end lines in a log
