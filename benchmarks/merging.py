@@ -34,7 +34,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def make(root: Path, k: int, hidden: int, layers: int) -> None:
+def make(root: Path, k: int, hidden: int, layers: int, vocab: int | None = None) -> None:
+    """The base and ``k`` perturbed copies; ``vocab``: the embedding's rows (default the test tokenizer's), e.g.
+    262,144 for a Gemma-3-sized embedding (the tokenizer stays the small one: only the weights are read)."""
     import torch
     from fixtures import make_tokenizer
 
@@ -43,6 +45,8 @@ def make(root: Path, k: int, hidden: int, layers: int) -> None:
     tok = make_tokenizer()
     cfg = tiny_config(tok, hidden_size=hidden, num_layers=layers, num_heads=max(4, hidden // 64),
                       num_kv_heads=max(2, hidden // 192))
+    if vocab is not None:
+        cfg.vocab_size = vocab
     model = build_model(cfg, seed=0)
     save_checkpoint(model, tok, root / "base")
     for i in range(1, k + 1):
