@@ -77,10 +77,12 @@ def _vector_index(s: Mapping[str, Any]) -> dict[tuple[str, str], int]:
     return {(p, m): i for i, (p, m) in enumerate(zip(s["plus"], s["minus"], strict=True))}
 
 
-def stage_oracle_cosines(s: Mapping[str, Any], checkpoints: Mapping[str, tuple[str | None, str | None, str]]
-                         ) -> list[tuple[str, str, float]]:
+def stage_oracle_cosines(s: Mapping[str, Any], checkpoints: Mapping[str, tuple[str | None, str | None, str]],
+                         same: Mapping[str, str] | None = None) -> list[tuple[str, str, float]]:
     """(stage update, oracle, cosine) for each stage update (θ − θ_parent of a stage checkpoint) and the
-    update of the oracle of its domain and phase (oracle − its parent; oracle − base without one). ``checkpoints``: name -> (domain, phase, kind)."""
+    update of the oracle of its domain and phase (oracle − its parent; oracle − base without one). ``checkpoints``: name -> (domain, phase, kind).
+    ``same``: oracle -> the stage checkpoint whose folder it is (the first stage's oracle is that stage, trained
+    once): that pair's cosine is 1 by construction and is left out."""
     cos = s["cos"]
     index = _vector_index(s)
     base = s.get("base", "base")
@@ -94,6 +96,8 @@ def stage_oracle_cosines(s: Mapping[str, Any], checkpoints: Mapping[str, tuple[s
         if kind != "update" or ck_kind != "stage" or dom is None:
             continue
         oracle = oracle_of.get((dom, phase)) or oracle_of.get((dom, "rl")) or oracle_of.get((dom, None))
+        if oracle is not None and (same or {}).get(oracle) == plus:
+            continue
         # the oracle's own update of that phase (oracle − its parent), else its direction from the base
         j = next((k for k, (p, kd) in enumerate(zip(s["plus"], s["kinds"], strict=True))
                   if p == oracle and kd == "update"), index.get((oracle, base))) if oracle else None
@@ -132,11 +136,12 @@ def mix_cosine(s: Mapping[str, Any], end: str | None) -> float | None:
 
 
 def vectors_note(s: Mapping[str, Any], checkpoints: Mapping[str, tuple[str | None, str | None, str]],
-                 end: str | None = None) -> str:
-    """This run's stage-update-vs-oracle, unrelated-SFT (and oracle-mix) cosines beside the study's."""
+                 end: str | None = None, same: Mapping[str, str] | None = None) -> str:
+    """This run's stage-update-vs-oracle, unrelated-SFT (and oracle-mix) cosines beside the study's (``same``:
+    see :func:`stage_oracle_cosines`)."""
     parts = []
     keys = ["stage_oracle"]
-    so = stage_oracle_cosines(s, checkpoints)
+    so = stage_oracle_cosines(s, checkpoints, same)
     if so:
         parts.append("stage update vs its oracle " + ", ".join(f"{c:.2f} ({u} vs {o})" for u, o, c in so[:6])
                      + (f" and {len(so) - 6} more" if len(so) > 6 else ""))

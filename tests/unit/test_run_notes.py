@@ -76,6 +76,9 @@ def test_vectors_note_is_the_runs_cosines():
                            "oracle-math-sft), 0.42 (seq-math − seq-math-sft vs oracle-math); unrelated SFT tasks 0.03")
     assert "0.77" not in note  # the run has no oracle-mix pair: the study's 0.77 is not quoted
     assert note.endswith("unrelated SFT tasks, cosine 0.05.") and "Study (Qwen3-8B)" in note
+    # the first stage's oracle is that stage, trained once (one folder): its cosine of 1 is no finding
+    assert rn.stage_oracle_cosines(s, ck, {"oracle-math": "seq-math"}) == [
+        ("seq-math-sft − base", "oracle-math-sft", 0.61)]
     alone = {**s, "oracles": []}
     assert rn.vectors_note(alone, ck).startswith("This run has no stage update with an oracle of its domain to "
                                                  "compare: an `[oracles] domains = [...]` table in the curriculum")

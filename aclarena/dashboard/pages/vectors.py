@@ -89,7 +89,9 @@ def run_note(run_dir: Path, s: dict[str, Any]) -> str:
 
     m = manifest(run_dir)
     stages = [c.name for c in m if c.kind == "stage"]
-    return vectors_note(s, {c.name: (c.domain, c.phase, c.kind) for c in m}, stages[-1] if stages else None)
+    folder = {c.path: c.name for c in m if c.kind == "stage"}
+    same = {c.name: folder[c.path] for c in m if c.kind == "oracle" and c.path in folder}  # oracle-math = seq-math
+    return vectors_note(s, {c.name: (c.domain, c.phase, c.kind) for c in m}, stages[-1] if stages else None, same)
 
 
 def layout(**query: Any) -> html.Div:
