@@ -235,6 +235,18 @@ def fingerprint(spec: RepairSpec, old: CheckpointInfo, new: CheckpointInfo,
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _finished(out: Path, spec: RepairSpec, old: CheckpointInfo, new: CheckpointInfo, fp: str) -> RepairResult | None:
+    """The repair already in ``out`` with these inputs and settings (its marker's fingerprint), read back; else None."""
+    marker = read_marker(out)
+    if marker is None or marker.get("fingerprint") != fp:
+        return None
+    rep = marker.get("repair") or {}
+    return RepairResult(out, spec, old.name, new.name, int(marker.get("n_tensors", 0)),
+                        int(rep.get("n_repaired", 0)), int(marker.get("bytes", 0)), 0.0,
+                        float(rep.get("energy_removed", 0.0)), rep.get("directions_kept"),
+                        list(rep.get("layers", [])), reused=True, fingerprint=fp, notes=list(rep.get("notes", [])))
+
+
 def repair_checkpoints(
     old: CheckpointInfo,
     new: CheckpointInfo,
@@ -276,13 +288,8 @@ def repair_checkpoints(
     extra = [base, oracle] if spec.needs_oracle and base is not None and oracle is not None else []
     out = Path(out)
     fp = fingerprint(spec, old, new, extra)
-    marker = read_marker(out)
-    if marker is not None and marker.get("fingerprint") == fp and not force:
-        rep = marker.get("repair") or {}
-        return RepairResult(out, spec, old.name, new.name, int(marker.get("n_tensors", 0)),
-                            int(rep.get("n_repaired", 0)), int(marker.get("bytes", 0)), 0.0,
-                            float(rep.get("energy_removed", 0.0)), rep.get("directions_kept"),
-                            list(rep.get("layers", [])), reused=True, fingerprint=fp, notes=list(rep.get("notes", [])))
+    if not force and (done := _finished(out, spec, old, new, fp)) is not None:
+        return done
     t0 = time.perf_counter()
     dtype = COMPUTE_DTYPES[spec.compute_dtype]
     with TensorReader([old, new]) as reader:
@@ -462,13 +469,8 @@ def repair_adapters(old: CheckpointInfo, new: CheckpointInfo, root: CheckpointIn
         i.require_loadable()
     out = Path(out)
     fp = fingerprint(spec, old, new, [root] + ([base, oracle] if spec.needs_oracle and base and oracle else []))
-    marker = read_marker(out)
-    if marker is not None and marker.get("fingerprint") == fp and not force:
-        rep = marker.get("repair") or {}
-        return RepairResult(out, spec, old.name, new.name, int(marker.get("n_tensors", 0)),
-                            int(rep.get("n_repaired", 0)), int(marker.get("bytes", 0)), 0.0,
-                            float(rep.get("energy_removed", 0.0)), rep.get("directions_kept"),
-                            list(rep.get("layers", [])), reused=True, fingerprint=fp)
+    if not force and (done := _finished(out, spec, old, new, fp)) is not None:
+        return done
     t0 = time.perf_counter()
     dtype = COMPUTE_DTYPES[spec.compute_dtype]
     with TensorReader([root]) as reader:

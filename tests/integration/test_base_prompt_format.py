@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from suite_helpers import MAX_NEW, PROMPTS, add_reply_suite
 
 from aclarena.envs.custom import register_suites
 from aclarena.models.chat import (
@@ -23,10 +24,6 @@ from aclarena.models.chat import (
     reply_stopping,
 )
 from aclarena.store.manifest import Manifest, load_manifest
-
-PROMPTS = [f"what is the {w} number of the city" for w in ("first", "second", "third", "total", "sum", "result",
-                                                           "price", "year", "name", "color", "river", "tower")]
-MAX_NEW = 12
 
 
 @pytest.fixture(autouse=True)
@@ -208,14 +205,7 @@ def test_a_base_without_a_template_goes_through_eval_flips_and_probe(fixture_run
     later = _plain_greedy(ck / "seq-search", PROMPTS)
     kept = [a.strip() == b.strip() for a, b in zip(replies, later, strict=True)]
     assert len(set(replies)) > len(PROMPTS) // 2 and 0 < sum(kept) < len(PROMPTS)  # the test can tell
-    tasks = tmp_path / "mine.jsonl"
-    tasks.write_text("".join(json.dumps({"id": i, "prompt": p, "answer": r}) + "\n"
-                             for i, (p, r) in enumerate(zip(PROMPTS, replies, strict=True))))
-    code, _, err = cli("init", "--run", str(fixture_run), "--add", "--suite", f"mine={tasks}",
-                       "--suite-domain", "mine=math", "--suite-scorer", "mine=exact")
-    assert code == 0, err
-    toml = fixture_run / "aclarena.toml"
-    toml.write_text(toml.read_text() + f"max_new_tokens = {MAX_NEW}\n")  # the [suites.mine] table is the last one
+    add_reply_suite(cli, fixture_run, tmp_path / "mine.jsonl", PROMPTS, replies)
 
     code, out, err = cli("checkpoints", "--run", str(fixture_run), "--json")
     assert code == 0, err
@@ -343,15 +333,10 @@ def test_a_fewshot_suite_on_a_base_and_on_a_chat_checkpoint(fixture_run, tokeniz
     fewshot.write_text("".join(json.dumps({"prompt": q, "answer": a}) + "\n" for q, a in [*shots, ("unused", "x")]))
     prefix = "".join(f"{q} {a}\n\n" for q, a in shots)
     replies = _plain_greedy(ck / "seq-math", [prefix + p for p in PROMPTS[:4]])
-    tasks = tmp_path / "mine.jsonl"
-    tasks.write_text("".join(json.dumps({"id": i, "prompt": p, "answer": r}) + "\n"
-                             for i, (p, r) in enumerate(zip(PROMPTS, replies, strict=False))))
-    code, _, err = cli("init", "--run", str(fixture_run), "--add", "--suite", f"mine={tasks}",
-                       "--suite-domain", "mine=math", "--suite-scorer", "mine=exact")
-    assert code == 0, err
+    add_reply_suite(cli, fixture_run, tmp_path / "mine.jsonl", PROMPTS, replies,
+                    f'fewshot = "{fewshot}"\nnum_fewshot = 2\n')
     toml = fixture_run / "aclarena.toml"
-    text = toml.read_text() + f'max_new_tokens = {MAX_NEW}\nfewshot = "{fewshot}"\nnum_fewshot = 2\n'
-    toml.write_text(text)
+    text = toml.read_text()
     code, out, err = cli("eval", "--run", str(fixture_run), "--checkpoints", "seq-math", "--samples", "0", "--json")
     assert code == 0, err
     (cell,) = json.loads(out)["cells"]

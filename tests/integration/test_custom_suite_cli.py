@@ -8,13 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from suite_helpers import MAX_NEW, PROMPTS, add_reply_suite
 
 from aclarena.envs.custom import register_suites
 from aclarena.store.manifest import Manifest, load_manifest
-
-PROMPTS = [f"what is the {w} number of the city" for w in ("first", "second", "third", "total", "sum", "result",
-                                                           "price", "year", "name", "color", "river", "tower")]
-MAX_NEW = 12
 
 
 @pytest.fixture(autouse=True)
@@ -64,13 +61,7 @@ def test_custom_suite_eval_forgetting_flips(fixture_run, tmp_path, cli):
     kept = [a.strip() == b.strip() for a, b in zip(replies, later, strict=True)]
     assert len(set(replies)) > len(PROMPTS) // 2 and 0 < sum(kept) < len(PROMPTS)  # the test can tell
     tasks = tmp_path / "mine.jsonl"
-    tasks.write_text("".join(json.dumps({"id": i, "prompt": p, "answer": r}) + "\n"
-                             for i, (p, r) in enumerate(zip(PROMPTS, replies, strict=True))))
-    code, _, err = cli("init", "--run", str(fixture_run), "--add", "--suite", f"mine={tasks}",
-                       "--suite-domain", "mine=math", "--suite-scorer", "mine=exact")
-    assert code == 0, err
-    toml = fixture_run / "aclarena.toml"
-    toml.write_text(toml.read_text() + f"max_new_tokens = {MAX_NEW}\n")  # the [suites.mine] table is the last one
+    add_reply_suite(cli, fixture_run, tasks, PROMPTS, replies)
     assert load_manifest(fixture_run).suites["mine"].max_new_tokens == MAX_NEW
 
     code, out, err = cli("eval", "--run", str(fixture_run), "--checkpoints", "base,seq-math,seq-search",
