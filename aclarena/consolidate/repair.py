@@ -235,6 +235,19 @@ def fingerprint(spec: RepairSpec, old: CheckpointInfo, new: CheckpointInfo,
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _rollback_selection(spec: RepairSpec, hit: list[str], stats: Callable[[], Any]) -> tuple[list[str], list[str]]:
+    """(the tensors to repair, the layer groups rolled back): for layer-rollback, the tensors of the groups it
+    chooses (``stats()`` computes the per-group diagnostics when it selects by displacement or cosine); for
+    the spectral methods, every targeted tensor and no group."""
+    if spec.method != "layer-rollback":
+        return hit, []
+    layers = _rollback_groups(spec, hit, stats() if spec.effective_select in ("displacement", "cosine") else None)
+    if layers:
+        chosen = set(layers)
+        hit = [n for n in hit if group_of(n) in chosen]
+    return hit, layers
+
+
 def _finished(out: Path, spec: RepairSpec, old: CheckpointInfo, new: CheckpointInfo, fp: str) -> RepairResult | None:
     """The repair already in ``out`` with these inputs and settings (its marker's fingerprint), read back; else None."""
     marker = read_marker(out)
@@ -295,16 +308,8 @@ def repair_checkpoints(
     with TensorReader([old, new]) as reader:
         names = list(reader.names)
         hit = targeted(names, spec.modules)
-        layers: list[str] = []
-        if spec.method == "layer-rollback":
-            stats = None
-            if spec.effective_select in ("displacement", "cosine"):
-                stats = group_stats(old, new, hit, base=base if spec.needs_oracle else None,
-                                    oracle=oracle if spec.needs_oracle else None)
-            layers = _rollback_groups(spec, hit, stats)
-            if layers:
-                chosen = set(layers)
-                hit = [n for n in hit if group_of(n) in chosen]
+        hit, layers = _rollback_selection(spec, hit, lambda: group_stats(
+            old, new, hit, base=base if spec.needs_oracle else None, oracle=oracle if spec.needs_oracle else None))
         repaired = set(hit)
         tmp = temporary_folder(out)
         layout = [(n, reader.dtypes(n)[1], reader.shape(n)) for n in names]
@@ -491,16 +496,8 @@ def repair_adapters(old: CheckpointInfo, new: CheckpointInfo, root: CheckpointIn
 
     deltas = {t: (*delta_of(t), fans[t]) for t in targets}
     hit = targeted(names, spec.modules)
-    layers: list[str] = []
-    if spec.method == "layer-rollback":
-        stats = None
-        if spec.effective_select in ("displacement", "cosine"):
-            stats = _lowrank_group_stats(hit, deltas, base=base if spec.needs_oracle else None,
-                                         oracle=oracle if spec.needs_oracle else None)
-        layers = _rollback_groups(spec, hit, stats)
-        if layers:
-            chosen = set(layers)
-            hit = [n for n in hit if group_of(n) in chosen]
+    hit, layers = _rollback_selection(spec, hit, lambda: _lowrank_group_stats(
+        hit, deltas, base=base if spec.needs_oracle else None, oracle=oracle if spec.needs_oracle else None))
     repaired = set(hit)
     removed = total = 0.0
     kept = n_dir = 0
