@@ -21,7 +21,8 @@ aclarena's defaults (lowest precedence, under the config's and the command line'
 overrides): CPU-safe precision (``bf16`` only on CUDA, no gradient checkpointing), constant
 learning rate (no warm-up: phases may be a few steps long), logging every few steps into the trainer's history
 (which the curriculum copies into results.h5), ``report_to`` tensorboard when it is
-installed, trl's progress bars off (the curriculum shows its own).
+installed (its event files end in the finished checkpoint's ``runs/``), trl's progress bars off
+(the curriculum shows its own).
 """
 
 from __future__ import annotations
@@ -285,6 +286,10 @@ def load_start(start: str | os.PathLike[str], *, require_chat_template: bool = T
 # --- trl arguments ---------------------------------------------------------------------------
 
 
+#: where report_to="tensorboard" writes: the trainer's output_dir/runs, moved into the finished checkpoint
+TENSORBOARD = "runs"
+
+
 def tensorboard_installed() -> bool:
     import importlib.util
 
@@ -336,9 +341,7 @@ def make_args(kind: str, output_dir: Path, seed: int, overrides: Mapping[str, An
     except ConfigError as e:
         raise ConfigError(str(e)) from None
     kwargs = {**base_defaults(seed), **DEFAULTS[kind], **extra, **overrides}
-    kwargs["output_dir"] = str(output_dir)
-    if kwargs.get("report_to") not in (None, "none", []) and "logging_dir" not in overrides:
-        kwargs["logging_dir"] = str(output_dir / "runs")
+    kwargs["output_dir"] = str(output_dir)  # TensorBoard writes under output_dir/runs (transformers 5 has no logging_dir)
     cls = {"sft": SFTConfig, "rl": GRPOConfig, "distill": DistillationConfig}[kind]
     try:
         return cls(**kwargs)
@@ -458,6 +461,8 @@ def _train_and_save(trainer: Any, tokenizer: Any, out_dir: Path, work_dir: Path,
             tokenizer.padding_side = "left"  # generation pads left; trl saves 'right'
             tokenizer.save_pretrained(str(out_dir))
             _write_json_atomic(out_dir / LOG_FILE, history)
+            if (work_dir / TENSORBOARD).is_dir():  # report_to's event files outlive the work folder
+                shutil.move(str(work_dir / TENSORBOARD), str(out_dir / TENSORBOARD))
             from aclarena.reproducibility import environment
 
             marker = {"fingerprint": fingerprint, "steps": steps, "time_s": round(elapsed, 3),
