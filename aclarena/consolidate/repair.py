@@ -169,6 +169,20 @@ class RepairResult:
         return {"from": self.old, "to": self.new, "method": self.spec.method, "parameters": self.spec.identity()}
 
 
+#: tall matrices above this size are repaired in row blocks (memory: the result plus a block, not 6.9x the tensor)
+ROW_BLOCK_MIN_BYTES = 64 << 20
+#: the float64 size of one row block
+ROW_BLOCK_BYTES = 16 << 20
+
+
+def block_rows(t: torch.Tensor) -> int | None:
+    """The row-block size for a spectral repair of ``t`` (None: the thin SVD of the whole matrix)."""
+    if t.ndim < 2 or t.numel() * 4 < ROW_BLOCK_MIN_BYTES:
+        return None
+    cols = max(1, t.numel() // int(t.shape[0]))
+    return max(1, ROW_BLOCK_BYTES // (8 * cols))
+
+
 def targeted(names: Sequence[str], modules: Sequence[str]) -> list[str]:
     """The tensor names matching any fnmatch pattern (all names when there are none); no match is bad input."""
     if not modules:
@@ -334,8 +348,10 @@ def repair_checkpoints(
                     removed += sq
                     writer.write(name, t_old)
                 else:
-                    res = (R.svd_restore(t_old, t_new, float(spec.percent or 0), compute_dtype=dtype)
-                           if spec.method == "svd-restore" else R.dg_hard(t_old, t_new, compute_dtype=dtype))
+                    rows = block_rows(t_new)
+                    res = (R.svd_restore(t_old, t_new, float(spec.percent or 0), compute_dtype=dtype, block_rows=rows)
+                           if spec.method == "svd-restore"
+                           else R.dg_hard(t_old, t_new, compute_dtype=dtype, block_rows=rows))
                     removed += res.energy_removed * sq
                     kept += res.kept_in_rank  # directions counted within each update's rank
                     n_dir += res.rank

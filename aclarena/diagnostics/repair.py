@@ -41,6 +41,15 @@ weights, biases) and scalars have no spectrum to filter, so the spectral repairs
 (the stage's own change of them is kept), while layer-rollback takes OLD's for every tensor of a
 rolled-back layer. The maths runs in ``compute_dtype`` (float32 by default; float64 for the
 exact reference) and returns that dtype.
+
+Memory. A thin SVD of a tall ``m × n`` update (``m ≫ n``: a 262,144 × 640 embedding) holds Δ, ``U``,
+the top-k product and the result, each ``m × n``, plus LAPACK's workspace: 6.9x the tensor was measured
+(docs/results/repair_memory_large_vocab.json). With ``block_rows`` the spectral repairs of a tall matrix
+work in row blocks instead: the Gram matrix ``ΔᵀΔ = V diag(σ²) Vᵀ`` (``n × n``, accumulated block by
+block in float64, so σ keeps ~1e-8 of σ_max where float32 is ~1e-7) gives the right singular vectors,
+and each block of the result is ``W_new − Δ_b V_k V_kᵀ`` (svd-restore) or ``W_old + Δ_b V_K V_Kᵀ``
+(dg-hard, ``K`` the directions above τ): the same projections, with memory of the result plus one
+block (:func:`gram_spectrum`).
 """
 
 from __future__ import annotations
@@ -112,17 +121,22 @@ class SpectralRepair:
     restored: int = 0  # svd-restore: the k directions asked for (more than ``rank`` is a full rollback)
 
 
-def update_rank(s: torch.Tensor, shape: Sequence[int], storage: torch.dtype, largest_entry: float) -> int:
+def update_rank(s: torch.Tensor, shape: Sequence[int], storage: torch.dtype, largest_entry: float, *,
+                from_gram: bool = False) -> int:
     """The numerical rank of an update with singular values ``s`` (descending): those above both the
     compute precision (``σ_max · max(m, n) · eps``, numpy's ``matrix_rank`` rule) and the rounding of the
     stored weights (``eps(storage) · max |W| · √max(m, n)``, the singular value of a full-rank rounding
-    noise), so that a rank-16 LoRA merged into a float32 or bfloat16 checkpoint has rank 16."""
+    noise), so that a rank-16 LoRA merged into a float32 or bfloat16 checkpoint has rank 16. ``from_gram``:
+    σ are square roots of the float64 Gram matrix's eigenvalues, whose error is ``~max(m, n) · eps · σ_max²``,
+    so σ below ``σ_max · √(max(m, n) · eps₆₄)`` are not resolved either."""
     if s.numel() == 0:
         return 0
     big = max(int(shape[0]), int(math.prod(shape[1:])))
     top = float(s[0])
     eps_store = torch.finfo(storage).eps if storage.is_floating_point else 0.0
     tol = max(top * big * torch.finfo(s.dtype).eps, eps_store * largest_entry * math.sqrt(big))
+    if from_gram:
+        tol = max(tol, top * math.sqrt(big * torch.finfo(torch.float64).eps))
     return int((s > tol).sum())
 
 
@@ -138,19 +152,62 @@ def _energy(s: torch.Tensor, removed: torch.Tensor) -> float:
     return float((removed.double() ** 2).sum()) / total if total > 0 else 0.0
 
 
+def _row_blocked(t: torch.Tensor, block_rows: int | None) -> bool:
+    rows, cols = int(t.shape[0]), int(math.prod(t.shape[1:]))
+    return block_rows is not None and rows > cols and rows > block_rows
+
+
+def gram_spectrum(old: torch.Tensor, new: torch.Tensor, block_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """σ (descending, float64) and ``V`` (``n × n``, float64, columns in σ's order) of the update
+    ``Δ = new − old`` as an ``(m, n)`` matrix, from ``ΔᵀΔ`` accumulated over blocks of ``block_rows`` rows:
+    no ``m × n`` intermediate (the thin SVD's right singular vectors, up to sign and rotations within
+    equal singular values)."""
+    o, w = old.reshape(old.shape[0], -1), new.reshape(new.shape[0], -1)
+    n = int(w.shape[1])
+    gram = torch.zeros(n, n, dtype=torch.float64)
+    for i in range(0, int(w.shape[0]), block_rows):
+        d = w[i:i + block_rows].double() - o[i:i + block_rows].double()
+        gram.addmm_(d.T, d)
+    evals, evecs = torch.linalg.eigh(gram)
+    order = torch.flip(torch.arange(n), (0,))
+    return evals[order].clamp_min(0.0).sqrt(), evecs[:, order]
+
+
+def _project_blocks(start: torch.Tensor, old: torch.Tensor, new: torch.Tensor, v: torch.Tensor, sign: float,
+                    block_rows: int, dtype: torch.dtype) -> torch.Tensor:
+    """``start + sign · Δ V Vᵀ`` (``V``: ``n × j``), one block of rows at a time."""
+    base, o, w = _as_matrix(start, dtype), old.reshape(old.shape[0], -1), new.reshape(new.shape[0], -1)
+    out = base.clone() if base.data_ptr() == start.data_ptr() else base
+    vv = v.to(dtype)
+    if vv.shape[1] == 0:
+        return out
+    for i in range(0, int(out.shape[0]), block_rows):
+        d = w[i:i + block_rows].to(dtype) - o[i:i + block_rows].to(dtype)
+        out[i:i + block_rows].add_((d @ vv) @ vv.T, alpha=sign)
+    return out
+
+
 def svd_restore(old: torch.Tensor, new: torch.Tensor, percent: float, *,
-                compute_dtype: torch.dtype = torch.float32) -> SpectralRepair:
+                compute_dtype: torch.dtype = torch.float32, block_rows: int | None = None) -> SpectralRepair:
     """``W_new − Σ_{i≤k} σ_i u_i v_iᵀ`` with ``k = ceil(percent/100 · min(m, n))`` (OLD's in the update's top-k
-    directions, NEW's elsewhere); 1-D tensors come back as NEW's."""
+    directions, NEW's elsewhere); 1-D tensors come back as NEW's. ``block_rows``: a tall matrix is repaired in
+    row blocks of that size (see the module's note on memory)."""
     _check_pair(old, new)
     p = check_percent(percent)
     if not is_matrix(new):
         return SpectralRepair(new.to(compute_dtype).clone(), 0, 0, 0.0)
-    _, u, s, vh = _svd(old, new, compute_dtype)
-    k = rank_of_percent(p, s.numel())
-    top = (u[:, :k] * s[:k]) @ vh[:k]
-    out = _as_matrix(new, compute_dtype) - top
-    r = update_rank(s, new.shape, new.dtype, _largest(old, new))
+    if _row_blocked(new, block_rows):
+        assert block_rows is not None
+        s, v = gram_spectrum(old, new, block_rows)
+        k = rank_of_percent(p, s.numel())
+        out = _project_blocks(new, old, new, v[:, :k], -1.0, block_rows, compute_dtype)
+        s = s.to(compute_dtype)
+    else:
+        _, u, s, vh = _svd(old, new, compute_dtype)
+        k = rank_of_percent(p, s.numel())
+        top = (u[:, :k] * s[:k]) @ vh[:k]
+        out = _as_matrix(new, compute_dtype) - top
+    r = update_rank(s, new.shape, new.dtype, _largest(old, new), from_gram=_row_blocked(new, block_rows))
     return SpectralRepair(out.reshape(new.shape), s.numel(), s.numel() - k, _energy(s, s[:k]), rank=r,
                           kept_in_rank=max(r - k, 0), restored=k)
 
@@ -175,17 +232,27 @@ def dg_threshold(singular_values: torch.Tensor, shape: Sequence[int]) -> float:
     return dg_omega(beta) * med
 
 
-def dg_hard(old: torch.Tensor, new: torch.Tensor, *, compute_dtype: torch.dtype = torch.float32) -> SpectralRepair:
-    """``W_old + Σ_{σ_i > τ} σ_i u_i v_iᵀ`` with the Gavish–Donoho threshold τ of Δ; 1-D tensors come back as NEW's."""
+def dg_hard(old: torch.Tensor, new: torch.Tensor, *, compute_dtype: torch.dtype = torch.float32,
+            block_rows: int | None = None) -> SpectralRepair:
+    """``W_old + Σ_{σ_i > τ} σ_i u_i v_iᵀ`` with the Gavish–Donoho threshold τ of Δ; 1-D tensors come back as NEW's.
+    ``block_rows``: a tall matrix is repaired in row blocks of that size (see the module's note on memory)."""
     _check_pair(old, new)
     if not is_matrix(new):
         return SpectralRepair(new.to(compute_dtype).clone(), 0, 0, 0.0)
-    _, u, s, vh = _svd(old, new, compute_dtype)
-    tau = dg_threshold(s, new.shape)
-    keep = s > tau
-    kept = (u[:, keep] * s[keep]) @ vh[keep]
-    out = _as_matrix(old, compute_dtype) + kept
-    r = update_rank(s, new.shape, new.dtype, _largest(old, new))
+    if _row_blocked(new, block_rows):
+        assert block_rows is not None
+        s64, v = gram_spectrum(old, new, block_rows)
+        s = s64.to(compute_dtype)
+        tau = dg_threshold(s, new.shape)
+        keep = s > tau
+        out = _project_blocks(old, old, new, v[:, keep], 1.0, block_rows, compute_dtype)
+    else:
+        _, u, s, vh = _svd(old, new, compute_dtype)
+        tau = dg_threshold(s, new.shape)
+        keep = s > tau
+        kept = (u[:, keep] * s[keep]) @ vh[keep]
+        out = _as_matrix(old, compute_dtype) + kept
+    r = update_rank(s, new.shape, new.dtype, _largest(old, new), from_gram=_row_blocked(new, block_rows))
     return SpectralRepair(out.reshape(new.shape), s.numel(), int(keep.sum()), _energy(s, s[~keep]), tau, rank=r,
                           kept_in_rank=int(keep[:r].sum()))
 

@@ -226,3 +226,26 @@ def test_rank_percent_above_a_low_rank_update_is_said_and_vectors_are_not_counte
     code, out, err = cli(*argv, "--rank-percent", "25", "--name", "lr25")  # reused: the note is read back
     assert code == 0, err
     assert sum(line.startswith("note: lr25: --rank-percent 25 restores every direction") for line in out.splitlines()) == 1
+
+
+@pytest.mark.parametrize("method", ["svd-restore", "dg-hard"])
+def test_row_blocks_write_the_whole_svds_weights(fixture_run, monkeypatch, method):
+    """Tensors above the row-block size are repaired block by block (the memory bound of large vocabularies):
+    the written weights are those of the whole-matrix SVD to float32 rounding."""
+    import aclarena as acl
+    from aclarena.consolidate import repair as CR
+
+    run = acl.Run(fixture_run)
+    extra = {"percents": [25.0]} if method == "svd-restore" else {}
+    first = run.repair("seq-math", "seq-search", method=method, name="whole", **extra).outputs[0]
+    monkeypatch.setattr(CR, "ROW_BLOCK_MIN_BYTES", 0)  # every matrix in blocks
+    monkeypatch.setattr(CR, "ROW_BLOCK_BYTES", 8 * 64 * 8)  # of 8 rows where a row has 64 columns
+    grams = []
+    monkeypatch.setattr(R, "gram_spectrum", lambda *a, _f=R.gram_spectrum: grams.append(1) or _f(*a))
+    second = run.repair("seq-math", "seq-search", method=method, name="blocked", **extra).outputs[0]
+    whole, blocked = _weights(fixture_run, first.checkpoint), _weights(fixture_run, second.checkpoint)
+    assert whole.keys() == blocked.keys()
+    tall = [k for k, t in whole.items() if t.ndim == 2 and t.shape[0] > t.shape[1]]
+    assert tall and len(grams) == len(tall)  # every tall matrix went through the row blocks
+    for k in whole:
+        torch.testing.assert_close(blocked[k], whole[k], rtol=0, atol=2e-5)

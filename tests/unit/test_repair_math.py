@@ -235,3 +235,52 @@ def test_dg_hard_on_factors_is_the_dense_repair(m, n, r):
         assert low.kept == r and low.threshold == 0.0
     else:
         assert 0 < low.kept < r
+
+
+# --- row blocks: a tall matrix repaired from its Gram matrix, without an m × n intermediate ---------------
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1000])
+@pytest.mark.parametrize("percent", [10, 25, 100])
+def test_row_blocked_svd_restore_is_the_float64_reference(block, percent):
+    s = np.array([9.0, 7.0, 5.0, 3.0, 2.0, 1.5, 1.0, 0.5])
+    old, new, _, _ = _known(300, 12, s, seed=block + percent)
+    old3, new3 = old.reshape(300, 3, 4), new.reshape(300, 3, 4)  # higher-rank tensors are (shape[0], -1) matrices
+    for o, w in ((old, new), (old3, new3)):
+        got = R.svd_restore(torch.tensor(o), torch.tensor(w), percent, compute_dtype=torch.float64, block_rows=block)
+        np.testing.assert_allclose(got.tensor.numpy().reshape(300, 12), _ref_restore(old, new, percent), atol=1e-9)
+        whole = R.svd_restore(torch.tensor(o), torch.tensor(w), percent, compute_dtype=torch.float64)
+        assert (got.n, got.kept, got.rank, got.kept_in_rank, got.restored) == (
+            whole.n, whole.kept, whole.rank, whole.kept_in_rank, whole.restored)
+        assert got.energy_removed == pytest.approx(whole.energy_removed, rel=1e-9)
+
+
+@pytest.mark.parametrize("block", [5, 50])
+def test_row_blocked_dg_hard_is_the_float64_reference(block):
+    rng = np.random.default_rng(block)
+    old, signal_new, _, _ = _known(400, 30, np.array([40.0, 30.0, 20.0]), seed=block)
+    new = signal_new + rng.standard_normal((400, 30)) * 0.1
+    o, w = torch.tensor(old), torch.tensor(new)
+    o0, w0 = o.clone(), w.clone()
+    got = R.dg_hard(o, w, compute_dtype=torch.float64, block_rows=block)
+    np.testing.assert_allclose(got.tensor.numpy(), _ref_dg(old, new), atol=1e-9)
+    assert got.kept == 3 and got.threshold == pytest.approx(R.dg_hard(o, w, compute_dtype=torch.float64).threshold)
+    assert torch.equal(o, o0) and torch.equal(w, w0)  # the projection is added to a copy, never to OLD or NEW
+
+
+def test_row_blocks_in_float32_agree_with_the_whole_svd_and_leave_wide_matrices_alone():
+    old, new, _, _ = _known(2000, 16, np.geomspace(5, 0.05, 16), seed=9)
+    o, w = torch.tensor(old, dtype=torch.float32), torch.tensor(new, dtype=torch.float32)
+    blocked = R.svd_restore(o, w, 25, block_rows=128)
+    np.testing.assert_allclose(blocked.tensor.double().numpy(), _ref_restore(old, new, 25), atol=2e-5)
+    assert blocked.rank == R.svd_restore(o, w, 25).rank == 16
+    wide = R.svd_restore(o.T.contiguous(), w.T.contiguous(), 25, block_rows=128)  # more columns than rows: whole SVD
+    np.testing.assert_allclose(wide.tensor.double().numpy(), _ref_restore(old.T, new.T, 25), atol=2e-5)
+
+
+def test_block_rows_only_for_large_matrices():
+    from aclarena.consolidate.repair import ROW_BLOCK_BYTES, ROW_BLOCK_MIN_BYTES, block_rows
+
+    assert block_rows(torch.zeros(64, 64)) is None and block_rows(torch.zeros(4096)) is None
+    big = torch.empty(ROW_BLOCK_MIN_BYTES // (4 * 640) + 1, 640)
+    assert block_rows(big) == ROW_BLOCK_BYTES // (8 * 640)
