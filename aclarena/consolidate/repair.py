@@ -338,9 +338,9 @@ def repair_checkpoints(
                             metadata={"aclarena-repair": json.dumps(spec.identity())}) as writer):
             for name in names:
                 t_old, t_new = reader.read(name)
+                rows = block_rows(t_new)
                 # the update's energy, accumulated in float64 without a float64 copy of the tensor
-                sq = float(torch.linalg.vector_norm((t_new.float() - t_old.float()).flatten(),
-                                                    dtype=torch.float64)) ** 2
+                sq = R.update_sq_norm(t_old, t_new, rows)
                 total += sq
                 if name not in repaired:
                     writer.write(name, t_new)
@@ -348,10 +348,16 @@ def repair_checkpoints(
                     removed += sq
                     writer.write(name, t_old)
                 else:
-                    rows = block_rows(t_new)
-                    res = (R.svd_restore(t_old, t_new, float(spec.percent or 0), compute_dtype=dtype, block_rows=rows)
-                           if spec.method == "svd-restore"
-                           else R.dg_hard(t_old, t_new, compute_dtype=dtype, block_rows=rows))
+                    if R.is_row_blocked(t_new, rows):  # written block by block: never the whole result in memory
+                        assert rows is not None
+                        plan = R.plan_row_blocked(t_old, t_new, spec.method, spec.percent, rows, compute_dtype=dtype)
+                        res = plan.info
+                        for block in plan.blocks():
+                            writer.write(name, block)
+                    else:
+                        res = (R.svd_restore(t_old, t_new, float(spec.percent or 0), compute_dtype=dtype)
+                               if spec.method == "svd-restore" else R.dg_hard(t_old, t_new, compute_dtype=dtype))
+                        writer.write(name, res.tensor)
                     removed += res.energy_removed * sq
                     kept += res.kept_in_rank  # directions counted within each update's rank
                     n_dir += res.rank
@@ -360,7 +366,6 @@ def repair_checkpoints(
                     if 0 < res.rank <= res.restored:
                         over += 1
                         example = example or (res.restored, res.rank)
-                    writer.write(name, res.tensor)
                 if on_tensor is not None:
                     on_tensor(name)
             for name, t in extras.items():

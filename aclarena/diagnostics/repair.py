@@ -49,14 +49,14 @@ work in row blocks instead: the Gram matrix ``ΔᵀΔ = V diag(σ²) Vᵀ`` (``n
 block in float64, so σ keeps ~1e-8 of σ_max where float32 is ~1e-7) gives the right singular vectors,
 and each block of the result is ``W_new − Δ_b V_k V_kᵀ`` (svd-restore) or ``W_old + Δ_b V_K V_Kᵀ``
 (dg-hard, ``K`` the directions above τ): the same projections, with memory of the result plus one
-block (:func:`gram_spectrum`).
+block (:func:`plan_row_blocked`; the caller writes the blocks as they come).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -152,9 +152,13 @@ def _energy(s: torch.Tensor, removed: torch.Tensor) -> float:
     return float((removed.double() ** 2).sum()) / total if total > 0 else 0.0
 
 
-def _row_blocked(t: torch.Tensor, block_rows: int | None) -> bool:
+def is_row_blocked(t: torch.Tensor, block_rows: int | None) -> bool:
+    """Whether the spectral repairs take ``t`` in row blocks: a matrix with more rows than columns and than
+    ``block_rows`` (a wide or small matrix costs no more than itself in a whole SVD)."""
+    if block_rows is None or not is_matrix(t):
+        return False
     rows, cols = int(t.shape[0]), int(math.prod(t.shape[1:]))
-    return block_rows is not None and rows > cols and rows > block_rows
+    return rows > cols and rows > block_rows
 
 
 def gram_spectrum(old: torch.Tensor, new: torch.Tensor, block_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -173,18 +177,67 @@ def gram_spectrum(old: torch.Tensor, new: torch.Tensor, block_rows: int) -> tupl
     return evals[order].clamp_min(0.0).sqrt(), evecs[:, order]
 
 
-def _project_blocks(start: torch.Tensor, old: torch.Tensor, new: torch.Tensor, v: torch.Tensor, sign: float,
-                    block_rows: int, dtype: torch.dtype) -> torch.Tensor:
-    """``start + sign · Δ V Vᵀ`` (``V``: ``n × j``), one block of rows at a time."""
-    base, o, w = _as_matrix(start, dtype), old.reshape(old.shape[0], -1), new.reshape(new.shape[0], -1)
-    out = base.clone() if base.data_ptr() == start.data_ptr() else base
-    vv = v.to(dtype)
-    if vv.shape[1] == 0:
-        return out
-    for i in range(0, int(out.shape[0]), block_rows):
-        d = w[i:i + block_rows].to(dtype) - o[i:i + block_rows].to(dtype)
-        out[i:i + block_rows].add_((d @ vv) @ vv.T, alpha=sign)
-    return out
+@dataclass(frozen=True)
+class RowBlockedRepair:
+    """A spectral repair of a tall matrix planned from its Gram matrix (:func:`plan_row_blocked`): the
+    result is ``start + sign · Δ V Vᵀ``, made ``block_rows`` rows at a time by :meth:`blocks`, so that
+    a caller can write it without ever holding it whole; ``info`` is the repair's report (its tensor empty)."""
+
+    info: SpectralRepair
+    old: torch.Tensor
+    new: torch.Tensor
+    v: torch.Tensor
+    sign: float
+    block_rows: int
+    dtype: torch.dtype
+
+    def blocks(self) -> Iterator[torch.Tensor]:
+        start = self.old if self.sign > 0 else self.new
+        o, w = self.old.reshape(self.old.shape[0], -1), self.new.reshape(self.new.shape[0], -1)
+        base = start.reshape(start.shape[0], -1)
+        v = self.v.to(self.dtype)
+        for i in range(0, int(w.shape[0]), self.block_rows):
+            out = base[i:i + self.block_rows].to(self.dtype, copy=True)
+            if v.shape[1]:
+                d = w[i:i + self.block_rows].to(self.dtype) - o[i:i + self.block_rows].to(self.dtype)
+                out.add_((d @ v) @ v.T, alpha=self.sign)
+            yield out.reshape(-1, *self.new.shape[1:])
+
+    def tensor(self) -> torch.Tensor:
+        return torch.cat(list(self.blocks())) if self.new.shape[0] else self.new.to(self.dtype).clone()
+
+
+def plan_row_blocked(old: torch.Tensor, new: torch.Tensor, method: str, percent: float | None, block_rows: int, *,
+                     compute_dtype: torch.dtype = torch.float32) -> RowBlockedRepair:
+    """:func:`svd_restore` (``method`` "svd-restore", ``percent``) or :func:`dg_hard` of a tall matrix, in row
+    blocks: the spectrum from :func:`gram_spectrum`, the result as blocks (see the module's note on memory)."""
+    _check_pair(old, new)
+    s64, v = gram_spectrum(old, new, block_rows)
+    s = s64.to(compute_dtype)
+    r = update_rank(s, new.shape, new.dtype, _largest(old, new), from_gram=True)
+    if method == "svd-restore":
+        k = rank_of_percent(check_percent(percent if percent is not None else 0.0), s.numel())
+        info = SpectralRepair(torch.empty(0), s.numel(), s.numel() - k, _energy(s, s[:k]), rank=r,
+                              kept_in_rank=max(r - k, 0), restored=k)
+        return RowBlockedRepair(info, old, new, v[:, :k], -1.0, block_rows, compute_dtype)
+    if method != "dg-hard":
+        raise ValueError(f"row blocks are for the spectral repairs, not {method!r}")
+    tau = dg_threshold(s, new.shape)
+    keep = s > tau
+    info = SpectralRepair(torch.empty(0), s.numel(), int(keep.sum()), _energy(s, s[~keep]), tau, rank=r,
+                          kept_in_rank=int(keep[:r].sum()))
+    return RowBlockedRepair(info, old, new, v[:, keep], 1.0, block_rows, compute_dtype)
+
+
+def update_sq_norm(old: torch.Tensor, new: torch.Tensor, block_rows: int | None = None) -> float:
+    """``‖new − old‖²_F``, accumulated in float64 (in row blocks when ``block_rows`` is given: no full-size copy)."""
+    if new.ndim == 0 or new.numel() == 0 or block_rows is None:
+        return float(torch.linalg.vector_norm((new.float() - old.float()).flatten(), dtype=torch.float64)) ** 2
+    total = 0.0
+    for i in range(0, int(new.shape[0]), block_rows):
+        d = new[i:i + block_rows].float() - old[i:i + block_rows].float()
+        total += float(torch.linalg.vector_norm(d.flatten(), dtype=torch.float64)) ** 2
+    return total
 
 
 def svd_restore(old: torch.Tensor, new: torch.Tensor, percent: float, *,
@@ -196,24 +249,24 @@ def svd_restore(old: torch.Tensor, new: torch.Tensor, percent: float, *,
     p = check_percent(percent)
     if not is_matrix(new):
         return SpectralRepair(new.to(compute_dtype).clone(), 0, 0, 0.0)
-    if _row_blocked(new, block_rows):
+    if is_row_blocked(new, block_rows):
         assert block_rows is not None
-        s, v = gram_spectrum(old, new, block_rows)
-        k = rank_of_percent(p, s.numel())
-        out = _project_blocks(new, old, new, v[:, :k], -1.0, block_rows, compute_dtype)
-        s = s.to(compute_dtype)
-    else:
-        _, u, s, vh = _svd(old, new, compute_dtype)
-        k = rank_of_percent(p, s.numel())
-        top = (u[:, :k] * s[:k]) @ vh[:k]
-        out = _as_matrix(new, compute_dtype) - top
-    r = update_rank(s, new.shape, new.dtype, _largest(old, new), from_gram=_row_blocked(new, block_rows))
+        plan = plan_row_blocked(old, new, "svd-restore", p, block_rows, compute_dtype=compute_dtype)
+        return replace(plan.info, tensor=plan.tensor())
+    _, u, s, vh = _svd(old, new, compute_dtype)
+    k = rank_of_percent(p, s.numel())
+    top = (u[:, :k] * s[:k]) @ vh[:k]
+    out = _as_matrix(new, compute_dtype) - top
+    r = update_rank(s, new.shape, new.dtype, _largest(old, new))
     return SpectralRepair(out.reshape(new.shape), s.numel(), s.numel() - k, _energy(s, s[:k]), rank=r,
                           kept_in_rank=max(r - k, 0), restored=k)
 
 
 def _largest(old: torch.Tensor, new: torch.Tensor) -> float:
-    return max(float(old.abs().max()), float(new.abs().max())) if new.numel() else 0.0
+    """max |W| over OLD and NEW (from min and max: no full-size copy)."""
+    if not new.numel():
+        return 0.0
+    return max(abs(float(x)) for t in (old, new) for x in torch.aminmax(t))
 
 
 def dg_threshold(singular_values: torch.Tensor, shape: Sequence[int]) -> float:
@@ -239,20 +292,16 @@ def dg_hard(old: torch.Tensor, new: torch.Tensor, *, compute_dtype: torch.dtype 
     _check_pair(old, new)
     if not is_matrix(new):
         return SpectralRepair(new.to(compute_dtype).clone(), 0, 0, 0.0)
-    if _row_blocked(new, block_rows):
+    if is_row_blocked(new, block_rows):
         assert block_rows is not None
-        s64, v = gram_spectrum(old, new, block_rows)
-        s = s64.to(compute_dtype)
-        tau = dg_threshold(s, new.shape)
-        keep = s > tau
-        out = _project_blocks(old, old, new, v[:, keep], 1.0, block_rows, compute_dtype)
-    else:
-        _, u, s, vh = _svd(old, new, compute_dtype)
-        tau = dg_threshold(s, new.shape)
-        keep = s > tau
-        kept = (u[:, keep] * s[keep]) @ vh[keep]
-        out = _as_matrix(old, compute_dtype) + kept
-    r = update_rank(s, new.shape, new.dtype, _largest(old, new), from_gram=_row_blocked(new, block_rows))
+        plan = plan_row_blocked(old, new, "dg-hard", None, block_rows, compute_dtype=compute_dtype)
+        return replace(plan.info, tensor=plan.tensor())
+    _, u, s, vh = _svd(old, new, compute_dtype)
+    tau = dg_threshold(s, new.shape)
+    keep = s > tau
+    kept = (u[:, keep] * s[keep]) @ vh[keep]
+    out = _as_matrix(old, compute_dtype) + kept
+    r = update_rank(s, new.shape, new.dtype, _largest(old, new))
     return SpectralRepair(out.reshape(new.shape), s.numel(), int(keep.sum()), _energy(s, s[~keep]), tau, rank=r,
                           kept_in_rank=int(keep[:r].sum()))
 
