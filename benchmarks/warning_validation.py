@@ -150,6 +150,40 @@ def judge(results: dict[str, dict[str, Any]], fit_seeds: list[int]) -> dict[str,
     return out
 
 
+def finite(obj: Any) -> Any:
+    """``obj`` with every non-finite float as None (the result files are strict JSON)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def costs(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Seconds of ground truth and of monitor checks per cell (median and range over the cells), and per call."""
+    import statistics
+
+    rows = {k: v.get("cost") or {} for k, v in results.items()}
+
+    def summary(xs: list[float]) -> dict[str, float] | None:
+        return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)} if xs else None
+
+    gt = [c["ground_truth_s"] for c in rows.values() if "ground_truth_s" in c]
+    mon = [c["monitor_checks_s"] + c.get("monitor_setup_s", 0.0) for c in rows.values() if "monitor_checks_s" in c]
+    per_gt = [c["ground_truth_s"] / c["ground_truth_evaluations"] for c in rows.values()
+              if c.get("ground_truth_evaluations")]
+    per_check = [c["monitor_checks_s"] / c["monitor_checks"] for c in rows.values() if c.get("monitor_checks")]
+    total = [v["time_s"] for v in results.values() if "time_s" in v]
+    cpu = [c["cpu_s"] for c in rows.values() if "cpu_s" in c]
+    return {"cells": len(rows), "ground_truth_s": summary(gt), "monitor_s": summary(mon),
+            "per_evaluation_s": summary(per_gt), "per_check_s": summary(per_check), "cell_wall_s": summary(total),
+            "cell_cpu_s": summary(cpu), "wall_s_total": sum(total), "cpu_s_total": sum(cpu) if cpu else None,
+            "note": "wall seconds on 2 CPU cores shared with other jobs (load average 5-7); CPU seconds are this "
+                    "process's own"}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--from", dest="src", type=Path, default=Path("runs/demo"), help="a quick run with seq-math trained")
@@ -164,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", type=int, default=50, help="ground-truth items (default 50)")
     p.add_argument("--dense", type=int, default=10, help="ground truth every step for the first K steps (default 10)")
     p.add_argument("--judge-only", action="store_true", help="judge the cells already measured under --out")
+    p.add_argument("--costs", type=Path, default=None,
+                   help="with --judge-only: the measuring pass's --json-out, whose cells' CPU seconds and errors are kept")
     args = p.parse_args(argv)
     args.conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
     for c in args.conditions:
@@ -204,18 +240,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {name}: drop at "
               f"{[next((q['step'] for q in pts[1:] if q['significant']), None) for pts in gt.values()]}, "
               f"{results[name]['time_s']:.0f} s", file=sys.stderr, flush=True)
+    if args.judge_only and args.costs is not None and args.costs.is_file():  # the measuring pass's CPU seconds
+        before = json.loads(args.costs.read_text(encoding="utf-8"))
+        for k, v in (before.get("cells") or {}).items():
+            if k in results and "cpu_s" in (v.get("cost") or {}):
+                results[k]["cost"]["cpu_s"] = v["cost"]["cpu_s"]
+        errors = before.get("errors") or {}
     report = judge(results, fit_seeds) if results else {}
-    doc = {"command": "python " + shlex.join(["benchmarks/warning_validation.py", *(argv if argv is not None else sys.argv[1:])]),
-           "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    cmd = "python " + shlex.join(["benchmarks/warning_validation.py", *(argv if argv is not None else sys.argv[1:])])
+    doc = {"made_by": {"command": cmd, "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                       "machine": f"2 shared CPU cores, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"},
            "settings": {"conditions": {c: CONDITIONS[c] for c in args.conditions}, "seeds": args.seeds,
                         "control_seeds": args.control_seeds,
                         "fit_seeds": fit_seeds, "sft_steps": args.sft_steps, "rl_steps": args.rl_steps, "n": args.n,
-                        "dense": args.dense, "monitor_every": 1, "threads": os.environ.get("OMP_NUM_THREADS")},
+                        "dense": args.dense, "monitor_every": 1},
            "wall_s": time.monotonic() - t0, "errors": errors, "validation": report,
+           "costs": costs(results),
            "cells": {k: {kk: v[kk] for kk in ("stage", "phases", "parent", "steps", "table", "ground_truth",
                                                 "drop_test", "cost", "time_s", "start_check", "series") if kk in v}
                      for k, v in results.items()}}
-    text = json.dumps(doc, indent=1, default=lambda o: None if isinstance(o, float) and not math.isfinite(o) else str(o))
+    text = json.dumps(finite(doc), indent=1, allow_nan=False)
     if args.json_out is not None:
         args.json_out.write_text(text + "\n", encoding="utf-8")
     print(json.dumps(report.get("rows", []) and {"beats": report["beats"], "held_out": report["held_out"]}, indent=1))
