@@ -123,7 +123,15 @@ def measure(run: Path, condition: str, args: argparse.Namespace) -> dict[str, An
 
 
 def cells(args: argparse.Namespace) -> list[tuple[str, int]]:
-    """(condition, seed) in seed order (the fit seeds first when they are the smallest)."""
+    """(condition, seed) in seed order (the fit seeds first when they are the smallest), or ``--cells``' in its order."""
+    if args.cells:
+        out = []
+        for c in args.cells.split(","):
+            cond, _, seed = c.strip().rpartition("-s")
+            if cond not in CONDITIONS or not seed.isdigit():
+                raise SystemExit(f"--cells: {c!r} is not <condition>-s<seed>; conditions: {', '.join(CONDITIONS)}")
+            out.append((cond, int(seed)))
+        return out
     return [(c, s) for s in sorted(set(args.seeds) | set(args.control_seeds)) for c in args.conditions
             if s in (args.seeds if CONDITIONS[c]["expect"] == "drop" else args.control_seeds)]
 
@@ -193,12 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="0,1,2,3", help="comma-separated training seeds (default 0,1,2,3)")
     p.add_argument("--control-seeds", default="0,1,2", help="seeds of the negative controls (default 0,1,2)")
     p.add_argument("--fit-seeds", default="0", help="seeds whose cells fit the thresholds (default 0)")
-    p.add_argument("--sft-steps", type=int, default=60)
+    p.add_argument("--sft-steps", type=int, default=30)
     p.add_argument("--rl-steps", type=int, default=20)
     p.add_argument("-n", type=int, default=50, help="ground-truth items (default 50)")
     p.add_argument("--dense", type=int, default=10, help="ground truth every step for the first K steps (default 10)")
     p.add_argument("--judge-only", action="store_true", help="judge the cells already measured under --out")
-    p.add_argument("--costs", type=Path, default=None,
+    p.add_argument("--cells", default=None, help="measure only these cells, in this order (search-sft-s1,...)")
+    p.add_argument("--costs", type=Path, nargs="*", default=[],
                    help="with --judge-only: the measuring pass's --json-out, whose cells' CPU seconds and errors are kept")
     args = p.parse_args(argv)
     args.conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
@@ -240,12 +249,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {name}: drop at "
               f"{[next((q['step'] for q in pts[1:] if q['significant']), None) for pts in gt.values()]}, "
               f"{results[name]['time_s']:.0f} s", file=sys.stderr, flush=True)
-    if args.judge_only and args.costs is not None and args.costs.is_file():  # the measuring pass's CPU seconds
-        before = json.loads(args.costs.read_text(encoding="utf-8"))
+    for path in args.costs if args.judge_only else []:  # the measuring passes' CPU seconds and errors
+        before = json.loads(path.read_text(encoding="utf-8"))
         for k, v in (before.get("cells") or {}).items():
             if k in results and "cpu_s" in (v.get("cost") or {}):
                 results[k]["cost"]["cpu_s"] = v["cost"]["cpu_s"]
-        errors = before.get("errors") or {}
+        errors.update({k: e for k, e in (before.get("errors") or {}).items() if k not in results})
     report = judge(results, fit_seeds) if results else {}
     cmd = "python " + shlex.join(["benchmarks/warning_validation.py", *(argv if argv is not None else sys.argv[1:])])
     doc = {"made_by": {"command": cmd, "date": time.strftime("%Y-%m-%d", time.gmtime()),
