@@ -394,18 +394,18 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
         return store.read(f"{key}/result")
 
     quiet()
-    probes = {}
-    for d, ckpt in earlier:
-        probes[d] = domain_probe(run, ckpt, run / CHECKPOINTS / ckpt, d, name=f"{PROBE_PREFIX}{d}{suffix}", n=probe_n,
-                                 max_new_tokens=probe_tokens)
     suites = {f"{d}/id": d for d, _ in earlier}
     chat_template = read_template(cfg)
     start = _location(run, f"{CHECKPOINTS}/{stage_parent}")
     start_check: dict[str, int] | None = None
-    if settings.strict:  # before any training: can the stage start lose enough for a significant drop?
+    if settings.strict:  # before anything else: can the stage start lose enough for a significant drop?
         start_check = solved_at_start(run / CHECKPOINTS / stage_parent, list(suites), n=settings.n, seed=settings.seed,
                                       chat_template=chat_template)
         check_reachable(start_check, alpha=settings.alpha, tests=tests or 1, n=settings.n)
+    probes = {}
+    for d, ckpt in earlier:
+        probes[d] = domain_probe(run, ckpt, run / CHECKPOINTS / ckpt, d, name=f"{PROBE_PREFIX}{d}{suffix}", n=probe_n,
+                                 max_new_tokens=probe_tokens)
     scratch = run / WORK / f"lead-time{suffix}"
     shutil.rmtree(scratch, ignore_errors=True)
     folders = {n: str(run / CHECKPOINTS / n) for n in needed}
