@@ -235,6 +235,14 @@ def main(argv: list[str] | None = None) -> int:
             if store.exists() and store.has(key):
                 results[name] = store.read(key)
             continue
+        args.out.mkdir(parents=True, exist_ok=True)
+        try:  # one measuring process per cell: several passes can share the list (each skips the cells taken)
+            fd = os.open(args.out / f"{name}.lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            print(f"{name}: taken by another pass ({args.out / (name + '.lock')}), skipped", file=sys.stderr, flush=True)
+            continue
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.close(fd)
         run = prepare(args.src, args.out, condition, seed, args.sft_steps, args.rl_steps)
         c0 = time.process_time()
         print(f"[{time.strftime('%H:%M:%S')}] {name}: measuring", file=sys.stderr, flush=True)
