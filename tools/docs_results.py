@@ -327,7 +327,47 @@ def warning_validation(data: Mapping[str, Any]) -> str:
     out += "\n" + _table(["cell", "split", "math solved at the stage start", "math accuracy start -> end",
                           "first significant drop (step)", "evaluations before it", "evaluations",
                           "ground truth / monitor (wall)"], crow)
+    c = data.get("costs") or {}
+
+    def rng(x: Any, digits: int = 0) -> str:
+        return "-" if not x else f"{_num(x['median'], digits)} s [{_num(x['min'], digits)}, {_num(x['max'], digits)}]"
+
+    if c:
+        out += (f"\nCost per cell (median [range] over {c.get('cells')} cells, wall seconds on the shared machine): "
+                f"ground truth {rng(c.get('ground_truth_s'))} ({rng(c.get('per_evaluation_s'), 1)} per evaluation of "
+                f"{(data.get('settings') or {}).get('n')} items), monitor set-up and checks {rng(c.get('monitor_s'))} "
+                f"({rng(c.get('per_check_s'), 2)} per check), the whole cell {rng(c.get('cell_wall_s'))}"
+                + (f"; CPU {rng(c.get('cell_cpu_s'))} per cell, {_num(c.get('cpu_s_total'), 0)} s in all"
+                   if c.get("cell_cpu_s") else "") + ".\n")
     return out
+
+
+def warning_validation_line(data: Mapping[str, Any]) -> str:
+    """README's one paragraph on issue 44's validation: the best predictor, the baselines, the verdict."""
+    v = data.get("validation") or {}
+    if not v.get("rows"):
+        return "*No validation in this file: no cell was measured.*\n"
+    held = v["held_out"]
+
+    def said(r: Mapping[str, Any]) -> str:
+        h = r["held_out"]
+        lead = "" if h.get("lead_median") is None else (
+            f", lead {_num(h['lead_median'], 0)} steps [{h['lead_range'][0]}, {h['lead_range'][1]}]")
+        return (f"{PREDICTOR_LABELS.get(r['predictor'], r['predictor'])}: {h['detected']}/{h['drops']} drops warned in "
+                f"time{lead}, {h['false_alarms']}/{h['without_drop']} false alarms")
+
+    def score(r: Mapping[str, Any]) -> float:
+        x = r["held_out"].get("score")
+        return -math.inf if x is None else float(x)
+
+    best = max(v["rows"], key=score)
+    first, loss = v["baselines"]
+    verdict = ("beats both baselines" if v.get("beats") else "**no predictor beats both baselines**")
+    return (f"- **The early warning, held out with negative controls** (issue 44; quick arena, {held['drops']} held-out "
+            f"stages with a significant drop and {held['without_drop']} without; thresholds fitted on the seed-0 stages): "
+            f"best {said(best)}; baselines {said(first)}, {said(loss)}: {verdict} "
+            f"([docs/monitor.md](docs/monitor.md#validation-lead-times-and-false-alarms-on-held-out-runs), "
+            f"`warning_validation.json`).\n")
 
 
 def test_tiers(data: Mapping[str, Any]) -> str:
@@ -359,6 +399,7 @@ RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "study-times": (study_times, STUDY_CMD),
     "test-tiers": (test_tiers, TESTS_CMD),
     "warning-validation": (warning_validation, VALIDATION_CMD),
+    "warning-validation-line": (warning_validation_line, VALIDATION_CMD),
 }
 
 
