@@ -352,8 +352,9 @@ def warning_validation_line(data: Mapping[str, Any]) -> str:
     def said(r: Mapping[str, Any]) -> str:
         h = r["held_out"]
         lead = "" if h.get("lead_median") is None else (
-            f", lead {_num(h['lead_median'], 0)} steps [{h['lead_range'][0]}, {h['lead_range'][1]}]")
-        return (f"{PREDICTOR_LABELS.get(r['predictor'], r['predictor'])}: {h['detected']}/{h['drops']} drops warned in "
+            f", lead {_num(h['lead_median'], 1)} steps [{h['lead_range'][0]}, {h['lead_range'][1]}]")
+        name = PREDICTOR_LABELS.get(r["predictor"], r["predictor"]).removeprefix("baseline: ")
+        return (f"{name}: {h['detected']}/{h['drops']} drops warned in "
                 f"time{lead}, {h['false_alarms']}/{h['without_drop']} false alarms")
 
     def score(r: Mapping[str, Any]) -> float:

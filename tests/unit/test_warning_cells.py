@@ -82,3 +82,32 @@ def test_cell_curricula_change_only_what_the_condition_says(tmp_path):
     with pytest.raises(SystemExit, match="no ecom stage"):
         bench.stage_block(text, "ecom")
     assert bench.finite({"a": [float("nan"), 1.0, {"b": float("inf")}]}) == {"a": [None, 1.0, {"b": None}]}
+
+
+def test_the_docs_tables_render_the_comparison():
+    from tools.docs_results import warning_validation, warning_validation_line
+
+    fit = monitor_grid_series(0, lead(6, 3)) + monitor_grid_series(1, lead(None, 99))
+    held = (monitor_grid_series(2, lead(5, 2)) + monitor_grid_series(3, lead(8, 4))
+            + monitor_grid_series(4, lead(None, 99)) + monitor_grid_series(5, lead(None, 4)))
+    v = compare(fit + held, ["fkl", FIRST_CHECK, "loss_fall"], fit_runs=[0, 1])
+    names = {0: "search-sft-s0", 1: "math-rl-s0", 2: "search-sft-s1", 3: "search-sft-s2", 4: "math-rl-s1", 5: "math-rl-s2"}
+    for part in ("fit", "held_out"):
+        v[part]["cells"] = [names[i] for i in v[part].pop("runs")]
+    v["cells"] = [{"cell": names[s.seed], "seed": s.seed, "fit": s.seed < 2, "domain": s.domain, "drop_step": s.drop_step}
+                  for s in fit + held]
+    data = {"validation": v, "settings": {"n": 10}, "cells": {},
+            "costs": {"cells": 6, "ground_truth_s": {"median": 30.0, "min": 20.0, "max": 40.0}}}
+    table = warning_validation(data)
+    assert "| forward KL to the stage start **(beats both baselines)** | 0.5 | 2/2 [0.34, 1.00] | 3.5 [3, 4] | 0 / 0 | 1/2 [" in table
+    # the first check: every drop at the longest lead, a false alarm on every stage without a drop
+    assert "| baseline: warn at the first check | - | 2/2 [0.34, 1.00] | 5.5 [4, 7] | 0 / 0 | 2/2 [0.34, 1.00] | 0.00 |" in table
+    assert "judged on search-sft-s1, search-sft-s2, math-rl-s1, math-rl-s2 (2 with a significant drop, 2 without)" in table
+    assert "| search-sft-s1 | held out |" in table and "| math-rl-s1 | held out |" in table
+    assert "ground truth 30 s [20, 40]" in table
+    line = warning_validation_line(data)
+    assert line.startswith("- **The early warning, held out with negative controls**")
+    assert "2 held-out stages with a significant drop and 2 without" in line
+    assert "best forward KL to the stage start: 2/2 drops warned in time, lead 3.5 steps [3, 4], 1/2 false alarms" in line
+    assert "baselines warn at the first check: 2/2 drops warned in time, lead 5.5 steps [4, 7], 2/2 false alarms" in line
+    assert v["beats"] == ["fkl"] and line.rstrip().endswith("`warning_validation.json`).")
