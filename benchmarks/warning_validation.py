@@ -15,8 +15,8 @@ then x1.25 apart, and the end), ``--strict`` (a cell whose stage start could not
 significant drop is refused before training). Conditions (:data:`CONDITIONS`):
 
 * ``search-sft``: the quick search stage's SFT phase (the stage that forgets math), shortened to
-  ``--sft-steps`` at 4x its learning rate (1.6e-3: at the recipe's 4e-4 math fell from 16 to 12 of
-  50 items only by step 40, too slow to time a warning against in a short run);
+  ``--sft-steps`` at 4x its learning rate (1.6e-3: at the recipe's 4e-4 a first 40-step probe showed no
+  significant math drop, too slow to time a warning against in a short run);
 * ``search-sft-low-lr``: the same at a twentieth of that learning rate (8e-5; a negative control);
 * ``math-rl``: continued GRPO on math from the math stage's end (``--same-domain --phases rl``:
   same domain, RL only; a negative control).
