@@ -364,6 +364,10 @@ def warning_validation_line(data: Mapping[str, Any]) -> str:
     best = max(v["rows"], key=score)
     first, loss = v["baselines"]
     verdict = ("beats both baselines" if v.get("beats") else "**no predictor beats both baselines**")
+    ties = [PREDICTOR_LABELS.get(b["predictor"], b["predictor"]).removeprefix("baseline: ") for b in (first, loss)
+            if score(b) == score(best)]
+    if ties and not v.get("beats"):
+        verdict += f" (the best ties {' and '.join(ties)} on its score)"
     return (f"- **The early warning, held out with negative controls** (issue 44; quick arena, {held['drops']} held-out "
             f"stages with a significant drop and {held['without_drop']} without; thresholds fitted on the seed-0 stages): "
             f"best {said(best)}; baselines {said(first)}, {said(loss)}: {verdict} "
