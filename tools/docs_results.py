@@ -275,6 +275,106 @@ def monitor_validation(data: Mapping[str, Any]) -> str:
     return table
 
 
+def _frac(k: Any, n: Any) -> str:
+    return "-" if not n else f"{k}/{n}"
+
+
+def warning_validation(data: Mapping[str, Any]) -> str:
+    """Issue 44: every predictor and the two baselines, thresholds fitted on the fit cells, judged on the held-out ones."""
+    v = data.get("validation") or {}
+    if not v.get("rows"):
+        return "*No validation in this file: no cell was measured.*\n"
+    rows = []
+    for r in [*v["rows"], *v["baselines"]]:
+        h = r["held_out"]
+        lead = "-" if h.get("lead_median") is None else (
+            f"{_num(h['lead_median'], 1)} [{h['lead_range'][0]}, {h['lead_range'][1]}]")
+        rows.append([PREDICTOR_LABELS.get(r["predictor"], r["predictor"]) + (" **(beats both baselines)**"
+                                                                            if r["predictor"] in v.get("beats", []) else ""),
+                     "-" if r.get("threshold") is None else f"{r['threshold']:.3g}",
+                     _frac(h["detected"], h["drops"]) + (f" [{_num(h['detection_ci'][0])}, {_num(h['detection_ci'][1])}]"
+                                                         if h.get("detection_ci") else ""),
+                     lead, f"{h['late']} / {h['missed']}",
+                     _frac(h["false_alarms"], h["without_drop"]) + (
+                         f" [{_num(h['false_alarm_ci'][0])}, {_num(h['false_alarm_ci'][1])}]"
+                         if h.get("false_alarm_ci") else ""),
+                     _num(h.get("score"))])
+    fit, held = v["fit"], v["held_out"]
+    out = _table(["predictor", "threshold (fit cells)", "held-out drops warned in time [95% CI]",
+                  "lead, steps: median [range]", "late / never", "false alarms per stage without a drop [95% CI]",
+                  "score (detection - false-alarm rate)"], rows)
+    out += (f"\nThresholds fitted on {', '.join(fit['cells'])} ({fit['drops']} of {fit['series']} with a significant "
+            f"drop); judged on {', '.join(held['cells'])} ({held['drops']} with a significant drop, "
+            f"{held['without_drop']} without). "
+            + ("Predictors whose held-out score beats both baselines: "
+               + ", ".join(PREDICTOR_LABELS.get(b, b) for b in v["beats"]) + "."
+               if v.get("beats") else "**No predictor beats both baselines on the held-out cells.**") + "\n")
+    cells = data.get("cells") or {}
+    crow = []
+    for c in v.get("cells", []):
+        res = cells.get(c["cell"]) or {}
+        pts = (res.get("ground_truth") or {}).get(c["domain"]) or []
+        n = (data.get("settings") or {}).get("n")
+        start = pts[0] if pts else {}
+        end = pts[-1] if pts else {}
+        before = "-" if c["drop_step"] is None else str(sum(1 for q in pts[1:] if q["step"] < c["drop_step"]))
+        cost = res.get("cost") or {}
+        crow.append([c["cell"], "fit" if c["fit"] else "held out",
+                     f"{round(start.get('accuracy', 0) * (n or 0))}/{n}" if pts and n else "-",
+                     f"{_num(start.get('accuracy'))} -> {_num(end.get('accuracy'))}",
+                     drop_label(c["drop_step"]), before, str(len(pts)),
+                     f"{_num(cost.get('ground_truth_s'), 0)} s / {_num((cost.get('monitor_checks_s') or 0) + (cost.get('monitor_setup_s') or 0), 0)} s"])
+    out += "\n" + _table(["cell", "split", "math solved at the stage start", "math accuracy start -> end",
+                          "first significant drop (step)", "evaluations before it", "evaluations",
+                          "ground truth / monitor (wall)"], crow)
+    c = data.get("costs") or {}
+
+    def rng(x: Any, digits: int = 0) -> str:
+        return "-" if not x else f"{_num(x['median'], digits)} s [{_num(x['min'], digits)}, {_num(x['max'], digits)}]"
+
+    if c:
+        out += (f"\nCost per cell (median [range] over {c.get('cells')} cells, wall seconds on the shared machine): "
+                f"ground truth {rng(c.get('ground_truth_s'))} ({rng(c.get('per_evaluation_s'), 1)} per evaluation of "
+                f"{(data.get('settings') or {}).get('n')} items), monitor set-up and checks {rng(c.get('monitor_s'))} "
+                f"({rng(c.get('per_check_s'), 2)} per check), the whole cell {rng(c.get('cell_wall_s'))}"
+                + (f"; CPU {rng(c.get('cell_cpu_s'))} per cell, {_num(c.get('cpu_s_total'), 0)} s in all"
+                   if c.get("cell_cpu_s") else "") + ".\n")
+    return out
+
+
+def warning_validation_line(data: Mapping[str, Any]) -> str:
+    """README's one paragraph on issue 44's validation: the best predictor, the baselines, the verdict."""
+    v = data.get("validation") or {}
+    if not v.get("rows"):
+        return "*No validation in this file: no cell was measured.*\n"
+    held = v["held_out"]
+
+    def said(r: Mapping[str, Any]) -> str:
+        h = r["held_out"]
+        lead = "" if h.get("lead_median") is None else (
+            f", lead {_num(h['lead_median'], 1)} steps [{h['lead_range'][0]}, {h['lead_range'][1]}]")
+        name = PREDICTOR_LABELS.get(r["predictor"], r["predictor"]).removeprefix("baseline: ")
+        return (f"{name}: {h['detected']}/{h['drops']} drops warned in "
+                f"time{lead}, {h['false_alarms']}/{h['without_drop']} false alarms")
+
+    def score(r: Mapping[str, Any]) -> float:
+        x = r["held_out"].get("score")
+        return -math.inf if x is None else float(x)
+
+    best = max(v["rows"], key=score)
+    first, loss = v["baselines"]
+    verdict = ("beats both baselines" if v.get("beats") else "**no predictor beats both baselines**")
+    ties = [PREDICTOR_LABELS.get(b["predictor"], b["predictor"]).removeprefix("baseline: ") for b in (first, loss)
+            if score(b) == score(best)]
+    if ties and not v.get("beats"):
+        verdict += f" (the best ties {' and '.join(ties)} on its score)"
+    return (f"- **The early warning, held out with negative controls** (issue 44; quick arena, {held['drops']} held-out "
+            f"stages with a significant drop and {held['without_drop']} without; thresholds fitted on the seed-0 stages): "
+            f"best {said(best)}; baselines {said(first)}, {said(loss)}: {verdict} "
+            f"([docs/monitor.md](docs/monitor.md#validation-lead-times-and-false-alarms-on-held-out-runs), "
+            f"`warning_validation.json`).\n")
+
+
 def test_tiers(data: Mapping[str, Any]) -> str:
     """Each test tier's command, its test counts and its wall time."""
     rows = []
@@ -286,6 +386,8 @@ def test_tiers(data: Mapping[str, Any]) -> str:
 
 
 TESTS_CMD = "python -m pytest tests/unit, then make test-fast, timed (docs/testing.md)"
+VALIDATION_CMD = ("python benchmarks/warning_validation.py --from runs/demo --out runs/val "
+                  "--json-out docs/results/warning_validation.json && make docs-results")
 
 RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "demo-stages": (demo_stages, DEMO_CMD),
@@ -301,6 +403,8 @@ RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "monitor-validation": (monitor_validation, STUDY_CMD),
     "study-times": (study_times, STUDY_CMD),
     "test-tiers": (test_tiers, TESTS_CMD),
+    "warning-validation": (warning_validation, VALIDATION_CMD),
+    "warning-validation-line": (warning_validation_line, VALIDATION_CMD),
 }
 
 

@@ -364,6 +364,43 @@ def warning_series(seed: int, lead: dict[str, Any]) -> tuple[list[Any], list[str
     return out, unreachable
 
 
+def monitor_grid_series(run_id: int, lead: dict[str, Any]) -> list[Any]:
+    """The :class:`~aclarena.diagnostics.warning_validation.WarningSeries` of one lead-time result on the
+    monitor's own grid (every check), for :func:`~aclarena.diagnostics.warning_validation.compare`.
+
+    A predictor then warns at the check where it crosses, not at the next ground-truth evaluation
+    (:func:`warning_series` puts everything on the ground truth's steps). Predictors: every scalar of
+    the domain's probe set, ``razor_fkl`` (the forward KL on the stage's own prompts) and
+    ``loss_fall``: the first logged training loss minus the loss as of the step (how far the new task
+    has been learned). The drop is the accuracy lost since the stage start as of each step; the drop
+    step is the first Holm-significant drop. ``run_id`` goes into the series' ``seed`` field (the key
+    of the fit / held-out split).
+    """
+    from aclarena.diagnostics.warning_validation import WarningSeries, as_of
+
+    out: list[Any] = []
+    ser = lead.get("series") or {}
+    for domain, points in (lead.get("ground_truth") or {}).items():
+        probe = ser.get(domain) or {}
+        steps = [int(x) for x in probe.get("step", [])]
+        if not points or len(steps) < 2:
+            continue
+        start = float(points[0]["accuracy"])
+        drop = as_of([p["step"] for p in points], [start - float(p["accuracy"]) for p in points], steps)
+        first = next((int(p["step"]) for p in points[1:] if p.get("significant")), None)
+        preds: dict[str, list[float]] = {m: [math.nan if v is None else float(v) for v in col]
+                                         for m, col in probe.items() if m != "step"}
+        if "razor" in ser:
+            preds["razor_fkl"] = as_of(ser["razor"].get("step", []), ser["razor"].get("fkl", []), steps)
+        train = ser.get("train") or {}
+        losses = [float(x) for x in train.get("loss", [])]
+        if losses:
+            preds["loss_fall"] = [losses[0] - v if math.isfinite(v) else math.nan
+                                  for v in as_of(train.get("step", []), losses, steps)]
+        out.append(WarningSeries(seed=run_id, domain=domain, steps=steps, predictors=preds, drop=drop, drop_step=first))
+    return out
+
+
 def validation_report(leads: dict[int, dict[str, Any]], fit_seed: int, *, seeds: Sequence[int],
                       errors: dict[int, str] | None = None) -> dict[str, Any]:
     """Thresholds fitted on ``fit_seed`` only, reported on the other seeds (pure; docs/study.md).

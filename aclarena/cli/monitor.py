@@ -50,6 +50,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--alpha", type=float, default=0.05, help="significance of a benchmark drop (default 0.05)")
     g.add_argument("--replicate", type=int, default=0, metavar="R",
                    help="the replicate of a `train --seeds N` run (names ending in -s<R>; default 0)")
+    g.add_argument("--dense", type=int, default=None, metavar="K",
+                   help="ground truth at every step for the first K steps of each phase, then sparser (x1.25 each "
+                        "time) and at the end, instead of every --eval-every steps")
+    g.add_argument("--phases", default=None, metavar="KINDS",
+                   help="retrain only these phase kinds of the stage, comma-separated (rl: its GRPO phase alone)")
+    g.add_argument("--same-domain", action="store_true",
+                   help="continue the stage's own domain from the stage's end (a negative control: nothing else to lose)")
+    g.add_argument("--strict", action="store_true",
+                   help="evaluate the stage start first; refuse before training when no drop could be significant")
     g.add_argument("--force", action="store_true", help="measure again even if the stored table has the same settings")
     p.set_defaults(func=run)
 
@@ -208,8 +217,10 @@ def run_lead_time(args: argparse.Namespace) -> int:
     from aclarena.train.lead_time import LeadTimeSettings, measure_lead_time
 
     quiet_libraries()
+    phases = None if args.phases is None else tuple(x.strip() for x in args.phases.split(",") if x.strip())
     settings = LeadTimeSettings(stage=args.stage, eval_every=args.eval_every, every_n_steps=args.every, n=args.n,
-                                alpha=args.alpha, replicate=args.replicate)
+                                alpha=args.alpha, replicate=args.replicate, dense=args.dense, phases=phases,
+                                same_domain=args.same_domain, strict=args.strict)
     result = measure_lead_time(args.run, settings, force=args.force, show_progress=not args.json)
     if args.json:
         print_json(result)
@@ -223,8 +234,10 @@ def print_lead_time(result: dict[str, Any]) -> None:
 
     print_table(
         lead_time_rows(result), [k for k, _, _ in LEAD_COLUMNS], headers=[h for _, h, _ in LEAD_COLUMNS],
-        title=f"lead time of each warning, {result['stage']} stage ({result['steps']} steps; ground truth every "
-              f"{result['settings']['eval_every']} steps on {result['settings']['n']} fixed items)",
+        title=f"lead time of each warning, {result['stage']} stage ({result['steps']} steps; ground truth "
+              + (f"every step for the first {result['settings']['dense']} steps of each phase, then sparser"
+                 if result['settings'].get('dense') else f"every {result['settings']['eval_every']} steps")
+              + f", on {result['settings']['n']} fixed items)",
         caption="lead = drop step - warning step (> 0: warned before the drop); drop = first evaluation whose exact "
                 "one-sided McNemar test against the stage start is significant at "
                 f"{result['settings']['alpha']} after Holm's correction over the stage's evaluations",

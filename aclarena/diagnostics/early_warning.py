@@ -373,6 +373,9 @@ PREDICTOR_LABELS = {
     "fkl_current": "forward KL on the current task",
     "razor_fkl": "forward KL on the current task (RL's Razor)",
     "loss": "training loss",
+    "fkl_high": "forward KL to the stage start at high-entropy positions",
+    "loss_fall": "baseline: fall of the new task's training loss",
+    "first_check": "baseline: warn at the first check",
 }
 
 

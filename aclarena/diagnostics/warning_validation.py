@@ -23,16 +23,53 @@ steps, the ground truth every M). :func:`as_of` puts a predictor on the benchmar
 causally: at each benchmark step, the predictor's latest value at or before it (what a
 monitor watching the run would have known then), NaN before its first value.
 
+Where the ground truth is evaluated decides how early a warning can be shown to be: a drop found
+at the first evaluation after the stage start leaves no room for any lead. :func:`dense_schedule`
+evaluates every step at the start of a phase, where drops happen, and sparser later.
+
+The held-out comparison (:func:`compare`) judges every predictor against two baselines any
+signal must beat: warning at the first check after the stage start (:data:`FIRST_CHECK`: it
+detects every drop as early as possible and false-alarms on every stage without one), and a
+threshold on how far the new task's training loss has fallen since the stage start
+(``loss_fall``: forgetting as a side effect of learning the new task), fitted like the others.
+
 Pure functions over numbers: no torch, h5py or transformers.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+#: the baseline that warns at the first check after the stage start, whatever the values
+FIRST_CHECK = "first_check"
+
+
+def dense_schedule(length: int, *, dense: int = 10, growth: float = 1.25) -> list[int]:
+    """Ground-truth evaluation steps of a phase of ``length`` steps: every step from 0 to ``dense``,
+    then each step ``growth`` times the previous one (rounded, at least one step later), and the last.
+
+    ``dense_schedule(60)`` is 0, 1, ..., 10, 12, 15, 19, 24, 30, 38, 48, 60.
+    """
+    for name, v in (("length", length), ("dense", dense)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "length" else 0):
+            raise ValueError(f"`{name}` must be an integer >= {1 if name == 'length' else 0}, got {v!r}")
+    if isinstance(growth, bool) or not isinstance(growth, int | float) or not math.isfinite(growth) or growth <= 1:
+        raise ValueError(f"`growth` must be a number > 1, got {growth!r}")
+    steps = list(range(0, min(dense, length) + 1))
+    s = steps[-1]
+    while s < length:
+        s = min(length, max(s + 1, round(s * growth)))
+        steps.append(s)
+    return steps
+
+
+def evaluations_before(schedule: Sequence[int], step: int) -> int:
+    """How many evaluations of ``schedule`` come after its first (the stage start) and before ``step``."""
+    return sum(1 for s in sorted(set(schedule))[1:] if s < step)
 
 
 @dataclass(frozen=True)
@@ -176,3 +213,92 @@ def validate(series: Sequence[WarningSeries], predictors: Sequence[str], fit_see
         out.append(PredictorReport(predictor=p, threshold=c, leads=leads, detected=det, false_alarms=fa, misses=miss,
                                    r2=r_squared(xs, ys)))
     return out
+
+
+# --- the held-out comparison against the baselines -------------------------------------------
+
+
+def warn_at_first_check(s: WarningSeries) -> int | None:
+    """The baseline :data:`FIRST_CHECK`: a warning at the first check after the stage start."""
+    return int(s.steps[1]) if len(s.steps) > 1 else None
+
+
+def judge(series: Sequence[WarningSeries], warn: Callable[[WarningSeries], int | None]) -> dict[str, object]:
+    """How a warning rule (``warn``: a series -> its warning step or None) did on ``series``.
+
+    A warning at or before the drop is a detection (lead = drop step - warning step, >= 0); a later
+    one is ``late``, none at all ``missed``; any warning on a series without a drop is a false alarm.
+    Rates come with Wilson 95% intervals (``detection_ci``, ``false_alarm_ci``); ``score`` is the
+    detection rate minus the false-alarm rate (Youden's J: 0 for a rule that warns on everything,
+    or on nothing).
+    """
+    from aclarena.diagnostics.flips import wilson
+
+    leads: list[int] = []
+    late = missed = fa = 0
+    drops = [s for s in series if s.drop_step is not None]
+    quiet = [s for s in series if s.drop_step is None]
+    for s in drops:
+        w = warn(s)
+        assert s.drop_step is not None
+        if w is None:
+            missed += 1
+        elif w <= s.drop_step:
+            leads.append(int(s.drop_step) - int(w))
+        else:
+            late += 1
+    for s in quiet:
+        fa += warn(s) is not None
+    det_rate = len(leads) / len(drops) if drops else None
+    fa_rate = fa / len(quiet) if quiet else None
+    return {"drops": len(drops), "without_drop": len(quiet), "detected": len(leads), "late": late, "missed": missed,
+            "false_alarms": fa, "leads": leads,
+            "lead_median": float(np.median(leads)) if leads else None,
+            "lead_range": [min(leads), max(leads)] if leads else None,
+            "detection_rate": det_rate, "detection_ci": list(wilson(len(leads), len(drops))) if drops else None,
+            "false_alarm_rate": fa_rate, "false_alarm_ci": list(wilson(fa, len(quiet))) if quiet else None,
+            "score": det_rate - fa_rate if det_rate is not None and fa_rate is not None else None}
+
+
+def compare(series: Sequence[WarningSeries], predictors: Sequence[str], fit_runs: Collection[int],
+            *, baseline_loss: str = "loss_fall") -> dict[str, object]:
+    """Thresholds fitted on the series of ``fit_runs`` (their ``seed`` field), judged on every other series.
+
+    Returns ``{"fit", "held_out", "rows", "baselines", "beats"}``: ``rows`` per predictor (its
+    threshold and :func:`judge` on the held-out series, and on the fit series for reference),
+    ``baselines`` the two rules any predictor must beat (:data:`FIRST_CHECK` and the fitted
+    threshold on ``baseline_loss``), ``beats`` the predictors whose held-out ``score`` is higher
+    than both baselines'.
+    """
+    fit_set = set(fit_runs)
+    fit = [s for s in series if s.seed in fit_set]
+    held = [s for s in series if s.seed not in fit_set]
+    if not fit:
+        raise ValueError(f"no series of the fit runs {sorted(fit_set)}")
+    if not held:
+        raise ValueError("no held-out series: every run was used for fitting")
+
+    def row(name: str) -> dict[str, object]:
+        if name == FIRST_CHECK:
+            return {"predictor": name, "threshold": None, "held_out": judge(held, warn_at_first_check),
+                    "fit": judge(fit, warn_at_first_check)}
+        c = fit_threshold(fit, name)
+        return {"predictor": name, "threshold": c, "held_out": judge(held, lambda s: s.warn_step(name, c)),
+                "fit": judge(fit, lambda s: s.warn_step(name, c))}
+
+    rows = [row(p) for p in predictors if p not in (FIRST_CHECK, baseline_loss)]
+    baselines = [row(FIRST_CHECK), row(baseline_loss)]
+
+    def score(r: Mapping[str, object]) -> float:
+        held_out = r["held_out"]
+        assert isinstance(held_out, dict)
+        v = held_out["score"]
+        return -math.inf if v is None else float(v)
+
+    bar = max(score(b) for b in baselines)
+    return {"fit": {"runs": sorted(fit_set), "series": len(fit), "drops": sum(s.drop_step is not None for s in fit)},
+            "held_out": {"runs": sorted({s.seed for s in held}), "series": len(held),
+                         "drops": sum(s.drop_step is not None for s in held),
+                         "without_drop": sum(s.drop_step is None for s in held)},
+            "rows": rows, "baselines": baselines,
+            "beats": [r["predictor"] for r in rows if score(r) > bar]}

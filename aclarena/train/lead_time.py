@@ -35,7 +35,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,14 +82,17 @@ BENCH_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "suite": "S32", "n
 
 class GroundTruthCallback(TrainerCallback):
     """Evaluate fixed items of some suites with the live model every ``every_n_steps`` (and at
-    the start and the end); rows go to ``monitor/<label>/bench`` of a shared :class:`MonitorStore`.
+    the start and the end), or at exactly the phase's ``steps`` when given (a schedule such as
+    :func:`~aclarena.diagnostics.warning_validation.dense_schedule`; the start and the end always);
+    rows go to ``monitor/<label>/bench`` of a shared :class:`MonitorStore`.
 
     Greedy, ``n`` items drawn with ``seed`` from each suite's eval split (the same items at
     every evaluation, so that per-item outcomes can be compared). Main process only.
     """
 
     def __init__(self, suites: Sequence[str], *, store: MonitorStore, label: str, every_n_steps: int = 5,
-                 n: int = 50, seed: int = 0, batch_size: int = 64, monitor: DriftMonitorCallback | None = None) -> None:
+                 n: int = 50, seed: int = 0, batch_size: int = 64, monitor: DriftMonitorCallback | None = None,
+                 steps: Collection[int] | None = None) -> None:
         from aclarena.envs import parse_suite
 
         for s in suites:
@@ -102,6 +105,7 @@ class GroundTruthCallback(TrainerCallback):
         self.store = store
         self.series = f"monitor/{label}/bench"
         self.every_n_steps = every_n_steps
+        self.steps = None if steps is None else frozenset(int(x) for x in steps)  # when given: exactly these steps
         self.n = n
         self.seed = seed
         self.batch_size = batch_size
@@ -122,7 +126,8 @@ class GroundTruthCallback(TrainerCallback):
         return control
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
-        if int(state.global_step) % self.every_n_steps == 0:
+        step = int(state.global_step)
+        if (step in self.steps) if self.steps is not None else step % self.every_n_steps == 0:
             self._evaluate(state, model)
         return control
 
@@ -166,7 +171,17 @@ class GroundTruthCallback(TrainerCallback):
 
 @dataclass(frozen=True, slots=True)
 class LeadTimeSettings:
-    """What :func:`measure_lead_time` does: which stage, how often, on how many items."""
+    """What :func:`measure_lead_time` does: which stage, how often, on how many items.
+
+    ``dense``: evaluate the ground truth on :func:`~aclarena.diagnostics.warning_validation.dense_schedule`
+    (every step for the first ``dense`` steps of each phase, then sparser) instead of every
+    ``eval_every`` steps. ``phases``: retrain only these phase kinds of the stage (``("rl",)``: its
+    GRPO phase alone, from the stage's parent). ``same_domain``: continue the stage's own domain
+    from the stage's end (a stage that keeps training what it was trained on; the first stage is
+    allowed), monitored and evaluated on that domain, phases named ``cont-<name>``. ``strict``:
+    evaluate the stage start first and refuse (one line, before any training) when it solves too
+    few items for any drop to be significant over the planned evaluations.
+    """
 
     stage: str = "ecom"
     eval_every: int = 5
@@ -175,6 +190,10 @@ class LeadTimeSettings:
     alpha: float = 0.05
     seed: int = 0
     replicate: int = 0
+    dense: int | None = None
+    phases: tuple[str, ...] | None = None
+    same_domain: bool = False
+    strict: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.replicate, bool) or not isinstance(self.replicate, int) or self.replicate < 0:
@@ -189,21 +208,52 @@ class LeadTimeSettings:
             raise AclarenaError(f"--every must be an integer >= 1, got {self.every_n_steps!r}")
         if not (isinstance(self.alpha, int | float) and 0 < self.alpha < 1):
             raise AclarenaError(f"--alpha must be in (0, 1), got {self.alpha!r}")
+        if self.dense is not None and (isinstance(self.dense, bool) or not isinstance(self.dense, int) or self.dense < 1):
+            raise AclarenaError(f"--dense must be an integer >= 1 (steps evaluated one by one at each phase start), "
+                                f"got {self.dense!r}")
+        if self.phases is not None:
+            from aclarena.train.config import PHASE_KINDS
+
+            bad = [k for k in self.phases if k not in PHASE_KINDS]
+            if not self.phases or bad:
+                raise AclarenaError(f"--phases {','.join(self.phases)}: name phase kinds among {', '.join(PHASE_KINDS)}")
+
+    def identity(self) -> dict[str, Any]:
+        """The settings that decide the result; options at their defaults are left out, so that a
+        result stored before they existed keeps its identity."""
+        plain = dataclasses.asdict(self)
+        for k, default in (("replicate", 0), ("dense", None), ("phases", None), ("same_domain", False),
+                           ("strict", False)):
+            if plain[k] == default:
+                del plain[k]
+        if plain.get("phases") is not None:
+            plain["phases"] = list(plain["phases"])
+        return plain
 
 
-def planned_tests(phase_steps: Sequence[int | None], eval_every: int) -> int | None:
+def phase_eval_steps(length: int, eval_every: int, dense: int | None = None) -> list[int]:
+    """The steps of one phase of ``length`` steps where the ground truth is evaluated: every
+    ``eval_every`` steps, or :func:`~aclarena.diagnostics.warning_validation.dense_schedule` with
+    ``dense``; the start and the end always."""
+    from aclarena.diagnostics.warning_validation import dense_schedule
+
+    steps = set(dense_schedule(length, dense=dense)) if dense is not None else set(range(0, length + 1, eval_every))
+    return sorted(steps | {0, length})
+
+
+def planned_tests(phase_steps: Sequence[int | None], eval_every: int, dense: int | None = None) -> int | None:
     """How many ground-truth evaluations follow the stage start (the Holm family), or None when a phase's length is unknown.
 
-    Each phase is evaluated at its start, every ``eval_every`` steps and at its end; the phases
-    are laid end to end, so a phase's start is the previous phase's end (one evaluation).
+    Each phase is evaluated at its start, every ``eval_every`` steps (or on the dense schedule)
+    and at its end; the phases are laid end to end, so a phase's start is the previous phase's
+    end (one evaluation).
     """
     steps: set[int] = set()
     offset = 0
     for n in phase_steps:
         if n is None:
             return None
-        steps.update(offset + k for k in range(0, n + 1, eval_every))
-        steps.update((offset, offset + n))
+        steps.update(offset + k for k in phase_eval_steps(n, eval_every, dense))
         offset += n
     return max(1, len(steps) - 1)
 
@@ -222,6 +272,37 @@ def check_items(n: int, alpha: float, tests: int | None) -> None:
         raise AclarenaError(f"-n {n} items can never show a significant drop: losing all {n} gives p = "
                             f"{0.5 ** n:.3g}, not below {what}; use -n {need} or more (or fewer evaluations, "
                             "--eval-every larger)")
+
+
+def solved_at_start(folder: str | os.PathLike[str], suites: Sequence[str], *, n: int, seed: int = 0,
+                    chat_template: str | None = None) -> dict[str, int]:
+    """How many of the ground-truth items of each suite the checkpoint in ``folder`` solves (greedy, the
+    items :class:`GroundTruthCallback` evaluates)."""
+    from aclarena.envs import sample_tasks
+    from aclarena.envs.rollout import generate_trajectories
+    from aclarena.train.phases import load_start
+
+    model, tok = load_start(folder, require_chat_template=False, chat_template=chat_template)
+    model.eval()
+    out = {}
+    for suite in suites:
+        trajs = generate_trajectories(model, tok, sample_tasks(suite, n, seed=seed, split="eval"), do_sample=False,
+                                      seed=seed, batch_size=64)
+        out[suite] = sum(1 for t in trajs if t is not None and t.reward >= 1.0)
+    return out
+
+
+def check_reachable(solved: Mapping[str, int], *, alpha: float, tests: int, n: int) -> None:
+    """Refuse a ground-truth schedule with which no drop could be significant, given how many items the stage
+    start solves (one line naming the suite and the fix)."""
+    for suite, k in solved.items():
+        if not drop_reachable(k, alpha, tests):
+            need = min_items(alpha, tests)
+            raise AclarenaError(f"{suite}: the stage start solves {k} of {n} ground-truth items, so even losing all "
+                                f"of them gives p = {0.5 ** k:.3g}, not below alpha / {tests} evaluations = "
+                                f"{alpha / tests:.3g}: no drop could be significant; use more items (-n, so that "
+                                f"at least {need} are solved) or fewer evaluations (a smaller --dense or a larger "
+                                "--eval-every)")
 
 
 def _fingerprint(obj: Any) -> str:
@@ -257,8 +338,9 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     if settings.stage not in domains:
         raise AclarenaError(f"the curriculum has no {settings.stage!r} stage; stages: {', '.join(domains)}")
     i = domains.index(settings.stage)
-    if i == 0:
-        raise AclarenaError(f"{settings.stage!r} is the first stage: there is no earlier capability to lose")
+    if i == 0 and not settings.same_domain:
+        raise AclarenaError(f"{settings.stage!r} is the first stage: there is no earlier capability to lose "
+                            "(--same-domain continues it from its end instead)")
     mon = cfg.monitor
     every = settings.every_n_steps or (mon.every_n_steps if mon is not None else 5)
     rules = dict(mon.rules) if mon is not None else default_rules()
@@ -268,22 +350,40 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     suffix = replicate_suffix(r)
     jobs = {j.name: j for j in plan(cfg, r + 1)}
     stage = cfg.stages[i]
-    names = phase_names("seq", stage, r)
-    earlier = [(s.domain, phase_names("seq", s, r)[-1]) for s in cfg.stages[:i]]
-    first = jobs[names[0]]
-    assert first.parent is not None  # a stage after the first starts from a checkpoint of the plan
-    needed = [first.parent, *[c for _, c in earlier]]
+    own = phase_names("seq", stage, r)
+    kinds = [ph.kind for ph in stage.phases]
+    if settings.phases is not None and not set(settings.phases) <= set(kinds):
+        raise AclarenaError(f"--phases {','.join(settings.phases)}: the {settings.stage} stage has the phases "
+                            f"{', '.join(kinds)}")
+    chosen = [n for n, k in zip(own, kinds, strict=True) if settings.phases is None or k in settings.phases]
+    if settings.same_domain:  # keep training the stage's own domain, from the stage's end
+        earlier = [(stage.domain, own[-1])]
+        parent: str = own[-1]
+    else:
+        earlier = [(s.domain, phase_names("seq", s, r)[-1]) for s in cfg.stages[:i]]
+        first_parent = jobs[own[0]].parent
+        assert first_parent is not None  # a stage after the first starts from a checkpoint of the plan
+        parent = first_parent
+    names: list[str] = []
+    stage_parent = parent
+    for n in chosen:  # the phases retrained, chained from the stage start (renamed when they start elsewhere)
+        job = jobs[n]
+        if job.parent != parent:
+            new = f"cont-{n}" if settings.same_domain else n
+            job = dataclasses.replace(job, name=new, parent=parent,
+                                      fingerprint=_fingerprint({"of": job.fingerprint, "parent": parent}))
+            jobs[job.name] = job
+        names.append(job.name)
+        parent = job.name
+    needed = list(dict.fromkeys([stage_parent, *[c for _, c in earlier]]))
     for name in needed:
         if finished(run / CHECKPOINTS / name) is None:
             raise AclarenaError(f"checkpoint {name!r} is not trained in {run}; finish the curriculum first "
                                 f"(aclarena-diag train --config {cfg_path} --out {run}"
                                 + (f" --seeds {r + 1}" if r else "") + ")")
-    tests = planned_tests([_phase_steps(jobs[n]) for n in names], settings.eval_every)
+    tests = planned_tests([_phase_steps(jobs[n]) for n in names], settings.eval_every, settings.dense)
     check_items(settings.n, settings.alpha, tests)
-    plain = dataclasses.asdict(settings)
-    if not r:  # replicate 0 keeps the identity (and the stored result) it had before replicates existed
-        del plain["replicate"]
-    identity = {"settings": plain, "every_n_steps": every, "drop_test": "mcnemar-holm",
+    identity = {"settings": settings.identity(), "every_n_steps": every, "drop_test": "mcnemar-holm",
                 "razor": True,
                 "rules": {k: v.to_dict() for k, v in rules.items()}, "probe_n": probe_n, "probe_tokens": probe_tokens,
                 "phases": [jobs[n].fingerprint for n in names], "version": LEAD_VERSION}
@@ -294,19 +394,24 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
         return store.read(f"{key}/result")
 
     quiet()
+    suites = {f"{d}/id": d for d, _ in earlier}
+    chat_template = read_template(cfg)
+    start = _location(run, f"{CHECKPOINTS}/{stage_parent}")
+    start_check: dict[str, int] | None = None
+    if settings.strict:  # before anything else: can the stage start lose enough for a significant drop?
+        start_check = solved_at_start(run / CHECKPOINTS / stage_parent, list(suites), n=settings.n, seed=settings.seed,
+                                      chat_template=chat_template)
+        check_reachable(start_check, alpha=settings.alpha, tests=tests or 1, n=settings.n)
     probes = {}
     for d, ckpt in earlier:
         probes[d] = domain_probe(run, ckpt, run / CHECKPOINTS / ckpt, d, name=f"{PROBE_PREFIX}{d}{suffix}", n=probe_n,
                                  max_new_tokens=probe_tokens)
-    suites = {f"{d}/id": d for d, _ in earlier}
     scratch = run / WORK / f"lead-time{suffix}"
     shutil.rmtree(scratch, ignore_errors=True)
     folders = {n: str(run / CHECKPOINTS / n) for n in needed}
-    start = _location(run, f"{CHECKPOINTS}/{first.parent}")
     # RL's Razor as the paper defines it: the stage start's generations on the trained stage's own prompts
-    razor = domain_probe(run, first.parent, start, settings.stage, name=f"{RAZOR_PREFIX}{settings.stage}{suffix}", n=probe_n,
+    razor = domain_probe(run, stage_parent, start, settings.stage, name=f"{RAZOR_PREFIX}{settings.stage}{suffix}", n=probe_n,
                          max_new_tokens=probe_tokens, split="train")
-    chat_template = read_template(cfg)
     offsets: dict[str, int] = {}
     steps_total = 0
     monitors: list[DriftMonitorCallback] = []
@@ -325,8 +430,11 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
                     references={probes[d].name: str(run / CHECKPOINTS / c) for d, c in earlier}
                     | {razor.name: start},
                     stage_start=start, every_n_steps=every, rules=rules, high=mon.high if mon else "q=0.06")
+                length = _phase_steps(job)
                 gt = GroundTruthCallback(list(suites), store=ms, label=label, every_n_steps=settings.eval_every,
-                                         n=settings.n, seed=settings.seed, monitor=monitor)
+                                         n=settings.n, seed=settings.seed, monitor=monitor,
+                                         steps=phase_eval_steps(length, settings.eval_every, settings.dense)
+                                         if settings.dense is not None and length is not None else None)
                 monitors.append(monitor)
                 gts.append(gt)
                 out_folder = scratch / name
@@ -343,7 +451,10 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
                              probe_suffix=suffix)
     result.update({"stage": settings.stage, "replicate": r, "phases": names, "steps": steps_total, "settings": dataclasses.asdict(settings)
                    | {"every_n_steps": every}, "time_s": time.monotonic() - t_start,
+                   "parent": stage_parent, "start_check": start_check,
                    "cost": {"monitor_setup_s": sum(m.setup_seconds for m in monitors),
+                            "monitor_checks": sum(len(m.check_seconds) for m in monitors),
+                            "ground_truth_evaluations": sum(len(g.seconds) for g in gts),
                             "monitor_checks_s": sum(sum(m.check_seconds) for m in monitors),
                             "ground_truth_s": sum(sum(g.seconds) for g in gts)}})
     manifest = run / "aclarena.toml"
@@ -425,9 +536,10 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
         probe = f"{PROBE_PREFIX}{domain}{probe_suffix}"
         rows = probe_rows.get(probe, {})
         psteps = sorted(rows)
+        metrics = [m for _, m in PREDICTORS if m not in ("loss", RAZOR_METRIC)]
+        metrics += sorted({m for s in psteps for m in rows[s]} - set(metrics))  # every other scalar of the check
         series[domain] = {"step": [float(s) for s in psteps],
-                          **{m: [rows[s].get(m, math.nan) for s in psteps] for m, _ in ((m, 0) for _, m in PREDICTORS)
-                             if m not in ("loss", RAZOR_METRIC)}}
+                          **{m: [rows[s].get(m, math.nan) for s in psteps] for m in metrics}}
         for predictor, metric in PREDICTORS:
             if metric == RAZOR_METRIC and razor_probe is None:
                 continue

@@ -90,3 +90,38 @@ def test_lead_time_bad_stage(run, stage, match):
     proc = cli(run, "--lead-time", "--stage", stage)
     assert proc.returncode == 1
     assert match in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_strict_refuses_a_stage_start_that_cannot_drop_before_training(run):
+    """The tiny model solves none of the math items: with --strict no drop could be significant, one line, nothing trained."""
+    proc = cli(run, "--lead-time", "--stage", "search", "-n", "8", "--dense", "2", "--every", "1", "--strict")
+    assert proc.returncode == 1
+    err = proc.stderr.strip()
+    assert "math/id: the stage start solves 0 of 8 ground-truth items" in err and "use more items (-n" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    from aclarena.store import ResultsStore
+    from aclarena.store.series import read_series
+
+    assert not ResultsStore(run).has("monitor/lead-time/search")
+    if (run / "series.h5").is_file():  # no phase of the search stage was retrained (no series at all: nothing was)
+        from aclarena.store.monitor_series import monitor_labels
+
+        with read_series(run) as r:
+            assert not [x for x in monitor_labels(r) if "seq-search" in x]
+    assert not (run / "work" / "lead-time").exists()
+
+
+def test_same_domain_rl_only_continues_the_stage_on_the_dense_schedule(run):
+    """A negative control: the math stage's GRPO phase again, from the math stage's end, monitored on math."""
+    proc = cli(run, "--lead-time", "--stage", "math", "--same-domain", "--phases", "rl", "-n", "8", "--dense", "1",
+               "--every", "1", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout)
+    assert res["phases"] == ["cont-seq-math"] and res["parent"] == "seq-math" and res["steps"] == 2
+    assert set(res["ground_truth"]) == {"math"}
+    # the dense schedule of a 2-step phase with dense 1: steps 0, 1, 2 (every step)
+    assert [p["step"] for p in res["ground_truth"]["math"]] == [0, 1, 2]
+    assert res["settings"]["dense"] == 1 and res["cost"]["ground_truth_evaluations"] == 3
+    assert {r["domain"] for r in res["table"]} == {"math"}
+    bad = cli(run, "--lead-time", "--stage", "math", "--same-domain", "--phases", "dpo")
+    assert bad.returncode == 1 and "--phases dpo: name phase kinds among sft, rl" in bad.stderr

@@ -114,3 +114,50 @@ def test_a_replicate_reads_its_own_probe_sets(tmp_path):
     assert other["series"]["math"]["step"] == []
     with pytest.raises(AclarenaError, match="replicate must be an integer >= 0, got -1"):
         LeadTimeSettings(replicate=-1)
+
+
+def test_dense_schedule_plans_the_holm_family_and_the_callback_steps():
+    from aclarena.train.lead_time import phase_eval_steps
+
+    # 60 SFT steps on the dense schedule (19 evaluations), then 10 RL steps (0..10: its 0 is the SFT's 60)
+    assert phase_eval_steps(60, 5, dense=10) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 19, 24, 30, 38, 48, 60]
+    assert phase_eval_steps(12, 5) == [0, 5, 10, 12]
+    assert planned_tests([60], 5, dense=10) == 18
+    assert planned_tests([60, 10], 5, dense=10) == 18 + 10
+    assert planned_tests([60, 10], 5) == planned_tests([60, 10], 5, dense=None) == 14
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"every_n_steps": 0}, "--every must be an integer >= 1, got 0"),
+    ({"dense": 0}, "--dense must be an integer >= 1"),
+    ({"phases": ("sft", "dpo")}, "--phases sft,dpo: name phase kinds among sft, rl"),
+    ({"phases": ()}, "--phases : name phase kinds"),
+    ({"eval_every": 0}, "eval_every must be an integer >= 1, got 0"),
+])
+def test_lead_time_settings_refuse_bad_input_in_one_line(kwargs, match):
+    from aclarena.train.lead_time import LeadTimeSettings
+
+    with pytest.raises(AclarenaError, match=match) as e:
+        LeadTimeSettings(**kwargs)
+    assert "\n" not in str(e.value)
+
+
+def test_settings_identity_keeps_stored_results_and_tells_variants_apart():
+    from aclarena.train.lead_time import LeadTimeSettings
+
+    plain = LeadTimeSettings(stage="search").identity()
+    assert plain == {"stage": "search", "eval_every": 5, "every_n_steps": None, "n": 50, "alpha": 0.05, "seed": 0}
+    dense = LeadTimeSettings(stage="search", dense=10, phases=("sft",), strict=True).identity()
+    assert dense["dense"] == 10 and dense["phases"] == ["sft"] and dense["strict"] is True
+
+
+def test_a_stage_start_that_solves_too_few_items_is_refused_before_training():
+    from aclarena.train.lead_time import check_reachable
+
+    check_reachable({"math/id": 12}, alpha=0.05, tests=18, n=50)  # 1/4096 < 0.05 / 18: a drop can be significant
+    with pytest.raises(AclarenaError, match=r"math/id: the stage start solves 8 of 50 ground-truth items, so even "
+                                            r"losing all of them gives p = 0.00391, not below alpha / 18 evaluations"
+                                            r" = 0.00278: no drop could be significant; use more items \(-n, so that "
+                                            r"at least 9 are solved\) or fewer evaluations") as e:
+        check_reachable({"math/id": 8}, alpha=0.05, tests=18, n=50)
+    assert "\n" not in str(e.value)

@@ -99,3 +99,88 @@ def test_the_stage_start_is_the_baseline_and_never_warns():
     assert s.warn_step("fkl", 5.0) == 20
     assert s.warn_step("flat", 0.0) == 10
     assert outcomes([s], "fkl", 5.0) == ([0], 1, 0, 0)
+
+
+# --- issue 44: the dense ground-truth schedule, the held-out comparison, the baselines ----------
+
+from aclarena.diagnostics.warning_validation import (  # noqa: E402
+    FIRST_CHECK,
+    compare,
+    dense_schedule,
+    evaluations_before,
+    judge,
+    warn_at_first_check,
+)
+
+
+def test_dense_schedule_is_every_step_at_the_start_then_sparser():
+    assert dense_schedule(60) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 19, 24, 30, 38, 48, 60]
+    assert dense_schedule(7) == list(range(8))  # shorter than the dense part: every step
+    assert dense_schedule(20, dense=3, growth=2) == [0, 1, 2, 3, 6, 12, 20]  # the last step always
+    s = dense_schedule(200)
+    gaps = np.diff(s)
+    assert (gaps >= 1).all() and gaps[:10].max() == 1 and s[-1] == 200
+    # a drop at step 8 has 7 evaluations before it (1..7), one at 30 has 14
+    assert evaluations_before(s, 8) == 7 and evaluations_before(s, 30) == 14
+    for bad in ({"length": 0}, {"length": 10, "dense": -1}, {"length": 10, "growth": 1.0}, {"length": True}):
+        with pytest.raises(ValueError):
+            dense_schedule(**({"length": 10} | bad))
+
+
+def grid(run, drop_step, good, loss_fall, n=8):
+    steps = list(range(n))
+    drop = [0.0 if drop_step is None or s < drop_step else 0.3 for s in steps]
+    return WarningSeries(seed=run, domain="math", steps=steps, predictors={"good": good, "loss_fall": loss_fall},
+                         drop=drop, drop_step=drop_step)
+
+
+#           steps:  0    1    2    3    4    5    6    7
+FIT = [grid(0, 5, [0.0, 0.1, 0.2, 0.6, 0.9, 1.0, 1.0, 1.0], [0, 1, 2, 3, 3, 3, 3, 3]),  # good crosses 0.6 at 3
+       grid(1, None, [0.0, 0.1, 0.2, 0.3, 0.2, 0.3, 0.2, 0.3], [0, 1, 2, 3, 3, 3, 3, 3])]
+HELD = [grid(2, 6, [0.0, 0.1, 0.1, 0.2, 0.7, 0.8, 0.9, 1.0], [0, 1, 2, 3, 3, 3, 3, 3]),  # warns at 4: lead 2
+        grid(3, 4, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.9, 1.0], [0, 1, 2, 3, 3, 3, 3, 3]),  # warns at 6: late
+        grid(4, None, [0.0, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1], [0, 1, 2, 3, 3, 3, 3, 3]),
+        # held out, no drop, and the predictor rises: were thresholds fitted here, 0.6 would not be chosen
+        grid(5, None, [0.0, 0.7, 0.7, 0.7, 0.7, 0.7, 0.7, 0.7], [0, 1, 2, 3, 3, 3, 3, 3])]
+
+
+def test_compare_fits_on_the_fit_runs_and_judges_the_held_out_ones():
+    out = compare(FIT + HELD, ["good", FIRST_CHECK, "loss_fall"], fit_runs=[0, 1])
+    row = next(r for r in out["rows"] if r["predictor"] == "good")
+    assert row["threshold"] == 0.6  # the lowest value that warns before run 0's drop and never on run 1
+    h = row["held_out"]
+    assert (h["drops"], h["without_drop"], h["detected"], h["late"], h["missed"], h["false_alarms"]) == (2, 2, 1, 1, 0, 1)
+    assert h["leads"] == [2] and h["lead_median"] == 2 and h["lead_range"] == [2, 2]
+    assert h["detection_rate"] == 0.5 and h["false_alarm_rate"] == 0.5 and h["score"] == 0.0
+    lo, hi = h["detection_ci"]
+    assert 0 < lo < 0.5 < hi < 1
+    assert out["held_out"] == {"runs": [2, 3, 4, 5], "series": 4, "drops": 2, "without_drop": 2}
+    assert out["fit"] == {"runs": [0, 1], "series": 2, "drops": 1}
+    # moving a held-out run into the fit set changes the threshold: the split is what decides it
+    refit = compare(FIT + HELD, ["good"], fit_runs=[0, 1, 5])
+    assert next(r for r in refit["rows"] if r["predictor"] == "good")["threshold"] > 0.7
+
+
+def test_the_baselines_first_check_and_the_loss():
+    out = compare(FIT + HELD, ["good", FIRST_CHECK, "loss_fall"], fit_runs=[0, 1])
+    first, loss = out["baselines"]
+    assert first["predictor"] == FIRST_CHECK and first["threshold"] is None
+    h = first["held_out"]  # warns at step 1 everywhere: every drop detected at the longest lead, every quiet run alarmed
+    assert h["leads"] == [5, 3] and h["detected"] == 2 and h["false_alarms"] == 2 and h["score"] == 0.0
+    assert warn_at_first_check(HELD[0]) == 1
+    # the loss falls the same way whether or not the stage forgets: it cannot tell them apart
+    assert loss["predictor"] == "loss_fall" and loss["held_out"]["score"] <= 0.0
+    # "good" scores 0 too on these held-out runs: it does not beat the baselines, and `beats` says so
+    assert out["beats"] == []
+    better = compare(FIT + HELD[:1] + HELD[2:3], ["good", FIRST_CHECK, "loss_fall"], fit_runs=[0, 1])
+    assert better["beats"] == ["good"]  # held out: one timely detection, no false alarm (score 1 > 0)
+
+
+def test_judge_counts_and_compare_refuses_an_empty_split():
+    j = judge(HELD, lambda s: None)  # a rule that never warns
+    assert (j["detected"], j["missed"], j["false_alarms"], j["score"]) == (0, 2, 0, 0.0)
+    assert j["lead_median"] is None and j["lead_range"] is None
+    with pytest.raises(ValueError, match="no held-out series"):
+        compare(FIT, ["good"], fit_runs=[0, 1])
+    with pytest.raises(ValueError, match="no series of the fit runs"):
+        compare(HELD, ["good"], fit_runs=[0])
