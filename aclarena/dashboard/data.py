@@ -18,6 +18,10 @@ RUN_KEY = "ACLARENA_RUN"
 # it loads models, which the dashboard layer does not (design.md: dashboard/ imports store and diagnostics).
 PROMPT_KEY = "ACLARENA_PROMPT_SCORER"
 PromptScorer = Callable[..., Any]
+# What an evaluation cell's items were (prompt, expected answer): aclarena.analysis.items.describe_items,
+# given to create_app by the CLI (it regenerates the arena's tasks, which the dashboard layer does not import).
+ITEMS_KEY = "ACLARENA_DESCRIBE_ITEMS"
+ItemDescriber = Callable[..., dict[str, dict[str, str]]]
 
 
 def current_run() -> Path:
@@ -29,6 +33,12 @@ def prompt_scorer() -> PromptScorer | None:
     """The prompt scorer of the app serving the current request, or None when it was built without one."""
     scorer: PromptScorer | None = current_app.config.get(PROMPT_KEY)
     return scorer
+
+
+def item_describer() -> ItemDescriber | None:
+    """The item describer of the app serving the current request, or None when it was built without one."""
+    describe: ItemDescriber | None = current_app.config.get(ITEMS_KEY)
+    return describe
 
 
 def manifest(run_dir: Path) -> Manifest:

@@ -298,11 +298,12 @@ def on_prompt(run_dir: Path, text: str | None, checkpoint: str | None, probe: st
 
 def on_signatures(run_dir: Path, kinds: list[str] | None) -> tuple[Any, html.Table | str, str]:
     """The signatures figure, its table and a note, for the update kinds ticked."""
-    from aclarena.figures.signatures import TABLE_COLUMNS, signature_rows, signatures_figure
+    from aclarena.figures.signatures import TABLE_COLUMNS, ordered_rows, signature_rows, signatures_figure
     from aclarena.figures.tokens import fmt
 
+    order = [c.name for c in manifest(run_dir)]
     with reader(run_dir) as r:
-        rows = signature_rows(r, kinds or None)
+        rows = ordered_rows(signature_rows(r, kinds or None), order)
         every = signature_rows(r)
     if not rows:
         what = "none of the kinds ticked" if every else "none in this run"
@@ -314,7 +315,7 @@ def on_signatures(run_dir: Path, kinds: list[str] | None) -> tuple[Any, html.Tab
                             f"{fmt(row[k])} [{fmt(row[k + '_low'])}, {fmt(row[k + '_high'])}]")
                     for k, _ in TABLE_COLUMNS]) for row in rows],
         className="simple", id="tokens-sig-table-rows")
-    return signatures_figure(rows), table, f"{len(rows)} of {len(every)} signed updates shown"
+    return signatures_figure(rows, order), table, f"{len(rows)} of {len(every)} signed updates shown"
 
 
 def strata(run_dir: Path, probe: str | None) -> Any:
