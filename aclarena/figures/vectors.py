@@ -116,10 +116,11 @@ def cosine_heatmap(labels: list[str], cos: np.ndarray, title: str, norms: np.nda
     n = len(labels)
     zero = np.zeros(n, bool) if norms is None else ~(np.asarray(norms, dtype=float) > 0)
     shown = [f"{lab} [zero]" if zr else lab for lab, zr in zip(labels, zero, strict=True)]
-    z = _clean(cos)
+    z = _clean(np.round(cos, 4))  # the hover's precision: a smaller page
     write = n <= MAX_TEXT_ROWS
-    text = [[("zero" if (zero[i] or zero[j]) else "-" if v is None else f"{v:.2f}") if write else ""
-             for j, v in enumerate(row)] for i, row in enumerate(z)]
+    # beyond MAX_TEXT_ROWS no text at all is sent (it was a matrix of empty strings)
+    text = [[("zero" if (zero[i] or zero[j]) else "-" if v is None else f"{v:.2f}")
+             for j, v in enumerate(row)] for i, row in enumerate(z)] if write else None
     size = heatmap_size(n, shown)
     traces = []
     if zero.any():
@@ -129,7 +130,7 @@ def cosine_heatmap(labels: list[str], cos: np.ndarray, title: str, norms: np.nda
                                  "<extra></extra>", name="zero vectors"))
     traces.append(go.Heatmap(
         z=z, x=shown, y=shown, zmin=-1, zmax=1, colorscale="RdBu", reversescale=False,
-        text=text, texttemplate="%{text}", textfont=dict(size=size["font"]),
+        **(dict(text=text, texttemplate="%{text}", textfont=dict(size=size["font"])) if write else {}),
         hovertemplate="%{y}<br>vs %{x}<br>cos %{z:.4f}<extra></extra>", colorbar=dict(title="cos"),
         hoverongaps=False,
     ))

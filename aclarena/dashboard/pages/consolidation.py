@@ -8,12 +8,13 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from aclarena.dashboard.data import current_run, manifest, reader
+from aclarena.dashboard.data import current_run, manifest, per_store, reader
 
 PAGE = {"path": "/consolidation", "name": "Consolidation", "order": 60}
 ROUTER_OPTIONS = [{"label": r, "value": r} for r in ("rule", "learned", "bandit")]
 
 
+@per_store()
 def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: str = "bars") -> dict[str, Any]:
     """The comparison rows and the chosen figure (callbacks return these; tests call it directly)."""
     from aclarena.diagnostics.run_notes import avg_k_state, consolidation_note, floor_note

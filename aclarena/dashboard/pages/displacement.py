@@ -7,7 +7,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from aclarena.dashboard.data import current_run, reader
+from aclarena.dashboard.data import current_run, per_store, reader
 
 PAGE = {"path": "/displacement", "name": "Displacement", "order": 50}
 VIEW_OPTIONS = [{"label": "all weights", "value": "all"},
@@ -20,6 +20,7 @@ ALL_KINDS = ["stage", "oracle", "other"]
 ALL_PHASES = ["sft", "rl", "none"]
 
 
+@per_store()
 def summary(run_dir: Path, view: str = "all") -> dict[str, Any] | None:
     from aclarena.figures.vectors import DISPLACEMENT_KEY, load_summary
 
@@ -36,6 +37,7 @@ def _kept(s: dict[str, Any], kinds: list[str] | None, phases: list[str] | None) 
     return keep
 
 
+@per_store()
 def highlight_options(run_dir: Path, view: str, kinds: list[str] | None = None,
                       phases: list[str] | None = None) -> tuple[list[dict[str, str]], str | None]:
     """The updates the per-layer plots can highlight (the kept ones) and the default (the one that moved
@@ -52,6 +54,7 @@ def highlight_options(run_dir: Path, view: str, kinds: list[str] | None = None,
     return options, (s["children"][hl] if hl is not None else None)
 
 
+@per_store()
 def figures(run_dir: Path, view: str, kinds: list[str] | None = None,
             phases: list[str] | None = None, highlight: str | None = None) -> tuple[Any, Any, Any]:
     """SFT/RL bars, per-layer profile and sparsity curves for ``view``, the updates filtered by kind

@@ -14,7 +14,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html
 
-from aclarena.dashboard.data import current_run, reader
+from aclarena.dashboard.data import current_run, per_store, reader
 from aclarena.store.flips import counts_line
 
 PAGE = {"path": "/flips", "name": "Flips", "order": 11}
@@ -65,6 +65,7 @@ def layout(**query: Any) -> html.Div:
     ])
 
 
+@per_store()
 def _data(run_dir: Path, key: str) -> dict[str, Any] | None:
     from aclarena.store.flips import read_flips_data
 
@@ -77,6 +78,7 @@ def _data(run_dir: Path, key: str) -> dict[str, Any] | None:
 # --- callback bodies (tests call these directly) ------------------------------------------------
 
 
+@per_store()
 def on_result(run_dir: Path, key: str | None) -> tuple[list[dict[str, Any]], int | None, list[Any], Any, Any]:
     """Item choices, the summary lines, the recovery curve and the divergence histogram of one result."""
     from aclarena.figures.flips import divergence_figure, recovery_figure
@@ -124,6 +126,7 @@ def _row(label: str, pieces: list[str], mark: int, row_id: str) -> dict[str, Any
     return {"type": "Div", "namespace": "dash_html_components", "props": {"children": spans, "id": row_id}}
 
 
+@per_store()
 def on_item(run_dir: Path, key: str | None, index: int | None) -> tuple[list[Any], Any]:
     """E's and L's trajectories of one item, aligned at the start, the divergence point marked,
     and both distributions there."""

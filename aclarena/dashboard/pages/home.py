@@ -12,7 +12,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from aclarena.dashboard.data import current_run, manifest, page_names, reader
+from aclarena.dashboard.data import current_run, manifest, page_names, per_store, reader
 
 PAGE = {"path": "/", "name": "Run", "order": 0}
 
@@ -31,6 +31,7 @@ ANALYSES: dict[str, tuple[str, str | None, str]] = {
 }
 
 
+@per_store()
 def results_summary(run_dir: Path) -> list[dict[str, Any]]:
     """One row per result group in the store: key, type, time written."""
     with reader(run_dir) as r:
@@ -66,6 +67,7 @@ def results_table(results: list[dict[str, Any]]) -> html.Table:
                                 for g in results_groups(results)], className="simple", id="home-results")
 
 
+@per_store()
 def page_status(run_dir: Path, results: list[dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Per page path of :data:`ANALYSES`: ``has_data``, ``results`` (count), ``written`` (latest) and ``hint``."""
     from aclarena.dashboard.pages.monitor import labels
@@ -100,6 +102,7 @@ def status_table(status: dict[str, dict[str, Any]], names: dict[str, str]) -> ht
     return html.Table([head, *rows], className="simple", id="home-status")
 
 
+@per_store()
 def token_scored(run_dir: Path) -> dict[str, set[str]]:
     """Probe set -> the checkpoints scored on it."""
     from aclarena.figures.tokens import token_checkpoints, token_probes

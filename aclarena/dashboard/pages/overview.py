@@ -7,7 +7,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dash_table, dcc, html
 
-from aclarena.dashboard.data import current_run, item_describer, manifest, reader
+from aclarena.dashboard.data import current_run, item_describer, manifest, per_store, reader
 
 PAGE = {"path": "/overview", "name": "Overview", "order": 1}
 
@@ -23,6 +23,7 @@ def _chain_options(run_dir: Path) -> list[dict[str, str]]:
     return [{"label": " -> ".join(s.name for s in c), "value": c[-1].name} for c in chains]
 
 
+@per_store()
 def suite_options(run_dir: Path, chain: str | None) -> tuple[list[dict[str, str]], list[str]]:
     """The ``DOMAIN=SUITE`` choices of the chain's domains that have several in-domain suites, and the
     default choice of each (``forgetting``'s: DOMAIN/id, else the first)."""
@@ -53,6 +54,7 @@ def _suite_of(values: list[str] | None) -> dict[str, str]:
     return out
 
 
+@per_store()
 def overview_content(run_dir: Path, what: str = "mean", chain: str | None = None,
                      suite_of: dict[str, str] | None = None) -> dict[str, Any]:
     """Figures, metric rows and notes of the page (callbacks return these; tests call it directly)."""
@@ -83,10 +85,6 @@ def overview_content(run_dir: Path, what: str = "mean", chain: str | None = None
 
 def items_content(run_dir: Path, click: dict[str, Any] | None, what: str = "mean") -> dict[str, Any] | None:
     """The per-item outcomes of the clicked matrix cell (None when nothing was clicked)."""
-    from aclarena.figures.overview import cell_outcomes
-    from aclarena.figures.tokens import token_checkpoints, token_probes
-    from aclarena.store.capability import load_matrix
-
     if not click or not click.get("points"):
         return None
     point = click["points"][0]
@@ -101,6 +99,19 @@ def items_content(run_dir: Path, click: dict[str, Any] | None, what: str = "mean
         suite = point["x"]
     else:
         return None
+    return cell_items(run_dir, checkpoint, suite, what, item_describer())
+
+
+@per_store()
+def cell_items(run_dir: Path, checkpoint: str, suite: str, what: str = "mean",
+               describe: Any = None) -> dict[str, Any] | None:
+    """One matrix cell's per-item outcomes beside its parent's, each item with its prompt and expected
+    answer (``describe``: the app's item describer, when it has one) and the checkpoint's reply."""
+    from aclarena.figures.overview import cell_outcomes
+    from aclarena.figures.tokens import token_checkpoints, token_probes
+    from aclarena.store.capability import load_matrix
+
+    m = manifest(run_dir)
     with reader(run_dir) as r:
         if r is None:
             return None
@@ -110,7 +121,6 @@ def items_content(run_dir: Path, click: dict[str, Any] | None, what: str = "mean
         cell = matrix.get(checkpoint, suite)
         replies = _replies(r, cell.key) if cell is not None and cell.ok else {}
         settings = cell.settings if cell is not None and cell.ok else {}
-    describe = item_describer()
     texts = describe(run_dir, suite, settings, [row["item"] for row in out["rows"]]) if describe and out["rows"] else {}
     out["described"] = describe is not None
     for row in out["rows"]:

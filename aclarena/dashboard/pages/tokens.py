@@ -24,7 +24,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
-from aclarena.dashboard.data import current_run, manifest, reader
+from aclarena.dashboard.data import current_run, manifest, per_store, reader
 
 PAGE = {"path": "/tokens", "name": "Tokens", "order": 10}
 
@@ -219,6 +219,7 @@ def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], in
     return options, 0 if options else None, ckpts, (ckpts[-1] if ckpts else None), table
 
 
+@per_store()
 def probe_notes(run_dir: Path, probe: str | None) -> tuple[str, str]:
     """What the probe set is, and its run note: the KL share at high-entropy positions of the last stage
     checkpoint scored on it (else the last checkpoint), beside the study's."""
@@ -296,6 +297,7 @@ def on_prompt(run_dir: Path, text: str | None, checkpoint: str | None, probe: st
     return {"html": text_html(tokens, color_by, scale, pinnable=False), "note": "; ".join([note, *ps.notes])}
 
 
+@per_store()
 def on_signatures(run_dir: Path, kinds: list[str] | None) -> tuple[Any, html.Table | str, str]:
     """The signatures figure, its table and a note, for the update kinds ticked."""
     from aclarena.figures.signatures import TABLE_COLUMNS, ordered_rows, signature_rows, signatures_figure
@@ -318,6 +320,7 @@ def on_signatures(run_dir: Path, kinds: list[str] | None) -> tuple[Any, html.Tab
     return signatures_figure(rows, order), table, f"{len(rows)} of {len(every)} signed updates shown"
 
 
+@per_store()
 def strata(run_dir: Path, probe: str | None) -> Any:
     """Mean KL and flip rate at high- vs low-entropy positions per checkpoint (the export's tokens/strata)."""
     from aclarena.figures.tokens import strata_figure
