@@ -174,7 +174,7 @@ def click_cell(graph_id: str, detail: str) -> Callable[..., Any]:
         page.evaluate(f"() => {{ window.__prevText = document.querySelector('{detail}')?.textContent || ''; }}")
         x, y = page.evaluate("""([gid, i]) => {
             const gd = document.querySelector('#' + gid + ' .js-plotly-plot');
-            const t = gd.data[0], fl = gd._fullLayout;
+            const t = gd._fullData.find(d => d.type === 'heatmap' && d.z) || gd._fullData[0], fl = gd._fullLayout;
             const xs = t.x, ys = t.y, k = (7 * i + 3) % (xs.length * ys.length);
             const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
             return [box.left + fl.xaxis.d2p(xs[k % xs.length]), box.top + fl.yaxis.d2p(ys[Math.floor(k / xs.length)])];
@@ -190,10 +190,12 @@ def click_node(graph_id: str, detail: str) -> Callable[..., Any]:
         page.evaluate(f"() => {{ window.__prevText = document.querySelector('{detail}')?.textContent || ''; }}")
         x, y = page.evaluate("""([gid, i]) => {
             const gd = document.querySelector('#' + gid + ' .js-plotly-plot');
-            const t = gd.data.find(d => d.mode && d.mode.includes('markers') && d.x && d.x.length) || gd.data[0];
-            const n = t.x.length, k = (i + 1) % n, fl = gd._fullLayout;
+            const pts = [];
+            gd._fullData.filter(d => d.mode && d.mode.includes('markers')).forEach(
+                d => { for (let j = 0; j < d.x.length; j++) { pts.push([d.x[j], d.y[j]]); } });
+            const [x, y] = pts[(i + 1) % pts.length], fl = gd._fullLayout;
             const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
-            return [box.left + fl.xaxis.d2p(t.x[k]), box.top + fl.yaxis.d2p(t.y[k])];
+            return [box.left + fl.xaxis.d2p(x), box.top + fl.yaxis.d2p(y)];
         }""", [graph_id, i])
         page.mouse.click(x, y)
         return [], _text_changed(detail)

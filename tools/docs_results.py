@@ -287,7 +287,37 @@ def test_tiers(data: Mapping[str, Any]) -> str:
 
 TESTS_CMD = "python -m pytest tests/unit, then make test-fast, timed (docs/testing.md)"
 
+def dashboard_latency(data: Mapping[str, Any]) -> str:
+    """benchmarks/dashboard_compare.py: each page's controls, today's main beside this code, medians."""
+    def ms(r: Any) -> str:
+        if not isinstance(r, Mapping) or not r.get("n"):
+            return "-"
+        return (f"{r['median_ms']:,.0f} ms ({r['min_ms']:,.0f}-{r['max_ms']:,.0f}; server {r['server_ms']:,.0f}, "
+                f"draw {r['draw_ms']:,.0f}, {r['kB']:,.0f} kB)")
+
+    rows = []
+    for page, controls in data["pages"].items():
+        for control, r in controls.items():
+            if not isinstance(r, Mapping):
+                continue
+            n = max(r.get("base", {}).get("n", 0), r.get("head", {}).get("n", 0))
+            meets = r.get("head meets the target")
+            rows.append([page, control, str(n), ms(r.get("base")), ms(r.get("head")), _num(r.get("head/base")),
+                         f"{controls['target_ms']:.0f} ms" + ("" if meets is None else " (met)" if meets else
+                                                               " (missed)")])
+    m = data["machine"]
+    trees = data["trees"]
+    return (_table(["page", "control", "n", f"main ({trees.get('base', '-')})", f"this code ({trees.get('head', '-')})",
+                    "ratio", "target"], rows)
+            + f"\nLoad average {m['load_before'][0]:.1f} before, {m['load_after'][0]:.1f} after, on {m['cpus']} CPUs; "
+            f"{data['seconds']:,} s in all. {m['note']}.\n"
+            + f"\n*Generated from `docs/results/dashboard_latency.json` (made by `{data['command']}`) by "
+            "`make docs-results`.*\n")
+
+
 RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
+    "dashboard-latency": (dashboard_latency, "python benchmarks/dashboard_compare.py --run RUN --base MAIN "
+                                             "--json docs/results/dashboard_latency.json && make docs-results"),
     "demo-stages": (demo_stages, DEMO_CMD),
     "demo-lead-time": (demo_lead_time, DEMO_CMD),
     "demo-comparison": (demo_comparison, DEMO_CMD),
