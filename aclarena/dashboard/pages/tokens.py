@@ -190,6 +190,7 @@ def _signatures_section() -> list[Any]:
 # --- callback bodies (tests call these directly) ------------------------------------------------
 
 
+@per_store()
 def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], int | None, list[str], str | None,
                                                          html.Table | html.P]:
     """Sequence and checkpoint choices of a probe set, and its summary table."""
@@ -364,6 +365,7 @@ def colour_bar(scale: tuple[float, float], color_by: str, checkpoint: str | None
     ], id="tokens-legend-inner")
 
 
+@per_store()
 def on_view(run_dir: Path, probe: str | None, seq: int | None, checkpoint: str | None, color_by: str,
             checkpoint_b: str | None = None, scale_mode: str = "global") -> tuple[dict[str, Any], Any]:
     """The coloured text of one sequence (HTML, for ``checkpoint`` and optionally ``checkpoint_b`` on
@@ -393,6 +395,7 @@ def on_view(run_dir: Path, probe: str | None, seq: int | None, checkpoint: str |
     return out, colour_bar(scale, color_by, checkpoint, None if scale_mode != "fitted" else whole)
 
 
+@per_store()
 def on_rank(run_dir: Path, probe: str | None, checkpoint: str | None, by: str) -> tuple[Any, ...]:
     """The most-drifted table (``by`` sequences or positions: data, columns, header tips) and the
     substitutions table's data."""
@@ -449,6 +452,7 @@ def _topk_table(title: str, items: list[tuple[str, float]], mark: str | None) ->
     )
 
 
+@per_store()
 def on_detail(run_dir: Path, probe: str | None, pin: dict[str, Any] | None, checkpoint: str | None,
               checkpoint_b: str | None = None) -> Any:
     """The pinned token's panel: values for each shown checkpoint, both top-k lists, KL rank."""
@@ -510,6 +514,7 @@ def highlight(run_dir: Path, probe: str | None, checkpoint: str | None) -> Any:
     return patch
 
 
+@per_store()
 def on_checkpoint(run_dir: Path, probe: str | None, checkpoint: str | None) -> tuple[Any, Any]:
     """The entropy-vs-KL scatter of ``checkpoint`` and the concentration curves, it highlighted
     (plain figure dicts: plotly's validation would cost more than reading the data)."""
@@ -523,6 +528,14 @@ def on_checkpoint(run_dir: Path, probe: str | None, checkpoint: str | None) -> t
             return empty, empty
         m = manifest(run_dir)
         return scatter_spec(r, probe, checkpoint, gl=True), concentration_spec(r, probe, m, highlight=checkpoint)
+
+
+@per_store()
+def _scatter(run_dir: Path, probe: str, checkpoint: str) -> Any:
+    from aclarena.figures.tokens import scatter_spec
+
+    with reader(run_dir) as r:
+        return scatter_spec(r, probe, checkpoint, gl=True) if r is not None else None
 
 
 # Writes the text HTML into the page, marks the pinned token and scrolls it into view.
@@ -609,7 +622,7 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
     def _view(probe: str | None, seq: int | None, checkpoint: str | None, color_by: str,
               checkpoint_b: str | None, scale_mode: str | None) -> tuple[Any, ...]:
         render, legend = on_view(run_dir, probe, seq, checkpoint, color_by, checkpoint_b, scale_mode or "fitted")
-        render["version"] = f"{probe}|{seq}|{checkpoint}|{checkpoint_b}|{color_by}|{scale_mode}"
+        render = {**render, "version": f"{probe}|{seq}|{checkpoint}|{checkpoint_b}|{color_by}|{scale_mode}"}
         return render, legend
 
     app.clientside_callback(
@@ -653,10 +666,7 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
     )
     def _checkpoint(probe: str | None, checkpoint: str | None, drawn: str | None) -> tuple[Any, ...]:
         if drawn is not None and drawn == probe and checkpoint is not None:
-            from aclarena.figures.tokens import scatter_spec
-
-            with reader(run_dir) as r:  # the curves of this probe set are drawn: only the highlight moves
-                scatter = scatter_spec(r, probe, checkpoint, gl=True) if r is not None else no_update
-            return scatter, highlight(run_dir, probe, checkpoint), no_update
+            scatter = _scatter(run_dir, probe, checkpoint)  # the curves are drawn: only the highlight moves
+            return scatter if scatter is not None else no_update, highlight(run_dir, probe, checkpoint), no_update
         scatter, curves = on_checkpoint(run_dir, probe, checkpoint)
         return scatter, curves, probe if curves.get("data") else None
