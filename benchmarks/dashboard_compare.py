@@ -128,10 +128,13 @@ def _choose(page: Any, dropdown_id: str, i: int) -> str:
     return name
 
 
-def dropdown(dropdown_id: str, graphs: list[str], cond: Callable[[str], str] | None = None) -> Callable[..., Any]:
+def dropdown(dropdown_id: str, graphs: list[str], text: str | None = None) -> Callable[..., Any]:
+    """Choose another option; the figures ``graphs`` must redraw, or (``text``) an element's text change."""
     def act(page: Any, i: int) -> tuple[list[str], str]:
-        name = _choose(page, dropdown_id, i)
-        return graphs, cond(name) if cond else "true"
+        if text:
+            page.evaluate(f"() => {{ window.__prevText = document.querySelector('{text}')?.textContent || ''; }}")
+        _choose(page, dropdown_id, i)
+        return graphs, _text_changed(text) if text else "true"
     return act
 
 
@@ -242,7 +245,7 @@ PAGES: dict[str, tuple[str, str, str, list[tuple[str, Callable[..., Any], str]]]
                [("checkpoint", tokens_checkpoint, "#tokens-checkpoint"),
                 ("sequence (table row)", tokens_sequence, "#tokens-rank")]),
     "flips": ("/flips", "#flips-recovery .main-svg", "other",
-              [("item", dropdown("flips-item", ["flips-distributions"]), "#flips-item")]),
+              [("item", dropdown("flips-item", [], "#flips-aligned"), "#flips-item")]),
     "vectors": ("/vectors", "#vectors-heatmap .main-svg", "other",
                 [("weights view", radio("vectors-view", VECTOR_GRAPHS), "#vectors-view"),
                  ("cumulative", toggle("vectors-kinds", "cumulative", VECTOR_GRAPHS[:3]), "#vectors-kinds"),

@@ -310,7 +310,7 @@ def test_flips_axis_fitted_two_colours_names_spelled_out_and_url_state(fixture_r
     url = serve(fixture_run)
     page.goto(url + "/flips")
     wait_for_dash(page)
-    page.wait_for_selector("#flips-distributions .main-svg")
+    page.wait_for_selector("#flips-distributions .legend")  # the item's figure, not the empty one before it
     top = page.evaluate("() => document.querySelector('#flips-distributions .js-plotly-plot')._fullLayout.yaxis.range[1]")
     assert 0.02 < top < 0.05  # fitted to the largest probability, 0.02 (a fixed 0-1 hid 0.005)
     assert "earlier checkpoint (E) seq-math" in page.text_content("#flips-distributions .legend")
