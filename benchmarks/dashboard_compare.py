@@ -266,7 +266,10 @@ PAGES: dict[str, tuple[str, str, str, list[tuple[str, Callable[..., Any], str]]]
 def load_ms(page: Any, url: str, ready: str) -> float:
     """Navigation start to the page's figures drawn and no callback pending."""
     page.goto(url, wait_until="commit")
-    page.wait_for_selector(ready, timeout=240_000)
+    page.wait_for_selector(f"{ready}, main [id$='-empty']", timeout=240_000)
+    empty = page.query_selector("main [id$='-empty']")
+    if empty is not None:
+        raise LookupError("no data: " + empty.inner_text())
     done = page.wait_for_function(
         f"() => {IDLE} && [...document.querySelectorAll('.dash-graph')].every(g => g.querySelector('.main-svg')) "
         "? performance.now() : false", polling="raf", timeout=240_000)
