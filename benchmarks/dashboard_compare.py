@@ -380,12 +380,15 @@ def main() -> None:
     load1 = os.getloadavg()
     result: dict[str, Any] = {
         "command": "python benchmarks/dashboard_compare.py " + " ".join(sys.argv[1:]),
+        "made_by": {"command": "python benchmarks/dashboard_compare.py " + " ".join(sys.argv[1:]),
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+                    "machine": f"{os.cpu_count()} CPUs, load average {load0[0]:.1f} before"},
         "what": "milliseconds from a control change to the figure drawn (median over changes), headless Chromium; "
                 "server = click to the last callback response, draw = the rest; load = navigation to drawn",
         "targets_ms": TARGETS, "trees": {k: git_commit(v) for k, v in trees.items()},
         "machine": {"cpus": os.cpu_count(), "load_before": [round(x, 2) for x in load0],
                     "load_after": [round(x, 2) for x in load1],
-                    "note": "a shared 2-core machine, loaded by other engineers' jobs while this ran: absolute times "
+                    "note": "the shared 2-core machine, loaded by other engineers' jobs while this ran: absolute times "
                             "are inflated; the two trees were measured alternately in one run, so compare them"},
         "seconds": round(time.time() - started), "rounds": args.rounds, "changes": args.changes, "pages": {},
         "not_measured": skipped,
