@@ -56,14 +56,16 @@ def test_download_bars_cover_no_title(fixture_run, serve, page, console_errors):
 
     run = consolidated_run(fixture_run)
     url = serve(run)
-    page.goto(url + "/consolidation?view=heatmap")
-    wait_for_dash(page)
-    assert "Consolidation methods" in page.text_content("#consolidation-figure .gtitle")
-    assert_bar_covers_nothing(page, "consolidation-figure")
     page.goto(url + "/overview")
     wait_for_dash(page)
     for gid in ("overview-matrix", "overview-chain-scores"):
         assert_bar_covers_nothing(page, gid)
+    page.goto(url + "/consolidation")
+    wait_for_dash(page)
+    page.get_by_label("heatmap").check()
+    page.wait_for_function("() => document.querySelector('#consolidation-figure .gtitle')?.textContent"
+                           ".includes('Consolidation methods')")
+    assert_bar_covers_nothing(page, "consolidation-figure")
     assert console_errors == []
 
 
