@@ -389,7 +389,45 @@ TESTS_CMD = "python -m pytest tests/unit, then make test-fast, timed (docs/testi
 VALIDATION_CMD = ("python benchmarks/warning_validation.py --from runs/demo --out runs/val "
                   "--json-out docs/results/warning_validation.json && make docs-results")
 
+def dashboard_latency(data: Mapping[str, Any]) -> str:
+    """benchmarks/dashboard_compare.py: each page's controls, today's main beside this code, medians."""
+    def ms(r: Any) -> str:
+        if not isinstance(r, Mapping) or not r.get("n"):
+            return "-"
+        return (f"{r['median_ms']:,.0f} ms ({r['min_ms']:,.0f}-{r['max_ms']:,.0f}; server {r['server_ms']:,.0f}, "
+                f"draw {r['draw_ms']:,.0f}, {r['kB']:,.0f} kB)")
+
+    def load(r: Any) -> str:
+        return "-" if not isinstance(r, Mapping) or not r.get("n") else \
+            f"{r['median_ms']:,.0f} ms ({r['min_ms']:,.0f}-{r['max_ms']:,.0f})"
+
+    rows = []
+    for page, controls in data["pages"].items():
+        for control, r in controls.items():
+            if not isinstance(r, Mapping):
+                continue
+            n = max(r.get("base", {}).get("n", 0), r.get("head", {}).get("n", 0))
+            if control == "load":  # navigation to every figure drawn: not a control change, no target
+                rows.append([page, "page load", str(n), load(r.get("base")), load(r.get("head")),
+                             _num(r.get("head/base")), "-"])
+                continue
+            meets = r.get("head meets the target")
+            rows.append([page, control, str(n), ms(r.get("base")), ms(r.get("head")), _num(r.get("head/base")),
+                         f"{controls['target_ms']:.0f} ms" + ("" if meets is None else " (met)" if meets else
+                                                               " (missed)")])
+    m = data["machine"]
+    trees = data["trees"]
+    return (_table(["page", "control", "n", f"main ({trees.get('base', '-')})", f"this code ({trees.get('head', '-')})",
+                    "ratio", "target"], rows)
+            + f"\nLoad average {m['load_before'][0]:.1f} before, {m['load_after'][0]:.1f} after, on {m['cpus']} CPUs; "
+            f"{data['seconds']:,} s in all; {m['note']}. Not measured: "
+            + "; ".join(f"{k} ({v})" for k, v in data.get("not_measured", {}).items()) + ".\n")
+
+
 RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
+    "dashboard-latency": (dashboard_latency, "python benchmarks/dashboard_compare.py --run RUN --base MAIN "
+                                             "--rounds 4 --changes 4 --json docs/results/dashboard_latency.json "
+                                             "&& make docs-results"),
     "demo-stages": (demo_stages, DEMO_CMD),
     "demo-lead-time": (demo_lead_time, DEMO_CMD),
     "demo-comparison": (demo_comparison, DEMO_CMD),

@@ -27,11 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from aclarena.analysis.items import describe_items
     from aclarena.analysis.prompt import score_prompt
     from aclarena.dashboard.app import serve
 
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: binding {args.host}: anyone who can reach this machine can read the run", file=sys.stderr)
     print(f"aclarena dashboard for {args.run} on http://{args.host}:{args.port}/ (Ctrl-C stops it)", file=sys.stderr)
-    serve(args.run, host=args.host, port=args.port, debug=args.dev, score_prompt=score_prompt)
+    serve(args.run, host=args.host, port=args.port, debug=args.dev, score_prompt=score_prompt,
+          describe_items=describe_items)
     return 0

@@ -13,7 +13,7 @@ from typing import Any
 import dash
 from dash import Dash, Input, Output, dcc, html
 
-from aclarena.dashboard.data import PROMPT_KEY, RUN_KEY, PromptScorer
+from aclarena.dashboard.data import ITEMS_KEY, PROMPT_KEY, RUN_KEY, ItemDescriber, PromptScorer
 from aclarena.errors import AclarenaError
 from aclarena.store.manifest import load_manifest
 
@@ -24,10 +24,13 @@ ASSETS = Path(__file__).parent / "assets"
 ERROR_ID = "store-error"
 
 
-def create_app(run_dir: str | os.PathLike[str], *, score_prompt: PromptScorer | None = None) -> Dash:
+def create_app(run_dir: str | os.PathLike[str], *, score_prompt: PromptScorer | None = None,
+               describe_items: ItemDescriber | None = None) -> Dash:
     """Build the dashboard for a run folder (its manifest is checked first). ``score_prompt``
     (:func:`aclarena.analysis.prompt.score_prompt`, which ``aclarena-diag dashboard`` passes) turns on the
-    Tokens page's live scoring of a typed prompt; without it the page says how to start it."""
+    Tokens page's live scoring of a typed prompt; without it the page says how to start it.
+    ``describe_items`` (:func:`aclarena.analysis.items.describe_items`, passed the same way) gives the
+    Overview's cell detail each item's prompt and expected answer; without it the detail shows the replies."""
     run_dir = Path(run_dir).resolve()
     load_manifest(run_dir)  # one-line error now rather than a broken page later
     app = Dash(
@@ -42,6 +45,7 @@ def create_app(run_dir: str | os.PathLike[str], *, score_prompt: PromptScorer | 
     )
     app.server.config[RUN_KEY] = str(run_dir)
     app.server.config[PROMPT_KEY] = score_prompt
+    app.server.config[ITEMS_KEY] = describe_items
     app.server.before_request(_refuse_traversal)
     modules = [importlib.import_module(f"aclarena.dashboard.pages.{name}") for name in PAGES]
     for module in modules:
@@ -156,9 +160,9 @@ def check_address(host: str, port: int) -> None:
 
 
 def serve(run_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 8050, debug: bool = False,
-          score_prompt: PromptScorer | None = None) -> None:
+          score_prompt: PromptScorer | None = None, describe_items: ItemDescriber | None = None) -> None:
     check_address(host, port)
-    app = create_app(run_dir, score_prompt=score_prompt)
+    app = create_app(run_dir, score_prompt=score_prompt, describe_items=describe_items)
     try:
         app.run(host=host, port=port, debug=debug)
     except (OSError, OverflowError) as e:

@@ -22,15 +22,32 @@ import numpy as np
 import plotly.graph_objects as go
 
 from aclarena.figures import register_figure
+from aclarena.figures.palette import DOMAIN_SERIES, KIND_COLORS, SERIES, TEMPLATE
 
 if TYPE_CHECKING:
     from aclarena.store.comparison import Comparison
     from aclarena.store.manifest import Manifest
     from aclarena.store.results import StoreReader
 
-ROLE_COLORS = {"oracle": "#2ca02c", "end": "#1f77b4", "method": "#d62728", "mle": "#9467bd"}
-PALETTE = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#9467bd", "#1f77b4",
-           "#2ca02c")
+ROLE_COLORS = {"oracle": KIND_COLORS["oracle"], "end": KIND_COLORS["stage"], "method": SERIES[1],
+               "mle": KIND_COLORS["consolidated"]}
+PALETTE = SERIES
+
+
+def row_colours(cmp: Comparison) -> dict[str, str]:
+    """A distinct colour per row: each oracle its own (the domain colours, in row order), the sequential
+    end point the stages' blue, methods and MLE the remaining colours of the series."""
+    out: dict[str, str] = {}
+    oracles = [r.label for r in cmp.rows if r.role == "oracle"]
+    for i, label in enumerate(oracles):
+        out[label] = DOMAIN_SERIES[i % len(DOMAIN_SERIES)]
+    for r in cmp.rows:
+        if r.role == "end":
+            out[r.label] = KIND_COLORS["stage"]
+    rest = [c for c in SERIES if c not in out.values()] or list(SERIES)
+    for i, r in enumerate(x for x in cmp.rows if x.label not in out):
+        out[r.label] = rest[i % len(rest)]
+    return out
 
 
 def _comparison(reader: StoreReader | None, manifest: Manifest, router: str = "rule") -> Comparison | None:
@@ -60,7 +77,7 @@ def comparison_heatmap(cmp: Comparison) -> go.Figure:
                                colorscale="Viridis", colorbar={"title": cmp.score},
                                hovertemplate="%{y}<br>%{x}: %{text}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title=f"Consolidation methods ({cmp.score}, mean ± std over replicates)",
+    fig.update_layout(template=TEMPLATE, title=f"Consolidation methods ({cmp.score}, mean ± std over replicates)",
                       margin={"l": 260, "r": 20, "t": 60, "b": 60}, height=max(320, 40 * len(labels) + 140))
     return fig
 
@@ -69,12 +86,14 @@ def method_bars(cmp: Comparison, rows: Sequence[str] | None = None) -> go.Figure
     """Grouped bars per suite, one bar group per row (methods and references), std as error bars."""
     fig = go.Figure()
     chosen = [r for r in cmp.rows if rows is None or r.label in rows]
-    for i, r in enumerate(chosen):
-        color = ROLE_COLORS.get(r.role) if r.role != "method" else PALETTE[i % len(PALETTE)]
+    colours = row_colours(cmp)
+    for r in chosen:
+        color = colours[r.label]
         fig.add_bar(name=r.label, x=cmp.suites, y=[_nan_none(r.cells[s].mean) for s in cmp.suites],
                     error_y={"type": "data", "array": [_nan_zero(r.cells[s].std) for s in cmp.suites], "visible": True},
-                    marker_color=color, opacity=0.6 if r.role in ("oracle", "end") else 1.0)
-    fig.update_layout(barmode="group", title=f"Scores per suite ({cmp.score})", yaxis={"range": [0, 1], "title": cmp.score},
+                    marker_color=color, opacity=0.6 if r.role in ("oracle", "end") else 1.0,
+                    marker_pattern_shape="/" if r.role in ("oracle", "end") else "")
+    fig.update_layout(barmode="group", template=TEMPLATE, title=f"Scores per suite ({cmp.score})", yaxis={"range": [0, 1], "title": cmp.score},
                       legend={"orientation": "h", "y": -0.25})
     return fig
 
@@ -84,14 +103,14 @@ def method_radar(cmp: Comparison, rows: Sequence[str] | None = None) -> go.Figur
     axes = cmp.in_domain if len(cmp.in_domain) >= 3 else cmp.suites
     fig = go.Figure()
     chosen = [r for r in cmp.rows if rows is None or r.label in rows]
-    for i, r in enumerate(chosen):
+    colours = row_colours(cmp)
+    for r in chosen:
         vals = [_nan_zero(r.cells[s].mean) for s in axes]
         fig.add_trace(go.Scatterpolar(r=[*vals, vals[0]] if vals else [], theta=[*axes, axes[0]] if axes else [],
                                       name=r.label, mode="lines+markers",
                                       line={"dash": "dash" if r.role in ("oracle", "end") else "solid",
-                                            "color": ROLE_COLORS.get(r.role) if r.role != "method"
-                                            else PALETTE[i % len(PALETTE)]}))
-    fig.update_layout(title=f"In-domain profile ({cmp.score})", polar={"radialaxis": {"range": [0, 1]}},
+                                            "color": colours[r.label]}))
+    fig.update_layout(template=TEMPLATE, title=f"In-domain profile ({cmp.score})", polar={"radialaxis": {"range": [0, 1]}},
                       legend={"orientation": "h", "y": -0.15})
     return fig
 
@@ -115,7 +134,7 @@ def router_accuracy(reports: dict[str, dict[str, Any]]) -> go.Figure:
         chance = dict(zip(first["accuracy"]["type"], first["accuracy"]["chance"], strict=True))
         fig.add_scatter(name="chance (random expert)", x=types, y=[chance.get(t) for t in types], mode="markers",
                         marker={"symbol": "line-ew-open", "size": 28, "color": "black"})
-    fig.update_layout(barmode="group", title="Routing accuracy per context type", yaxis={"range": [0, 1.05],
+    fig.update_layout(barmode="group", template=TEMPLATE, title="Routing accuracy per context type", yaxis={"range": [0, 1.05],
                       "title": "accuracy"}, legend={"orientation": "h", "y": -0.25})
     return fig
 
@@ -128,7 +147,7 @@ def confusion_heatmap(name: str, rep: dict[str, Any]) -> go.Figure:
                                colorscale="Blues", hovertemplate="answer %{y}, routed %{x}: %{z}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", title="right answer")
     fig.update_xaxes(title="routed to")
-    fig.update_layout(title=f"Confusion matrix: {name} router", width=560, height=480)
+    fig.update_layout(template=TEMPLATE, title=f"Confusion matrix: {name} router", width=560, height=480)
     return fig
 
 
@@ -183,7 +202,7 @@ def repair_score_bars(rows: Sequence[Any]) -> go.Figure:
                              error_y={"type": "data", "symmetric": False, "array": plus, "arrayminus": minus}))
     fig.add_hline(y=1.0, line_dash="dash", line_color="#444", annotation_text="1 = all recovered / kept")
     fig.add_hline(y=0.0, line_color="#888")
-    fig.update_layout(barmode="group", title="Repairs: four-part score (95% bootstrap intervals)",
+    fig.update_layout(barmode="group", template=TEMPLATE, title="Repairs: four-part score (95% bootstrap intervals)",
                       yaxis_title="share", legend_title_text="part", margin={"t": 60})
     return fig
 

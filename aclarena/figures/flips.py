@@ -12,13 +12,17 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 
 from aclarena.figures import register_figure
+from aclarena.figures.palette import SERIES, TEMPLATE
 from aclarena.store.flips import list_flips, read_flips_data
 
 if TYPE_CHECKING:
     from aclarena.store.manifest import Manifest
     from aclarena.store.results import StoreReader
 
-ARMS = {"kl": ("top KL(E‖L)", "#d62728"), "random": ("random control", "#7f7f7f")}
+#: the two arms of the swap test, told apart by the line: KL-ranked solid, the random control dotted
+ARMS = {"kl": ("top KL(E‖L) swaps", "solid"), "random": ("random swaps (control)", "dot")}
+#: the two directions, one colour each (the same in the divergence histogram)
+DIRECTIONS = {"forgot": "#d62728", "gained": "#1f77b4"}
 
 
 def _label(data: dict[str, Any]) -> str:
@@ -27,16 +31,18 @@ def _label(data: dict[str, Any]) -> str:
 
 
 def recovery_figure(data: dict[str, Any]) -> go.Figure:
-    """Share of forgotten items recovered (L generating, E's tokens let through) per budget, the KL-ranked
-    swaps against the random control, with 95% Wilson intervals; the reverse direction dashed."""
+    """Share of forgotten items recovered (the later checkpoint L generating, the earlier E's tokens let
+    through) per budget, the KL-ranked swaps (solid) against the random control (dotted), with 95% Wilson
+    intervals; the reverse direction (gained items, E broken by L's tokens) in the gained colour."""
     fig = go.Figure()
     curves = data["summary"].get("curves", {})
-    for direction, dash, what in (("forward", "solid", "recovered"), ("reverse", "dash", "E broken")):
+    for direction, color, what in (("forward", DIRECTIONS["forgot"], "forgotten items recovered"),
+                                   ("reverse", DIRECTIONS["gained"], "gained items broken in E")):
         c = curves.get(direction)
         if not c:
             continue
         budgets = data[direction]["budgets"]
-        for arm, (name, color) in ARMS.items():
+        for arm, (name, dash) in ARMS.items():
             s = c[arm]
             fig.add_trace(go.Scatter(
                 x=budgets, y=s["share"], mode="lines+markers", name=f"{what}: {name}",
@@ -50,7 +56,7 @@ def recovery_figure(data: dict[str, Any]) -> go.Figure:
     fig.update_layout(title=f"Swap test: {_label(data)} ({n} forgotten items reproduced)",
                       xaxis={"title": "budget (% of E's trajectory tokens)", "type": "log", "tickvals": ticks,
                              "ticktext": [f"{b:g}%" for b in ticks]},
-                      yaxis={"title": "share of items", "range": [-0.05, 1.05]}, template="plotly_white",
+                      yaxis={"title": "share of items", "range": [-0.05, 1.05]}, template=TEMPLATE,
                       legend={"orientation": "h", "y": -0.2})
     if not n:
         fig.add_annotation(text="no forgotten item was reproduced by the greedy replays: nothing was swapped",
@@ -63,7 +69,7 @@ def divergence_figure(data: dict[str, Any]) -> go.Figure:
     forgotten vs gained, with the top-share line."""
     top = float(data["attrs"]["settings"].get("top", 0.06))
     fig = go.Figure()
-    for direction, color in (("forgot", "#d62728"), ("gained", "#1f77b4")):
+    for direction, color in DIRECTIONS.items():
         rows = [r for r in data["items"] if r["direction"] == direction and r["reproduced"] and r["diverge"] >= 0]
         # percentile 100 (the trajectory's highest entropy) goes in the last bin, not past it
         fig.add_trace(go.Histogram(x=[min(r["entropy_pct"], 99.99) for r in rows], name=f"{direction} ({len(rows)})",
@@ -76,19 +82,30 @@ def divergence_figure(data: dict[str, Any]) -> go.Figure:
                 f"chance {c['chance']:.2f} [{c['chance_low']:.2f}, {c['chance_high']:.2f}]")
     fig.update_layout(title=f"Entropy percentile of the divergence point: {_label(data)}<br><sup>{note}</sup>",
                       xaxis={"title": "E's entropy percentile at the divergence (100 = the trajectory's highest)"},
-                      yaxis={"title": "items"}, barmode="overlay", template="plotly_white")
+                      yaxis={"title": "items"}, barmode="overlay", template=TEMPLATE)
     return fig
 
 
-def distributions_figure(item: dict[str, Any]) -> go.Figure:
-    """E's and L's top-k next-token probabilities at one item's divergence point."""
+def distributions_figure(item: dict[str, Any], early: str = "", late: str = "") -> go.Figure:
+    """The earlier (E, ``early``) and later (L, ``late``) checkpoint's top-k next-token probabilities at one
+    item's divergence point; the axis fitted to the largest probability shown (a fixed 0-1 hid 0.005),
+    each bar labelled with its value."""
     fig = go.Figure()
-    for side, name, color in (("e_topk", "E", "#2ca02c"), ("l_topk", "L", "#d62728")):
+    top = 0.0
+    for side, name, color in (("e_topk", f"earlier checkpoint (E){' ' + early if early else ''}", SERIES[2]),
+                              ("l_topk", f"later checkpoint (L){' ' + late if late else ''}", SERIES[3])):
         pairs = item.get(side) or []
-        fig.add_trace(go.Bar(x=[repr(t) for t, _ in pairs], y=[p for _, p in pairs], name=name, marker_color=color))
-    fig.update_layout(title=f"At position {item.get('diverge')}: E chose {item.get('e_token')!r}, "
-                            f"L's top-1 {item.get('l_token')!r}", barmode="group", template="plotly_white",
-                      yaxis={"title": "probability", "range": [0, 1]}, xaxis={"title": "token"}, height=360)
+        ps = [float(p) for _, p in pairs]
+        top = max([top, *ps])
+        fig.add_trace(go.Bar(x=[repr(t) for t, _ in pairs], y=ps, name=name, marker_color=color,
+                             text=[f"{p:.3g}" for p in ps], textposition="outside", cliponaxis=False,
+                             hovertemplate="%{x}: p = %{y:.4g}<extra>" + name + "</extra>"))
+    e = f"E ({early})" if early else "the earlier checkpoint E"
+    ell = f"L ({late})" if late else "the later checkpoint L"
+    fig.update_layout(title=f"At position {item.get('diverge')}: {e} chose {item.get('e_token')!r}, "
+                            f"{ell} puts {item.get('l_token')!r} first", barmode="group", template=TEMPLATE,
+                      yaxis={"title": "probability", "range": [0, (top or 1.0) * 1.18]}, xaxis={"title": "token"},
+                      height=380, legend={"orientation": "h", "x": 0, "y": -0.25}, margin={"b": 110})
     return fig
 
 

@@ -24,6 +24,7 @@ from plotly.subplots import make_subplots
 
 from aclarena.diagnostics.early_warning import drop_label, drop_reachable_in
 from aclarena.figures import register_figure
+from aclarena.figures.palette import SERIES, TEMPLATE
 
 if TYPE_CHECKING:
     from aclarena.store.manifest import Manifest
@@ -43,7 +44,7 @@ PANEL_TITLES = {
     "loss": "training loss",
 }
 DEFAULT_PANELS = ("kl_high", "flip_high", "kl_all", "fkl")
-PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+PALETTE = list(SERIES)
 #: Line style of each recording of a phase: the training run itself, then a lead-time retrain.
 DASHES = ("solid", "dot", "dashdot", "longdash")
 
@@ -144,8 +145,10 @@ def series_figure(view: MonitorView | list[MonitorView]) -> go.Figure:
     fig.update_layout(
         title=f"Drift monitor: {phase_of(main.label)} ({n_checks} checks, {n_events} warnings"
               + ("; with its lead-time retrain, dotted" if len(views) > 1 else "") + ")",
-        template="plotly_white", height=170 * len(metrics) + 120, legend=dict(orientation="h", y=1.04, x=0),
-        uirevision=phase_of(main.label), margin=dict(t=110),
+        template=TEMPLATE, height=170 * len(metrics) + 120,
+        # beside the panels, top-aligned: above them, a legend of several probes wrapped onto the first panel's title
+        legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top"),
+        uirevision=phase_of(main.label), margin=dict(t=80),
     )
     fig.update_xaxes(title_text="training step", row=len(metrics), col=1)
     return fig
@@ -201,7 +204,7 @@ def lead_time_figure(result: dict[str, Any]) -> go.Figure:
             customdata=[[r["domain"], r["predictor"], "-" if r["lead"] is None else r["lead"]] for r in rows],
             hovertemplate="%{customdata[1]} (%{customdata[0]})<br>first warning at step %{x}<br>lead "
                           "%{customdata[2]} steps<extra></extra>"))
-    fig.update_layout(title=f"Lead time of the warnings, {result.get('stage', '?')} stage", template="plotly_white",
+    fig.update_layout(title=f"Lead time of the warnings, {result.get('stage', '?')} stage", template=TEMPLATE,
                       xaxis_title="training step of the stage", yaxis_title="accuracy on fixed items",
                       yaxis=dict(range=[-0.3, 1.05]))
     return fig

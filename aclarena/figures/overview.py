@@ -27,6 +27,7 @@ import plotly.graph_objects as go
 from aclarena.diagnostics.cl_metrics import METRIC_LABELS as CL_LABELS
 from aclarena.errors import AclarenaError
 from aclarena.figures import figure_options, register_figure
+from aclarena.figures.palette import TEMPLATE
 from aclarena.store.capability import CapabilityMatrix, chain_data, load_matrix, stage_chains
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ def capability_heatmap(matrix: CapabilityMatrix, manifest: Manifest, what: str =
         hovertemplate="%{y}<br>%{x}: %{z:.3f}<br>%{customdata[2]}<extra></extra>", hoverongaps=True,
         textfont=dict(size=11),
     ))
-    fig.update_layout(title=f"Capability matrix ({SCORES.get(what, what)})", template="plotly_white",
+    fig.update_layout(title=f"Capability matrix ({SCORES.get(what, what)})", template=TEMPLATE,
                       yaxis=dict(autorange="reversed", title=None), xaxis=dict(title=None, side="top"),
                       height=max(320, 60 + 38 * len(names)), margin=dict(l=160, t=110))
     return fig
@@ -203,7 +204,7 @@ def chain_lines(matrix: CapabilityMatrix, manifest: Manifest, chain: str | None 
                                  hovertemplate=f"{suite} peaks at %{{x}}: %{{y:.3f}}<extra></extra>"))
     fig.update_layout(title="Scores along the chain (star: peak; bars: 95% bootstrap interval; lines bridge unscored "
                             "checkpoints)<br><sub>solid in-domain, dashed out-of-domain, dotted general</sub>",
-                      template="plotly_white", xaxis=dict(title="checkpoint (curriculum order)"),
+                      template=TEMPLATE, xaxis=dict(title="checkpoint (curriculum order)"),
                       yaxis=dict(title=SCORES.get(what, what), range=[-0.02, 1.02]))
     return fig
 

@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 
 from aclarena.figures import register_figure
+from aclarena.figures.palette import KIND_COLORS as _KINDS
+from aclarena.figures.palette import TEMPLATE
 
 if TYPE_CHECKING:
     from aclarena.store.manifest import Manifest
     from aclarena.store.results import StoreReader
 
-KIND_COLORS = {"base": "#4c4c4c", "stage": "#1f77b4", "oracle": "#2ca02c", "consolidated": "#d62728"}
+KIND_COLORS = {k: _KINDS[k] for k in ("base", "stage", "oracle", "consolidated")}
 
 
 def lineage_figure(manifest: Manifest) -> go.Figure:
@@ -49,7 +51,7 @@ def lineage_figure(manifest: Manifest) -> go.Figure:
                           "<br>(click: the pages that show it)<extra></extra>",
         ))
     fig.update_layout(title="Checkpoint lineage", xaxis=dict(title="steps from the base", dtick=1),
-                      yaxis=dict(visible=False), template="plotly_white")
+                      yaxis=dict(visible=False), template=TEMPLATE)
     return fig
 
 

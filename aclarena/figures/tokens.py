@@ -22,6 +22,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from aclarena.figures import register_figure
+from aclarena.figures.palette import SERIES, TEMPLATE
 from aclarena.store.token_keys import TOKENS, probe_key, reference_key, scores_key, summary_key
 
 if TYPE_CHECKING:
@@ -31,8 +32,7 @@ if TYPE_CHECKING:
 #: At most this many points in a scatter (SVG stays responsive); the rest is sampled, seeded.
 MAX_SCATTER_POINTS = 4000
 KL_FLOOR = 1e-7  # log axes need a floor: KL below it is drawn at it
-PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf"]
+PALETTE = list(SERIES)
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -198,7 +198,7 @@ def tokens_from_scores(pieces: list[str], scores: Any, words: dict[int, str]) ->
 
 
 @functools.lru_cache(maxsize=4)
-def _template(name: str = "plotly_white") -> dict[str, Any]:
+def _template(name: str = TEMPLATE) -> dict[str, Any]:
     """A plotly template as a plain dict (naming it per figure deep-copies it each time: ~0.1 s)."""
     import plotly.io as pio
 
@@ -332,7 +332,7 @@ def strata_figure(reader: StoreReader, probe: str, manifest: Manifest | None = N
                              legendgroup=key), row=1, col=1)
         fig.add_trace(go.Bar(x=names, y=[r[f"flip_rate_{key}"] for r in rows], name=label, marker_color=color,
                              legendgroup=key, showlegend=False), row=1, col=2)
-    fig.update_layout(barmode="group", template="plotly_white",
+    fig.update_layout(barmode="group", template=TEMPLATE,
                       title=f"Drift on high- vs low-entropy positions (against {reference_name(reader, probe)})")
     return fig
 

@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from aclarena.figures import register_figure
+from aclarena.figures.palette import PHASE_COLORS, SERIES, TEMPLATE
 
 if TYPE_CHECKING:
     from aclarena.store.manifest import Manifest
@@ -22,8 +23,7 @@ if TYPE_CHECKING:
 VECTORS_KEY = "vectors/summary"
 DISPLACEMENT_KEY = "displacement/summary"
 VIEWS = ("all", "no-embeddings")
-PHASE_COLORS = {"sft": "#d62728", "rl": "#1f77b4", None: "#7f7f7f"}
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
+PALETTE = SERIES
 #: what the vectors page can show: stage updates (θ − θ_parent), cumulative updates (θ − θ_base), oracle directions
 VECTOR_KINDS = ("stage", "cumulative", "oracle")
 PHASES = ("sft", "rl", "none")
@@ -116,10 +116,11 @@ def cosine_heatmap(labels: list[str], cos: np.ndarray, title: str, norms: np.nda
     n = len(labels)
     zero = np.zeros(n, bool) if norms is None else ~(np.asarray(norms, dtype=float) > 0)
     shown = [f"{lab} [zero]" if zr else lab for lab, zr in zip(labels, zero, strict=True)]
-    z = _clean(cos)
+    z = _clean(np.round(cos, 4))  # the hover's precision: a smaller page
     write = n <= MAX_TEXT_ROWS
-    text = [[("zero" if (zero[i] or zero[j]) else "-" if v is None else f"{v:.2f}") if write else ""
-             for j, v in enumerate(row)] for i, row in enumerate(z)]
+    # beyond MAX_TEXT_ROWS no text at all is sent (it was a matrix of empty strings)
+    text = [[("zero" if (zero[i] or zero[j]) else "-" if v is None else f"{v:.2f}")
+             for j, v in enumerate(row)] for i, row in enumerate(z)] if write else None
     size = heatmap_size(n, shown)
     traces = []
     if zero.any():
@@ -129,12 +130,12 @@ def cosine_heatmap(labels: list[str], cos: np.ndarray, title: str, norms: np.nda
                                  "<extra></extra>", name="zero vectors"))
     traces.append(go.Heatmap(
         z=z, x=shown, y=shown, zmin=-1, zmax=1, colorscale="RdBu", reversescale=False,
-        text=text, texttemplate="%{text}", textfont=dict(size=size["font"]),
+        **(dict(text=text, texttemplate="%{text}", textfont=dict(size=size["font"])) if write else {}),
         hovertemplate="%{y}<br>vs %{x}<br>cos %{z:.4f}<extra></extra>", colorbar=dict(title="cos"),
         hoverongaps=False,
     ))
     fig = go.Figure(traces)
-    fig.update_layout(title=title, template="plotly_white", height=size["height"],
+    fig.update_layout(title=title, template=TEMPLATE, height=size["height"],
                       yaxis=dict(autorange="reversed", tickfont=dict(size=size["font"]), automargin=True),
                       xaxis=dict(tickangle=-45, tickfont=dict(size=size["font"]), automargin=True),
                       margin=dict(l=size["left"], b=size["left"] * 0.7))
@@ -195,7 +196,7 @@ def layer_oracle_figure(s: dict[str, Any], oracle: int, view: str = "all", keep:
         hovertemplate="%{y}<br>%{x}<br>cos with " + name + " %{z:.4f}<extra></extra>", colorbar=dict(title="cos"),
     ))
     fig.update_layout(title=f"Cosine with the {name} direction, per layer ({_view_note(view)})",
-                      template="plotly_white", height=size["height"],
+                      template=TEMPLATE, height=size["height"],
                       yaxis=dict(autorange="reversed", tickfont=dict(size=size["font"]), automargin=True),
                       margin=dict(l=size["left"]))
     return fig
@@ -218,7 +219,7 @@ def distance_figure(s: dict[str, Any], view: str = "all") -> go.Figure:
             fig.add_trace(go.Scatter(x=off, y=_clean(dist[~on_chain, oi]), mode="markers", name=f"{o}: off chain",
                                      marker=dict(symbol="diamond", size=10),
                                      hovertemplate="%{x}<br>‖θ − θ_" + o + "‖ = %{y:.4g}<extra></extra>"))
-    fig.update_layout(title=f"Distance to each oracle along the chain ({_view_note(view)})", template="plotly_white",
+    fig.update_layout(title=f"Distance to each oracle along the chain ({_view_note(view)})", template=TEMPLATE,
                       xaxis=dict(title="checkpoint", categoryorder="array", categoryarray=chain + off),
                       yaxis=dict(title="‖θ − θ_oracle‖₂", rangemode="tozero"))
     return fig
@@ -226,7 +227,7 @@ def distance_figure(s: dict[str, Any], view: str = "all") -> go.Figure:
 
 def _empty(text: str) -> go.Figure:
     fig = go.Figure()
-    fig.update_layout(template="plotly_white", xaxis=dict(visible=False), yaxis=dict(visible=False),
+    fig.update_layout(template=TEMPLATE, xaxis=dict(visible=False), yaxis=dict(visible=False),
                       annotations=[dict(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")])
     return fig
 
@@ -330,7 +331,7 @@ def sft_rl_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None =
         note += f"<br>zero updates (no bar): {', '.join(zero[:6])}" + (" …" if len(zero) > 6 else "")
     ytype = axis_type(norm[keep]) if keep else "linear"
     fig.update_layout(title=f"Displacement per update, SFT vs RL ({_view_note(view)})", barmode="group",
-                      template="plotly_white", yaxis=dict(title="‖Δθ‖₂" + (" (log)" if ytype == "log" else ""),
+                      template=TEMPLATE, yaxis=dict(title="‖Δθ‖₂" + (" (log)" if ytype == "log" else ""),
                                                           type=ytype),
                       xaxis=dict(title="stage (SFT and RL of a stage side by side)", categoryorder="array",
                                  categoryarray=order, tickangle=-45 if len(order) > 12 else 0),
@@ -344,52 +345,92 @@ def _fmt(x: float) -> str:
     return "-" if not np.isfinite(x) else f"{x:.3g}"
 
 
-def _legend(n: int) -> dict[str, Any]:
-    """A legend that stays readable with many entries: small font, scrolling beside the plot."""
-    return dict(font=dict(size=10 if n > 16 else 12), itemclick="toggleothers", itemdoubleclick="toggle")
+def default_highlight(s: dict[str, Any], keep: list[int]) -> int | None:
+    """The update drawn highlighted when none is chosen: the one that moved furthest (largest ‖Δθ‖₂)."""
+    norm = np.asarray(s["norm"], dtype=float)
+    finite = [i for i in keep if np.isfinite(norm[i])]
+    return max(finite, key=lambda i: norm[i]) if finite else (keep[0] if keep else None)
 
 
-def layer_profile_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None = None) -> go.Figure:
-    """Relative displacement ‖Δθ‖/‖θ_parent‖ per layer block, one line per update (log axis when
-    the values span two decades)."""
+def _faded(phase: str | None) -> str:
+    """A phase's colour, faded: the updates not highlighted."""
+    h = PHASE_COLORS.get(phase, PHASE_COLORS[None]).lstrip("#")
+    r, g, b = (int(h[k:k + 2], 16) for k in (0, 2, 4))
+    return f"rgba({r}, {g}, {b}, 0.28)"
+
+
+def _highlighted(s: dict[str, Any], keep: list[int], highlight: int | None) -> int | None:
+    return highlight if highlight in keep else default_highlight(s, keep)
+
+
+def layer_profile_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None = None,
+                         highlight: int | None = None) -> go.Figure:
+    """Relative displacement ‖Δθ‖/‖θ_parent‖ per layer block: one highlighted update (``highlight``, an
+    index of ``s["children"]``; default the one that moved furthest) in its phase's colour, every other
+    kept update a thin faded line of its phase (hover names it); log axis when the values span two
+    decades. The legend has the highlighted update and one entry per phase, so it never outgrows the plot."""
     fig = go.Figure()
     rel = np.asarray(s["rel_group"])  # (G, P)
     keep = list(range(len(s["children"]))) if keep is None else keep
-    colours = distinct_colours(len(keep))
-    for c, i in enumerate(keep):
+    hl = _highlighted(s, keep, highlight)
+    seen: set[str | None] = set()
+    for i in keep:
+        if i == hl:
+            continue
         phase = s["phases"][i]
         fig.add_trace(go.Scatter(
-            x=s["group_labels"], y=_clean(rel[:, i]), mode="lines+markers", name=_update_label(s, i),
-            line=dict(color=colours[c], dash="solid" if phase == "sft" else "dot" if phase == "rl" else "dash"),
+            x=s["group_labels"], y=_clean(rel[:, i]), mode="lines", name=f"other {(phase or 'no phase').upper()} "
+            "updates", legendgroup=f"other-{phase}", showlegend=phase not in seen,
+            line=dict(color=_faded(phase), width=1.2, dash="solid" if phase != "rl" else "dot"),
             hovertemplate=s["children"][i] + "<br>%{x}<br>‖Δθ‖/‖θ_parent‖ = %{y:.4g}<extra></extra>",
         ))
+        seen.add(phase)
+    if hl is not None:
+        phase = s["phases"][hl]
+        fig.add_trace(go.Scatter(
+            x=s["group_labels"], y=_clean(rel[:, hl]), mode="lines+markers", name=_update_label(s, hl),
+            line=dict(color=PHASE_COLORS.get(phase, PHASE_COLORS[None]), width=3.5), marker=dict(size=7),
+            hovertemplate=s["children"][hl] + "<br>%{x}<br>‖Δθ‖/‖θ_parent‖ = %{y:.4g}<extra></extra>",
+        ))
     ytype = axis_type(rel[:, keep]) if keep else "linear"
-    fig.update_layout(title=f"Relative displacement per layer ({_view_note(view)}; solid SFT, dotted RL)",
-                      template="plotly_white", legend=_legend(len(keep)), height=min(1400, max(480, 20 * len(keep) + 120)),
+    fig.update_layout(title=f"Relative displacement per layer ({_view_note(view)}): "
+                            f"{s['children'][hl] if hl is not None else 'no update'} highlighted",
+                      template=TEMPLATE, height=480, legend=dict(orientation="h", x=0, y=-0.22),
                       yaxis=dict(title="‖Δθ‖₂ / ‖θ_parent‖₂", type=ytype,
                                  **({"rangemode": "tozero"} if ytype == "linear" else {})),
-                      xaxis=dict(title="layer block"))
+                      xaxis=dict(title="layer block"), margin=dict(b=120))
     return fig
 
 
-def sparsity_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None = None) -> go.Figure:
-    """Update sparsity (fraction of entries with |Δθ| ≤ tol) against the tolerance, exact and bf16."""
+def sparsity_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None = None,
+                    highlight: int | None = None) -> go.Figure:
+    """Update sparsity (fraction of entries with |Δθ| ≤ tol) against the tolerance, exact (solid) and
+    after bf16 rounding (dotted): the highlighted update in its phase's colour, the others faded."""
     fig = go.Figure()
     tols = [("0" if t == 0 else f"{t:.0e}") for t in np.asarray(s["tolerances"])]
     keep = list(range(len(s["children"]))) if keep is None else keep
-    colours = distinct_colours(len(keep))
-    for c, i in enumerate(keep):
+    hl = _highlighted(s, keep, highlight)
+    seen: set[str | None] = set()
+    for i in [*[k for k in keep if k != hl], *([hl] if hl is not None else [])]:
+        phase = s["phases"][i]
+        top = i == hl
         for mode, key, dash in (("exact", "changed_frac", "solid"), ("bf16", "changed_frac_bf16", "dot")):
             sp = 1.0 - np.asarray(s[key])[i]
             fig.add_trace(go.Scatter(
-                x=tols, y=_clean(sp), mode="lines+markers", name=f"{_update_label(s, i)} {mode}",
-                line=dict(color=colours[c], dash=dash), legendgroup=s["children"][i],
+                x=tols, y=_clean(sp), mode="lines+markers" if top else "lines",
+                name=f"{_update_label(s, i)} {mode}" if top else f"other {(phase or 'no phase').upper()} updates",
+                legendgroup=s["children"][i] if top else f"other-{phase}",
+                showlegend=top or (mode == "exact" and phase not in seen),
+                line=dict(color=PHASE_COLORS.get(phase, PHASE_COLORS[None]) if top else _faded(phase),
+                          width=3.5 if top else 1.2, dash=dash),
                 hovertemplate=s["children"][i] + f" ({mode})<br>tol %{{x}}<br>sparsity %{{y:.4f}}<extra></extra>",
             ))
-    fig.update_layout(title=f"Update sparsity vs tolerance ({_view_note(view)}; dotted: after bf16 rounding)",
-                      template="plotly_white", legend=_legend(2 * len(keep)),
-                      height=min(1400, max(520, 20 * 2 * len(keep) + 120)),
-                      xaxis=dict(title="tolerance on |Δθ|", type="category"),
+        if not top:
+            seen.add(phase)
+    fig.update_layout(title=f"Update sparsity vs tolerance ({_view_note(view)}; dotted: after bf16 rounding): "
+                            f"{s['children'][hl] if hl is not None else 'no update'} highlighted",
+                      template=TEMPLATE, height=500, legend=dict(orientation="h", x=0, y=-0.22),
+                      xaxis=dict(title="tolerance on |Δθ|", type="category"), margin=dict(b=120),
                       yaxis=dict(title="fraction of entries with |Δθ| ≤ tol", range=[0, 1.02]))
     return fig
 

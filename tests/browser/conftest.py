@@ -41,10 +41,11 @@ class ServedApp:
     def __init__(self, run_dir: Path) -> None:
         from werkzeug.serving import make_server
 
+        from aclarena.analysis.items import describe_items
         from aclarena.analysis.prompt import score_prompt
         from aclarena.dashboard import create_app
 
-        self.app = create_app(run_dir, score_prompt=score_prompt)
+        self.app = create_app(run_dir, score_prompt=score_prompt, describe_items=describe_items)
         self.server = make_server("127.0.0.1", 0, self.app.server, threaded=True)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

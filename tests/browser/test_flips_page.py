@@ -31,7 +31,7 @@ def test_flips_page_shows_the_divergence_and_the_swap_test(flips_run, serve, pag
     assert page.inner_text("#flips-l-row span.flip-point") == " 41"
     assert "percentile 100, in the top set" in page.inner_text("#flips-aligned")
     page.wait_for_selector("#flips-distributions .main-svg")
-    assert "E chose ' 42'" in page.text_content("#flips-distributions .gtitle")
+    assert "E (seq-math) chose ' 42'" in page.text_content("#flips-distributions .gtitle")
     assert page.locator("#flips-distributions .bars").count() == 2  # E's and L's top-k
     page.wait_for_selector("#flips-recovery .scatterlayer .trace")
     assert page.locator("#flips-recovery .scatterlayer .trace").count() == 4  # both directions, both arms

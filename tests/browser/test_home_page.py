@@ -17,7 +17,8 @@ def test_home_page_loads(fixture_run, serve, page, console_errors):
     text = page.inner_text("#home-checkpoints")
     for name in ("base", "seq-math", "seq-search", "oracle-math", "lora-ecom"):
         assert name in text
-    assert "examples/x (example" in page.inner_text("#home-results")
+    assert "examples\texample\t1\texamples/x" in page.inner_text("#home-results")  # a group row, not the keys
+    assert "examples/x (example" in page.text_content("#home-results-keys")  # every key, folded
     page.wait_for_selector("#home-lineage .main-svg")
     assert console_errors == []
 

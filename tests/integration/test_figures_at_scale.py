@@ -64,8 +64,11 @@ def test_heatmap_grows_with_rows_and_shows_zero_vectors(summaries):
 def test_colours_log_axes_and_paired_bars(summaries):
     _, d, _ = summaries
     assert len(set(distinct_colours(48))) == 48 and len(set(distinct_colours(90))) == 90
-    profile = layer_profile_figure(d)
-    assert len(profile.data) == 48 and len({t.line.color for t in profile.data}) == 48
+    profile = layer_profile_figure(d)  # one update highlighted (the furthest moved), the others faded by phase
+    assert len(profile.data) == 48 and [t.line.width for t in profile.data].count(3.5) == 1
+    top = profile.data[-1]
+    assert top.name.startswith(d["children"][int(np.nanargmax(d["norm"]))])
+    assert len({t.line.color for t in profile.data[:-1]}) == len({p for p in d["phases"]})
     assert axis_type([1.0, 50.0]) == "linear" and axis_type([0.0, 1e-3, 1.0]) == "log"
     groups = stage_groups(d)
     bars = sft_rl_figure(d)

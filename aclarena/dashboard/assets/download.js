@@ -25,14 +25,25 @@
         if (Array.isArray(v)) { return v.map(arr); }
         return v;
     }
+    // an error bar's ends (the interval drawn), so that a CSV keeps what the figure shows
+    function bounds(t, sign) {
+        var flat = t.orientation === "h", e = flat ? t.error_x : t.error_y, y = arr(flat ? t.x : t.y);
+        if (!e || e.visible === false || e.type !== "data" || !y) { return null; }
+        var plus = arr(e.array) || [], minus = e.symmetric === false ? arr(e.arrayminus) || [] : plus;
+        return y.map(function (v, i) {
+            var d = sign > 0 ? at(plus, i) : at(minus, i);
+            return v === null || d === null || d === undefined ? null : v + sign * d;
+        });
+    }
     function traces(gd) {
         return (gd._fullData || gd.data || []).map(function (t) {
             return {type: t.type, name: t.name, x: arr(t.x), y: arr(t.y), z: arr(t.z), text: arr(t.text),
-                    customdata: arr(t.customdata), header: t.header, cells: t.cells};
+                    customdata: arr(t.customdata), header: t.header, cells: t.cells, low: bounds(t, -1),
+                    high: bounds(t, 1)};
         });
     }
     function figureRows(gd) {
-        var rows = [["trace", "x", "y", "z", "text", "customdata"]];
+        var rows = [["trace", "x", "y", "z", "text", "customdata", "low", "high"]];
         traces(gd).forEach(function (t, k) {
             var name = t.name || t.type + " " + k;
             if (t.type === "heatmap" && t.z) {
@@ -53,7 +64,7 @@
                 var n = Math.max((t.x || []).length, (t.y || []).length);
                 for (var i2 = 0; i2 < n; i2++) {
                     rows.push([name, at(t.x, i2), at(t.y, i2), null, Array.isArray(t.text) ? at(t.text, i2) : null,
-                               at(t.customdata, i2)]);
+                               at(t.customdata, i2), at(t.low, i2), at(t.high, i2)]);
                 }
             }
         });
@@ -62,7 +73,8 @@
     function figureJson(gd) {
         var title = gd.layout && gd.layout.title ? (gd.layout.title.text || gd.layout.title) : null;
         return JSON.stringify({title: title, data: traces(gd).map(function (t) {
-            return {type: t.type, name: t.name, x: t.x, y: t.y, z: t.z, text: t.text, customdata: t.customdata};
+            return {type: t.type, name: t.name, x: t.x, y: t.y, z: t.z, text: t.text, customdata: t.customdata,
+                    low: t.low, high: t.high};
         })}, null, 1);
     }
     function tableRows(table) {

@@ -8,12 +8,13 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from aclarena.dashboard.data import current_run, manifest, reader
+from aclarena.dashboard.data import current_run, manifest, per_store, reader
 
 PAGE = {"path": "/consolidation", "name": "Consolidation", "order": 60}
 ROUTER_OPTIONS = [{"label": r, "value": r} for r in ("rule", "learned", "bandit")]
 
 
+@per_store()
 def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: str = "bars") -> dict[str, Any]:
     """The comparison rows and the chosen figure (callbacks return these; tests call it directly)."""
     from aclarena.diagnostics.run_notes import avg_k_state, consolidation_note, floor_note
@@ -97,9 +98,17 @@ def _table(c: dict[str, Any]) -> html.Table:
     )
 
 
-def layout(**_query: Any) -> html.Div:
+def layout(**query: Any) -> html.Div:
+    from aclarena.dashboard.urlstate import query_value
+
     run_dir = current_run()
-    c = content(run_dir)
+    view = query_value(query, "view", ["bars", "radar", "heatmap"], "bars")
+    router = query_value(query, "router", [o["value"] for o in ROUTER_OPTIONS], "rule")
+    score = query_value(query, "score", ["greedy", "avg"], "greedy")
+    c = content(run_dir, score, router, view)
+    if not c["empty"] and score == "avg" and c["n_avg"] == 0:  # the URL asks for what the run lacks
+        score = "greedy"
+        c = content(run_dir, score, router, view)
     if c["empty"]:
         why = ("No consolidated models yet: run `aclarena-diag consolidate --method ...`, then `aclarena-diag eval`."
                if c.get("no_methods") else "No capability matrix yet: run `aclarena-diag eval` (after "
@@ -114,18 +123,19 @@ def layout(**_query: Any) -> html.Div:
         html.P(c["run_note"], className="note", id="consolidation-run-note"),
         html.Div([
             html.Div([html.Label("score"), dcc.RadioItems(
-                id="consolidation-score", value="greedy", inline=True,
+                id="consolidation-score", value=score, inline=True,
                 options=[{"label": " greedy ", "value": "greedy"},
                          {"label": " avg@k ", "value": "avg", "disabled": c["n_avg"] == 0}])],
                 title=c["avg_reason"] or ""),
             html.Div([html.Label("MLE router"), dcc.Dropdown(id="consolidation-router", options=ROUTER_OPTIONS,
-                                                             value="rule", clearable=False)],
+                                                             value=router, clearable=False)],
                      style={} if c["has_mle"] else {"display": "none"}),
-            html.Div([html.Label("view"), dcc.RadioItems(id="consolidation-view", value="bars", inline=True,
+            html.Div([html.Label("view"), dcc.RadioItems(id="consolidation-view", value=view, inline=True,
                                                          options=[{"label": " bars ", "value": "bars"},
                                                                   {"label": " radar ", "value": "radar"},
                                                                   {"label": " heatmap ", "value": "heatmap"}])]),
         ], className="controls"),
+        dcc.Store(id="consolidation-url"),
         html.P(" ".join(x for x in (
             c["floor"], c["avg_reason"],
             None if c["has_mle"] else "MLE router: hidden, this run has no MLE; `aclarena-diag consolidate --method "
@@ -138,6 +148,12 @@ def layout(**_query: Any) -> html.Div:
 
 
 def register_callbacks(app: Dash, run_dir: Path) -> None:
+    from aclarena.dashboard.urlstate import keep_in_url
+
+    keep_in_url(app, "consolidation-url", {"score": ("consolidation-score", "value"),
+                                           "router": ("consolidation-router", "value"),
+                                           "view": ("consolidation-view", "value")})
+
     @app.callback(
         Output("consolidation-table", "children"), Output("consolidation-figure", "figure"),
         Output("consolidation-notes", "children"), Output("consolidation-run-note", "children"),

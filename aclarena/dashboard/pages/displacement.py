@@ -7,7 +7,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from aclarena.dashboard.data import current_run, reader
+from aclarena.dashboard.data import current_run, per_store, reader
 
 PAGE = {"path": "/displacement", "name": "Displacement", "order": 50}
 VIEW_OPTIONS = [{"label": "all weights", "value": "all"},
@@ -20,6 +20,7 @@ ALL_KINDS = ["stage", "oracle", "other"]
 ALL_PHASES = ["sft", "rl", "none"]
 
 
+@per_store()
 def summary(run_dir: Path, view: str = "all") -> dict[str, Any] | None:
     from aclarena.figures.vectors import DISPLACEMENT_KEY, load_summary
 
@@ -27,19 +28,47 @@ def summary(run_dir: Path, view: str = "all") -> dict[str, Any] | None:
         return load_summary(r, DISPLACEMENT_KEY, view)
 
 
+def _kept(s: dict[str, Any], kinds: list[str] | None, phases: list[str] | None) -> list[int]:
+    from aclarena.figures.vectors import update_filter
+
+    keep = update_filter(s, None, phases)
+    if kinds is not None:
+        keep = [i for i in keep if (s["kinds"][i] if s["kinds"][i] in ("stage", "oracle") else "other") in kinds]
+    return keep
+
+
+@per_store()
+def highlight_options(run_dir: Path, view: str, kinds: list[str] | None = None,
+                      phases: list[str] | None = None) -> tuple[list[dict[str, str]], str | None]:
+    """The updates the per-layer plots can highlight (the kept ones) and the default (the one that moved
+    furthest)."""
+    from aclarena.figures.vectors import default_highlight
+
+    s = summary(run_dir, view)
+    if s is None:
+        return [], None
+    keep = _kept(s, kinds, phases)
+    hl = default_highlight(s, keep)
+    options = [{"label": f"{s['children'][i]} ({s['phases'][i] or 'no phase'})", "value": s["children"][i]}
+               for i in keep]
+    return options, (s["children"][hl] if hl is not None else None)
+
+
+@per_store()
 def figures(run_dir: Path, view: str, kinds: list[str] | None = None,
-            phases: list[str] | None = None) -> tuple[Any, Any, Any]:
+            phases: list[str] | None = None, highlight: str | None = None) -> tuple[Any, Any, Any]:
     """SFT/RL bars, per-layer profile and sparsity curves for ``view``, the updates filtered by kind
-    (stage, oracle, other) and phase (sft, rl, none)."""
-    from aclarena.figures.vectors import layer_profile_figure, sft_rl_figure, sparsity_figure, update_filter
+    (stage, oracle, other) and phase (sft, rl, none); ``highlight`` the update drawn in colour in the
+    per-layer plots (the others faded; default the one that moved furthest)."""
+    from aclarena.figures.vectors import layer_profile_figure, sft_rl_figure, sparsity_figure
 
     s = summary(run_dir, view)
     if s is None:
         return {}, {}, {}
-    keep = update_filter(s, None, phases)
-    if kinds is not None:
-        keep = [i for i in keep if (s["kinds"][i] if s["kinds"][i] in ("stage", "oracle") else "other") in kinds]
-    return sft_rl_figure(s, view, keep), layer_profile_figure(s, view, keep), sparsity_figure(s, view, keep)
+    keep = _kept(s, kinds, phases)
+    hl = s["children"].index(highlight) if highlight in s["children"] else None
+    return (sft_rl_figure(s, view, keep), layer_profile_figure(s, view, keep, hl),
+            sparsity_figure(s, view, keep, hl))
 
 
 def layout(**query: Any) -> html.Div:
@@ -55,7 +84,9 @@ def layout(**query: Any) -> html.Div:
         return html.Div([html.H2("Displacement"),
                          html.P("No displacement yet: run `aclarena-diag displacement --run DIR`.", className="note",
                                 id="displacement-empty")])
-    bars, profile, sparsity = figures(run_dir, view, kinds, phases)
+    options, default = highlight_options(run_dir, view, kinds, phases)
+    hl = query_value(query, "hl", [o["value"] for o in options], default)
+    bars, profile, sparsity = figures(run_dir, view, kinds, phases, hl)
     return html.Div([
         html.H2("Displacement"),
         html.P("‖Δθ‖₂ of each update (θ − θ_parent) and its fraction of ‖θ_parent‖₂. Sparsity is the fraction of "
@@ -71,6 +102,10 @@ def layout(**query: Any) -> html.Div:
                  className="controls"),
         dcc.Store(id="displacement-url"),
         dcc.Graph(id="displacement-sft-rl", figure=bars),
+        html.Div([html.Label("highlight"), dcc.Dropdown(
+            id="displacement-highlight", options=options, value=hl, clearable=False, style={"minWidth": "20em"})],
+            className="controls", title="The update drawn in colour in the two per-layer plots below; the others "
+                                        "are faded (hover one for its name). Default: the update that moved furthest."),
         dcc.Graph(id="displacement-layers", figure=profile),
         dcc.Graph(id="displacement-sparsity", figure=sparsity),
     ])
@@ -81,16 +116,22 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
 
     keep_in_url(app, "displacement-url", {"view": ("displacement-view", "value"),
                                           "show": ("displacement-kinds", "value"),
-                                          "phase": ("displacement-phases", "value")})
+                                          "phase": ("displacement-phases", "value"),
+                                          "hl": ("displacement-highlight", "value")})
 
     @app.callback(
         Output("displacement-sft-rl", "figure"), Output("displacement-layers", "figure"),
         Output("displacement-sparsity", "figure"), Output("displacement-run-note", "children"),
-        Input("displacement-view", "value"),
-        Input("displacement-kinds", "value"), Input("displacement-phases", "value"), prevent_initial_call=True,
+        Output("displacement-highlight", "options"), Output("displacement-highlight", "value"),
+        Input("displacement-view", "value"), Input("displacement-kinds", "value"),
+        Input("displacement-phases", "value"), Input("displacement-highlight", "value"), prevent_initial_call=True,
     )
-    def _view(view: str, kinds: list[str], phases: list[str]) -> tuple[Any, Any, Any, str]:
+    def _view(view: str, kinds: list[str], phases: list[str], hl: str | None) -> tuple[Any, ...]:
         from aclarena.diagnostics.run_notes import displacement_note
 
         s = summary(run_dir, view)
-        return (*figures(run_dir, view, kinds, phases), displacement_note(s) if s is not None else "")
+        options, default = highlight_options(run_dir, view, kinds, phases)
+        if hl not in [o["value"] for o in options]:
+            hl = default
+        return (*figures(run_dir, view, kinds, phases, hl), displacement_note(s) if s is not None else "", options,
+                hl)

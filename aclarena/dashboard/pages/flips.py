@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dash import Dash, Input, Output, dcc, html
+from dash import Dash, Input, Output, State, dcc, html
 
-from aclarena.dashboard.data import current_run, reader
+from aclarena.dashboard.data import current_run, per_store, reader
 from aclarena.store.flips import counts_line
 
 PAGE = {"path": "/flips", "name": "Flips", "order": 11}
@@ -30,6 +30,8 @@ def _results(run_dir: Path) -> list[dict[str, str]]:
 
 
 def layout(**query: Any) -> html.Div:
+    from aclarena.dashboard.urlstate import query_int, query_value
+
     results = _results(current_run())
     if not results:
         return html.Div([
@@ -38,11 +40,17 @@ def layout(**query: Any) -> html.Div:
                    className="note", id="flips-empty"),
         ])
     options = [{"label": f"{e['early']} → {e['late']} on {e['suite']}", "value": e["key"]} for e in results]
+    key = query_value(query, "result", [o["value"] for o in options], options[0]["value"])
+    initial = {"result": key, "item": query_int(query, "item")}
     return html.Div([
         html.H2("Flips: where a forgotten item's path parted, and whether swapping tokens brings it back"),
+        html.P("E is the earlier checkpoint of a result, L the later one (the result's names: earlier → later); "
+               "an item is forgotten when E answered it right and L wrong, gained the other way round.",
+               className="note", id="flips-el"),
+        dcc.Store(id="flips-query", data=initial), dcc.Store(id="flips-url"),
         html.Div([
             html.Div([html.Label("result"),
-                      dcc.Dropdown(id="flips-result", options=options, value=options[0]["value"], clearable=False)],
+                      dcc.Dropdown(id="flips-result", options=options, value=key, clearable=False)],
                      style={"minWidth": "24em"}),
             html.Div([html.Label("item"), dcc.Dropdown(id="flips-item", clearable=False)], style={"minWidth": "34em"}),
         ], className="controls"),
@@ -57,6 +65,7 @@ def layout(**query: Any) -> html.Div:
     ])
 
 
+@per_store()
 def _data(run_dir: Path, key: str) -> dict[str, Any] | None:
     from aclarena.store.flips import read_flips_data
 
@@ -69,6 +78,7 @@ def _data(run_dir: Path, key: str) -> dict[str, Any] | None:
 # --- callback bodies (tests call these directly) ------------------------------------------------
 
 
+@per_store()
 def on_result(run_dir: Path, key: str | None) -> tuple[list[dict[str, Any]], int | None, list[Any], Any, Any]:
     """Item choices, the summary lines, the recovery curve and the divergence histogram of one result."""
     from aclarena.figures.flips import divergence_figure, recovery_figure
@@ -85,7 +95,8 @@ def on_result(run_dir: Path, key: str | None) -> tuple[list[dict[str, Any]], int
     lines = [html.Div(f"{counts_line(a, '→')}; {a['relation']}")]
     for d, c in data["summary"]["chance"].items():
         if c.get("n"):
-            lines.append(html.Div(f"{d}: {c['hits']}/{c['n']} divergences in E's top {a['settings']['top']:g} "
+            lines.append(html.Div(f"{d}: {c['hits']}/{c['n']} divergences in E's ({a['early']}) top "
+                                  f"{a['settings']['top']:g} "
                                   f"entropy positions = {c['share']:.2f} [{c['share_low']:.2f}, {c['share_high']:.2f}]; "
                                   f"chance {c['chance']:.2f} [{c['chance_low']:.2f}, {c['chance_high']:.2f}], "
                                   f"p = {c['p_value']:.3g}"))
@@ -115,6 +126,7 @@ def _row(label: str, pieces: list[str], mark: int, row_id: str) -> dict[str, Any
     return {"type": "Div", "namespace": "dash_html_components", "props": {"children": spans, "id": row_id}}
 
 
+@per_store()
 def on_item(run_dir: Path, key: str | None, index: int | None) -> tuple[list[Any], Any]:
     """E's and L's trajectories of one item, aligned at the start, the divergence point marked,
     and both distributions there."""
@@ -127,23 +139,33 @@ def on_item(run_dir: Path, key: str | None, index: int | None) -> tuple[list[Any
     traj = data["trajectories"].get(it["item_id"], {})
     mark = int(it["diverge"])
     a = data["attrs"]
-    rows: list[Any] = [_row(f"E ({a['early']}, reward {it['e_reward']:g})", traj.get("e", []), mark, "flips-e-row"),
-            _row(f"L ({a['late']}, reward {it['l_reward']:g})", traj.get("l", []), mark, "flips-l-row")]
+    rows: list[Any] = [_row(f"earlier (E) {a['early']}, reward {it['e_reward']:g}", traj.get("e", []), mark,
+                            "flips-e-row"),
+                       _row(f"later (L) {a['late']}, reward {it['l_reward']:g}", traj.get("l", []), mark,
+                            "flips-l-row")]
     if mark >= 0:
         rows.append(html.Div(f"at position {mark}: E's entropy {it['e_entropy']:.3f} nats (percentile "
                              f"{it['entropy_pct']:.0f}{', in the top set' if it['in_top'] else ''}), KL(E‖L) "
                              f"{it['kl']:.3g} nats; grey: after the divergence", className="note"))
-    return rows, (distributions_figure(it) if mark >= 0 else EMPTY)
+    return rows, (distributions_figure(it, str(a["early"]), str(a["late"])) if mark >= 0 else EMPTY)
 
 
 def register_callbacks(app: Dash, run_dir: Path) -> None:
+    from aclarena.dashboard.urlstate import keep_in_url
+
+    keep_in_url(app, "flips-url", {"result": ("flips-result", "value"), "item": ("flips-item", "value")})
+
     @app.callback(
         Output("flips-item", "options"), Output("flips-item", "value"), Output("flips-summary", "children"),
         Output("flips-recovery", "figure"), Output("flips-divergence", "figure"),
-        Input("flips-result", "value"),
+        Input("flips-result", "value"), State("flips-query", "data"),
     )
-    def _result(key: str | None) -> tuple[Any, ...]:
-        return on_result(run_dir, key)
+    def _result(key: str | None, initial: dict[str, Any] | None) -> tuple[Any, ...]:
+        options, value, lines, recovery, divergence = on_result(run_dir, key)
+        item = (initial or {}).get("item")
+        if (initial or {}).get("result") == key and isinstance(item, int) and 0 <= item < len(options):
+            value = item  # a shared or reloaded view
+        return options, value, lines, recovery, divergence
 
     @app.callback(
         Output("flips-aligned", "children"), Output("flips-distributions", "figure"),

@@ -12,7 +12,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from aclarena.dashboard.data import current_run, manifest, page_names, reader
+from aclarena.dashboard.data import current_run, manifest, page_names, per_store, reader
 
 PAGE = {"path": "/", "name": "Run", "order": 0}
 
@@ -31,6 +31,7 @@ ANALYSES: dict[str, tuple[str, str | None, str]] = {
 }
 
 
+@per_store()
 def results_summary(run_dir: Path) -> list[dict[str, Any]]:
     """One row per result group in the store: key, type, time written."""
     with reader(run_dir) as r:
@@ -43,6 +44,30 @@ def results_summary(run_dir: Path) -> list[dict[str, Any]]:
         return rows
 
 
+def results_groups(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The store's result groups summarised: one row per top-level key and result type (``tokens``,
+    ``capability``...) with how many results it holds, an example key and the newest write."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in results:
+        prefix = r["key"].split("/", 1)[0]
+        g = groups.setdefault((prefix, str(r["type"])), {"group": prefix, "type": str(r["type"]), "count": 0,
+                                                          "example": r["key"], "written": None})
+        g["count"] += 1
+        if r.get("written") and (g["written"] is None or str(r["written"]) > g["written"]):
+            g["written"] = str(r["written"])
+    return list(groups.values())
+
+
+def results_table(results: list[dict[str, Any]]) -> html.Table:
+    head = html.Tr([html.Th("group", title="The first part of the results' keys in results.h5."),
+                    html.Th("type", title="The stored result type."), html.Th("results"),
+                    html.Th("for example", title="One of the group's keys."), html.Th("last written")])
+    return html.Table([head] + [html.Tr([html.Td(g["group"]), html.Td(g["type"]), html.Td(str(g["count"])),
+                                         html.Td(html.Code(g["example"])), html.Td(g["written"] or "-")])
+                                for g in results_groups(results)], className="simple", id="home-results")
+
+
+@per_store()
 def page_status(run_dir: Path, results: list[dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Per page path of :data:`ANALYSES`: ``has_data``, ``results`` (count), ``written`` (latest) and ``hint``."""
     from aclarena.dashboard.pages.monitor import labels
@@ -77,6 +102,7 @@ def status_table(status: dict[str, dict[str, Any]], names: dict[str, str]) -> ht
     return html.Table([head, *rows], className="simple", id="home-status")
 
 
+@per_store()
 def token_scored(run_dir: Path) -> dict[str, set[str]]:
     """Probe set -> the checkpoints scored on it."""
     from aclarena.figures.tokens import token_checkpoints, token_probes
@@ -143,7 +169,12 @@ def layout(**_query: Any) -> html.Div:
             html.Div(lineage_links(run_dir, None), id="home-lineage-links", className="links"),
             table,
             html.H3("Results in the store"),
-            html.Ul([html.Li(f"{r['key']} ({r['type']}, {r['written']})") for r in results], id="home-results")
+            html.P(f"{len(results)} results in results.h5, one row per group.", className="note",
+                   id="home-results-count") if results else None,
+            html.Div([results_table(results),
+                      html.Details([html.Summary(f"every key ({len(results)})"),
+                                    html.Ul([html.Li(f"{r['key']} ({r['type']}, {r['written']})") for r in results],
+                                            id="home-results-keys")])])
             if results
             else html.P("No results yet: run an analysis (e.g. aclarena-diag tokens --ref NAME).", className="note"),
         ]

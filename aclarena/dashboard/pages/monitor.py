@@ -187,9 +187,9 @@ def lead_time_section(run_dir: Path, phase: str | None = None) -> list[Any]:
     return out
 
 
-def layout(**_query: Any) -> html.Div:
+def layout(**query: Any) -> html.Div:
     run_dir = current_run()
-    fig, rows, status, options, label = refresh(run_dir, None)
+    fig, rows, status, options, label = refresh(run_dir, query.get("phase"))
     return html.Div([
         html.H2("Drift monitor"),
         html.P("Probe sets of earlier capabilities scored teacher-forced during training: KL and flip rate at the "
@@ -198,6 +198,7 @@ def layout(**_query: Any) -> html.Div:
                className="note"),
         html.Div([html.Label("phase"), dcc.Dropdown(id="monitor-label", options=options, value=label, clearable=False,
                                                     style={"minWidth": "260px"})], className="controls"),
+        dcc.Store(id="monitor-url"),
         html.P(status, id="monitor-status", className="note"),
         dcc.Graph(id="monitor-graph", figure=fig),
         html.H3("Warnings"),
@@ -220,6 +221,10 @@ def _polling_note(active: bool | None) -> str:
 
 
 def register_callbacks(app: Dash, run_dir: Path) -> None:
+    from aclarena.dashboard.urlstate import keep_in_url
+
+    keep_in_url(app, "monitor-url", {"phase": ("monitor-label", "value")})
+
     @app.callback(
         Output("monitor-graph", "figure"), Output("monitor-events", "children"), Output("monitor-status", "children"),
         Output("monitor-label", "options"), Output("monitor-label", "value"), Output("monitor-version", "data"),

@@ -7,7 +7,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dash_table, dcc, html
 
-from aclarena.dashboard.data import current_run, manifest, reader
+from aclarena.dashboard.data import current_run, item_describer, manifest, per_store, reader
 
 PAGE = {"path": "/overview", "name": "Overview", "order": 1}
 
@@ -23,6 +23,7 @@ def _chain_options(run_dir: Path) -> list[dict[str, str]]:
     return [{"label": " -> ".join(s.name for s in c), "value": c[-1].name} for c in chains]
 
 
+@per_store()
 def suite_options(run_dir: Path, chain: str | None) -> tuple[list[dict[str, str]], list[str]]:
     """The ``DOMAIN=SUITE`` choices of the chain's domains that have several in-domain suites, and the
     default choice of each (``forgetting``'s: DOMAIN/id, else the first)."""
@@ -53,6 +54,7 @@ def _suite_of(values: list[str] | None) -> dict[str, str]:
     return out
 
 
+@per_store()
 def overview_content(run_dir: Path, what: str = "mean", chain: str | None = None,
                      suite_of: dict[str, str] | None = None) -> dict[str, Any]:
     """Figures, metric rows and notes of the page (callbacks return these; tests call it directly)."""
@@ -83,10 +85,6 @@ def overview_content(run_dir: Path, what: str = "mean", chain: str | None = None
 
 def items_content(run_dir: Path, click: dict[str, Any] | None, what: str = "mean") -> dict[str, Any] | None:
     """The per-item outcomes of the clicked matrix cell (None when nothing was clicked)."""
-    from aclarena.figures.overview import cell_outcomes
-    from aclarena.figures.tokens import token_checkpoints, token_probes
-    from aclarena.store.capability import load_matrix
-
     if not click or not click.get("points"):
         return None
     point = click["points"][0]
@@ -101,11 +99,46 @@ def items_content(run_dir: Path, click: dict[str, Any] | None, what: str = "mean
         suite = point["x"]
     else:
         return None
+    return cell_items(run_dir, checkpoint, suite, what, item_describer())
+
+
+@per_store()
+def cell_items(run_dir: Path, checkpoint: str, suite: str, what: str = "mean",
+               describe: Any = None) -> dict[str, Any] | None:
+    """One matrix cell's per-item outcomes beside its parent's, each item with its prompt and expected
+    answer (``describe``: the app's item describer, when it has one) and the checkpoint's reply."""
+    from aclarena.figures.overview import cell_outcomes
+    from aclarena.figures.tokens import token_checkpoints, token_probes
+    from aclarena.store.capability import load_matrix
+
+    m = manifest(run_dir)
     with reader(run_dir) as r:
         if r is None:
             return None
-        out = cell_outcomes(r, load_matrix(r, m), m, checkpoint, suite, what)
+        matrix = load_matrix(r, m)
+        out = cell_outcomes(r, matrix, m, checkpoint, suite, what)
         out["probes"] = [p for p in token_probes(r) if checkpoint in token_checkpoints(r, p)]
+        cell = matrix.get(checkpoint, suite)
+        replies = _replies(r, cell.key) if cell is not None and cell.ok else {}
+        settings = cell.settings if cell is not None and cell.ok else {}
+    texts = describe(run_dir, suite, settings, [row["item"] for row in out["rows"]]) if describe and out["rows"] else {}
+    out["described"] = describe is not None
+    for row in out["rows"]:
+        t = texts.get(row["item"], {})
+        row["prompt"], row["expected"] = t.get("prompt", ""), t.get("expected", "")
+        row["reply"] = replies.get(row["item"], "")
+    return out
+
+
+def _replies(r: Any, key: str) -> dict[str, str]:
+    """Item id -> the checkpoint's reply (the first seed's transcript) of one cell; {} without transcripts."""
+    if not (r.has(f"{key}/transcripts") and r.has(f"{key}/item_ids")):
+        return {}
+    ids = [str(i) for i in r.read(f"{key}/item_ids")]
+    texts = [t.decode() if isinstance(t, bytes) else str(t) for t in r.read(f"{key}/transcripts")]
+    out: dict[str, str] = {}
+    for i, t in zip(ids, texts, strict=False):
+        out.setdefault(i, t)
     return out
 
 
@@ -118,16 +151,22 @@ def _items_panel(c: dict[str, Any] | None) -> Any:
         head += f": {c['score']:.3f} (95% CI {lo:.3f}-{hi:.3f}, {n} items)"
     links = [dcc.Link(f"token drift of {c['checkpoint']} on probe {p}", id=f"overview-tokens-link-{i}",
                       href=f"/tokens?probe={p}&checkpoint={c['checkpoint']}") for i, p in enumerate(c["probes"])]
-    cols = [{"id": "item", "name": "item"}, {"id": "score", "name": "score", "type": "numeric"},
+    cols = [{"id": "prompt", "name": "prompt"}, {"id": "reply", "name": f"reply of {c['checkpoint']}"},
+            {"id": "expected", "name": "expected answer"}, {"id": "score", "name": "score", "type": "numeric"},
             {"id": "parent", "name": f"parent ({c['parent']})" if c["parent"] else "parent", "type": "numeric"},
-            {"id": "change", "name": "change"}]
+            {"id": "change", "name": "change"}, {"id": "item", "name": "item id"}]
+    missing = "" if c.get("described") else (" Prompts and expected answers come with `aclarena-diag dashboard` "
+                                             "(this app was started without the arena's task generator).")
     return html.Div([
         html.H4(head, id="overview-items-title"),
-        html.P(c["note"], className="note", id="overview-items-note"),
+        html.P(c["note"] + missing, className="note", id="overview-items-note"),
         html.Div(links, className="links"),
         dash_table.DataTable(id="overview-items-table", columns=cols, data=c["rows"], sort_action="native",
                              filter_action="native", page_size=15, export_format="csv", export_headers="display",
-                             style_cell={"fontFamily": "inherit", "fontSize": "0.85em", "textAlign": "left"},
+                             style_cell={"fontFamily": "inherit", "fontSize": "0.85em", "textAlign": "left",
+                                         "whiteSpace": "pre-wrap", "verticalAlign": "top", "maxWidth": "32em",
+                                         "minWidth": "4em"},
+                             style_table={"overflowX": "auto"},
                              style_data_conditional=[
                                  {"if": {"filter_query": '{change} = "lost"'}, "backgroundColor": "#fde0dd"},
                                  {"if": {"filter_query": '{change} = "gained"'}, "backgroundColor": "#e5f5e0"}])

@@ -7,11 +7,12 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from aclarena.dashboard.data import current_run, reader
+from aclarena.dashboard.data import current_run, per_store, reader
 
 PAGE = {"path": "/router", "name": "Router", "order": 61}
 
 
+@per_store()
 def reports(run_dir: Path) -> dict[str, dict[str, Any]]:
     from aclarena.store.routing import read_reports
 
@@ -19,6 +20,7 @@ def reports(run_dir: Path) -> dict[str, dict[str, Any]]:
         return read_reports(r)
 
 
+@per_store()
 def router_content(run_dir: Path, router: str | None = None) -> dict[str, Any]:
     """Accuracy figure, the chosen router's confusion matrix and table (tests call it directly)."""
     from aclarena.figures.consolidation import confusion_heatmap, router_accuracy

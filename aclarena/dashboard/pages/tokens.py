@@ -24,7 +24,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
-from aclarena.dashboard.data import current_run, manifest, reader
+from aclarena.dashboard.data import current_run, manifest, per_store, reader
 
 PAGE = {"path": "/tokens", "name": "Tokens", "order": 10}
 
@@ -190,6 +190,7 @@ def _signatures_section() -> list[Any]:
 # --- callback bodies (tests call these directly) ------------------------------------------------
 
 
+@per_store()
 def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], int | None, list[str], str | None,
                                                          html.Table | html.P]:
     """Sequence and checkpoint choices of a probe set, and its summary table."""
@@ -219,6 +220,7 @@ def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], in
     return options, 0 if options else None, ckpts, (ckpts[-1] if ckpts else None), table
 
 
+@per_store()
 def probe_notes(run_dir: Path, probe: str | None) -> tuple[str, str]:
     """What the probe set is, and its run note: the KL share at high-entropy positions of the last stage
     checkpoint scored on it (else the last checkpoint), beside the study's."""
@@ -296,13 +298,15 @@ def on_prompt(run_dir: Path, text: str | None, checkpoint: str | None, probe: st
     return {"html": text_html(tokens, color_by, scale, pinnable=False), "note": "; ".join([note, *ps.notes])}
 
 
+@per_store()
 def on_signatures(run_dir: Path, kinds: list[str] | None) -> tuple[Any, html.Table | str, str]:
     """The signatures figure, its table and a note, for the update kinds ticked."""
-    from aclarena.figures.signatures import TABLE_COLUMNS, signature_rows, signatures_figure
+    from aclarena.figures.signatures import TABLE_COLUMNS, ordered_rows, signature_rows, signatures_figure
     from aclarena.figures.tokens import fmt
 
+    order = [c.name for c in manifest(run_dir)]
     with reader(run_dir) as r:
-        rows = signature_rows(r, kinds or None)
+        rows = ordered_rows(signature_rows(r, kinds or None), order)
         every = signature_rows(r)
     if not rows:
         what = "none of the kinds ticked" if every else "none in this run"
@@ -314,9 +318,10 @@ def on_signatures(run_dir: Path, kinds: list[str] | None) -> tuple[Any, html.Tab
                             f"{fmt(row[k])} [{fmt(row[k + '_low'])}, {fmt(row[k + '_high'])}]")
                     for k, _ in TABLE_COLUMNS]) for row in rows],
         className="simple", id="tokens-sig-table-rows")
-    return signatures_figure(rows), table, f"{len(rows)} of {len(every)} signed updates shown"
+    return signatures_figure(rows, order), table, f"{len(rows)} of {len(every)} signed updates shown"
 
 
+@per_store()
 def strata(run_dir: Path, probe: str | None) -> Any:
     """Mean KL and flip rate at high- vs low-entropy positions per checkpoint (the export's tokens/strata)."""
     from aclarena.figures.tokens import strata_figure
@@ -360,6 +365,7 @@ def colour_bar(scale: tuple[float, float], color_by: str, checkpoint: str | None
     ], id="tokens-legend-inner")
 
 
+@per_store()
 def on_view(run_dir: Path, probe: str | None, seq: int | None, checkpoint: str | None, color_by: str,
             checkpoint_b: str | None = None, scale_mode: str = "global") -> tuple[dict[str, Any], Any]:
     """The coloured text of one sequence (HTML, for ``checkpoint`` and optionally ``checkpoint_b`` on
@@ -389,6 +395,7 @@ def on_view(run_dir: Path, probe: str | None, seq: int | None, checkpoint: str |
     return out, colour_bar(scale, color_by, checkpoint, None if scale_mode != "fitted" else whole)
 
 
+@per_store()
 def on_rank(run_dir: Path, probe: str | None, checkpoint: str | None, by: str) -> tuple[Any, ...]:
     """The most-drifted table (``by`` sequences or positions: data, columns, header tips) and the
     substitutions table's data."""
@@ -445,6 +452,7 @@ def _topk_table(title: str, items: list[tuple[str, float]], mark: str | None) ->
     )
 
 
+@per_store()
 def on_detail(run_dir: Path, probe: str | None, pin: dict[str, Any] | None, checkpoint: str | None,
               checkpoint_b: str | None = None) -> Any:
     """The pinned token's panel: values for each shown checkpoint, both top-k lists, KL rank."""
@@ -506,6 +514,7 @@ def highlight(run_dir: Path, probe: str | None, checkpoint: str | None) -> Any:
     return patch
 
 
+@per_store()
 def on_checkpoint(run_dir: Path, probe: str | None, checkpoint: str | None) -> tuple[Any, Any]:
     """The entropy-vs-KL scatter of ``checkpoint`` and the concentration curves, it highlighted
     (plain figure dicts: plotly's validation would cost more than reading the data)."""
@@ -519,6 +528,14 @@ def on_checkpoint(run_dir: Path, probe: str | None, checkpoint: str | None) -> t
             return empty, empty
         m = manifest(run_dir)
         return scatter_spec(r, probe, checkpoint, gl=True), concentration_spec(r, probe, m, highlight=checkpoint)
+
+
+@per_store()
+def _scatter(run_dir: Path, probe: str, checkpoint: str) -> Any:
+    from aclarena.figures.tokens import scatter_spec
+
+    with reader(run_dir) as r:
+        return scatter_spec(r, probe, checkpoint, gl=True) if r is not None else None
 
 
 # Writes the text HTML into the page, marks the pinned token and scrolls it into view.
@@ -605,7 +622,7 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
     def _view(probe: str | None, seq: int | None, checkpoint: str | None, color_by: str,
               checkpoint_b: str | None, scale_mode: str | None) -> tuple[Any, ...]:
         render, legend = on_view(run_dir, probe, seq, checkpoint, color_by, checkpoint_b, scale_mode or "fitted")
-        render["version"] = f"{probe}|{seq}|{checkpoint}|{checkpoint_b}|{color_by}|{scale_mode}"
+        render = {**render, "version": f"{probe}|{seq}|{checkpoint}|{checkpoint_b}|{color_by}|{scale_mode}"}
         return render, legend
 
     app.clientside_callback(
@@ -649,10 +666,7 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
     )
     def _checkpoint(probe: str | None, checkpoint: str | None, drawn: str | None) -> tuple[Any, ...]:
         if drawn is not None and drawn == probe and checkpoint is not None:
-            from aclarena.figures.tokens import scatter_spec
-
-            with reader(run_dir) as r:  # the curves of this probe set are drawn: only the highlight moves
-                scatter = scatter_spec(r, probe, checkpoint, gl=True) if r is not None else no_update
-            return scatter, highlight(run_dir, probe, checkpoint), no_update
+            scatter = _scatter(run_dir, probe, checkpoint)  # the curves are drawn: only the highlight moves
+            return scatter if scatter is not None else no_update, highlight(run_dir, probe, checkpoint), no_update
         scatter, curves = on_checkpoint(run_dir, probe, checkpoint)
         return scatter, curves, probe if curves.get("data") else None

@@ -13,7 +13,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from aclarena.dashboard.data import current_run, manifest, reader
+from aclarena.dashboard.data import current_run, manifest, per_store, reader
 
 PAGE = {"path": "/vectors", "name": "Vectors", "order": 40}
 VIEW_OPTIONS = [{"label": "all weights", "value": "all"},
@@ -26,6 +26,7 @@ DEFAULT_KINDS = ["stage", "oracle"]
 DEFAULT_PHASES = ["sft", "rl", "none"]
 
 
+@per_store()
 def summary(run_dir: Path, view: str = "all") -> dict[str, Any] | None:
     from aclarena.figures.vectors import VECTORS_KEY, load_summary
 
@@ -45,6 +46,7 @@ def _keep(run_dir: Path, s: dict[str, Any], kinds: list[str] | None, phases: lis
     return vector_filter(s, manifest(run_dir), kinds, phases)
 
 
+@per_store()
 def view_figures(run_dir: Path, view: str, kinds: list[str] | None = None,
                  phases: list[str] | None = None) -> tuple[Any, Any, int, dict[int, str]]:
     """Global heatmap (the filtered vectors), distance lines, and the layer slider's max and marks."""
@@ -59,6 +61,7 @@ def view_figures(run_dir: Path, view: str, kinds: list[str] | None = None,
             slider_marks(groups))
 
 
+@per_store()
 def layer_figure(run_dir: Path, view: str, index: int | None, kinds: list[str] | None = None,
                  phases: list[str] | None = None) -> Any:
     from aclarena.figures.vectors import layer_cosines_figure
@@ -66,6 +69,7 @@ def layer_figure(run_dir: Path, view: str, index: int | None, kinds: list[str] |
     return _per_layer(layer_cosines_figure, run_dir, view, index, kinds, phases)
 
 
+@per_store()
 def oracle_figure(run_dir: Path, view: str, oracle: int | None, kinds: list[str] | None = None,
                   phases: list[str] | None = None) -> Any:
     """Cosine of the filtered task vectors with one oracle direction, per layer block."""
