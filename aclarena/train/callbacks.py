@@ -456,8 +456,14 @@ class DriftMonitorCallback(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
         step = int(state.global_step)
-        if self._enabled and step % self.every_n_steps == 0 and step != self._last_step:
+        if not self._enabled or step == self._last_step:
+            return control
+        if step % self.every_n_steps == 0:
             self._check(args, state, control, model)
+        elif state.max_steps and step >= state.max_steps:
+            # the last step's check, here rather than in on_train_end: report_to backends close
+            # their writers in their own on_train_end, which runs before this one's
+            self._check(args, state, control, model, final=True)
         return control
 
     def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
