@@ -39,11 +39,12 @@ def plain_trainer(model: Any, tokenizer: Any, out: Path, *, steps: int, lr: floa
     """A plain ``transformers.Trainer`` (not trl) training ``model`` as a language model on CPU."""
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
-    args = TrainingArguments(
-        output_dir=str(out), max_steps=steps, per_device_train_batch_size=4, learning_rate=lr,
-        lr_scheduler_type="constant", warmup_steps=0, logging_steps=1, save_strategy="steps", save_steps=save_steps,
-        report_to=report_to, use_cpu=True, disable_tqdm=True, seed=seed, dataloader_num_workers=0, **extra,
-    )
+    args = TrainingArguments(**{
+        "output_dir": str(out), "max_steps": steps, "per_device_train_batch_size": 4, "learning_rate": lr,
+        "lr_scheduler_type": "constant", "warmup_steps": 0, "logging_steps": 1, "save_strategy": "steps",
+        "save_steps": save_steps, "report_to": report_to, "use_cpu": True, "disable_tqdm": True, "seed": seed,
+        "dataloader_num_workers": 0, **extra,
+    })
     return Trainer(model=model, args=args, train_dataset=lm_dataset(tokenizer),
                    data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
                    processing_class=tokenizer, callbacks=callbacks)

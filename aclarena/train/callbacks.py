@@ -131,9 +131,9 @@ def _sharding(model: Any, args: Any) -> str | None:
     ds = getattr(args, "hf_deepspeed_config", None)
     if (ds is not None and getattr(ds, "is_zero3", lambda: False)()) or any(
             hasattr(p, "ds_id") for p in model.parameters()):
-        raise AclarenaError("the drift monitor does not score under DeepSpeed ZeRO-3 (untested: DeepSpeed does not "
-                            "run on CPU here); train with FSDP2 (fsdp_config version 2), DDP or ZeRO-2, or without "
-                            "the monitor")
+        raise AclarenaError("the drift monitor does not score under DeepSpeed ZeRO-3 (not tested: accelerate runs "
+                            "no DeepSpeed on CPU processes, docs/monitor.md); train with FSDP2 (fsdp_config version "
+                            "2), DDP or ZeRO-2, or without the monitor")
     if hasattr(model, "_fsdp_wrapped_module") or any(type(m).__name__ == "FullyShardedDataParallel"
                                                      for m in model.modules()):
         raise AclarenaError("the drift monitor scores FSDP2-sharded models, not FSDP1 ones; set fsdp_config "
