@@ -89,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     from aclarena.train.phases import quiet
 
     quiet()
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()  # the code that runs (read before it runs)
     tmp = Path(tempfile.mkdtemp(prefix="aclarena-monbench-"))
     try:
         src = args.run if args.run is not None else tiny_run(tmp)
@@ -182,11 +186,8 @@ def main(argv: list[str] | None = None) -> int:
               "cpu: this process's CPU time over the whole phase, model loading included); cpu/step: the monitor's "
               "extra CPU seconds per training step")
         if args.json:
-            import subprocess
             import sys
 
-            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                    text=True).stdout.strip()
             args.json.write_text(json.dumps({
                 "command": "python benchmarks/monitor_overhead.py " + " ".join(sys.argv[1:] if argv is None else argv),
                 "commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
