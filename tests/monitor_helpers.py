@@ -35,15 +35,48 @@ def lm_dataset(tokenizer: Any, n: int = 64, seed: int = 0) -> Any:
 
 
 def plain_trainer(model: Any, tokenizer: Any, out: Path, *, steps: int, lr: float, callbacks: list[Any],
-                  save_steps: int = 1000, seed: int = 0) -> Any:
+                  save_steps: int = 1000, seed: int = 0, report_to: str = "none", **extra: Any) -> Any:
     """A plain ``transformers.Trainer`` (not trl) training ``model`` as a language model on CPU."""
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
-    args = TrainingArguments(
-        output_dir=str(out), max_steps=steps, per_device_train_batch_size=4, learning_rate=lr,
-        lr_scheduler_type="constant", warmup_steps=0, logging_steps=1, save_strategy="steps", save_steps=save_steps,
-        report_to="none", use_cpu=True, disable_tqdm=True, seed=seed, dataloader_num_workers=0,
-    )
+    args = TrainingArguments(**{
+        "output_dir": str(out), "max_steps": steps, "per_device_train_batch_size": 4, "learning_rate": lr,
+        "lr_scheduler_type": "constant", "warmup_steps": 0, "logging_steps": 1, "save_strategy": "steps",
+        "save_steps": save_steps, "report_to": report_to, "use_cpu": True, "disable_tqdm": True, "seed": seed,
+        "dataloader_num_workers": 0, **extra,
+    })
     return Trainer(model=model, args=args, train_dataset=lm_dataset(tokenizer),
                    data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
                    processing_class=tokenizer, callbacks=callbacks)
+
+
+def fsdp_trainer(model: Any, tokenizer: Any, out: Path, *, steps: int, lr: float, callbacks: list[Any],
+                 **extra: Any) -> Any:
+    """:func:`plain_trainer` with FSDP2 (``fully_shard`` through accelerate) on CPU processes over gloo.
+
+    accelerate 1.15 applies its FSDP plugin only on accelerator devices: on CPU processes it
+    silently trains with DDP (whole weights on every process). This trainer turns that one
+    switch, so that accelerate's own FSDP2 preparation (``fsdp2_prepare_model``: each decoder
+    layer, then the root, sharded with ``fully_shard``) runs on CPU as it would on GPUs.
+    """
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
+    class CpuFsdpTrainer(Trainer):
+        def create_accelerator_and_postprocess(self) -> None:
+            super().create_accelerator_and_postprocess()
+            state = self.accelerator.state
+            if state.distributed_type == DistributedType.MULTI_CPU:
+                state.distributed_type = DistributedType.FSDP
+                state.fsdp_plugin = FullyShardedDataParallelPlugin(**self.args.fsdp_plugin_args)
+                self.is_fsdp_enabled = True
+
+    args = TrainingArguments(
+        output_dir=str(out), max_steps=steps, per_device_train_batch_size=4, learning_rate=lr,
+        lr_scheduler_type="constant", warmup_steps=0, logging_steps=1, save_strategy="no", report_to="none",
+        use_cpu=True, disable_tqdm=True, seed=0, dataloader_num_workers=0, fsdp=True,
+        fsdp_config={"version": 2}, **extra,
+    )
+    return CpuFsdpTrainer(model=model, args=args, train_dataset=lm_dataset(tokenizer),
+                          data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+                          processing_class=tokenizer, callbacks=callbacks)

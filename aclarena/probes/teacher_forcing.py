@@ -32,7 +32,8 @@ flagged (``status`` 1); positions beyond a checkpoint's maximum positions are fl
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -123,10 +124,48 @@ def output_head(model: Any) -> OutputHead:
     divide = getattr(cfg, "logits_scaling", None)
     if divide:
         scale = (scale or 1.0) / float(divide)
-    plain = type(head) is torch.nn.Linear
-    return OutputHead(weight=head.weight, bias=head.bias if plain else None, softcap=softcap or None,
+    # FSDP2's fully_shard swaps a sharded module's class for FSDP<class>(FSDPModule, <class>)
+    plain = type(head) is torch.nn.Linear or (type(head).__name__ == "FSDPLinear"
+                                              and torch.nn.Linear in type(head).__bases__)
+    weight, bias = head.weight, head.bias if plain else None
+    if is_dtensor(weight):  # FSDP2: every rank gathers the whole head (a collective: all ranks call it together)
+        if not plain:
+            raise AclarenaError(f"{type(head).__name__}: an output head that is not a plain Linear cannot be "
+                                "scored while its weights are sharded (FSDP); train without the monitor or unshard it")
+        weight = weight.detach().full_tensor()
+        bias = bias.detach().full_tensor() if bias is not None and is_dtensor(bias) else bias
+    return OutputHead(weight=weight, bias=bias, softcap=softcap or None,
                       scale=float(scale) if scale not in (None, 1, 1.0) else None,
                       module=None if plain else head)
+
+
+def vocab_size(model: Any) -> int:
+    """The output head's number of rows (the whole head's, also when FSDP shards it; nothing is gathered)."""
+    head = _unwrap(model).get_output_embeddings()
+    if head is None:
+        raise AclarenaError(f"{type(_unwrap(model)).__name__} has no output head (get_output_embeddings() is None); "
+                            "score a causal language model")
+    return int(head.weight.shape[0])
+
+
+def model_device(model: Any) -> Any:
+    """Where ``model``'s output head lives on this process (sharded: its local shard's device)."""
+    return _unwrap(model).get_output_embeddings().weight.device
+
+
+def is_dtensor(t: Any) -> bool:
+    """A torch DTensor (a parameter sharded by FSDP2's ``fully_shard``), without importing torch.distributed."""
+    return type(t).__name__ == "DTensor"
+
+
+def is_sharded(model: Any) -> bool:
+    """Whether ``model``'s parameters are sharded across processes by FSDP2 (``fully_shard``).
+
+    Such a model is scored by every rank together: each runs its share of the batches, every
+    forward pass goes through the root module (whose hooks gather the weights of one layer at a
+    time) and all ranks make the same number of them (``lockstep``).
+    """
+    return any(is_dtensor(p) for p in _unwrap(model).parameters())
 
 
 def _decoder(model: Any) -> Any:
@@ -135,9 +174,65 @@ def _decoder(model: Any) -> Any:
 
 def _hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
             position_ids: torch.Tensor) -> torch.Tensor:
+    if is_sharded(model):
+        return _hidden_sharded(model, input_ids, attention_mask, position_ids)
     out = _decoder(model)(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                           use_cache=False)
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
+def _hidden_sharded(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    position_ids: torch.Tensor) -> torch.Tensor:
+    """The decoder's output, taken from a forward pass of the whole (FSDP2-sharded) model.
+
+    FSDP2 gathers the root module's own weights (the final norm, an untied head) in the root's
+    forward hook, so the decoder cannot be called on its own; the head is applied to one
+    position only (``logits_to_keep=1``), its result thrown away.
+    """
+    got: list[Any] = []
+    hook = _decoder(model).register_forward_hook(lambda _m, _a, out: got.append(out))
+    try:
+        try:
+            model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
+                  logits_to_keep=1)
+        except TypeError:
+            model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    finally:
+        hook.remove()
+    out = got[-1]
+    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
+@contextmanager
+def _no_grad(model: Any) -> Iterator[None]:
+    """``torch.inference_mode()``; for a sharded model ``torch.no_grad()`` (FSDP2 gathers weights into
+    buffers it keeps, and buffers written in inference mode cannot be written by training afterwards),
+    and its weights sharded again at the end (FSDP2 keeps the root module's gathered after a forward
+    pass, for the backward pass that scoring never makes)."""
+    import torch
+
+    if not is_sharded(model):
+        with torch.inference_mode():
+            yield
+        return
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m in _unwrap(model).modules():
+            if hasattr(m, "reshard") and type(m).__name__.startswith("FSDP"):
+                m.reshard()
+
+
+def _pad_forwards(model: Any, probe: ProbeSet, plan: BatchPlan, limit: int | None, device: Any,
+                  padding_side: str, count: int) -> None:
+    """``count`` forward passes whose results are thrown away: a sharded model's ranks with fewer
+    batches than the others run these, so that every rank enters each forward pass together."""
+    if count <= 0:
+        return
+    ids, mask, pos, *_ = _batch_inputs(probe, plan.batches[-1], limit, device, padding_side)  # the shortest batch
+    for _ in range(count):
+        _hidden(model, ids, mask, pos)
 
 
 def model_positions(model: Any) -> int | None:
@@ -171,7 +266,7 @@ def verify_head(model: Any, head: OutputHead, ids: np.ndarray, name: str = "the 
     x = torch.as_tensor(np.asarray(ids[:n], dtype=np.int64), device=device).view(1, -1)
     mask = torch.ones_like(x)
     pos = torch.arange(n, device=device).view(1, -1)
-    with torch.inference_mode():
+    with _no_grad(model):
         try:  # only the last position's logits: the check then costs one row of the head
             want = model(input_ids=x, attention_mask=mask, position_ids=pos, use_cache=False,
                          logits_to_keep=1).logits[0, -1:].float()
@@ -404,12 +499,15 @@ def reference_outputs(
     padding_side: str = "right",
     progress: Callable[[int], None] | None = None,
     batches: Collection[int] | None = None,
+    lockstep: int | None = None,
 ) -> ReferenceOutputs:
     """Run the reference once on ``probe`` and cache what scoring needs (see the module doc).
 
     ``batches`` (indices into the batch plan) restricts the work to those batches, as a
     data-parallel rank does (:mod:`aclarena.distributed`): the other positions stay unset
-    (NaN, status 0) and their ``hidden`` entries are None.
+    (NaN, status 0) and their ``hidden`` entries are None. ``lockstep``: run the model this
+    many times in all, padding with thrown-away passes (every rank of a sharded model, see
+    :func:`is_sharded`, must make the same number).
     """
     import torch
 
@@ -434,9 +532,10 @@ def reference_outputs(
         st.token[plan.offsets[i]:plan.offsets[i + 1]] = np.asarray(probe.ids[i])[t]
     buffers = _Buffers(max(1, min(cs, max(len(ix) for ix in plan.index))), [head])
     hidden, targets = [], []
+    ran = 0
     was_training = _eval_mode(model)
     try:
-        with torch.inference_mode():
+        with _no_grad(model):
             for b, seqs in enumerate(plan.batches):
                 if batches is not None and b not in batches:
                     hidden.append(None)
@@ -444,6 +543,7 @@ def reference_outputs(
                     continue
                 ids, mask, pos, rows, cols, ok, tgt = _batch_inputs(probe, seqs, limit, head.weight.device, padding_side)
                 h = _hidden(model, ids, mask, pos)[rows, cols]
+                ran += 1
                 hidden.append(h.clone())
                 targets.append(tgt)
                 out = {key: [] for key in ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs")}
@@ -462,6 +562,8 @@ def reference_outputs(
                 st.status[idx[~ok]] = STATUS_BEYOND_CONTEXT
                 if progress is not None:
                     progress(len(seqs))
+            if lockstep is not None:
+                _pad_forwards(model, probe, plan, limit, head.weight.device, padding_side, lockstep - ran)
     finally:
         if was_training:
             model.train()
@@ -484,8 +586,9 @@ def score(
     padding_side: str = "right",
     name: str | None = None,
     progress: Callable[[int], None] | None = None,
-    hidden_cache: list[Any] | None = None,
+    hidden_cache: list[Any] | dict[int, Any] | None = None,
     batches: Collection[int] | None = None,
+    lockstep: int | None = None,
 ) -> TokenScores:
     """Score ``probe`` teacher-forced with ``model`` against ``reference``.
 
@@ -507,17 +610,20 @@ def score(
             list a previous call filled: then ``model`` is not run again. For scoring the same
             model (unchanged weights) on the same probe with the same batch plan against
             several cached references (the drift monitor: the probe's reference and the stage start).
-            Not combinable with ``batches``.
+            A list holds every batch in order (not combinable with ``batches``); a dict is keyed
+            by batch index.
         batches: compute only these batches of the plan (a data-parallel rank's share, see
             :mod:`aclarena.distributed`); the other positions stay unset (NaN, status 0).
+        lockstep: run ``model`` this many times in all, padding with thrown-away passes (every
+            rank of a sharded model, see :func:`is_sharded`, must make the same number).
     """
     import torch
 
     if padding_side not in ("left", "right"):
         raise AclarenaError(f"padding side must be 'left' or 'right', got {padding_side!r}")
     batches = None if batches is None else set(batches)
-    if batches is not None and hidden_cache is not None:
-        raise ValueError("hidden_cache holds every batch in order; it cannot be combined with batches")
+    if batches is not None and isinstance(hidden_cache, list):
+        raise ValueError("a hidden_cache list holds every batch in order; give a dict to combine it with batches")
     label = name or "the checkpoint"
     head = output_head(model)
     cached = isinstance(reference, ReferenceOutputs)
@@ -566,17 +672,24 @@ def score(
     keys_c = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs")
     was_training = _eval_mode(model)
     ref_was_training = False if cached else _eval_mode(reference)
+    ran = 0
     try:
-        with torch.inference_mode():
+        with _no_grad(model):
             for b, seqs in enumerate(plan.batches):
                 if batches is not None and b not in batches:
                     continue
                 ids, mask, pos, rows, cols, ok, tgt = _batch_inputs(probe, seqs, limit, device, padding_side)
-                if hidden_cache is not None and b < len(hidden_cache):
+                have = (b in hidden_cache if isinstance(hidden_cache, dict)
+                        else hidden_cache is not None and b < len(hidden_cache))
+                if have:
+                    assert hidden_cache is not None
                     hc = hidden_cache[b]
                 else:
                     hc = _hidden(model, ids, mask, pos)[rows, cols]
-                    if hidden_cache is not None:
+                    ran += 1
+                    if isinstance(hidden_cache, dict):
+                        hidden_cache[b] = hc
+                    elif hidden_cache is not None:
                         hidden_cache.append(hc)
                 if cached:
                     hr = reference.hidden[b].to(ref_head.weight.device)
@@ -616,6 +729,8 @@ def score(
                     res.ref.status[plan.index[b][~ok_ref]] = STATUS_BEYOND_CONTEXT
                 if progress is not None:
                     progress(len(seqs))
+            if lockstep is not None:
+                _pad_forwards(model, probe, plan, limit, device, padding_side, lockstep - ran)
     finally:
         if was_training:
             model.train()

@@ -123,18 +123,23 @@ def check_tokenizer(probe: ProbeSet, tokenizer: Any, vocab_size: int | None) -> 
                             f"model has {vocab_size}; make the probe set with a checkpoint of this model")
 
 
-def _sharded(model: Any, args: Any) -> str | None:
-    """Why the weights are not whole on each process (FSDP, ZeRO-3), or None."""
-    if getattr(args, "fsdp", None):
-        return "FSDP"
+def _sharding(model: Any, args: Any) -> str | None:
+    """``"fsdp2"`` when the model's weights are sharded by FSDP2 (``fully_shard``), None when they are
+    whole on every process (one process, DDP, ZeRO-1/2); refuses the sharded set-ups it cannot score."""
+    from aclarena.probes.teacher_forcing import is_sharded
+
     ds = getattr(args, "hf_deepspeed_config", None)
-    if ds is not None and getattr(ds, "is_zero3", lambda: False)():
-        return "DeepSpeed ZeRO-3"
-    for p in model.parameters():
-        if type(p).__name__ == "DTensor" or hasattr(p, "ds_id"):
-            return "sharded parameters"
-        break
-    return None
+    if (ds is not None and getattr(ds, "is_zero3", lambda: False)()) or any(
+            hasattr(p, "ds_id") for p in model.parameters()):
+        raise AclarenaError("the drift monitor does not score under DeepSpeed ZeRO-3 (not tested: accelerate runs "
+                            "no DeepSpeed on CPU processes, docs/monitor.md); train with FSDP2 (fsdp_config version "
+                            "2), DDP or ZeRO-2, or without the monitor")
+    if hasattr(model, "_fsdp_wrapped_module") or any(type(m).__name__ == "FullyShardedDataParallel"
+                                                     for m in model.modules()):
+        raise AclarenaError("the drift monitor scores FSDP2-sharded models, not FSDP1 ones; set fsdp_config "
+                            "{'version': 2} (transformers' default), or train with DDP or without the monitor")
+    # accelerate on CPU trains with DDP even when FSDP is asked for: the weights are then whole
+    return "fsdp2" if is_sharded(model) else None
 
 
 def _world_size() -> int:
@@ -157,6 +162,63 @@ def _broadcast_flags(args: Any, flags: list[int]) -> list[int]:
     t = torch.tensor(flags, dtype=torch.int64, device=device)
     dist.broadcast(t, src=0)
     return [int(x) for x in t.tolist()]
+
+
+def _gather(obj: Any) -> list[Any] | None:
+    """Every process's ``obj`` in rank order on the main process (None on the others)."""
+    import torch.distributed as dist
+
+    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
+#: the per-position scores a process sends to the main one at each check (``f*``: against the stage start)
+_SCORE_KEYS = {"kl": np.nan, "js": np.nan, "logprob": np.nan, "top1": -1, "status": 0, "fkl": np.nan, "fstatus": 0}
+_REF_KEYS = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "status")
+
+
+def _share_of(s: Any, f: Any, plan: Any, start_plan: Any, mine: list[int]) -> dict[str, Any]:
+    """This process's positions of a check: ``{"index": ..., "start_index": ..., key: values}``."""
+    idx, fidx = plan.positions_of(mine), start_plan.positions_of(mine)
+    return {"index": idx, "start_index": fidx, "kl": s.kl[idx], "js": s.js[idx], "logprob": s.logprob[idx],
+            "top1": s.top1[idx], "status": s.status[idx], "fkl": f.kl[fidx], "fstatus": f.status[fidx]}
+
+
+def _merge_shares(shares: list[dict[str, Any]], n: int) -> dict[str, np.ndarray]:
+    """The whole probe's per-position arrays from every process's share (each position in exactly one)."""
+    full = {k: np.full(n, fill, dtype=np.asarray(shares[0][k]).dtype) for k, fill in _SCORE_KEYS.items()}
+    for sh in shares:
+        for k in _SCORE_KEYS:
+            full[k][sh["start_index"] if k in ("fkl", "fstatus") else sh["index"]] = sh[k]
+    return full
+
+
+def _gather_reference_stats(out: Any, mine: list[int]) -> Any:
+    """``out`` (one process's share of a reference's outputs) with every process's statistics on the
+    main process, which computes the metrics; the others keep their share."""
+    idx = out.plan.positions_of(mine)
+    gathered = _gather({k: getattr(out.stats, k)[idx] for k in _REF_KEYS} | {"index": idx})
+    if gathered is None:
+        return out
+    full = {k: getattr(out.stats, k).copy() for k in _REF_KEYS}
+    for g in gathered:
+        for k in _REF_KEYS:
+            full[k][g["index"]] = g[k]
+    return dataclasses.replace(out, stats=dataclasses.replace(out.stats, **full))
+
+
+def _shard_like(model: Any, like: Any) -> None:
+    """Shard ``model`` with FSDP2 on the device mesh of ``like``'s parameters: each decoder layer, then the root."""
+    from torch.distributed.fsdp import fully_shard
+
+    from aclarena.probes.teacher_forcing import is_dtensor
+
+    mesh = next(p for p in like.parameters() if is_dtensor(p)).device_mesh
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    for layer in getattr(base.get_decoder(), "layers", None) or []:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(base, mesh=mesh)
 
 
 def _frozen_head(head: Any) -> Any:
@@ -301,6 +363,7 @@ class DriftMonitorCallback(TrainerCallback):
         self._active = False
         self._enabled = False
         self._main = True
+        self._sharded = False
         self._last_step: int | None = None
         self._first_step: int | None = None
         self._session = 0
@@ -354,15 +417,19 @@ class DriftMonitorCallback(TrainerCallback):
         self._main = bool(state.is_world_process_zero)
         self._active = False
         t0 = time.perf_counter()
-        if model is not None:
-            why = _sharded(model, args)
-            if why is not None:
-                raise AclarenaError(f"the drift monitor scores on the main process with whole weights; {why} shards "
-                                    "them across processes: train with DDP or ZeRO-2, or without the monitor")
+        self._sharded = model is not None and _sharding(model, args) is not None and _world_size() > 1
         error = 0
+        if self._sharded:
+            # every process scores its share with the sharded weights: each checks the input (the
+            # same answer everywhere, before any collective) and caches its share of the outputs
+            self._check_inputs(model, processing_class)
+            self._cache_references(model)
         if self._main:
             try:
-                self._setup(args, state, model, processing_class)
+                if not self._sharded:
+                    self._check_inputs(model, processing_class)
+                    self._cache_references(model)
+                self._open_store(state)
             except BaseException:
                 _broadcast_flags(args, [1, 0])
                 raise
@@ -376,29 +443,50 @@ class DriftMonitorCallback(TrainerCallback):
             self._check(args, state, control, model, first=True)
         return control
 
-    def _setup(self, args: Any, state: Any, model: Any, processing_class: Any) -> None:
-        from aclarena.probes.teacher_forcing import output_head, reference_outputs
+    def _check_inputs(self, model: Any, processing_class: Any) -> None:
+        """Refuse probe sets that do not fit the trained model (one line, before anything is written)."""
+        from aclarena.probes.teacher_forcing import vocab_size
 
         if model is None:
             raise AclarenaError("the trainer gave the drift monitor no model")
         tok = self.tokenizer if self.tokenizer is not None else processing_class
         tok = getattr(tok, "tokenizer", tok)  # a processor wraps its tokenizer
-        vocab = output_head(model).vocab_size
-        for p in self.probes:  # bad input is refused before anything is written
+        vocab = vocab_size(model)  # from the head's shape: a sharded head is not gathered for it
+        for p in self.probes:
             check_tokenizer(p, tok, vocab)
-        max_steps = int(getattr(state, "max_steps", 0) or 0)
-        if max_steps and self.every_n_steps > max_steps:
-            logger.warning("drift monitor: every_n_steps = %d is larger than the run's %d steps: only the start and "
-                           "the end are scored; lower every_n_steps", self.every_n_steps, max_steps)
-        device = output_head(model).weight.device
+
+    def _share(self, probe: ProbeSet) -> tuple[list[int] | None, int | None]:
+        """This process's batches of ``probe``'s plan and the forward passes every process makes
+        (None, None: one process scores every batch)."""
+        if not self._sharded:
+            return None, None
+        import torch.distributed as dist
+
+        from aclarena.probes.teacher_forcing import BatchPlan
+
+        n = len(BatchPlan.make(probe, self.batch_size).batches)
+        world, rank = dist.get_world_size(), dist.get_rank()
+        return list(range(rank, n, world)), -(-n // world)
+
+    def _outputs(self, model: Any, probe: ProbeSet, name: str) -> Any:
+        from aclarena.probes.teacher_forcing import reference_outputs
+
+        mine, lock = self._share(probe)
+        return reference_outputs(model, probe, name=name, batch_size=self.batch_size, batches=mine, lockstep=lock)
+
+    def _cache_references(self, model: Any) -> None:
+        """Run the stage start and the references once on the probe sets and cache their outputs."""
+        from aclarena.probes.teacher_forcing import model_device
+
+        device = model_device(model)
         start_model = None
         if self.stage_start is not None:
-            start_model = _load_reference(self.stage_start, device)
+            start_model = self._reference_model(self.stage_start, device, model)
         for p in self.probes:
             if start_model is not None:
-                self._start[p.name] = reference_outputs(start_model, p, name="stage start", batch_size=self.batch_size)
+                self._start[p.name] = self._outputs(start_model, p, "stage start")
             else:
-                cache = reference_outputs(model, p, name="stage start", batch_size=self.batch_size)
+                cache = self._outputs(model, p, "stage start")
                 self._start[p.name] = dataclasses.replace(cache, head=_frozen_head(cache.head))
         del start_model
         for p in self.probes:
@@ -406,9 +494,32 @@ class DriftMonitorCallback(TrainerCallback):
             if where is None:
                 self._ref[p.name] = self._start[p.name]
                 continue
-            ref_model = _load_reference(where, device)
-            self._ref[p.name] = reference_outputs(ref_model, p, name=p.reference, batch_size=self.batch_size)
+            ref_model = self._reference_model(where, device, model)
+            self._ref[p.name] = self._outputs(ref_model, p, p.reference)
             del ref_model
+        if self._sharded:  # the main process needs every rank's share of the references' own statistics
+            same = {name for name, out in self._ref.items() if out is self._start[name]}
+            for p in self.probes:  # in the same order on every process (each is a collective)
+                mine = self._share(p)[0] or []
+                self._start[p.name] = _gather_reference_stats(self._start[p.name], mine)
+                self._ref[p.name] = (self._start[p.name] if p.name in same
+                                     else _gather_reference_stats(self._ref[p.name], mine))
+
+    def _reference_model(self, where: Any, device: Any, live: Any) -> Any:
+        """A reference or stage-start model; loaded from a folder under FSDP2, it is sharded as the trained
+        model is (no process holds it whole once loaded)."""
+        loaded = isinstance(where, str | os.PathLike)
+        ref = _load_reference(where, device)
+        if self._sharded and loaded:
+            _shard_like(ref, live)
+        return ref
+
+    def _open_store(self, state: Any) -> None:
+        """On the main process: warn about the interval, take the store, start a session."""
+        max_steps = int(getattr(state, "max_steps", 0) or 0)
+        if max_steps and self.every_n_steps > max_steps:
+            logger.warning("drift monitor: every_n_steps = %d is larger than the run's %d steps: only the start and "
+                           "the end are scored; lower every_n_steps", self.every_n_steps, max_steps)
         self._first_step = int(state.global_step)
         if self.store is not None:
             self._replay(self.store, int(state.global_step))
@@ -456,8 +567,14 @@ class DriftMonitorCallback(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
         step = int(state.global_step)
-        if self._enabled and step % self.every_n_steps == 0 and step != self._last_step:
+        if not self._enabled or step == self._last_step:
+            return control
+        if step % self.every_n_steps == 0:
             self._check(args, state, control, model)
+        elif state.max_steps and step >= state.max_steps:
+            # the last step's check, here rather than in on_train_end: report_to backends close
+            # their writers in their own on_train_end, which runs before this one's
+            self._check(args, state, control, model, final=True)
         return control
 
     def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
@@ -490,10 +607,16 @@ class DriftMonitorCallback(TrainerCallback):
         step = int(state.global_step)
         self._last_step = step
         flags = [0, 0]
-        if self._main and self._active and model is not None:
+        values: dict[str, dict[str, float]] = {}
+        if self._sharded and model is not None:  # every process scores its share; the main one gets all
             t0 = time.perf_counter()
             values = self.measure(model)
             self.check_seconds.append(time.perf_counter() - t0)
+        if self._main and self._active and model is not None:
+            if not self._sharded:
+                t0 = time.perf_counter()
+                values = self.measure(model)
+                self.check_seconds.append(time.perf_counter() - t0)
             now = time.time()
             logs: dict[str, float] = {}
             alerts: list[Alert] = []
@@ -564,20 +687,43 @@ class DriftMonitorCallback(TrainerCallback):
             control.should_training_stop = keep[2] or control.should_training_stop
 
     def measure(self, model: Any) -> dict[str, dict[str, float]]:
-        """Score every probe set with ``model`` now: ``{probe: {metric: value}}`` (no grad, eval mode)."""
+        """Score every probe set with ``model`` now: ``{probe: {metric: value}}`` (no grad, eval mode).
+
+        Under FSDP2 every process must call it at the same point: each scores its share of the
+        batches with the sharded model, and the main process gathers the per-position scores
+        and computes the metrics (the others get ``{}``).
+        """
         from aclarena.probes.teacher_forcing import STATUS_OK, score
 
         out: dict[str, dict[str, float]] = {}
+        shares: dict[str, dict[str, Any]] = {}
         for p in self.probes:
             ref = self._ref[p.name]
             start = self._start[p.name]
+            mine, lock = self._share(p)
             # one forward pass of the live model serves both comparisons (same probe, same batch plan)
-            shared: list[Any] | None = [] if start is not ref and start.plan.batches == ref.plan.batches else None
-            s = score(model, ref, p, name="the trained model", hidden_cache=shared)
-            f = s if start is ref else score(model, start, p, name="the trained model", hidden_cache=shared)
+            same_plan = start is not ref and start.plan.batches == ref.plan.batches
+            shared: dict[int, Any] | None = {} if same_plan else None
+            s = score(model, ref, p, name="the trained model", hidden_cache=shared, batches=mine, lockstep=lock)
+            f = s if start is ref else score(model, start, p, name="the trained model", hidden_cache=shared,
+                                             batches=mine, lockstep=None if same_plan else lock)
+            if self._sharded:
+                shares[p.name] = _share_of(s, f, ref.plan, start.plan, mine or [])
+                continue
             out[p.name] = probe_metrics(s.ref.entropy, s.ref.logprob, s.ref.top1, s.kl, s.js, s.logprob, s.top1,
                                         valid=s.status == STATUS_OK, fkl=f.kl, fkl_valid=f.status == STATUS_OK,
                                         high=self.high)
+        if not self._sharded:
+            return out
+        gathered = _gather(shares)
+        if gathered is None:
+            return out
+        for p in self.probes:
+            ref = self._ref[p.name]
+            full = _merge_shares([g[p.name] for g in gathered], int(ref.plan.offsets[-1]))
+            out[p.name] = probe_metrics(ref.stats.entropy, ref.stats.logprob, ref.stats.top1, full["kl"], full["js"],
+                                        full["logprob"], full["top1"], valid=full["status"] == STATUS_OK,
+                                        fkl=full["fkl"], fkl_valid=full["fstatus"] == STATUS_OK, high=self.high)
         return out
 
 
