@@ -99,7 +99,7 @@ def main(out: Path) -> None:
     dist.barrier()
     dist.destroy_process_group()  # leave together: no rank tears gloo down while another still uses it
     if rank != 0:
-        return
+        _leave()
 
     # 3. one process, same weights: a fresh monitor set up on the start weights, then each check's weights
     plain = build_model(tiny_config(tok), seed=0)
@@ -126,5 +126,14 @@ def main(out: Path) -> None:
     (out / "result.json").write_text(json.dumps({"sharded": monitor.history, "one_process": one}))
 
 
+def _leave() -> None:
+    """Exit without interpreter finalization: gloo threads still referenced by the trainer were seen to abort
+    there ("terminate called without an active exception", pytorch #179291) after the work was done."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
+    _leave()
