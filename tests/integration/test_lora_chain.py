@@ -105,3 +105,22 @@ def test_repair_between_two_stages_of_an_adapter_chain_is_the_dense_float64_repa
     merged = _merged(chain_run, "fix")
     for name, t in got.items():
         torch.testing.assert_close(merged[name].double(), t, rtol=0, atol=2e-6)
+
+
+def test_init_finds_the_chain_and_checkpoints_loads_it(chain_run, cli, tmp_path):
+    """`init` takes each adapter's `on` from its base_model_name_or_path (an adapter folder for the second stage),
+    and `checkpoints --strict` finds every row loadable (the second stage was refused: its LoRA tensors were
+    checked against its base adapter's tensors)."""
+    ck = chain_run / "checkpoints"
+    cfg = json.loads((ck / "lora-ecom" / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = str((ck / "seq-search").resolve())
+    (ck / "lora-ecom" / "adapter_config.json").write_text(json.dumps(cfg))
+    run = tmp_path / "chain"
+    code, _, err = cli("init", "--run", str(run), f"base={ck / 'base'}", f"seq-search={ck / 'seq-search'}",
+                       f"lora-ecom={ck / 'lora-ecom'}", f"lora-stack={ck / 'lora-stack'}")
+    assert code == 0, err
+    m = load_manifest(run)
+    assert (m.resolve("lora-ecom").on, m.resolve("lora-ecom").parent) == ("seq-search", "seq-search")
+    assert (m.resolve("lora-stack").on, m.resolve("lora-stack").parent) == ("lora-ecom", "lora-ecom")
+    code, out, err = cli("checkpoints", "--run", str(run), "--strict", "--json")
+    assert code == 0, err
