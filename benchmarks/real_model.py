@@ -401,7 +401,12 @@ def main_gemma(args: argparse.Namespace) -> None:
         "capitals": f"{len(held_out)} capitals not among the {len(train)} countries sft-geo trains on, plain prompts, "
                     "3-shot from those training countries (regex scorer: the city named in the reply)"}
     arith_rows, geo_rows = gemma_rows(args.seed, args.batch * args.sft_steps, train)
-    if not (ck / "sft-geo" / "adapter_config.json").is_file() or args.retrain:
+    earlier = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    if (ck / "sft-geo" / "adapter_config.json").is_file() and not args.retrain:  # reused: their training's record
+        results.update({k: v for k, v in earlier.items() if k.startswith("train_")})
+        if "import" not in steps and "import" in earlier.get("steps", {}):
+            steps["import"] = earlier["steps"]["import"]
+    else:
         t0 = time.perf_counter()
         results["train_sft_math"] = train_plain_lora(base, None, ck / "sft-math", arith_rows, args.sft_steps,
                                                      args.batch, 2e-4, args.seed)
@@ -423,34 +428,36 @@ def main_gemma(args: argparse.Namespace) -> None:
     text = toml.read_text()
     for suite in ("arith", "capitals"):
         scorer = "numeric" if suite == "arith" else "regex"
-        text = text.replace(f'scorer = "{scorer}"', f'scorer = "{scorer}"\nmax_new_tokens = 12\n'
+        text = text.replace(f'scorer = "{scorer}"', f'scorer = "{scorer}"\nmax_new_tokens = 8\n'
                                                     f'fewshot = "tasks/{suite}.fewshot.jsonl"\nnum_fewshot = 3')
     toml.write_text(text)
     record("checkpoints", *cli("checkpoints", "--run", str(run), "--strict", "--json"))
     bs = "8"
     record("eval", *cli("eval", "--run", str(run), "-n", str(args.n), "--samples", "0", "--batch-size", bs, "--json"))
     record("forgetting", *cli("forgetting", "--run", str(run), "--json"))
-    record("probe", *cli("probe", "--run", str(run), "--ref", "sft-math", "--domain", "geo", "-n", "16",
-                         "--max-new-tokens", "12", "--batch-size", bs, "--json"))
-    record("tokens", *cli("tokens", "--run", str(run), "--ref", "sft-math", "--batch-size", bs, "--json"))
-    record("signatures", *cli("signatures", "--run", str(run), "-n", str(args.n), "--max-new-tokens", "12",
-                              "--batch-size", bs, "--json"))
-    record("vectors", *cli("vectors", "--run", str(run), "--json"))
-    record("displacement", *cli("displacement", "--run", str(run), "--json"))
-    for name, early, late, suite in (("flips_arith", "sft-math", "sft-geo", "arith"),
-                                     ("flips_capitals", "base", "sft-math", "capitals")):
-        record(name, *cli("flips", "--run", str(run), "--from", early, "--to", late, "--suite", suite,
-                          "--max-items", "3", "--budgets", "5,20", "--no-reverse", "--batch-size", "4", "--json"))
-    # a rank-8 update of matrices at least 256 wide: 1% restores the top ceil(0.01 min(m, n)) = 3 (k, v) to 7
-    # directions of 8; 25% would restore every direction (a full rollback, said in one line)
+    # repairs of the second stage's update from the first, on the factors. A rank-8 update of matrices at least
+    # 256 wide: 1% restores its top ceil(0.01 min(m, n)) = 3 (k, v) to 7 (the rest) directions of 8; 25% would
+    # restore every direction (a full rollback, said in one line)
     record("repair_svd", *cli("repair", "--run", str(run), "--from", "sft-math", "--to", "sft-geo", "--method",
                               "svd-restore", "--rank-percent", "1", "--name", "sft-geo-svd1", "--json"))
     record("repair_rollback", *cli("repair", "--run", str(run), "--from", "sft-math", "--to", "sft-geo", "--method",
                                    "layer-rollback", "--select", "displacement", "--fraction", "0.25",
                                    "--name", "sft-geo-roll", "--json"))
+    record("vectors", *cli("vectors", "--run", str(run), "--json"))
+    record("displacement", *cli("displacement", "--run", str(run), "--json"))
     record("eval_repaired", *cli("eval", "--run", str(run), "-n", str(args.n), "--samples", "0", "--batch-size", bs,
                                  "--json"))
     record("forgetting_repaired", *cli("forgetting", "--run", str(run), "--json"))
+    record("probe", *cli("probe", "--run", str(run), "--ref", "sft-math", "--domain", "geo", "-n", "12",
+                         "--max-new-tokens", "8", "--batch-size", bs, "--json"))
+    record("tokens", *cli("tokens", "--run", str(run), "--ref", "sft-math", "--against", "sft-geo", "--batch-size", bs,
+                          "--json"))
+    record("signatures", *cli("signatures", "--run", str(run), "-n", str(args.n), "--max-new-tokens", "8",
+                              "--batch-size", bs, "--json"))
+    for name, early, late, suite in (("flips_arith", "sft-math", "sft-geo", "arith"),
+                                     ("flips_capitals", "base", "sft-math", "capitals")):
+        record(name, *cli("flips", "--run", str(run), "--from", early, "--to", late, "--suite", suite,
+                          "--max-items", "2", "--budgets", "5,20", "--no-reverse", "--batch-size", "4", "--json"))
     results["total_s"] = round(sum(s["wall_s"] for s in steps.values() if isinstance(s, dict))
                                + results.get("train_total_s", 0) + steps.get("download_join_s", 0), 1)
     results_path.write_text(json.dumps(results, indent=1, default=str) + "\n")
