@@ -458,8 +458,9 @@ def main_gemma(args: argparse.Namespace) -> None:
                                      ("flips_capitals", "base", "sft-math", "capitals")):
         record(name, *cli("flips", "--run", str(run), "--from", early, "--to", late, "--suite", suite,
                           "--max-items", "2", "--budgets", "5,20", "--no-reverse", "--batch-size", "4", "--json"))
-    results["total_s"] = round(sum(s["wall_s"] for s in steps.values() if isinstance(s, dict))
+    results["total_s"] = round(sum(s.get("wall_s", 0) for s in steps.values() if isinstance(s, dict))
                                + results.get("train_total_s", 0) + steps.get("download_join_s", 0), 1)
+    results["total_cpu_s_verbs"] = round(sum(s.get("cpu_s", 0) for s in steps.values() if isinstance(s, dict)), 1)
     results_path.write_text(json.dumps(results, indent=1, default=str) + "\n")
     print(f"results: {results_path}")
 
