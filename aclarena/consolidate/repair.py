@@ -354,7 +354,7 @@ def repair_checkpoints(
             written = writer.total_bytes
     copy_model_files(new.location, tmp)
     seconds = time.perf_counter() - t0
-    note = R.over_rank_note(float(spec.percent), changed, over, example) if spec.method == "svd-restore" else None
+    note = R.over_rank_note(float(spec.percent or 0), changed, over, example) if spec.method == "svd-restore" else None
     result = RepairResult(out, spec, old.name, new.name, len(layout), len(repaired) - vectors, written, seconds,
                           removed / total if total > 0 else 0.0,
                           kept / n_dir if n_dir and spec.method != "layer-rollback" else None, layers,
@@ -513,7 +513,7 @@ def repair_adapters(old: CheckpointInfo, new: CheckpointInfo, root: CheckpointIn
         shapes = {n: tuple(reader.shape(n)) for n in names}
         f_old, stored_old = _factors(old, root, reader, dtype, infos)
         f_new, stored_new = _factors(new, root, reader, dtype, infos)
-    fans = {t: f[2] for f in (f_old, f_new) for t, f in f.items()}
+    fans = {t: fac[2] for fs in (f_old, f_new) for t, fac in fs.items()}
     for t in f_old.keys() & f_new.keys():
         if f_old[t][2] != f_new[t][2]:
             raise AclarenaError(f"{old.name!r} and {new.name!r} store {t} in other layouts (fan_in_fan_out); "
