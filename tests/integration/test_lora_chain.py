@@ -124,3 +124,18 @@ def test_init_finds_the_chain_and_checkpoints_loads_it(chain_run, cli, tmp_path)
     assert (m.resolve("lora-stack").on, m.resolve("lora-stack").parent) == ("lora-ecom", "lora-ecom")
     code, out, err = cli("checkpoints", "--run", str(run), "--strict", "--json")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("method", ["merge-uniform", "merge-ties"])
+def test_a_merge_of_an_adapter_chain_is_one_line_and_writes_nothing(chain_run, cli, method):
+    """Merges do not read chains yet: one line naming the adapter and what to do (was: "'lora-ecom' is a LoRA
+    adapter; merge adapters with merge_lora_adapters", about the wrong checkpoint)."""
+    from lora_helpers import snapshot
+
+    before = snapshot(chain_run)
+    code, out, err = cli("consolidate", "--run", str(chain_run), "--method", method,
+                         "--sources", "lora-ecom,lora-stack", "--name", "m")
+    assert code == 1 and out == ""
+    assert "'lora-stack' is a LoRA adapter on another adapter ('lora-ecom')" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert snapshot(chain_run) == before
