@@ -102,7 +102,12 @@ def open_plan(manifest: Manifest, run_dir: str | os.PathLike[str], names: Sequen
     """Inspect ``names`` and open them for streaming; every problem is a one-line error here,
     before anything is read or written."""
     from aclarena.models.checkpoint import inspect_all
-    from aclarena.models.tensors import TensorReader, check_lora_targets, checkpoint_fingerprint, read_lora
+    from aclarena.models.tensors import (
+        TensorReader,
+        check_lora_targets,
+        checkpoint_fingerprint,
+        read_lora_chain,
+    )
 
     base = require_base(manifest)
     everything: dict[str, CheckpointInfo] = {i.name: i for i in inspect_all(manifest, run_dir, allow_pickle=allow_pickle)}
@@ -111,24 +116,25 @@ def open_plan(manifest: Manifest, run_dir: str | os.PathLike[str], names: Sequen
         info.require_loadable()
     dense = [base] + [n for n in names if n != base and infos[n].source != "adapter"]
     adapters = [n for n in names if infos[n].source == "adapter"]
-    on = []
-    for a in adapters:
-        target = manifest.resolve(a).on
-        assert target is not None
-        if infos[target].source == "adapter":
-            raise CheckpointError(f"adapter {a!r} is applied on another adapter ({target!r}); apply it on a full model")
-        on.append(target)
     if infos[base].source == "adapter":
         raise CheckpointError(f"the base {base!r} is an adapter; the base must be a full model")
+    # an adapter on another adapter (a stage trained from an adapter stage) is the sum of its chain's deltas on
+    # the full model at the chain's end
+    chains = [read_lora_chain(infos[a], everything.__getitem__) for a in adapters]
+    on = [root for root, _ in chains]
     reader = TensorReader([infos[n] for n in dense])
     try:
-        loras = [read_lora(infos[a]) for a in adapters]
+        loras = [lo for _, lo in chains]
         for a, target, lo in zip(adapters, on, loras, strict=True):
             check_lora_targets(a, lo, reader, target)
     except BaseException:
         reader.close()
         raise
-    fps = {n: checkpoint_fingerprint(infos[n]) for n in names}
+    def stacked_on(n: str) -> CheckpointInfo | None:  # the adapter a stacked adapter is on: its files count too
+        target = infos[n].spec.on if infos[n].source == "adapter" else None
+        return everything[target] if target is not None and everything[target].source == "adapter" else None
+
+    fps = {n: checkpoint_fingerprint(infos[n], on=stacked_on(n)) for n in names}
     return Plan(dense=dense, adapters=adapters, adapter_on=on, reader=reader, loras=loras, fingerprints=fps)
 
 

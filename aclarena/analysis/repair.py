@@ -211,7 +211,10 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
     seen: dict[str, Any] = {}
     old_info = inspect(old_spec, manifest, run_dir, _seen=seen)
     new_info = inspect(new_spec, manifest, run_dir, _seen=seen)
-    root = adapter_root(old_info, new_info)  # an adapter on another model than its partner: one line here
+    def infos(n: str) -> Any:
+        return inspect(manifest.resolve(n), manifest, run_dir, _seen=seen)
+
+    root = adapter_root(old_info, new_info, infos)  # an adapter on another model than its partner: one line here
     on_info = inspect(manifest.resolve(root), manifest, run_dir, _seen=seen) if root is not None else None
     base_info = oracle_info = None
     oracle_spec = None
@@ -241,7 +244,7 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
 
         folder = run_dir / "checkpoints" / out_name
         res = repair_checkpoints(old_info, new_info, spec, folder, base=base_info, oracle=oracle_info, force=force,
-                                 lock=functools.partial(run_lock, run_dir), on_tensor=tick, on=on_info)
+                                 lock=functools.partial(run_lock, run_dir), on_tensor=tick, on=on_info, infos=infos)
         seconds = time.perf_counter() - t0
         ck = CheckpointSpec(name=out_name, path=f"checkpoints/{out_name}", kind="consolidated",
                             method=f"repair-{method}", parent=new_spec.name, seed=new_spec.seed, on=root)

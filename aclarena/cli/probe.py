@@ -23,7 +23,8 @@ def add_probe_source_options(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompts", metavar="FILE.jsonl",
                      help='prompts, one JSON object per line: {"messages": [...], "tools": [...]} or {"prompt": "..."}')
-    src.add_argument("--domain", metavar="D", help="sample prompts of a mini-arena domain (math, search, ecom, if)")
+    src.add_argument("--domain", metavar="D", help="sample prompts of domain D: the run's own suites of that domain "
+                     "(their few-shot examples included), else the mini arena's (math, search, ecom, if)")
     src.add_argument("--from-traces", metavar="FILE.jsonl", dest="from_traces",
                      help="import complete conversations instead of generating (assistant tokens are scored)")
     p.add_argument("-n", type=int, default=None, metavar="N",

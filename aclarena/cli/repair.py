@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Repair what a stage forgot from its two checkpoints (svd-restore, dg-hard, layer-rollback), no "
                     "training. When OLD or NEW is a LoRA adapter (the other being the model it is on, or another "
                     "adapter on that model), the repair works on the adapters' factors and writes an adapter on "
-                    "that model.",
+                    "that model; an adapter on another adapter (a chain of adapter stages) counts as the sum of "
+                    "its chain's factors on the full model at the chain's end.",
         examples=(
             "aclarena-diag repair --run runs/demo --from seq-search --to seq-ecom --method svd-restore "
             "--rank-percent 10,25,50 --name ecom-svd",

@@ -112,6 +112,11 @@ def run(job: Job) -> list[Output]:
     names, tag = source_names(job)
     prefix = _prefix(job, tag)
     specs = [job.manifest.resolve(n) for n in names]
+    for src in specs:
+        if src.is_adapter and src.on is not None and job.manifest.resolve(src.on).is_adapter:
+            raise AclarenaError(f"{src.name!r} is a LoRA adapter on another adapter ({src.on!r}); merges do not read a "
+                                "chain of adapters yet: merge the chain into a full folder (peft merge_and_unload) "
+                                "and merge that")
     adapters = [s for s in specs if s.is_adapter]
     if adapters and len(adapters) == len(specs) and len({s.on for s in specs}) == 1 \
             and kind in ("uniform", "task_arithmetic"):

@@ -287,13 +287,15 @@ def repair_checkpoints(
     on_tensor: Callable[[str], None] | None = None,
     lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
     on: CheckpointInfo | None = None,
+    infos: Callable[[str], CheckpointInfo] | None = None,
 ) -> RepairResult:
     """Repair NEW's update from OLD with ``spec`` and write the result to ``out`` (a full HF folder).
 
     ``base`` and ``oracle`` (the new domain's single-task oracle) are needed for layer-rollback
     by cosine only. A rerun with the same inputs and settings reuses a finished output. When OLD or
     NEW is a LoRA adapter, ``on`` is the model it applies to (the other is ``on`` or another adapter on
-    it) and the result is an adapter on ``on``, repaired on the factors (:func:`repair_adapters`).
+    it) and the result is an adapter on ``on``, repaired on the factors (:func:`repair_adapters`); ``infos``
+    (inspects a checkpoint by name) lets an adapter on another adapter count as on the end of its chain.
 
     Raises:
         CheckpointError: other architectures, shapes or tokenizers, unreadable files.
@@ -303,12 +305,12 @@ def repair_checkpoints(
     if spec.needs_oracle and (base is None or oracle is None):
         raise AclarenaError("--select cosine compares each layer's update with the new domain's oracle direction "
                             "(oracle − base); the manifest has no oracle for that domain: select by displacement")
-    root = adapter_root(old, new)
+    root = adapter_root(old, new, infos)
     if root is not None:
         if on is None or on.name != root:
             raise AclarenaError(f"repairing adapters needs the model they are on ({root!r}) as `on`")
         return repair_adapters(old, new, on, spec, out, base=base, oracle=oracle, force=force, on_tensor=on_tensor,
-                               lock=lock)
+                               lock=lock, infos=infos)
     if old.name == new.name:
         raise AclarenaError(f"--from and --to are both {old.name!r}; name the checkpoint before the stage and after it")
     check_mergeable([old, new])
@@ -373,7 +375,7 @@ def repair_checkpoints(
             written = writer.total_bytes
     copy_model_files(new.location, tmp)
     seconds = time.perf_counter() - t0
-    note = R.over_rank_note(float(spec.percent), changed, over, example) if spec.method == "svd-restore" else None
+    note = R.over_rank_note(float(spec.percent or 0), changed, over, example) if spec.method == "svd-restore" else None
     result = RepairResult(out, spec, old.name, new.name, len(layout), len(repaired) - vectors, written, seconds,
                           removed / total if total > 0 else 0.0,
                           kept / n_dir if n_dir and spec.method != "layer-rollback" else None, layers,
@@ -390,8 +392,11 @@ def repair_checkpoints(
 # --- LoRA adapters: the repair on the factors --------------------------------------------------------
 
 
-def adapter_root(old: CheckpointInfo, new: CheckpointInfo) -> str | None:
-    """The model OLD and NEW both are or are adapters on (None when neither is an adapter).
+def adapter_root(old: CheckpointInfo, new: CheckpointInfo,
+                 infos: Callable[[str], CheckpointInfo] | None = None) -> str | None:
+    """The model OLD and NEW both are or are adapters on (None when neither is an adapter). With ``infos``
+    (inspects a checkpoint by name), an adapter on another adapter counts as on the full model at the end of
+    its chain of ``on`` (a stage trained from an adapter stage: NEW on OLD, both adapters).
 
     Raises:
         AclarenaError: an adapter on another model than its partner is or is on (one line).
@@ -400,7 +405,11 @@ def adapter_root(old: CheckpointInfo, new: CheckpointInfo) -> str | None:
         return None
 
     def root(i: CheckpointInfo) -> str:
-        return i.spec.on if i.source == "adapter" and i.spec.on is not None else i.name
+        while i.source == "adapter" and i.spec.on is not None:
+            if infos is None:
+                return i.spec.on
+            i = infos(i.spec.on)
+        return i.name
 
     a, b = root(old), root(new)
     if a != b:
@@ -411,19 +420,35 @@ def adapter_root(old: CheckpointInfo, new: CheckpointInfo) -> str | None:
     return a
 
 
-def _factors(info: CheckpointInfo, root: CheckpointInfo, reader: TensorReader, dtype: torch.dtype
+def _factors(info: CheckpointInfo, root: CheckpointInfo, reader: TensorReader, dtype: torch.dtype,
+             infos: Callable[[str], CheckpointInfo] | None = None
              ) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor, bool]], torch.dtype | None]:
     """An adapter's updates as ``{target: (P, Q, fan_in_fan_out)}`` with ``P Q = s·B·A`` (nothing for the root),
-    and the dtype its factors are stored in."""
-    from aclarena.models.tensors import check_lora_targets, read_lora
+    and the dtype its factors are stored in. An adapter on another adapter: the sum of its chain's updates
+    (:func:`aclarena.models.tensors.read_lora_chain`; ``infos`` inspects the chain's checkpoints by name)."""
+    from aclarena.models.tensors import check_lora_targets, read_lora, read_lora_chain
 
     if info.source != "adapter":
         return {}, None
     _check_finite_adapter(info)
-    factors = read_lora(info)
+    between = _chain_between(info, root, infos)
+    for i in between:
+        _check_finite_adapter(i)
+    factors = read_lora_chain(info, infos)[1] if between and infos is not None else read_lora(info)
     check_lora_targets(info.name, factors, reader, root.name)
     stored = next(iter(factors.values())).A.dtype if factors else None
     return {t: (lo.B.to(dtype) * lo.scale, lo.A.to(dtype), lo.fan_in_fan_out) for t, lo in factors.items()}, stored
+
+
+def _chain_between(info: CheckpointInfo, root: CheckpointInfo, infos: Callable[[str], CheckpointInfo] | None
+                   ) -> list[CheckpointInfo]:
+    """The adapters ``info`` is applied on, down to ``root`` (empty unless ``info`` is an adapter on an adapter)."""
+    out: list[CheckpointInfo] = []
+    on = info.spec.on if info.source == "adapter" else None
+    while infos is not None and on is not None and on != root.name:
+        out.append(infos(on))
+        on = out[-1].spec.on if out[-1].source == "adapter" else None
+    return out
 
 
 def _check_finite_adapter(info: CheckpointInfo) -> None:
@@ -477,9 +502,12 @@ def repair_adapters(old: CheckpointInfo, new: CheckpointInfo, root: CheckpointIn
                     out: str | os.PathLike[str], *, base: CheckpointInfo | None = None,
                     oracle: CheckpointInfo | None = None, force: bool = False,
                     on_tensor: Callable[[str], None] | None = None,
-                    lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None) -> RepairResult:
+                    lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+                    infos: Callable[[str], CheckpointInfo] | None = None) -> RepairResult:
     """The repair of NEW's update from OLD where either is a LoRA adapter on ``root`` and the other is ``root`` or
-    another adapter on it: written as a LoRA adapter on ``root`` (``W_rep = root + L_old + P Q``).
+    another adapter on it: written as a LoRA adapter on ``root`` (``W_rep = root + L_old + P Q``). An adapter on
+    another adapter (NEW trained from the adapter stage OLD) stands for its chain's summed factors on ``root``
+    (``infos`` inspects the chain's checkpoints by name), so ``L_new − L_old`` is NEW's own update.
 
     The update ``Δ = L_new − L_old = [s_n B_n, −s_o B_o] · [A_n; A_o]`` has rank at most ``r_n + r_o``; its thin SVD
     comes from QR of the factors (:func:`aclarena.diagnostics.repair.factored_svd`), so no ``d × d`` matrix is
@@ -494,7 +522,9 @@ def repair_adapters(old: CheckpointInfo, new: CheckpointInfo, root: CheckpointIn
     for i in (old, new, root):
         i.require_loadable()
     out = Path(out)
-    fp = fingerprint(spec, old, new, [root] + ([base, oracle] if spec.needs_oracle and base and oracle else []))
+    between = _chain_between(old, root, infos) + _chain_between(new, root, infos)
+    fp = fingerprint(spec, old, new, [root] + ([base, oracle] if spec.needs_oracle and base and oracle else [])
+                     + [i for i in between if i.name not in (old.name, new.name)])
     if not force and (done := _finished(out, spec, old, new, fp)) is not None:
         return done
     t0 = time.perf_counter()
@@ -502,9 +532,9 @@ def repair_adapters(old: CheckpointInfo, new: CheckpointInfo, root: CheckpointIn
     with TensorReader([root]) as reader:
         names = list(reader.names)
         shapes = {n: tuple(reader.shape(n)) for n in names}
-        f_old, stored_old = _factors(old, root, reader, dtype)
-        f_new, stored_new = _factors(new, root, reader, dtype)
-    fans = {t: f[2] for f in (f_old, f_new) for t, f in f.items()}
+        f_old, stored_old = _factors(old, root, reader, dtype, infos)
+        f_new, stored_new = _factors(new, root, reader, dtype, infos)
+    fans = {t: fac[2] for fs in (f_old, f_new) for t, fac in fs.items()}
     for t in f_old.keys() & f_new.keys():
         if f_old[t][2] != f_new[t][2]:
             raise AclarenaError(f"{old.name!r} and {new.name!r} store {t} in other layouts (fan_in_fan_out); "
@@ -569,6 +599,8 @@ def repair_adapters(old: CheckpointInfo, new: CheckpointInfo, root: CheckpointIn
         save_file(tensors, str(tmp / "adapter_model.safetensors"),
                   metadata={"format": "pt", "aclarena-repair": json.dumps(spec.identity())})
         cfg = _adapter_config(old, new, rank, [t.removesuffix(".weight") for t in pieces])
+        if between:  # an adapter of a chain names the adapter it is on; the output is on the chain's end
+            cfg["base_model_name_or_path"] = root.location
         (tmp / "adapter_config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
         written = (tmp / "adapter_model.safetensors").stat().st_size
     seconds = time.perf_counter() - t0

@@ -120,6 +120,31 @@ class LoraFactors:
         return self.delta_rows(0, self.shape[0])
 
 
+def stack_loras(layers: Sequence[dict[str, LoraFactors]]) -> dict[str, LoraFactors]:
+    """The sum of several adapters' deltas (a chain of adapters, each applied on the previous one) as one
+    factored delta per weight: ``Σ s_i B_i A_i = [s_1 B_1, s_2 B_2, ...] · [A_1; A_2; ...]`` with scale 1, of
+    rank ``Σ r_i``; a weight only one adapter targets keeps its factors.
+
+    Raises:
+        ValueError: two adapters store one weight in other layouts (``fan_in_fan_out``) or shapes.
+    """
+    out: dict[str, LoraFactors] = {}
+    for layer in layers:
+        for t, lo in layer.items():
+            have = out.get(t)
+            if have is None:
+                out[t] = lo
+                continue
+            if have.shape != lo.shape or have.fan_in_fan_out != lo.fan_in_fan_out:
+                raise ValueError(f"adapters of a chain modify {t} with deltas of shapes {have.shape} and {lo.shape} "
+                                 "or in other layouts (fan_in_fan_out)")
+            dtype = torch.promote_types(torch.promote_types(have.A.dtype, lo.A.dtype), torch.float32)
+            out[t] = LoraFactors(A=torch.cat([have.A.to(dtype), lo.A.to(dtype)], dim=0),
+                                 B=torch.cat([have.B.to(dtype) * have.scale, lo.B.to(dtype) * lo.scale], dim=1),
+                                 scale=1.0, fan_in_fan_out=lo.fan_in_fan_out)
+    return out
+
+
 def lora_inner(x: LoraFactors, y: LoraFactors) -> float:
     """``⟨ΔW_x, ΔW_y⟩`` from the factors: ``s_x s_y Σ (B_xᵀ B_y) ∘ (A_x A_yᵀ)``, in float64."""
     if x.shape != y.shape or x.fan_in_fan_out != y.fan_in_fan_out:

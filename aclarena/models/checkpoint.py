@@ -937,8 +937,11 @@ def _inspect_adapter(
     if why is not None:
         raise CheckpointError(f"adapter {folder} does not belong on {spec.on!r}: {why}; set `on` to the model it was "
                               "trained on, or fix base_model_name_or_path in its adapter_config.json")
-    if base.source != "hub" and info.tensors:
-        check_adapter_fits(info, base)
+    fit = base  # an adapter on another adapter (a chain of adapter stages) fits the full model at the chain's end
+    while fit.source == "adapter" and fit.spec.on is not None:
+        fit = inspect(manifest.resolve(fit.spec.on), manifest, run_dir, allow_pickle=allow_pickle, _seen=seen)
+    if fit.source != "hub" and info.tensors:
+        check_adapter_fits(info, fit)
 
 
 _LORA_RE = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<ab>[AB])(?:\.[^.]+)?\.weight$")

@@ -39,7 +39,7 @@ import os
 import queue
 import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -506,6 +506,30 @@ def read_lora(info: CheckpointInfo) -> dict[str, LoraFactors]:
         scale = a_m / math.sqrt(r) if rslora else a_m / r
         out[f"{module}.weight"] = LoraFactors(A=a, B=b, scale=scale, fan_in_fan_out=fan)
     return out
+
+
+def read_lora_chain(info: CheckpointInfo, infos: Callable[[str], CheckpointInfo]) -> tuple[str, dict[str, LoraFactors]]:
+    """An adapter's weights as a delta on the full model at the end of its chain of ``on`` (an adapter applied
+    on another adapter, as a stage trained from an adapter stage is): ``(that model's name, the summed deltas)``
+    (:func:`aclarena.diagnostics.task_vectors.stack_loras`); ``infos`` inspects a checkpoint by name.
+
+    Raises:
+        CheckpointError: as :func:`read_lora`, for any adapter of the chain, or two of them that modify one
+            weight in other layouts.
+    """
+    from aclarena.diagnostics.task_vectors import stack_loras
+
+    chain = [info]
+    while chain[-1].source == "adapter":
+        on = chain[-1].spec.on
+        if on is None:
+            raise CheckpointError(f"adapter {chain[-1].name!r} names no checkpoint it applies to (`on`)")
+        chain.append(infos(on))
+    layers = [read_lora(i) for i in reversed(chain[:-1])]
+    try:
+        return chain[-1].name, stack_loras(layers)
+    except ValueError as e:
+        raise CheckpointError(f"adapter {info.name!r}: {e}") from None
 
 
 def check_lora_targets(adapter: str, factors: dict[str, LoraFactors], reader: TensorReader, on: str) -> None:
