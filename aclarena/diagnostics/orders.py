@@ -316,9 +316,10 @@ def _p_best(values: Mapping[str, Sequence[float | None]], n_boot: int, seed: int
 def order_scores(acc: Acc, orders: Sequence[Prefix], replicates: Sequence[int], n_boot: int = 2000,
                  seed: int = 0) -> dict[str, Any]:
     """Per full order: final average accuracy and BWT per seed with intervals; best and worst by each."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for o in orders:
-        avg, bwt = [], []
+        avg: list[float | None] = []
+        bwt: list[float | None] = []
         for r in replicates:
             final = [_get(acc, o, d, r) for d in o]
             avg.append(statistics.fmean(final) if all(v is not None for v in final) else None)  # type: ignore[arg-type]
@@ -345,7 +346,7 @@ def order_scores(acc: Acc, orders: Sequence[Prefix], replicates: Sequence[int], 
     return out
 
 
-def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+def pearson(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float | None:
     """Pearson r, None when either side has no variance or there are fewer than 3 points."""
     xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if len(xa) < 3 or np.std(xa) == 0 or np.std(ya) == 0:

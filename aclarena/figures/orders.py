@@ -29,8 +29,8 @@ def matrix_figure(data: dict[str, Any], what: str = "interference") -> go.Figure
     for a in domains:
         zr, tr = [], []
         for b in domains:
-            c = cells.get((a, b))
-            m = None if c is None else c.get("mean")
+            c = cells.get((a, b)) or {}
+            m = c.get("mean")
             zr.append(m)
             if m is None:
                 tr.append("")

@@ -57,3 +57,12 @@ def test_summary_lines_name_the_harmful_stage(tmp_path) -> None:
     harm = next(line for line in lines if "most harmful stage" in line)
     assert "ecom" in harm and "positions 2, 3" in harm
     assert any("pairwise matrix predicts the orders' BWT" in line and "MAE 0.0" in line for line in lines)
+
+
+def test_docs_renderer_of_an_order_study() -> None:
+    from tools.docs_results import orders_table
+
+    text = orders_table(synthetic_study("pairs"))
+    assert "| math → ecom | 0.19 [" in text  # interference of math by ecom, with its t interval over 3 seeds
+    assert "| 0.20, 0.19, 0.18 |" in text  # its value per seed (0.20 less 0.01 per seed index)
+    assert "- most harmful stage (positions 2, each weighed the same): ecom" in text
