@@ -15,16 +15,17 @@ def test_orders_page(fixture_run, serve, page, console_errors):
     page.wait_for_selector("#orders-matrix .main-svg")
     assert "Pairwise interference" in page.text_content("#orders-matrix .gtitle")
     assert "most harmful stage (positions 2, 3, each weighed the same): ecom" in page.inner_text("#orders-findings")
-    # hovering a cell shows its value
+    # hovering a cell shows its value (the findings list above may push the graph below the fold)
+    page.locator("#orders-matrix").scroll_into_view_if_needed()
     box = page.locator("#orders-matrix .nsewdrag").first.bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.83, box["y"] + box["height"] * 0.17)  # math first, then ecom
     page.wait_for_selector("#orders-matrix .hoverlayer .hovertext")
     assert "math first, then ecom: +0.190" in page.text_content("#orders-matrix .hoverlayer")
     assert "ranked by BWT" in page.text_content("#orders-ranking .gtitle")
-    page.get_by_text("final average accuracy").click()
+    page.locator("#orders-rank-by").get_by_text("final average accuracy").click()
     page.wait_for_function("() => document.querySelector('#orders-ranking .gtitle').textContent"
                            ".includes('final average accuracy')", timeout=20_000)
-    page.get_by_text("transfer", exact=True).click()
+    page.locator("#orders-matrix-kind").get_by_text("transfer").click()
     page.wait_for_function("() => document.querySelector('#orders-matrix .gtitle').textContent"
                            ".includes('Pairwise transfer')", timeout=20_000)
     assert "rank=final_avg" in page.url and "matrix=transfer" in page.url
