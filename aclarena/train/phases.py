@@ -27,7 +27,6 @@ installed, trl's progress bars off (the curriculum shows its own).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import json
 import os
@@ -338,11 +337,9 @@ def make_args(kind: str, output_dir: Path, seed: int, overrides: Mapping[str, An
         raise ConfigError(str(e)) from None
     kwargs = {**base_defaults(seed), **DEFAULTS[kind], **extra, **overrides}
     kwargs["output_dir"] = str(output_dir)
-    cls = {"sft": SFTConfig, "rl": GRPOConfig, "distill": DistillationConfig}[kind]
-    # transformers 5 dropped `logging_dir` (TensorBoard then writes under output_dir): set it only where it exists
-    if (kwargs.get("report_to") not in (None, "none", []) and "logging_dir" not in overrides
-            and "logging_dir" in {f.name for f in dataclasses.fields(cls)}):
+    if kwargs.get("report_to") not in (None, "none", []) and "logging_dir" not in overrides:
         kwargs["logging_dir"] = str(output_dir / "runs")
+    cls = {"sft": SFTConfig, "rl": GRPOConfig, "distill": DistillationConfig}[kind]
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as e:
