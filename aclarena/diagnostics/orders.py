@@ -294,7 +294,7 @@ def _p_best(values: Mapping[str, Sequence[float | None]], n_boot: int, seed: int
     """Share of seed resamples (the same seeds for every candidate: paired) in which each candidate is best."""
     names = list(values)
     a = np.array([[np.nan if v is None else v for v in values[n]] for n in names], dtype=np.float64)
-    if a.size == 0:
+    if a.size == 0 or a.shape[1] < 2:  # one seed: resampling it says nothing
         return {}
     rng = np.random.default_rng(seed)
     k = a.shape[1]
@@ -510,9 +510,10 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
                    f"transfer to {r['second']}: {_ci(r['transfer'])}")
     h = f["harm"]
     if h.get("most_harmful"):
+        p = h["p_most_harmful"].get(h["most_harmful"])
         out.append(f"  most harmful stage (positions {', '.join(map(str, h['positions']))}, each weighed the same): "
-                   f"{h['most_harmful']} (best in {h['p_most_harmful'].get(h['most_harmful'], 0):.0%} of seed "
-                   "resamples)")
+                   f"{h['most_harmful']} " + ("(one seed: no resampling)" if p is None
+                                              else f"(most harmful in {p:.0%} of seed resamples)"))
         out += [f"    {r['stage']}: {_ci(r)}" for r in h["stages"]]
     else:
         out.append(f"  most harmful stage: not measured: {h.get('reason')}")

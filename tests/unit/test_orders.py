@@ -218,3 +218,23 @@ def test_ties_name_no_winner() -> None:
     assert f["harm"]["most_harmful"] is None and f["harm"]["reason"].startswith("tie: math, search")
     assert f["harm"]["p_most_harmful"] == {"math": 0.5, "search": 0.5}
     assert f["orders"]["bwt"]["best"] is None and "every order scores the same" in f["orders"]["bwt"]["reason"]
+
+
+def test_one_seed_has_no_interval_and_no_resampling() -> None:
+    from aclarena.diagnostics.orders import summary_lines
+
+    orders = design_orders("pairs", ["math", "search"])
+    acc = {((), d, 0): 0.0 for d in ("math", "search")}
+    acc |= {(("math",), "math", 0): 0.5, (("math",), "search", 0): 0.0, (("search",), "search", 0): 0.4,
+            (("search",), "math", 0): 0.0, (("math", "search"), "math", 0): 0.2, (("math", "search"), "search", 0): 0.4,
+            (("search", "math"), "search", 0): 0.3, (("search", "math"), "math", 0): 0.5}
+    f = order_findings(acc, orders, ["math", "search"], plan_orders(orders, 1).nodes, [0])
+    assert f["harm"]["most_harmful"] == "search" and f["harm"]["p_most_harmful"] == {}
+    inter = {(r["first"], r["second"]): r for r in f["matrix"]["pairs"]}
+    assert inter[("math", "search")]["values"] == pytest.approx([0.3]) and inter[("math", "search")]["low"] is None
+    assert f["orders"]["bwt"]["best"] == ["search", "math"] and f["orders"]["bwt"]["p_best"] == {}
+    lines = summary_lines({"domains": ["math", "search"], "orders": orders, "seeds": [0], "findings": f,
+                           "predictors": {}})
+    assert any("most harmful stage (positions 2, each weighed the same): search (one seed: no resampling)" in line
+               for line in lines)
+    assert any("interference math -> search: math/id drops +0.300 (n=1)" in line for line in lines)
