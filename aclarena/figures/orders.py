@@ -47,7 +47,8 @@ def matrix_figure(data: dict[str, Any], what: str = "interference") -> go.Figure
                                zmid=0, colorbar={"title": what}, hoverongaps=False,
                                hovertemplate="%{y}, %{x}: %{z:+.3f}<extra></extra>"))
     n = len(data.get("seeds", []))
-    fig.update_layout(template="plotly_white", title=f"Pairwise {what}: {label} (mean, 95% t interval, {n} seeds)",
+    fig.update_layout(template="plotly_white",
+                      title=f"Pairwise {what}<br><sup>{label} (mean, 95% t interval, {n} seeds)</sup>",
                       yaxis={"autorange": "reversed"})
     return fig
 
