@@ -43,6 +43,8 @@ BLOCK_RE = re.compile(
 DEMO_CMD = ("aclarena-diag demo --out runs/demo && cp runs/demo/summary.json docs/results/demo.json "
             "&& make docs-results")
 TIMING_CMD = "python benchmarks/demo_time.py --json-out docs/results/demo_timing.json && make docs-results"
+ORDERS_CMD = ("aclarena-diag study --orders pairs --config examples/quick.toml --run runs/orders-quick --seeds 3 "
+              "&& cp runs/orders-quick/orders.json docs/results/orders_quick.json && make docs-results")
 STUDY_CMD = ("aclarena-diag study --run runs/study --seeds 3 && cp runs/study/findings.json "
              "docs/results/findings.json && make docs-results")
 
@@ -375,6 +377,36 @@ def warning_validation_line(data: Mapping[str, Any]) -> str:
             f"`warning_validation.json`).\n")
 
 
+def _ci_row(r: Mapping[str, Any] | None, digits: int = 2) -> str:
+    """``-0.12 [-0.30, 0.06]``: a mean over seeds and its 95% t interval (the interval where there is one)."""
+    if not r or r.get("mean") is None:
+        return "-"
+    iv = f" [{_num(r['low'], digits)}, {_num(r['high'], digits)}]" if r.get("low") is not None else ""
+    return _num(r["mean"], digits) + iv
+
+
+def orders_table(data: Mapping[str, Any]) -> str:
+    """An order study (``study --orders``): each pair's interference and transfer, each order's final average
+    accuracy and BWT, per seed and as a mean with its 95% t interval over seeds, then the findings in words."""
+    from aclarena.diagnostics.orders import summary_lines
+
+    f = data["findings"]
+    pairs = {(p["first"], p["second"]): p for p in data.get("pairs") or []}
+    rows = []
+    for r in f["matrix"]["pairs"]:
+        p = pairs.get((r["first"], r["second"]), {})
+        rows.append([f"{r['first']} → {r['second']}", _ci_row(r), ", ".join(_num(v) for v in r["values"]),
+                     _ci_row(r["transfer"]), ", ".join(_p(x) for x in p.get("p_drop", [])) or "-",
+                     ", ".join(_num(x, 2) for x in p.get("cos", [])) or "-"])
+    text = _table(["pair a → b", "interference (a's drop)", "per seed", "transfer (b's gain)",
+                   "McNemar p of a's drop, per seed", "cos of the two updates, per seed"], rows)
+    orows = [[" → ".join(o["order"]), _ci_row(o["final_avg"]), _ci_row(o["bwt"]),
+              ", ".join(_num(v) for v in o["bwt"]["values"])] for o in f["orders"]["orders"]]
+    text += "\n" + _table(["order", "final average accuracy", "BWT", "BWT per seed"], orows)
+    return text + "\n" + "\n".join(f"- {line.strip()}" for line in summary_lines(data)[1:]
+                                    if not line.startswith("    ")) + "\n"
+
+
 def test_tiers(data: Mapping[str, Any]) -> str:
     """Each test tier's command, its test counts and its wall time."""
     rows = []
@@ -443,6 +475,7 @@ RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "test-tiers": (test_tiers, TESTS_CMD),
     "warning-validation": (warning_validation, VALIDATION_CMD),
     "warning-validation-line": (warning_validation_line, VALIDATION_CMD),
+    "orders": (orders_table, ORDERS_CMD),
 }
 
 

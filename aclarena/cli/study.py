@@ -26,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "aclarena-diag study --run runs/study --seeds 3",
             "aclarena-diag study --run runs/study-tiny --seeds 2 --config examples/tiny.toml -n 4",
             "aclarena-diag study --run runs/study --seeds 3 --full --validate   # every consolidation; validation required",
+            "aclarena-diag study --orders pairs --run runs/orders --seeds 3 --dry-run   # the stages an order design trains",
+            "aclarena-diag study --orders 'math,search;search,math' --config examples/quick.toml --run runs/orders-quick",
         ),
         run_option=False,
     )
@@ -58,6 +60,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lead-stage", metavar="DOMAIN",
                    help="validation: the stage retrained with the monitor (default ecom, else the last stage); "
                         "name the stage where the earlier skills drop")
+    o = p.add_argument_group("order study (docs/study.md, 'Does the order matter?')")
+    o.add_argument("--orders", metavar="SPEC",
+                   help="train a design of curriculum orders instead of the one chain: pairs (every ordered pair of "
+                        "the config's domains), latin (each domain at each position once), all (every permutation), "
+                        "or orders such as 'math,search;search,math'; shared prefixes are trained once")
+    o.add_argument("--dry-run", action="store_true", help="with --orders: print the stages it would train and the "
+                                                          "shared prefixes, train nothing")
+    o.add_argument("--max-stages", type=int, default=None, metavar="N",
+                   help="with --orders: the most stages (over every seed) trained without --yes (default 48)")
+    o.add_argument("--yes", action="store_true", help="with --orders: train a design over --max-stages")
+    o.add_argument("--no-diagnostics", dest="diagnostics", action="store_false",
+                   help="with --orders: skip the per-pair diagnostics (cosine, SFT/RL ratio, drift signature)")
     p.set_defaults(func=run, validation="auto")
 
 
@@ -71,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
         raise AclarenaError(f"--config {path}: no such file; name a curriculum TOML such as examples/mini.toml")
     cfg = load_config(path)
     show = not args.json
+    if args.orders is not None:
+        return run_orders_cli(args, cfg, path)
+    for flag, given in (("--dry-run", args.dry_run), ("--yes", args.yes), ("--max-stages", args.max_stages is not None)):
+        if given:
+            raise AclarenaError(f"{flag} applies to an order study; add --orders SPEC (e.g. --orders pairs)")
     methods = parse_consolidations(args.consolidations, args.full)
 
     def on_start(name: str) -> None:
@@ -151,3 +170,48 @@ def _row(r: dict[str, Any]) -> dict[str, str]:
     mini = f(r["mean"]) + ("" if r["spread"] is None else f" ± {f(r['spread'])}")
     return {"finding": r["finding"], "quantity": r["quantity"], "study": r["study"] or "-", "mini": mini,
             "seeds": ", ".join(f(v) for v in r["values"])}
+
+
+def run_orders_cli(args: argparse.Namespace, cfg: Any, path: Path) -> int:
+    """``study --orders SPEC``: plan (``--dry-run``: print it) or run the order study, print its findings."""
+    from aclarena.analysis.orders import DEFAULT_MAX_STAGES, prepare, run_orders
+    from aclarena.diagnostics.orders import summary_lines
+
+    max_stages = DEFAULT_MAX_STAGES if args.max_stages is None else args.max_stages
+    if args.dry_run:
+        setup = prepare(cfg, args.run, args.orders, args.seeds, max_stages=max_stages, check_budget=False)
+        if args.json:
+            print_json({**setup.plan.to_dict(), "todo_stages": setup.todo_stages, "todo_steps": setup.todo_steps,
+                        "max_stages": max_stages})
+            return 0
+        print("\n".join(setup.lines()))
+        if setup.todo_stages > max_stages:
+            print(f"over the budget of {max_stages} stages (--max-stages): training it needs --yes")
+        return 0
+
+    def on_start(name: str) -> None:
+        if not args.json:
+            print(f"  study --orders: {name} ...", file=sys.stderr, flush=True)
+
+    def on_part(name: str, seconds: float) -> None:
+        if not args.json:
+            print(f"  study --orders: {name} {seconds:.1f} s", file=sys.stderr, flush=True)
+
+    command = (f"aclarena-diag study --orders '{args.orders}' --run {args.run} --seeds {args.seeds} -n {args.n}"
+               + (f" --config {args.config}" if args.config else "") + " --yes" * args.yes
+               + (f" --max-stages {args.max_stages}" if args.max_stages is not None else "")
+               + " --no-diagnostics" * (not args.diagnostics))
+    result = run_orders(cfg, args.run, args.orders, seeds=args.seeds, n=args.n, max_stages=max_stages, yes=args.yes,
+                        diagnostics=args.diagnostics, show_progress=not args.json,
+                        config_text=path.read_text(encoding="utf-8"), command=command, on_start=on_start,
+                        on_part=on_part)
+    if args.json:
+        print_json({"out": str(result.out), **result.to_json()})
+        return 0
+    for line in summary_lines(result.to_json()):
+        print(line)
+    for k, e in result.errors.items():
+        print(f"note: the {k} step did not finish: {e}", file=sys.stderr)
+    print(f"Order study as JSON: {result.out / 'orders.json'}")
+    return 0
+

@@ -18,7 +18,7 @@ from aclarena.errors import AclarenaError
 from aclarena.store.manifest import load_manifest
 
 # Page modules under aclarena/dashboard/pages/, each with PAGE, layout and register_callbacks.
-PAGES = ("home", "overview", "tokens", "flips", "vectors", "displacement", "monitor", "consolidation", "router")
+PAGES = ("home", "overview", "tokens", "flips", "vectors", "displacement", "monitor", "consolidation", "router", "orders")
 
 ASSETS = Path(__file__).parent / "assets"
 ERROR_ID = "store-error"

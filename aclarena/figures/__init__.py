@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from aclarena.store.results import StoreReader
 
 # Topic modules, in the order the report shows them.
-MODULES = ("run", "overview", "tokens", "flips", "vectors", "monitor", "consolidation")
+MODULES = ("run", "overview", "tokens", "flips", "vectors", "monitor", "consolidation", "orders")
 
 Builder = Callable[["StoreReader | None", "Manifest"], list[tuple[str, "go.Figure"]]]
 

@@ -28,6 +28,8 @@ ANALYSES: dict[str, tuple[str, str | None, str]] = {
     "/consolidation": ("consolidated models against the chain", "capability",
                        "aclarena-diag consolidate --method ..., then aclarena-diag eval"),
     "/router": ("MLE routers per context type", "routing", "aclarena-diag consolidate --method mle"),
+    "/orders": ("curriculum orders: pairwise interference, orders ranked", "orders",
+                "aclarena-diag study --orders pairs --run DIR"),
 }
 
 

@@ -1,0 +1,267 @@
+"""The curriculum-order study (``aclarena-diag study --orders SPEC``): train a design of orders with seeds,
+sharing prefixes, evaluate every prefix's end, and say whether the order matters and whether the
+diagnostics predict it.
+
+:func:`prepare` parses the design against the curriculum and plans it (:mod:`aclarena.diagnostics.orders`),
+refusing one over its stage budget unless asked; :func:`run_orders` trains the prefix tree
+(:func:`aclarena.train.orders.train_orders`), scores every node and the base on each domain's in-domain
+suite (greedy, ``n`` tasks), computes the findings (:func:`aclarena.diagnostics.orders.order_findings`),
+then per ordered pair a -> b (the nodes of length two) three diagnostics of the second stage:
+
+* ``cos``: the task-vector cosine of the two stage updates, ``cos(θ_a − θ_base, θ_ab − θ_a)`` (``vectors``);
+* ``sft_rl``: ‖Δθ‖ of b's SFT phase over ‖Δθ‖ of its RL phase (``displacement``; stages of two phases);
+* ``kl_share_high``: b's drift signature, the share of its KL at the top 6% entropy positions of its
+  parent's own generations (``signatures``);
+
+and the exact one-sided McNemar p of a's drop per seed (``flips``' paired counts), and reports, on held-out
+pairs, whether each diagnostic predicts the measured interference
+(:func:`aclarena.diagnostics.orders.predictor_report`). Everything goes to ``orders.json`` in the run folder
+(strict JSON) and to ``orders/summary`` in results.h5 (the Orders page and ``export`` read it). Every part is
+resumable, as ``study``'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aclarena.analysis import steps as analyses
+from aclarena.analysis.steps import attempt
+from aclarena.diagnostics.orders import (
+    OrderPlan,
+    Prefix,
+    design_orders,
+    node_name,
+    order_findings,
+    plan_orders,
+    predictor_report,
+)
+from aclarena.errors import AclarenaError
+from aclarena.store.orders import RESULT_TYPE, RESULT_VERSION, STORE_KEY
+
+ORDERS_FILE = "orders.json"
+#: stages (over every seed) a design may train without ``--yes``: the mini arena's pairs with 3 seeds
+DEFAULT_MAX_STAGES = 48
+FEATURES = ("cos", "sft_rl", "kl_share_high")
+SIGNATURE_N = 32
+
+
+@dataclass
+class OrderSetup:
+    """A planned order study: the design, the plan, the stages still to train and their training steps."""
+
+    spec: str
+    domains: list[str]
+    orders: list[Prefix]
+    plan: OrderPlan
+    todo_stages: int
+    todo_steps: int | None
+
+    def lines(self) -> list[str]:
+        steps = "" if self.todo_steps is None else f", {self.todo_steps} training steps"
+        return [*self.plan.lines(), f"still to train in this run folder: {self.todo_stages} stages{steps}"]
+
+
+@dataclass
+class OrderStudy:
+    """What :func:`run_orders` found."""
+
+    out: Path
+    setup: OrderSetup
+    seeds: list[int]
+    cells: dict[str, dict[str, list[float | None]]]
+    findings: dict[str, Any]
+    pairs: list[dict[str, Any]]
+    predictors: dict[str, Any]
+    part_times: dict[str, float]
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"design": self.setup.spec, "domains": self.setup.domains,
+                "orders": [list(o) for o in self.setup.orders], "seeds": self.seeds,
+                "plan": self.setup.plan.to_dict(), "cells": self.cells, "findings": self.findings,
+                "pairs": self.pairs, "predictors": self.predictors, "part_times": self.part_times,
+                "errors": self.errors}
+
+
+def prepare(cfg: Any, out: str | os.PathLike[str], spec: str, seeds: int, *, max_stages: int = DEFAULT_MAX_STAGES,
+            yes: bool = False, check_budget: bool = True) -> OrderSetup:
+    """Parse and plan ``spec`` on ``cfg``'s domains; refuse (one line) a design over ``max_stages`` stages still
+    to train, unless ``yes``."""
+    from aclarena.train.orders import order_jobs, to_train
+
+    if max_stages < 1:
+        raise AclarenaError(f"--max-stages must be >= 1, got {max_stages}")
+    known = [s.domain for s in cfg.stages]
+    orders = design_orders(spec, known)
+    domains = [d for d in known if any(d in o for o in orders)]  # the design's, in the curriculum's order
+    plan = plan_orders(orders, seeds)
+    jobs = [j for j in order_jobs(cfg, plan) if j.kind != "base"]
+    todo = to_train(out, jobs) if Path(out).exists() else jobs
+    stages = len({(j.replicate, _prefix_of(j, plan)) for j in todo})
+    steps_each = [j.spec.trl.get("max_steps") if j.spec is not None else None for j in todo]
+    steps = sum(s for s in steps_each if isinstance(s, int)) if all(isinstance(s, int) for s in steps_each) else None
+    setup = OrderSetup(spec, domains, orders, plan, stages, steps)
+    if check_budget and stages > max_stages and not yes:
+        raise AclarenaError(f"--orders {spec} with {seeds} seeds would train {stages} stages"
+                            f"{'' if steps is None else f' ({steps} training steps)'}, over the budget of {max_stages} "
+                            "(--max-stages); pass --yes to train them, or use fewer seeds or a smaller design")
+    return setup
+
+
+def _prefix_of(job: Any, plan: OrderPlan) -> Prefix:
+    for p in plan.nodes:
+        if job.name in (node_name(p, job.replicate), node_name(p, job.replicate, job.phase)):
+            return p
+    raise AssertionError(job.name)
+
+
+def accuracies(cells: dict[tuple[str, str], float], plan: OrderPlan, domains: Sequence[str]) -> dict[
+        tuple[Prefix, str, int], float]:
+    """``acc[(prefix, domain, replicate)]`` from ``(checkpoint, suite)`` greedy means (the base is every
+    replicate's empty prefix)."""
+    acc: dict[tuple[Prefix, str, int], float] = {}
+    for r in range(plan.seeds):
+        for p in ((), *plan.nodes):
+            for d in domains:
+                v = cells.get((node_name(p, r), f"{d}/id"))
+                if v is not None:
+                    acc[(p, d, r)] = v
+    return acc
+
+
+def run_orders(cfg: Any, out: str | os.PathLike[str], spec: str, *, seeds: int, n: int = 100,
+               max_stages: int = DEFAULT_MAX_STAGES, yes: bool = False, diagnostics: bool = True,
+               show_progress: bool = False, config_text: str | None = None, command: str | None = None,
+               on_start: Callable[[str], None] | None = None,
+               on_part: Callable[[str, float], None] | None = None) -> OrderStudy:
+    """Plan, train, evaluate and analyse the order design ``spec`` (see the module docstring)."""
+    from aclarena.train.orders import train_orders
+
+    if n < 1:
+        raise AclarenaError(f"-n must be >= 1, got {n}")
+    setup = prepare(cfg, out, spec, seeds, max_stages=max_stages, yes=yes)
+    plan, domains = setup.plan, setup.domains
+    out = Path(out)
+    run = str(out)
+    times: dict[str, float] = {}
+    errors: dict[str, str] = {}
+
+    def part(name: str, fn: Callable[[], Any]) -> Any:
+        if on_start is not None:
+            on_start(name)
+        t0 = time.monotonic()
+        try:
+            return fn()
+        finally:
+            times[name] = times.get(name, 0.0) + time.monotonic() - t0
+            if on_part is not None:
+                on_part(name, time.monotonic() - t0)
+
+    def verb(name: str, verb_name: str, fn: Callable[[], Any]) -> Any:
+        data, error = attempt(verb_name, fn)
+        if error is not None:
+            errors[name] = error
+        return data
+
+    part("train", lambda: train_orders(cfg, out, plan, show_progress=show_progress, config_text=config_text))
+    names = ["base", *(node_name(p, r) for r in range(seeds) for p in plan.nodes)]
+    suites = ",".join(f"{d}/id" for d in domains)
+    ev = part("eval", lambda: verb("eval", "eval", functools.partial(analyses.eval_cells, run, names, suites, n)))
+    from aclarena.analysis.study import cells_of
+
+    cells = cells_of(ev)
+    acc = accuracies(cells, plan, domains)
+    reps = list(range(seeds))
+    found = order_findings(acc, setup.orders, domains, plan.nodes, reps)
+    pairs = [p for p in plan.nodes if len(p) == 2]
+    rows: list[dict[str, Any]] = []
+    report: dict[str, Any] = {"features": {}, "pairs": []}
+    if diagnostics and pairs:
+        rows = part("diagnostics", lambda: _pair_diagnostics(run, pairs, reps, verb, errors))
+        inter = {(r["first"], r["second"]): r["values"] for r in found["matrix"]["pairs"]}
+        feats = {(r["first"], r["second"]): {f: r[f] for f in FEATURES} for r in rows}
+        report = predictor_report(feats, inter)
+    table = {node_name(p): {d: [acc.get((p, d, r)) for r in reps] for d in domains} for p in ((), *plan.nodes)}
+    result = OrderStudy(out=out, setup=setup, seeds=[cfg.seed + r for r in reps], cells=table, findings=found,
+                        pairs=rows, predictors=report, part_times=times, errors=errors)
+    write_orders(result, command=command or f"aclarena-diag study --orders {spec} --run {out} --seeds {seeds} -n {n}")
+    return result
+
+
+def _pair_diagnostics(run: str, pairs: Sequence[Prefix], reps: Sequence[int], verb: Callable[..., Any],
+                      errors: dict[str, str]) -> list[dict[str, Any]]:
+    """Per ordered pair and seed: cos, SFT/RL ratio, KL share at the top 6% (b's stage), McNemar p of a's drop."""
+    from aclarena.analysis.flips import paired_change
+
+    disp = verb("displacement", "displacement", lambda: analyses.displacement(run)) or {}
+    norms = {u["checkpoint"]: u.get("norm") for u in disp.get("updates", []) if u.get("kind") == "stage"}
+    asked = {(p, r): f"{node_name(p[:1], r)} - base:{node_name(p, r)} - {node_name(p[:1], r)}"
+             for p in pairs for r in reps}
+    vec = verb("vectors", "vectors", functools.partial(analyses.vectors, run, list(asked.values()))) or {}
+    cos = {row["pair"]: row.get("cos") for row in vec.get("pairs", []) if row.get("group") == "all"}
+    updates = [f"{node_name(p[:1], r)}..{node_name(p, r)}" for p in pairs for r in reps]
+    sig = verb("signatures", "signatures",
+               functools.partial(analyses.signatures, run, SIGNATURE_N, updates)) or {}
+    kl = {(row.get("update"), row.get("domain")): row.get("kl_share_high") for row in sig.get("updates", [])}
+    out = []
+    for p in pairs:
+        a, b = p
+        row: dict[str, Any] = {"first": a, "second": b, "cos": [], "sft_rl": [], "kl_share_high": [], "p_drop": [],
+                               "lost": [], "gained": []}
+        for r in reps:
+            x, y = asked[(p, r)].split(":")
+            row["cos"].append(_num(cos.get(f"{x} : {y}")))
+            sft, rl = norms.get(node_name(p, r, "sft")), norms.get(node_name(p, r))
+            row["sft_rl"].append(_num(sft / rl) if isinstance(sft, int | float) and isinstance(rl, int | float) and rl
+                                 else None)
+            row["kl_share_high"].append(_num(kl.get((f"{node_name(p[:1], r)}..{node_name(p, r)}", b))))
+            pc, err = attempt("flips", functools.partial(paired_change, run, node_name(p[:1], r), node_name(p, r),
+                                                         [f"{a}/id"]))
+            got = (pc or {}).get(f"{a}/id", {})
+            if err or "error" in got:
+                errors[f"mcnemar {a}->{b}{'' if not r else f' seed {r}'}"] = err or got["error"]
+            row["p_drop"].append(_num(got.get("p_drop")))
+            row["lost"].append(got.get("lost"))
+            row["gained"].append(got.get("gained"))
+        out.append(row)
+    return out
+
+
+def _num(v: Any) -> float | None:
+    import math
+
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def write_orders(result: OrderStudy, *, command: str) -> Path:
+    """``orders.json`` in the run folder (strict JSON, written whole then renamed) and ``orders/summary`` in
+    results.h5."""
+    from aclarena.reproducibility import made_by
+    from aclarena.store import Json, ResultsStore
+
+    data = {**result.to_json(), "made_by": made_by(command)}
+    path = result.out / ORDERS_FILE
+    tmp = path.with_name(f".{ORDERS_FILE}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as e:
+        raise AclarenaError(f"cannot write {path}: {e.strerror or e}; free space or fix permissions, then rerun "
+                            "(finished work is kept)") from None
+    ResultsStore(result.out).write(STORE_KEY, {"report": Json(data)}, result_type=RESULT_TYPE,
+                                   result_version=RESULT_VERSION, overwrite=True)
+    return path
+

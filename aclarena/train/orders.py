@@ -1,0 +1,117 @@
+"""Training the stages of an order study: the prefix tree of :mod:`aclarena.diagnostics.orders`, per seed.
+
+Each node (a prefix such as math -> search) is one stage of the parent curriculum's recipe for its last
+domain, trained from its parent prefix's end (``base`` for the first stage), once for every order that
+starts with it. Phase seeds are those of :func:`aclarena.train.curriculum.phase_seed` (the run's seed, the
+domain and the phase kind, not the position), and fingerprints chain through the parents as in
+:func:`aclarena.train.curriculum.plan`, so a finished node is reused by a rerun or by a second design
+trained into the same folder (``--orders pairs`` then ``--orders latin``). Names:
+:func:`aclarena.diagnostics.orders.node_name` (``ord-math-search-sft``, ``ord-math-search``, ``-s<r>`` for
+replicate ``r`` >= 1).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from aclarena.diagnostics.orders import OrderPlan, node_name
+from aclarena.train.config import CurriculumConfig
+from aclarena.train.curriculum import (
+    CHECKPOINTS,
+    CONFIG_COPY,
+    CurriculumRun,
+    Job,
+    PhaseRecord,
+    _fp,
+    _register,
+    _write_text,
+    phase_seed,
+    plan,
+    read_template,
+    run_job,
+)
+
+
+def order_jobs(cfg: CurriculumConfig, order_plan: OrderPlan) -> list[Job]:
+    """The base, then every node's phases per replicate (parents first)."""
+    base = plan(cfg, 1)[0]
+    jobs = [base]
+    fps = {"base": base.fingerprint}
+    for r in range(order_plan.seeds):
+        run_seed = cfg.seed + r
+        for prefix in order_plan.nodes:
+            stage = cfg.stage(prefix[-1])
+            parent = node_name(prefix[:-1], r)
+            kinds = [p.kind for p in stage.phases]
+            for i, spec in enumerate(stage.phases):
+                name = node_name(prefix, r, None if i == len(kinds) - 1 else spec.kind)
+                seed = phase_seed(run_seed, stage.domain, spec.kind)
+                fp = _fp({"spec": spec.identity(), "seed": seed, "parent": fps[parent]})
+                jobs.append(Job(name=name, kind="stage", domain=stage.domain, phase=spec.kind, parent=parent,
+                                spec=spec, seed=seed, replicate=r, run_seed=run_seed, fingerprint=fp))
+                fps[name] = fp
+                parent = name
+    return jobs
+
+
+def to_train(out: str | os.PathLike[str], jobs: list[Job]) -> list[Job]:
+    """The jobs not yet finished in ``out`` (a finished folder with the job's fingerprint is reused)."""
+    from aclarena.train.phases import finished
+
+    todo = []
+    for j in jobs:
+        folder = Path(out) / CHECKPOINTS / j.name
+        try:
+            done = finished(str(folder), j.fingerprint) if folder.exists() else None
+        except Exception:  # noqa: BLE001 (an unreadable folder is trained again, as run_curriculum would)
+            done = None
+        if done is None:
+            todo.append(j)
+    return todo
+
+
+def train_orders(cfg: CurriculumConfig, out: str | os.PathLike[str], order_plan: OrderPlan, *,
+                 show_progress: bool = False, config_text: str | None = None,
+                 on_phase: Callable[[PhaseRecord], None] | None = None) -> CurriculumRun:
+    """Train every node of ``order_plan`` into ``out`` (finished phases are skipped), registering each in the
+    manifest as a ``stage`` checkpoint with its parent, domain and phase."""
+    from aclarena.progress import progress
+    from aclarena.train.phases import check_writable, is_main_process, wait_for_everyone
+
+    t0 = time.monotonic()
+    out = Path(out)
+    check_writable(out)
+    check_writable(out / CHECKPOINTS)
+    jobs = order_jobs(cfg, order_plan)
+    if config_text is not None and is_main_process():
+        _write_text(out / CONFIG_COPY, config_text)
+    template = read_template(cfg)
+    run = CurriculumRun(out=out)
+    folders: dict[str, str] = {}
+    with progress(show_progress) as bar:
+        overall = bar.add_task(f"orders: {len(jobs)} phases", total=len(jobs))
+        for job in jobs:
+            if job.kind == "base" and not cfg.base.is_mini:
+                from aclarena.train.base import check_external_base
+
+                folders[job.name] = check_external_base(cfg.base)
+                rec = PhaseRecord(job, "external", folders[job.name])
+            else:
+                rel = f"{CHECKPOINTS}/{job.name}"
+                folders[job.name] = rel
+                result = run_job(cfg, job, out, folders, [], template)
+                status = "finished" if result.skipped else (
+                    "shipped" if job.kind == "base" and not cfg.base.builds else "trained")
+                rec = PhaseRecord(job, status, rel, result)
+            run.records.append(rec)
+            if is_main_process():
+                _register(cfg, out, run.records, folders)
+            wait_for_everyone()
+            if on_phase is not None:
+                on_phase(rec)
+            bar.advance(overall)
+    run.wall_s = time.monotonic() - t0
+    return run
