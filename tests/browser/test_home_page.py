@@ -101,6 +101,7 @@ def test_lineage_nodes_link_to_the_pages_of_their_checkpoint(fixture_run, serve,
     wait_for_dash(page)
     page.wait_for_selector("#home-lineage .main-svg")
     assert "Click a checkpoint" in page.inner_text("#home-lineage-links")
+    page.locator("#home-lineage").scroll_into_view_if_needed()  # below the fold once the page lists more rows
     # the marker of seq-math: the point drawn at the same index as its label in its trace
     box = page.evaluate("""() => {
         for (const t of document.querySelectorAll('#home-lineage .scatterlayer .trace')) {
