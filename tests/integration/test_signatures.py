@@ -115,13 +115,15 @@ def test_tokens_page_shows_sft_and_rl_side_by_side(signed):
     run, data = signed
     fig, table, note = page.on_signatures(run, ["sft", "rl"])
     bars = [t for t in fig.data if t.type == "bar"]
-    assert {t.name for t in bars} == {"sft", "rl"} and len(bars) == 8  # two kinds x four panels
-    rl = next(t for t in bars if t.name == "rl" and t.xaxis == "x")
+    assert {t.name for t in bars} == {"SFT", "RL"} and len(bars) == 8  # two kinds x four panels
+    assert all(t.orientation == "h" for t in bars)  # labels on one shared axis, grouped by kind
+    rl = next(t for t in bars if t.name == "RL" and t.xaxis == "x")
     want = next(r for r in data["updates"] if r["update"] == "seq-math")
-    assert list(rl.x) == ["seq-math (math)"] and rl.y[0] == want["kl_share_high"]
-    assert rl.error_y.array[0] == pytest.approx(want["kl_share_high_high"] - want["kl_share_high"])
+    assert [list(level) for level in rl.y] == [["RL"], ["seq-math (math)"]] and rl.x[0] == want["kl_share_high"]
+    assert rl.error_x.array[0] == pytest.approx(want["kl_share_high_high"] - want["kl_share_high"])
     rows = table.children[1:]
-    assert [r.children[0].children for r in rows] == ["seq-math", "seq-search"] and note == "2 of 3 signed updates shown"
+    # grouped SFT then RL (seq-search is this fixture's SFT update, seq-math its RL one)
+    assert [r.children[0].children for r in rows] == ["seq-search", "seq-math"] and note == "2 of 3 signed updates shown"
     fig, table, note = page.on_signatures(run, ["stage"])
     assert fig == {} and "none of the kinds ticked" in note
 
