@@ -70,8 +70,14 @@ def test_follow_sees_checks_while_training_and_warning_fires(run, tmp_path):
         for line in follow.stdout:
             lines.append((time.monotonic(), json.loads(line)))
 
+    errors: list[str] = []
+
+    def drain() -> None:  # a pipe nobody reads fills at 64 kB and blocks the follower (even its exit)
+        errors.extend(follow.stderr)
+
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    threading.Thread(target=drain, daemon=True).start()
     proc = run_train(cfg, run)
     trained_at = time.monotonic()
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -79,8 +85,14 @@ def test_follow_sees_checks_while_training_and_warning_fires(run, tmp_path):
     while time.time() < deadline and not any(d["type"] == "check" and d["step"] == 24 for _, d in lines):
         time.sleep(0.2)
     follow.send_signal(signal.SIGINT)
-    assert follow.wait(timeout=30) == 0  # Ctrl-C ends it cleanly
-    assert "Traceback" not in follow.stderr.read()
+    try:
+        code = follow.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        follow.kill()
+        raise AssertionError(f"monitor --follow did not end on Ctrl-C; its stderr: {''.join(errors)[-2000:]}") from None
+    assert code == 0  # Ctrl-C ends it cleanly
+    time.sleep(0.2)
+    assert "Traceback" not in "".join(errors)
     checks = [d for _, d in lines if d["type"] == "check"]
     assert sorted({d["step"] for d in checks}) == list(range(0, 25, 2))
     # the earlier domain's probe, and RL's Razor's: the stage start's answers to the search stage's own prompts
