@@ -25,14 +25,13 @@ from __future__ import annotations
 import functools
 import json
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aclarena.analysis import steps as analyses
-from aclarena.analysis.steps import attempt
+from aclarena.analysis.steps import Parts, attempt
 from aclarena.diagnostics.orders import (
     OrderPlan,
     Prefix,
@@ -150,25 +149,8 @@ def run_orders(cfg: Any, out: str | os.PathLike[str], spec: str, *, seeds: int, 
     plan, domains = setup.plan, setup.domains
     out = Path(out)
     run = str(out)
-    times: dict[str, float] = {}
-    errors: dict[str, str] = {}
-
-    def part(name: str, fn: Callable[[], Any]) -> Any:
-        if on_start is not None:
-            on_start(name)
-        t0 = time.monotonic()
-        try:
-            return fn()
-        finally:
-            times[name] = times.get(name, 0.0) + time.monotonic() - t0
-            if on_part is not None:
-                on_part(name, time.monotonic() - t0)
-
-    def verb(name: str, verb_name: str, fn: Callable[[], Any]) -> Any:
-        data, error = attempt(verb_name, fn)
-        if error is not None:
-            errors[name] = error
-        return data
+    parts = Parts(on_start, on_part)
+    times, errors, part, verb = parts.times, parts.errors, parts.part, parts.verb
 
     part("train", lambda: train_orders(cfg, out, plan, show_progress=show_progress, config_text=config_text))
     names = ["base", *(node_name(p, r) for r in range(seeds) for p in plan.nodes)]

@@ -9,7 +9,9 @@ into the line the verb would end with, so that one failed step does not stop the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from aclarena.analysis._common import RunPath, jsonable
@@ -33,6 +35,35 @@ def attempt(verb: str, fn: Callable[[], T]) -> tuple[T | None, str | None]:
         return fn(), None
     except Exception as e:  # noqa: BLE001 (a failed step is recorded by the caller; the other steps go on)
         return None, error_line(verb, e)
+
+
+
+@dataclass
+class Parts:
+    """A multi-part job's bookkeeping: seconds per part (:meth:`part`) and the one-line error of each
+    analysis that failed (:meth:`verb`, through :func:`attempt`), with optional start/end callbacks."""
+
+    on_start: Callable[[str], None] | None = None
+    on_part: Callable[[str, float], None] | None = None
+    times: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def part(self, name: str, fn: Callable[[], Any]) -> Any:
+        if self.on_start is not None:
+            self.on_start(name)
+        t0 = time.monotonic()
+        try:
+            return fn()
+        finally:
+            self.times[name] = self.times.get(name, 0.0) + time.monotonic() - t0
+            if self.on_part is not None:
+                self.on_part(name, time.monotonic() - t0)
+
+    def verb(self, name: str, verb_name: str, fn: Callable[[], Any]) -> Any:
+        data, error = attempt(verb_name, fn)
+        if error is not None:
+            self.errors[name] = error
+        return data
 
 
 def eval_cells(run_dir: RunPath, checkpoints: Sequence[str], suites: str, n: int) -> dict[str, Any]:

@@ -27,14 +27,13 @@ import math
 import os
 import re
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aclarena.analysis import steps as analyses
-from aclarena.analysis.steps import attempt
+from aclarena.analysis.steps import Parts
 from aclarena.diagnostics.signatures import DEFAULT_FIRST_K
 from aclarena.errors import AclarenaError
 
@@ -540,25 +539,8 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     lead_n, lead_every = _check_options(cfg, seeds, n, lead_n, lead_every, lead_stage)
     stages = [s.domain for s in cfg.stages]
     out = Path(out)
-    times: dict[str, float] = {}
-    errors: dict[str, str] = {}
-
-    def part(name: str, fn: Callable[[], Any]) -> Any:
-        if on_start is not None:
-            on_start(name)
-        t0 = time.monotonic()
-        try:
-            return fn()
-        finally:
-            times[name] = times.get(name, 0.0) + time.monotonic() - t0
-            if on_part is not None:
-                on_part(name, time.monotonic() - t0)
-
-    def verb(name: str, verb_name: str, fn: Callable[[], Any]) -> Any:
-        data, error = attempt(verb_name, fn)
-        if error is not None:
-            errors[name] = error
-        return data
+    parts = Parts(on_start, on_part)
+    times, errors, part, verb = parts.times, parts.errors, parts.part, parts.verb
 
     trained = part("train", lambda: run_curriculum(cfg, out, seeds=seeds, show_progress=show_progress,
                                                    config_text=config_text))
