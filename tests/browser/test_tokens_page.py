@@ -11,6 +11,7 @@ from browser_helpers import wait_for_dash
 from tokens_helpers import make_token_run
 
 from aclarena.cli import main
+from aclarena.dashboard.pages import tokens as tokens_page
 
 pytestmark = pytest.mark.browser
 
@@ -143,6 +144,12 @@ def test_tokens_page_drill_down(token_run, serve, page, console_errors):
     values = page.inner_text("#tokens-detail-values")
     assert "KL rank in this sequence, seq-ecom\t1 of" in values
     assert f"{kl:.3g}"[:4] in values
+
+    # a click on a substitution opens its instance with the largest KL
+    subst = tokens_page.on_rank(token_run, "seq-math", "seq-ecom", "positions")[3][0]
+    page.locator("#tokens-subst tbody tr").nth(1).locator("td").first.click()
+    wait_pinned(page, subst["pos"])
+    assert f"sequence #{subst['seq']}, token {subst['pos']}" in page.inner_text("#tokens-detail-title")
 
     # a click on another token pins it instead
     other = page.locator("#tokens-text span.tok[title]").nth(2)

@@ -194,12 +194,8 @@ def test_rankings_and_substitutions_match_a_naive_count(token_run):
 
 def test_detail_and_jumps(token_run):
     rows, _, _, _ = page.on_rank(token_run, "seq-math", "seq-ecom", "positions")
-    first = rows[0]
-    target = page.jump_target("tokens-rank", {"row": 0, "column": 0, "row_id": first["id"]}, None, None, rows, [])
-    assert target == {"seq": first["seq"], "pos": first["pos"]}
-    click = {"points": [{"customdata": [2, 7]}]}
-    assert page.jump_target("tokens-scatter", None, None, click, rows, []) == {"seq": 2, "pos": 7}
-    assert page.jump_target("tokens-scatter", None, None, {"points": []}, rows, []) is None
+    first = rows[0]  # a click on its row pins it (in the browser: tests/browser/test_tokens_page.py)
+    target = {"seq": first["seq"], "pos": first["pos"]}
     panel = str(page.on_detail(token_run, "seq-math", target, "seq-ecom", "seq-search"))
     assert f"Pinned: sequence #', '{first['seq']}'" in panel
     assert "KL rank in this sequence, seq-ecom'), Td('1 of " in panel  # the largest KL overall ranks first
