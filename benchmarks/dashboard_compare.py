@@ -122,7 +122,10 @@ def _choose(page: Any, dropdown_id: str, i: int) -> str:
     current = page.inner_text(f"#{dropdown_id}").strip()
     page.click(f"#{dropdown_id}")
     options = [t for t in (o.inner_text() for o in page.get_by_role("option").all()) if t not in shown]
-    others = [t for t in options if t.strip() != current] or options
+    others = [t for t in options if t.strip() != current]
+    if not others:  # choosing the shown option again redraws nothing: the wait would time out
+        page.keyboard.press("Escape")
+        raise LookupError(f"#{dropdown_id} has one option ({current!r}): nothing to change to on this run")
     name = others[i % len(others)]
     page.get_by_role("option", name=name, exact=True).click()
     return name
