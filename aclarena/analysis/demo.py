@@ -38,6 +38,7 @@ from aclarena.analysis import steps as analyses
 from aclarena.analysis.steps import attempt
 from aclarena.diagnostics.early_warning import drop_reachable_in
 from aclarena.errors import AclarenaError
+from aclarena.train.naming import oracle_name, seq_name
 
 # The study's numbers (design.md), printed beside the mini arena's.
 STUDY = {
@@ -49,6 +50,7 @@ STUDY = {
 }
 #: the suites whose change over the e-commerce stage the summary reports (the study's AIME and NQ, and MMLU)
 ECOM_SUITES = ("math/id", "search/id", "general")
+SEQ_MATH, SEQ_ECOM = seq_name("math"), seq_name("ecom")  # the token reference and the stage whose drop the demo tests
 SUMMARY_KEY = "demo/summary"
 SUMMARY_FILE = "summary.json"
 #: the consolidations of every demo (seconds) and those ``full`` adds (they train)
@@ -236,14 +238,14 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
     if oracles:
         results["eval_oracles"] = step("eval", "eval", lambda: evaluate(oracles, in_domain),
                                        f"evaluating {len(oracles)} oracles in domain")
-    if "seq-math" in stage_ends:
+    if SEQ_MATH in stage_ends:
         from aclarena.probes.probe_set import list_probe_sets
         from aclarena.store import ResultsStore
 
-        if "seq-math" not in list_probe_sets(ResultsStore(run_dir)):  # a rerun keeps the frozen generations
-            results["probe"] = step("probe", "probe", lambda: analyses.probe(run_dir, "seq-math", "math", sizes(preset)[1]),
+        if SEQ_MATH not in list_probe_sets(ResultsStore(run_dir)):  # a rerun keeps the frozen generations
+            results["probe"] = step("probe", "probe", lambda: analyses.probe(run_dir, SEQ_MATH, "math", sizes(preset)[1]),
                                     "freezing seq-math's generations")
-        results["tokens"] = step("tokens", "tokens", lambda: analyses.tokens(run_dir, "seq-math"),
+        results["tokens"] = step("tokens", "tokens", lambda: analyses.tokens(run_dir, SEQ_MATH),
                                  "token drift of later checkpoints on seq-math's generations")
     # issue 31: every SFT and RL phase and stage signed on its parent's own generations (before the
     # consolidations exist, so only the chain's updates); analysis/signatures.py, docs/tokens.md section 8
@@ -262,14 +264,14 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
 
     t0 = time.monotonic()  # per-item pairs of every later stage's effect on each earlier skill (the store; no model)
     results["stage_effects"] = _stage_effects(run_dir, rows, stage_ends)
-    if "seq-ecom" in stage_ends:
+    if SEQ_ECOM in stage_ends:
         try:
-            results["paired"] = paired_change(run_dir, _stage_parent_of("seq-ecom", rows, stage_ends), "seq-ecom",
+            results["paired"] = paired_change(run_dir, _stage_parent_of(SEQ_ECOM, rows, stage_ends), SEQ_ECOM,
                                               ECOM_SUITES)
         except AclarenaError as e:  # an unreadable matrix: the summary says so, the other steps go on
             results["paired"] = {"error": str(e)}
     steps["forgetting"] = steps.get("forgetting", 0.0) + time.monotonic() - t0
-    if "seq-ecom" in stage_ends:
+    if SEQ_ECOM in stage_ends:
         # tiny: 6 items, the fewest whose total loss can pass Holm over the stage's 3 evaluations; mini: the
         # monitor's defaults (20 items every 10 steps could not reach significance over the 200-step ecom stage)
         lead_n, lead_every = (50, 5) if preset == "mini" else (6, 2)
@@ -415,15 +417,15 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
         stages.append({"stage": name, "domain": d, "suite": suite, "parent": parent,
                        "parent_score": cells.get((parent, suite)), "score": cells.get((name, suite)),
                        "score_ci95": ci.get((name, suite)), "after_sft": cells.get((sft, suite)) if sft else None,
-                       "oracle": cells.get((f"oracle-{d}", suite)), "oracle_ci95": ci.get((f"oracle-{d}", suite)),
+                       "oracle": cells.get((oracle_name(d), suite)), "oracle_ci95": ci.get((oracle_name(d), suite)),
                        "general": cells.get((name, "general"))})
     ecom = None
-    if "seq-ecom" in stage_ends:
-        before = _stage_parent_of("seq-ecom", rows, stage_ends)
+    if SEQ_ECOM in stage_ends:
+        before = _stage_parent_of(SEQ_ECOM, rows, stage_ends)
         paired = results.get("paired") if isinstance(results.get("paired"), dict) else {}
-        ecom = {"before": before, "after": "seq-ecom",
-                **{s: {"before": cells.get((before, s)), "after": cells.get(("seq-ecom", s)),
-                       "before_ci95": ci.get((before, s)), "after_ci95": ci.get(("seq-ecom", s)),
+        ecom = {"before": before, "after": SEQ_ECOM,
+                **{s: {"before": cells.get((before, s)), "after": cells.get((SEQ_ECOM, s)),
+                       "before_ci95": ci.get((before, s)), "after_ci95": ci.get((SEQ_ECOM, s)),
                        **{k: v for k, v in (paired or {}).get(s, {}).items() if k != "error"}}
                    for s in ECOM_SUITES}}
     disp = results.get("displacement") if isinstance(results.get("displacement"), dict) else {}

@@ -36,6 +36,7 @@ from aclarena.analysis import steps as analyses
 from aclarena.analysis.steps import Parts
 from aclarena.diagnostics.signatures import DEFAULT_FIRST_K
 from aclarena.errors import AclarenaError
+from aclarena.train.naming import oracle_name, replicate_suffix, seq_name
 
 FINDINGS_FILE = "findings.json"
 #: ``verb(name, verb, fn)``: run one step, recording a failure under ``name`` (see :func:`run_study`)
@@ -125,10 +126,7 @@ def _finite(v: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def suffix(r: int) -> str:
-    from aclarena.train.naming import replicate_suffix
-
-    return replicate_suffix(r)
+suffix = replicate_suffix
 
 
 def cells_of(*evals: Any) -> dict[tuple[str, str], float]:
@@ -156,12 +154,13 @@ def findings(seeds: Sequence[int], stages: Sequence[str], cells: dict[tuple[str,
     rows: list[dict[str, Any]] = []
     reps = list(range(len(seeds)))
     if "ecom" in stages and stages.index("ecom") > 0:
-        before = f"seq-{stages[stages.index('ecom') - 1]}"
+        before = stages[stages.index("ecom") - 1]
         for dom, key in (("math", "ecom_math"), ("search", "ecom_search")):
             if dom not in stages[: stages.index("ecom")]:
                 continue
-            for when, ck in (("before", before), ("after", "seq-ecom")):
-                vals = [cells.get((ck + suffix(r), f"{dom}/id")) for r in reps]
+            for when, stage in (("before", before), ("after", "ecom")):
+                ck = seq_name(stage)
+                vals = [cells.get((seq_name(stage, r), f"{dom}/id")) for r in reps]
                 rows.append(finding_row("the ecom stage's effect on earlier skills",
                                         f"{dom}/id {when} the ecom stage ({ck})", STUDY[key] if when == "after" else None,
                                         vals))
@@ -169,9 +168,9 @@ def findings(seeds: Sequence[int], stages: Sequence[str], cells: dict[tuple[str,
     for d in stages:
         vals = []
         for r in reps:
-            sft, rl = norms.get(f"seq-{d}-sft{suffix(r)}"), norms.get(f"seq-{d}{suffix(r)}")
+            sft, rl = norms.get(seq_name(d, r, "sft")), norms.get(seq_name(d, r))
             vals.append(sft / rl if sft is not None and rl not in (None, 0) else None)
-        if any(v is not None for v in vals) or any(f"seq-{d}-sft{suffix(r)}" in norms for r in reps):
+        if any(v is not None for v in vals) or any(seq_name(d, r, "sft") in norms for r in reps):
             rows.append(finding_row("SFT vs RL displacement", f"{d}: ||dθ|| SFT / ||dθ|| RL", STUDY["sft_rl"], vals, 1))
     if drift:
         rows.append(finding_row("token drift at high-entropy positions",
@@ -181,11 +180,11 @@ def findings(seeds: Sequence[int], stages: Sequence[str], cells: dict[tuple[str,
                                 "low-entropy positions that barely move (seq-ecom on seq-math's generations)",
                                 STUDY["barely_moved_low"], [(drift.get(r) or {}).get("barely_moved_low") for r in reps]))
     for d in stages:
-        vals = [cells.get((f"seq-{d}{suffix(r)}", f"{d}/id")) for r in reps]
-        orc = [cells.get((f"oracle-{d}{suffix(r)}", f"{d}/id")) for r in reps]
+        vals = [cells.get((seq_name(d, r), f"{d}/id")) for r in reps]
+        orc = [cells.get((oracle_name(d, r), f"{d}/id")) for r in reps]
         if any(v is not None for v in vals + orc):
-            rows.append(finding_row("in-domain scores", f"{d}/id after its stage (seq-{d})", None, vals))
-            rows.append(finding_row("in-domain scores", f"{d}/id of its oracle (oracle-{d})", None, orc))
+            rows.append(finding_row("in-domain scores", f"{d}/id after its stage ({seq_name(d)})", None, vals))
+            rows.append(finding_row("in-domain scores", f"{d}/id of its oracle ({oracle_name(d)})", None, orc))
     return rows
 
 
@@ -219,7 +218,7 @@ def signature_rows(seeds: Sequence[int], stages: Sequence[str], signed: Sequence
         for kind, label in SIGNATURE_KINDS:
             got = []
             for r in reps:
-                child = f"seq-{d}-sft{suffix(r)}" if kind == "sft" else f"seq-{d}{suffix(r)}"
+                child = seq_name(d, r, "sft" if kind == "sft" else None)
                 got.append(by.get((kind, child, d)))
             add(f"{d} {label}", got, SIGNATURE_ROWS)
     labels: dict[str, dict[int, str]] = {}
@@ -253,7 +252,7 @@ def consolidation_rows(seeds: Sequence[int], stages: Sequence[str], cells: dict[
     the sequential end's and minus the domain oracle's, paired per seed (a seed missing either is null).
     """
     reps = list(range(len(seeds)))
-    end = f"seq-{stages[-1]}"
+    end = seq_name(stages[-1])
     # label -> replicate -> domain -> checkpoint
     by: dict[str, dict[int, dict[str, str]]] = {}
     for o in made:
@@ -270,17 +269,17 @@ def consolidation_rows(seeds: Sequence[int], stages: Sequence[str], cells: dict[
     finding = "consolidation vs the sequential end and the oracles"
     for d in stages:
         rows.append(finding_row(finding, f"{d}/id of the sequential end ({end})", _study_cell("seq-end", d),
-                                [cells.get((end + suffix(r), f"{d}/id")) for r in reps]))
+                                [cells.get((seq_name(stages[-1], r), f"{d}/id")) for r in reps]))
     for label, per in by.items():
         for d in stages:
             score = [cells.get((per.get(r, {}).get(d, ""), f"{d}/id")) for r in reps]
-            seq = [cells.get((end + suffix(r), f"{d}/id")) for r in reps]
-            orc = [cells.get((f"oracle-{d}{suffix(r)}", f"{d}/id")) for r in reps]
+            seq = [cells.get((seq_name(stages[-1], r), f"{d}/id")) for r in reps]
+            orc = [cells.get((oracle_name(d, r), f"{d}/id")) for r in reps]
             what = f"{label} (expert mle-{d})" if label == "mle" else label
             rows.append(finding_row(finding, f"{d}/id of {what}", _study_cell(label, d), score))
             rows.append(finding_row(finding, f"{d}/id of {label} minus the sequential end", None,
                                     [None if a is None or b is None else a - b for a, b in zip(score, seq, strict=True)]))
-            rows.append(finding_row(finding, f"{d}/id of {label} minus oracle-{d}", None,
+            rows.append(finding_row(finding, f"{d}/id of {label} minus {oracle_name(d)}", None,
                                     [None if a is None or b is None else a - b for a, b in zip(score, orc, strict=True)]))
     return rows
 
@@ -296,12 +295,11 @@ def vector_pairs(stages: Sequence[str], replicates: int, names: set[str], base: 
     """
     mix: dict[int, str] = {}
     unrelated: dict[int, list[str]] = {}
-    end = f"seq-{stages[-1]}"
     for r in range(replicates):
-        x = suffix(r)
-        if {f"sdft{x}", f"sdft-from-end{x}", f"{end}{x}"} <= names:
-            mix[r] = f"sdft{x} - {base}:sdft-from-end{x} - {end}{x}"
-        sft = [f"oracle-{d}-sft{x}" for d in stages if f"oracle-{d}-sft{x}" in names]
+        x, end = suffix(r), seq_name(stages[-1], r)
+        if {f"sdft{x}", f"sdft-from-end{x}", end} <= names:
+            mix[r] = f"sdft{x} - {base}:sdft-from-end{x} - {end}"
+        sft = [oracle_name(d, r, "sft") for d in stages if oracle_name(d, r, "sft") in names]
         pairs = [f"{a} - {base}:{b} - {base}" for i, a in enumerate(sft) for b in sft[i + 1:]]
         if pairs:
             unrelated[r] = pairs
@@ -549,9 +547,8 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     run = str(out)
 
     def evaluate() -> list[Any]:
-        chain = [f"seq-{d}{suffix(r)}" for r in reps for d in stages if f"seq-{d}{suffix(r)}" in names]
-        others = [f"{k}-{d}{x}{suffix(r)}" for r in reps for d in stages for k, x in (("seq", "-sft"), ("oracle", ""))
-                  if f"{k}-{d}{x}{suffix(r)}" in names]
+        chain = [seq_name(d, r) for r in reps for d in stages if seq_name(d, r) in names]
+        others = [c for r in reps for d in stages for c in (seq_name(d, r, "sft"), oracle_name(d, r)) if c in names]
         res = [verb("eval", "eval", functools.partial(analyses.eval_cells, run, ["base", *chain], "id,general", n))]
         if others:
             res.append(verb("eval", "eval", functools.partial(analyses.eval_cells, run, others, "id", n)))
@@ -602,7 +599,7 @@ def _tokens(out: Path, seeds: int, stages: Sequence[str], names: set[str], n: in
     run = str(out)
     frozen = set(list_probe_sets(ResultsStore(out))) if (out / "results.h5").exists() else set()
     for r in range(seeds):
-        ref = f"seq-math{suffix(r)}"
+        ref = seq_name("math", r)
         if ref not in names or "ecom" not in stages:
             continue
         if ref not in frozen and verb(f"probe{suffix(r)}", "probe",
@@ -610,7 +607,7 @@ def _tokens(out: Path, seeds: int, stages: Sequence[str], names: set[str], n: in
             continue
         data = verb(f"tokens{suffix(r)}", "tokens", functools.partial(analyses.tokens, run, ref))
         for row in (data or {}).get("checkpoints", []):
-            if row.get("checkpoint") == f"seq-ecom{suffix(r)}":
+            if row.get("checkpoint") == seq_name("ecom", r):
                 drift[r] = row
 
 

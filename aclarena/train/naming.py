@@ -24,13 +24,31 @@ def replicate_suffix(replicate: int) -> str:
     return f"-s{replicate}" if replicate else ""
 
 
+#: the prefixes of the sequential chain's and the oracles' checkpoints
+SEQ, ORACLE = "seq", "oracle"
+
+
+def checkpoint_name(prefix: str, domain: str, replicate: int = 0, phase: str | None = None) -> str:
+    """``<prefix>-<domain>[-<phase>][-s<r>]``: a stage's end (``phase`` None) or the end of its ``phase``
+    when that is not the stage's last (``seq-math-sft``)."""
+    return f"{prefix}-{domain}{'' if phase is None else f'-{phase}'}{replicate_suffix(replicate)}"
+
+
+def seq_name(domain: str, replicate: int = 0, phase: str | None = None) -> str:
+    """The sequential chain's checkpoint of ``domain``: ``seq-math``, ``seq-math-sft``, ``seq-math-s1``."""
+    return checkpoint_name(SEQ, domain, replicate, phase)
+
+
+def oracle_name(domain: str, replicate: int = 0, phase: str | None = None) -> str:
+    """The single-task oracle's checkpoint of ``domain``: ``oracle-if``, ``oracle-if-sft-s2``."""
+    return checkpoint_name(ORACLE, domain, replicate, phase)
+
+
 def phase_names(prefix: str, stage: StageSpec, replicate: int = 0) -> list[str]:
     """Names of a stage's phases, in order: ``[seq-d-sft, seq-d]`` or ``[seq-d]``."""
-    suffix = replicate_suffix(replicate)
     kinds = [p.kind for p in stage.phases]
-    if len(kinds) == 1:
-        return [f"{prefix}-{stage.domain}{suffix}"]
-    return [f"{prefix}-{stage.domain}-{k}{suffix}" for k in kinds[:-1]] + [f"{prefix}-{stage.domain}{suffix}"]
+    return ([checkpoint_name(prefix, stage.domain, replicate, k) for k in kinds[:-1]]
+            + [checkpoint_name(prefix, stage.domain, replicate)])
 
 
 REPLICATE_RE = re.compile(r"^(?P<stem>.+)-s(?P<r>[1-9][0-9]*)$")

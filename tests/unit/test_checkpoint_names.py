@@ -1,0 +1,41 @@
+"""Checkpoint names are built in one place (aclarena/train/naming.py, issue 48): the curriculum's
+phase names, the study's and the demo's lookups agree because they call the same functions."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from aclarena.train.naming import oracle_name, phase_names, replicate_groups, seq_name
+
+ROOT = Path(__file__).resolve().parents[2] / "aclarena"
+# an f-string that spells a chain or oracle checkpoint: f"seq-{d}...", f"oracle-{d}..."
+BUILT = re.compile(r"""f["'](?:seq|oracle)-\{""")
+
+
+class _Phase:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+
+class _Stage:
+    def __init__(self, domain: str, kinds: list[str]) -> None:
+        self.domain, self.phases = domain, [_Phase(k) for k in kinds]
+
+
+def test_names_of_phases_replicates_and_oracles():
+    assert seq_name("math") == "seq-math"
+    assert seq_name("math", 0, "sft") == "seq-math-sft"
+    assert seq_name("ecom", 2) == "seq-ecom-s2"
+    assert oracle_name("if", 2, "sft") == "oracle-if-sft-s2"
+    stage = _Stage("search", ["sft", "rl"])
+    assert phase_names("seq", stage, 1) == [seq_name("search", 1, "sft"), seq_name("search", 1)]
+    assert phase_names("oracle", _Stage("math", ["rl"])) == [oracle_name("math")]
+    groups = replicate_groups([seq_name("math", r) for r in range(3)])
+    assert groups == {"seq-math": ["seq-math", "seq-math-s1", "seq-math-s2"]}
+
+
+def test_analysis_builds_no_chain_or_oracle_name_itself():
+    found = [f"{p.relative_to(ROOT.parent)}:{i}" for p in sorted((ROOT / "analysis").rglob("*.py"))
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if BUILT.search(line)]
+    assert found == [], f"build the name with aclarena.train.naming.seq_name / oracle_name: {found}"
