@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
+from dash import Dash, Input, Output, State, dash_table, dcc, html, no_update
 from dash.development.base_component import Component
 
 from aclarena.dashboard.data import current_run, manifest, per_store, reader
