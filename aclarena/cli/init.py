@@ -110,7 +110,7 @@ def _guess(names: list[str], existing: Manifest) -> dict[str, dict[str, str]]:
     return guesses
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:  # noqa: C901
     run_dir = Path(args.run)
     exists = manifest_path(run_dir).is_file()
     if exists and not (args.add or args.force):

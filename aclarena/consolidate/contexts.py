@@ -226,7 +226,7 @@ def training_contexts(experts: Sequence[str], n: int = 60, seed: int = 0) -> lis
     return out
 
 
-def evaluation_contexts(experts: Sequence[str], n: int = 20, seed: int = 1,
+def evaluation_contexts(experts: Sequence[str], n: int = 20, seed: int = 1,  # noqa: C901
                         kinds: Sequence[str] = CONTEXT_TYPES) -> list[LabelledContext]:
     """``n`` labelled contexts per expert domain and context type (eval split, evaluation pools)."""
     for k in kinds:

@@ -199,7 +199,7 @@ def suite_file(spec: SuiteSpec, run_dir: str | os.PathLike[str]) -> Path:
     return Path(raw) if os.path.isabs(raw) else Path(run_dir) / raw
 
 
-def read_items(path: Path, spec: SuiteSpec) -> list[dict[str, Any]]:
+def read_items(path: Path, spec: SuiteSpec) -> list[dict[str, Any]]:  # noqa: C901
     """The tasks of a suite file, checked line by line; errors name the file and the line."""
     out: list[dict[str, Any]] = []
     seen: dict[str, int] = {}

@@ -85,7 +85,7 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: Mapping[str, Any],
     return [int(x) for x in tokenizer(prompt["prompt"], add_special_tokens=True)["input_ids"]]
 
 
-def generate_probe_set(
+def generate_probe_set(  # noqa: C901
     model: Any,
     tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[Mapping[str, Any]],

@@ -579,7 +579,7 @@ def reference_outputs(
                             positions_limit=limit, sub_rows=buffers.ws.sub_rows)
 
 
-def score(
+def score(  # noqa: C901
     model: Any,
     reference: Any,
     probe: ProbeSet,

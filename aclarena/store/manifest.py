@@ -372,7 +372,7 @@ def read_toml(text: str, source: str, error: type[AclarenaError] = ManifestError
                     "flatten them") from None
 
 
-def manifest_from_dict(data: Mapping[str, Any], source: str = MANIFEST_NAME) -> Manifest:
+def manifest_from_dict(data: Mapping[str, Any], source: str = MANIFEST_NAME) -> Manifest:  # noqa: C901
     unknown = set(data) - {"run", "checkpoints", "suites"}
     if unknown:
         key = sorted(unknown)[0]
