@@ -152,8 +152,10 @@ class World:
                 result = fn()
             except Exception as e:  # handed to every rank below
                 error = e
-        ok, payload = self.broadcast((error is None, result if error is None else
-                                      (isinstance(error, AclarenaError), _one_line(error))))
+        # (True, fn's result) or (False, (is the error bad input?, its one line))
+        message: tuple[bool, Any] = (error is None, result if error is None else
+                                     (isinstance(error, AclarenaError), _one_line(error)))
+        ok, payload = self.broadcast(message)
         if error is not None:
             raise error
         if not ok:

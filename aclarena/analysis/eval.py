@@ -149,7 +149,7 @@ def evaluate(
     return out
 
 
-def score_matrix(
+def score_matrix(  # noqa: C901
     run_dir: RunPath,
     w: World,
     *,

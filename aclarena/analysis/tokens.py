@@ -283,7 +283,7 @@ def tokens(
     return out
 
 
-def score_tokens(
+def score_tokens(  # noqa: C901
     run_dir: RunPath,
     ref: str,
     w: World,

@@ -84,12 +84,12 @@ def run(args: argparse.Namespace) -> int:
             if not written:
                 raise
             failed = e
-    rows = [{"file": str(p), "bytes": p.stat().st_size} for p in written]
+    files = [{"file": str(p), "bytes": p.stat().st_size} for p in written]
     if args.json:
-        print_json({"out": str(out), "figures": [f.name for f in figures], "files": rows,
+        print_json({"out": str(out), "figures": [f.name for f in figures], "files": files,
                     "not_written": static if failed else [], "error": str(failed) if failed else None})
     else:
-        print_table(rows, ["file", "bytes"], title=f"{len(figures)} figures exported to {out}")
+        print_table(files, ["file", "bytes"], title=f"{len(figures)} figures exported to {out}")
     if failed is not None:
         raise AclarenaError(f"{', '.join(static)} not written ({failed}); the files listed above were written")
     return 0

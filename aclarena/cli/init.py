@@ -8,6 +8,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from aclarena.cli._common import add_verb, print_json, print_table
 from aclarena.errors import AclarenaError, ManifestError
@@ -109,7 +110,7 @@ def _guess(names: list[str], existing: Manifest) -> dict[str, dict[str, str]]:
     return guesses
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:  # noqa: C901
     run_dir = Path(args.run)
     exists = manifest_path(run_dir).is_file()
     if exists and not (args.add or args.force):
@@ -162,15 +163,15 @@ def run(args: argparse.Namespace) -> int:
                          f"cache yet: `hf download {path}` before the run is used")
     guesses = _guess(names, manifest)
     for name, path in entries:
-        fields = {**guesses[name], **explicit[name]}
+        fields: dict[str, Any] = {**guesses[name], **explicit[name]}  # CheckpointSpec's keywords (str values)
         if "domain" in guesses[name] and "domain" not in explicit[name]:
             notes.append(f"{name}: domain {fields['domain']!r} guessed from the name; set it with "
                          f"--domain {name}=DOMAIN")
         if _local(run_dir, path).joinpath("adapter_config.json").is_file():
             if "on" not in fields:
-                found = _adapter_base(_local(run_dir, path), manifest, entries, run_dir)
-                fields["on"] = found or manifest.base or names[0]
-                if found is None:
+                adapter_base = _adapter_base(_local(run_dir, path), manifest, entries, run_dir)
+                fields["on"] = adapter_base or manifest.base or names[0]
+                if adapter_base is None:
                     notes.append(f"{name}: adapter applied on {fields['on']!r} (its adapter_config.json names no "
                                  f"checkpoint of the run); set it with --on {name}=NAME")
             _adapter_parent(name, fields, explicit[name])
@@ -187,17 +188,17 @@ def run(args: argparse.Namespace) -> int:
         manifest.base = bases[0] if bases else None
     manifest.validate()
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = write_manifest_unless_changed(manifest, run_dir, read_text)
+    written = write_manifest_unless_changed(manifest, run_dir, read_text)
 
     rows = [s.to_dict() | {"name": s.name} for s in manifest]
     suite_rows = [s.to_dict() | {"name": s.name} for s in manifest.suites.values()]
     for note in notes:
         print(f"aclarena-diag init: note: {note}", file=sys.stderr)
     if args.json:
-        print_json({"manifest": str(path), "run": manifest.name, "base": manifest.base, "checkpoints": rows,
+        print_json({"manifest": str(written), "run": manifest.name, "base": manifest.base, "checkpoints": rows,
                     "suites": suite_rows})
     else:
-        print_table(rows, ["name", "kind", "domain", "phase", "parent", "on", "path"], title=f"{MANIFEST_NAME} written to {path}",
+        print_table(rows, ["name", "kind", "domain", "phase", "parent", "on", "path"], title=f"{MANIFEST_NAME} written to {written}",
                     caption="guessed fields can be changed with --kind/--domain/--phase/--parent/--on NAME=VALUE")
         if suite_rows:
             print_table(suite_rows, ["name", "domain", "role", "scorer", "path"], title="eval suites")
@@ -206,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _suites(args: argparse.Namespace, run_dir: Path, manifest: Manifest) -> dict[str, SuiteSpec]:
     """The suites of --suite NAME=FILE, with their --suite-domain/-role/-scorer."""
-    out: dict[str, dict[str, str]] = {}
+    out: dict[str, dict[str, Any]] = {}  # SuiteSpec's keywords (str values)
     for pair in args.suite:
         name, file = _split(pair, "--suite")
         if name in out or name in manifest.suites:

@@ -190,7 +190,7 @@ def follow(args: argparse.Namespace) -> int:
 def _emit_new(v: Any, seen: set[tuple[Any, ...]], as_json: bool) -> None:
     for probe, cols in v.probes.items():
         for r in _rows(cols, None):
-            key = (v.label, "probe", probe, r["step"], tuple(sorted((k, r[k]) for k in SHOWN if k in r)))
+            key: tuple[Any, ...] = (v.label, "probe", probe, r["step"], tuple(sorted((k, r[k]) for k in SHOWN if k in r)))
             if key in seen:
                 continue
             seen.add(key)

@@ -210,7 +210,7 @@ def read_marker(folder: Path) -> dict[str, Any] | None:
     return data
 
 
-def merge_checkpoints(
+def merge_checkpoints(  # noqa: C901
     infos: Sequence[CheckpointInfo],
     spec: MergeSpec,
     out: str | os.PathLike[str],

@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,10 +128,11 @@ class Context:
         return {"system": self.system, "tools": list(self.tools) if self.tools is not None else None}
 
     @classmethod
-    def from_messages(cls, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None) -> Context:
+    def from_messages(cls, messages: Sequence[Mapping[str, Any]],
+                      tools: Sequence[Mapping[str, Any]] | None) -> Context:
         """The context of a chat: its system message (if any) and its tools; user turns are ignored."""
         system = next((m.get("content") for m in messages if m.get("role") == "system"), None)
-        return cls(system=system, tools=tuple(tools) if tools else None)
+        return cls(system=system, tools=tuple(dict(t) for t in tools) if tools else None)
 
 
 @dataclass(frozen=True)
@@ -194,11 +195,11 @@ def vary(ctx: Context, rng: random.Random, pool: str) -> Context:
             system = f"{rng.choice(EXTRA_SENTENCES[pool])} {system}"
     tools = None
     if ctx.tools:
-        tools = [copy.deepcopy(t) for t in ctx.tools]
-        rng.shuffle(tools)
-        if len(tools) > 2 and rng.random() < 0.5:
-            tools = tools[: rng.randint((len(tools) + 1) // 2, len(tools))]
-        tools = tuple(tools)
+        kept = [copy.deepcopy(t) for t in ctx.tools]
+        rng.shuffle(kept)
+        if len(kept) > 2 and rng.random() < 0.5:
+            kept = kept[: rng.randint((len(kept) + 1) // 2, len(kept))]
+        tools = tuple(kept)
     return Context(system=system, tools=tools)
 
 
@@ -225,7 +226,7 @@ def training_contexts(experts: Sequence[str], n: int = 60, seed: int = 0) -> lis
     return out
 
 
-def evaluation_contexts(experts: Sequence[str], n: int = 20, seed: int = 1,
+def evaluation_contexts(experts: Sequence[str], n: int = 20, seed: int = 1,  # noqa: C901
                         kinds: Sequence[str] = CONTEXT_TYPES) -> list[LabelledContext]:
     """``n`` labelled contexts per expert domain and context type (eval split, evaluation pools)."""
     for k in kinds:
@@ -275,8 +276,8 @@ def evaluation_contexts(experts: Sequence[str], n: int = 20, seed: int = 1,
             if i % 2 == 0:
                 ctx = general[(i // 2) % len(general)]
             else:
-                system, tools = FOREIGN[(i // 2) % len(FOREIGN)]
-                ctx = Context(system, tuple(_schema(nm, ds, ps) for nm, ds, ps in tools) if tools else None)
+                system, specs = FOREIGN[(i // 2) % len(FOREIGN)]
+                ctx = Context(system, tuple(_schema(nm, ds, ps) for nm, ds, ps in specs) if specs else None)
             out.append(LabelledContext(vary(ctx, rng, "eval"), NONE, "foreign", "general" if i % 2 == 0 else "foreign"))
     return out
 

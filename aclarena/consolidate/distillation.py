@@ -57,7 +57,8 @@ def _trainer_class() -> type:
                 raise ValueError("`teachers` is empty; give at least one {teacher_id: model}")
             ids = list(teachers)
             super().__init__(model=model, teacher_model=teachers[ids[0]], **kwargs)
-            vocab = self.model.config.get_text_config().vocab_size
+            student: Any = self.model  # the model or its peft wrapper (Trainer types it as any nn.Module or None)
+            vocab = student.config.get_text_config().vocab_size
             self.teachers: dict[str, Any] = {}
             for tid in ids:
                 t = teachers[tid]
@@ -85,11 +86,14 @@ def _trainer_class() -> type:
             tools = self._row_tools
             if not tools or not any(tools) or self._is_vlm:
                 return super()._tokenize_prompts(prompts)
-            # one row at a time: each with its own tool schemas (the template lists them in the system turn)
-            ids = [self.processing_class.apply_chat_template(conversation=p, tools=t or None,
-                                                             chat_template=self.chat_template, add_generation_prompt=True,
-                                                             tokenize=True, return_dict=True,
-                                                             **self.chat_template_kwargs)["input_ids"]
+            # a tokenizer: not a vision model's processor (above); Trainer types it as any processing class
+            tokenizer: Any = self.processing_class
+            # one row at a time: each with its own tool schemas (the template lists them in the system turn);
+            # trl annotates chat_template_kwargs `dict | str` (a JSON string on its command line), but its
+            # config parses that string, so the trainer always holds a dict
+            ids = [tokenizer.apply_chat_template(conversation=p, tools=t or None, chat_template=self.chat_template,
+                                                 add_generation_prompt=True, tokenize=True, return_dict=True,
+                                                 **self.chat_template_kwargs)["input_ids"]  # type: ignore[arg-type]
                    for p, t in zip(prompts, tools, strict=True)]
             return ids, None, {}
 
@@ -112,6 +116,7 @@ def _trainer_class() -> type:
                 total = sum(loss for loss, _ in parts)  # each is its token sum / the batch's token count
             else:
                 # each is a mean over its own tokens: weight by them
+                assert n_valid is not None  # the batch has rows, so some teacher scored them
                 total = sum(loss * nv for loss, nv in parts) / n_valid.clamp(min=1)
             return total, entropy, n_valid
 

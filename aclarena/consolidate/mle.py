@@ -128,7 +128,7 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
         name = expert_name(job, d)
         stage_rl = _stage_rl(cfg, d)
         trl: dict[str, Any] = dict(sz.extra)
-        if stage_rl is not None:
+        if cfg is not None and stage_rl is not None:  # (a stage's RL phase implies a curriculum)
             # the run's RL recipe for that stage (batch, generations...), at the adapters' steps and learning rate
             trl |= {k: v for k, v in {**cfg.defaults.get("rl", {}), **stage_rl.trl}.items()
                     if k not in ("learning_rate", "max_steps")}
@@ -136,9 +136,10 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
         if job.options.get("batch") is not None:
             trl["per_device_train_batch_size"] = sz.batch
         trl |= parse_trl(job.options.get("trl"))
-        settings = {"backbone": backbone, "domain": d, "lora": lora, "n": sz.n, "trl": trl, "seed": job.seed,
-                    "max_turns": getattr(stage_rl, "max_turns", None),
-                    "max_new_tokens": getattr(stage_rl, "max_new_tokens", None)}
+        settings: dict[str, Any] = {
+            "backbone": backbone, "domain": d, "lora": lora, "n": sz.n, "trl": trl, "seed": job.seed,
+            "max_turns": getattr(stage_rl, "max_turns", None),
+            "max_new_tokens": getattr(stage_rl, "max_new_tokens", None)}
         fp = hashlib.sha256(json.dumps({"settings": settings, "backbone": checkpoint_fingerprint(info)},
                                        sort_keys=True, default=str).encode()).hexdigest()[:16]
         folder = job.folder(name)

@@ -498,7 +498,7 @@ def _adapter_config(old: CheckpointInfo, new: CheckpointInfo, rank: int, modules
     return cfg
 
 
-def repair_adapters(old: CheckpointInfo, new: CheckpointInfo, root: CheckpointInfo, spec: RepairSpec,
+def repair_adapters(old: CheckpointInfo, new: CheckpointInfo, root: CheckpointInfo, spec: RepairSpec,  # noqa: C901
                     out: str | os.PathLike[str], *, base: CheckpointInfo | None = None,
                     oracle: CheckpointInfo | None = None, force: bool = False,
                     on_tensor: Callable[[str], None] | None = None,

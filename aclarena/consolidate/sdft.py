@@ -111,8 +111,8 @@ def run(job: Any) -> list[Any]:
     name = output_names(job)[0]
     sz = sizes("sdft", job.run_dir, job.options)
     batch = sz.batch if sz.batch % len(domains) == 0 else len(domains) * max(1, sz.batch // len(domains))
-    trl = {"max_steps": sz.steps, "per_device_train_batch_size": batch, "learning_rate": sz.lr,
-           "train_sampling_strategy": "sequential"} | parse_trl(job.options.get("trl"))
+    trl: dict[str, Any] = {"max_steps": sz.steps, "per_device_train_batch_size": batch, "learning_rate": sz.lr,
+                           "train_sampling_strategy": "sequential"} | parse_trl(job.options.get("trl"))
     seen: dict[str, Any] = {}
     infos = {n: inspect(job.manifest.resolve(n), job.manifest, job.run_dir, _seen=seen)
              for n in [start_name, *lin.oracles.values()]}

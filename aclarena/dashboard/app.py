@@ -8,6 +8,7 @@ import importlib
 import os
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import dash
@@ -40,7 +41,7 @@ def create_app(run_dir: str | os.PathLike[str], *, score_prompt: PromptScorer | 
         assets_folder=str(ASSETS),
         title="aclarena",
         suppress_callback_exceptions=True,
-        update_title=None,
+        update_title=None,  # type: ignore[arg-type]  # dash documents None (keep the title) but annotates str
         on_error=_show_error,
     )
     app.server.config[RUN_KEY] = str(run_dir)
@@ -104,11 +105,11 @@ def _nav_id(page: dict[str, object]) -> str:
     return f"nav-{str(page['name']).lower()}"
 
 
-def _grey_empty_pages(app: Dash, run_dir: Path, modules: list[object]) -> None:
+def _grey_empty_pages(app: Dash, run_dir: Path, modules: list[ModuleType]) -> None:
     """On every navigation, grey the links of pages without data (pages Home knows nothing about stay)."""
     from aclarena.dashboard.pages.home import page_status
 
-    pages = [m.PAGE for m in modules]  # type: ignore[attr-defined]
+    pages = [m.PAGE for m in modules]
 
     @app.callback([Output(_nav_id(p), "className") for p in pages] + [Output(ERROR_ID, "hidden")],
                   Input("_pages_location", "pathname"))

@@ -79,7 +79,8 @@ def _validation(v: Any) -> Any:
             ("r2", "R² vs drop (all seeds)")]
     return html.Div([
         html.H4(f"Early warning held out: fit on seed {fit}, reported on seeds {held}", id="findings-validation"),
-        dash_table.DataTable(id="findings-validation-table", columns=[{"id": i, "name": n} for i, n in cols],
+        # dash/dash_table/__init__.py is `# type: ignore`d, so mypy misses the DataTable it re-exports
+        dash_table.DataTable(id="findings-validation-table", columns=[{"id": i, "name": n} for i, n in cols],  # type: ignore[attr-defined]
                              data=rows, style_cell={"fontFamily": "inherit", "fontSize": "0.85em", "textAlign": "left"}),
         html.Ul([html.Li(str(x)) for x in v.get("notes", [])], className="note"),
     ])
@@ -105,7 +106,8 @@ def findings_panel(run_dir: Path) -> Any:
                "beside the mini arena's mean ± sample standard deviation (n - 1) over seeds."
                + (f" Made by `{made['command']}` on {made.get('date', '?')}." if made.get("command") else ""),
                className="note", id="findings-caption"),
-        dash_table.DataTable(id="findings-table", columns=[{"id": i, "name": n} for i, n in cols],
+        # dash/dash_table/__init__.py is `# type: ignore`d, so mypy misses the DataTable it re-exports
+        dash_table.DataTable(id="findings-table", columns=[{"id": i, "name": n} for i, n in cols],  # type: ignore[attr-defined]
                              data=findings_rows(data), sort_action="native", filter_action="native", page_size=25,
                              export_format="csv", export_headers="display",
                              style_cell={"fontFamily": "inherit", "fontSize": "0.85em", "textAlign": "left",

@@ -17,7 +17,7 @@ routers and ambiguous contexts open; these are the measures used to answer that
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,7 +84,7 @@ def accuracy_by_group(groups: Sequence[str], correct: Sequence[bool], abstained:
     return out
 
 
-def item_chance(accept: Sequence[str], experts: Sequence[str]) -> float:
+def item_chance(accept: Collection[str], experts: Sequence[str]) -> float:
     """Chance that a uniformly random expert is acceptable (0 when only *no expert* is)."""
     if not experts:
         raise ValueError("`experts` is empty")

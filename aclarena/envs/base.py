@@ -126,13 +126,12 @@ class Task:
 
 def task_from_record(record: Mapping[str, Any] | str) -> Task:
     """Rebuild a :class:`Task` from :meth:`Task.to_record` (or its JSON text)."""
-    if isinstance(record, str):
-        record = json.loads(record)
-    tools = record.get("tools")
+    fields: Mapping[str, Any] = json.loads(record) if isinstance(record, str) else record
+    tools = fields.get("tools")
     return Task(
-        id=record["id"], env=record["env"], variant=record["variant"], split=record["split"],
-        system=record["system"], tools=tuple(tools) if tools is not None else None,
-        prompt=record["prompt"], key=record["key"], data=record.get("data", {}),
+        id=fields["id"], env=fields["env"], variant=fields["variant"], split=fields["split"],
+        system=fields["system"], tools=tuple(tools) if tools is not None else None,
+        prompt=fields["prompt"], key=fields["key"], data=fields.get("data", {}),
     )
 
 

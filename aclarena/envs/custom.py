@@ -217,22 +217,7 @@ def read_items(path: Path, spec: SuiteSpec) -> list[dict[str, Any]]:
             raise bad(f'has neither "messages" nor "prompt" (keys: {", ".join(obj) or "none"}); write {EXAMPLE}')
         if spec.system and not any(m["role"] == "system" for m in messages):
             messages = [{"role": "system", "content": spec.system}, *messages]
-        if "answer" not in obj and not spec.is_callable:
-            raise bad(f'has no "answer"; scorer {spec.scorer!r} compares the reply with it')
-        answers = _answers(obj.get("answer"))
-        if "answer" in obj and not answers:
-            raise bad('"answer" must be a string, a number or a non-empty list of them')
-        if spec.scorer == "numeric" and any(_as_number(a) is None for a in answers):
-            shown = repr(obj["answer"])
-            shown = shown if len(shown) <= 60 else f"{shown[:40]}... ({len(shown)} characters)"
-            raise bad(f'"answer" {shown} is not a number a float can hold (finite, below ~1.8e308); the numeric '
-                      "scorer compares numbers")
-        if spec.scorer == "regex":
-            for a in answers:
-                try:
-                    re.compile(str(a))
-                except (re.error, RecursionError, OverflowError) as e:
-                    raise bad(f'"answer" {a!r} is not a regular expression ({e})') from None
+        _check_answer(obj, spec, bad)
         item_id = obj.get("id")
         if item_id is None:
             item_id = stable_hash(messages, obj.get("answer"))
@@ -244,6 +229,26 @@ def read_items(path: Path, spec: SuiteSpec) -> list[dict[str, Any]]:
         seen[item_id] = lineno
         out.append({**obj, "id": item_id, "messages": messages})
     return out
+
+
+def _check_answer(obj: Mapping[str, Any], spec: SuiteSpec, bad: Callable[[str], AclarenaError]) -> None:
+    """A task line's "answer": present unless the scorer is a callable, and one the scorer can compare."""
+    if "answer" not in obj and not spec.is_callable:
+        raise bad(f'has no "answer"; scorer {spec.scorer!r} compares the reply with it')
+    answers = _answers(obj.get("answer"))
+    if "answer" in obj and not answers:
+        raise bad('"answer" must be a string, a number or a non-empty list of them')
+    if spec.scorer == "numeric" and any(_as_number(a) is None for a in answers):
+        shown = repr(obj["answer"])
+        shown = shown if len(shown) <= 60 else f"{shown[:40]}... ({len(shown)} characters)"
+        raise bad(f'"answer" {shown} is not a number a float can hold (finite, below ~1.8e308); the numeric '
+                  "scorer compares numbers")
+    if spec.scorer == "regex":
+        for a in answers:
+            try:
+                re.compile(str(a))
+            except (re.error, RecursionError, OverflowError) as e:
+                raise bad(f'"answer" {a!r} is not a regular expression ({e})') from None
 
 
 def _check_chat(messages: Any, bad: Callable[[str], AclarenaError]) -> list[dict[str, Any]]:

@@ -232,7 +232,7 @@ def _retail_write_args(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def _retail_violations(db: dict[str, Any], req: dict[str, Any], tool: str, args: dict[str, Any]) -> list[str]:
-    out = []
+    out: list[str] = []
     order = db["orders"].get(args.get("order_id", ""))
     if order is None:
         return out

@@ -149,12 +149,9 @@ def evaluate_suite(
             per_seed.append((greedy_out, sampled_out))
         return per_seed
 
-    if world is None:
-        parts = [play()]
-    else:
-        parts = world.gather(world.each(play))
-        if parts is None:
-            return None
+    parts = [play()] if world is None else world.gather(world.each(play))
+    if parts is None:  # a rank other than the main one
+        return None
     greedy = np.zeros((n_seeds, n), dtype=np.float32)
     sampled = np.zeros((n_seeds, n, k), dtype=np.float32) if k else None
     ids: list[str] = []

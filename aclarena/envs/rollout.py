@@ -117,14 +117,15 @@ class Episode:
         self.messages.append({"role": "assistant", "content": text})
         names = set(self.env.tool_names(self.task))
         for call in parsed.calls:
+            result, error = "", None  # the tool's text, or why there is none
             if call["name"] not in names:
                 known = ", ".join(sorted(names)) or "none (answer directly)"
-                result, error = None, f"unknown tool {call['name']!r}; available tools: {known}"
+                error = f"unknown tool {call['name']!r}; available tools: {known}"
             else:
                 try:
-                    result, error = self.env.call_tool(self.task, self.state, call["name"], call["arguments"]), None
+                    result = self.env.call_tool(self.task, self.state, call["name"], call["arguments"])
                 except ToolError as e:
-                    result, error = None, str(e)
+                    error = str(e)
             if error is not None:
                 step.error = step.error or error
                 result = f"Error: {error}"
@@ -262,7 +263,9 @@ def model_policy(
         if stopping is not None:
             kwargs["stopping_criteria"] = stopping
         with torch.no_grad():
-            gen = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
+            # transformers types PreTrainedModel without GenerationMixin (its causal-LM classes add generate)
+            gen = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),  # type: ignore[operator]
+                                 **kwargs)
         new = gen[:, width:].tolist()
         stop_set = set(stops)
         for row, i in enumerate(keep):

@@ -148,7 +148,7 @@ def rank_sequences(reader: StoreReader, probe: str, checkpoint: str, labels: lis
     # the largest KL of each sequence: sort by (sequence, KL) and take each group's last
     order = np.lexsort((np.where(valid, kl, -1.0), seq))
     ends = ref["offsets"][1:] - 1
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(n):
         if n_valid[i] == 0:
             continue

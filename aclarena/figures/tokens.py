@@ -385,11 +385,15 @@ def summary_table_figure(reader: StoreReader, probe: str, manifest: Manifest | N
 
 @register_figure("tokens/concentration", "Concentration of drift at high-entropy positions", width=900, height=560)
 def _concentration(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
+    if reader is None:
+        return []
     return [(p, concentration_figure(reader, p, manifest)) for p in token_probes(reader)]
 
 
 @register_figure("tokens/strata", "Drift on high- vs low-entropy positions", width=1000, height=480)
 def _strata(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
+    if reader is None:
+        return []
     return [(p, strata_figure(reader, p, manifest)) for p in token_probes(reader)]
 
 
@@ -403,4 +407,6 @@ def _scatter(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, 
 
 @register_figure("tokens/summary", "Token drift summary table", width=1100, height=420)
 def _summary(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
+    if reader is None:
+        return []
     return [(p, summary_table_figure(reader, p, manifest)) for p in token_probes(reader)]

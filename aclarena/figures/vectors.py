@@ -85,7 +85,7 @@ def vector_filter(s: dict[str, Any], manifest: Manifest | None, kinds: list[str]
 def _clean(z: np.ndarray) -> list[Any]:
     """A numeric array for plotly with NaN as None (shown as gaps, not errors)."""
     arr = np.asarray(z, dtype=float)
-    return np.where(np.isfinite(arr), arr, None).tolist()
+    return np.where(np.isfinite(arr), arr, np.array(None)).tolist()
 
 
 def _view_note(view: str) -> str:

@@ -367,7 +367,7 @@ class TensorReader:
             for start in range(0, loc.rows, step):
                 yield name, start, min(loc.rows, start + step)
 
-    def stream(self, names: Sequence[str] | None = None, max_elements: int = 1 << 16, *,
+    def stream(self, names: Sequence[str] | None = None, max_elements: int = 1 << 16, *,  # noqa: C901
                prefetch: int = 2) -> Iterator[RowChunk]:
         """Row blocks of every tensor of ``names`` (all, in read order, by default), read ahead.
 

@@ -21,7 +21,7 @@ from aclarena.models.chat import cut_reply, render_prompt, reply_stopping, stop_
 from aclarena.probes.probe_set import ProbeSet, token_pieces, vocab_strings
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedTokenizerBase
 
     from aclarena.distributed import World
 
@@ -56,8 +56,9 @@ class GenerationSettings:
         return asdict(self) | {"greedy": self.greedy}
 
 
-def model_max_length(model: PreTrainedModel) -> int | None:
-    """The model's maximum positions, from its config (None when it has no limit)."""
+def model_max_length(model: Any) -> int | None:
+    """The maximum positions of a transformers model (from its config; None when it has no limit) or of a
+    vLLM engine."""
     if not hasattr(model, "config") and hasattr(model, "llm_engine"):  # a vLLM engine
         return int(model.llm_engine.model_config.max_model_len)
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -84,8 +85,8 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: Mapping[str, Any],
     return [int(x) for x in tokenizer(prompt["prompt"], add_special_tokens=True)["input_ids"]]
 
 
-def generate_probe_set(
-    model: PreTrainedModel,
+def generate_probe_set(  # noqa: C901
+    model: Any,
     tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[Mapping[str, Any]],
     *,
@@ -98,7 +99,8 @@ def generate_probe_set(
     world: World | None = None,
     prompt_format: str = "chat",
 ) -> ProbeSet | None:
-    """Generate from ``model`` on ``prompts`` and freeze the result as a probe set.
+    """Generate from ``model`` (a transformers causal LM, or a vLLM engine) on ``prompts`` and freeze the
+    result as a probe set.
 
     ``messages`` prompts are rendered in ``prompt_format`` (:func:`aclarena.models.chat.render_prompt`);
     a ``plain`` one's generation also ends where its reply does (:func:`aclarena.models.chat.reply_end`).
@@ -213,7 +215,7 @@ def generate_probe_set(
         pieces.append(token_pieces(tokenizer, seq))
         texts.append("".join(pieces[-1]))
         sources.append(dict(p))
-    cfg = getattr(model, "config", None)
+    cfg: Any = getattr(model, "config", None)  # None: a vLLM engine
     vocab_size = getattr(cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg, "vocab_size", None)
     info = {"source": source, "generation": settings.to_dict(), "max_length": limit, "padding_side": "left"}
     if prompt_format != "chat":  # recorded when it is not the format of every probe set before issue 45

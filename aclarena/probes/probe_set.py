@@ -17,10 +17,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from aclarena.store import Json, Ragged, ResultsStore
 from aclarena.store.token_keys import PROBES, probe_key, tokens_key
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import BatchEncoding, PreTrainedTokenizerBase
 
     from aclarena.store import StoreReader
 
@@ -267,7 +267,7 @@ def read_prompts(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     plain prompts are tokenized as they are (base models).
     """
     example = '{"messages": [{"role": "user", "content": "..."}]} or {"prompt": "..."}'
-    out = []
+    out: list[dict[str, Any]] = []
     p = Path(path)
     for lineno, obj in _read_jsonl(path, "prompts", example):
         if "messages" in obj:
@@ -309,7 +309,7 @@ def has_generation_markers(tokenizer: PreTrainedTokenizerBase) -> bool:
 
 def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], tools: Any, **kw: Any) -> str:
     try:
-        return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **kw)
+        return str(tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **kw))
     except Exception as e:  # jinja errors name the template problem; keep one line
         raise AclarenaError(f"the chat template cannot render this conversation: {str(e).splitlines()[0]}") from None
 
@@ -328,8 +328,11 @@ def tokenize_conversation(
                             "add one (chat_template.jinja) or use plain prompts")
     if has_generation_markers(tokenizer):
         try:
-            enc = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
-                                                return_assistant_tokens_mask=True)
+            # return_dict=True: a BatchEncoding (transformers' annotations give the union of every mode);
+            # `tools` is annotated an invariant list[dict | Callable], so a list of schema dicts does not match it
+            enc = cast("BatchEncoding", tokenizer.apply_chat_template(
+                messages, tools=tools, tokenize=True, return_dict=True,  # type: ignore[arg-type]
+                return_assistant_tokens_mask=True))
         except Exception as e:
             raise AclarenaError(f"the chat template cannot render this conversation: {str(e).splitlines()[0]}") from None
         ids = np.asarray(enc["input_ids"], dtype=np.int64)
@@ -357,7 +360,7 @@ def tokenize_conversation(
     return ids, mask
 
 
-def token_pieces(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int]) -> list[str]:
+def token_pieces(tokenizer: PreTrainedTokenizerBase, ids: Iterable[int]) -> list[str]:
     """Each token's text, so that ``"".join(pieces)`` is the decoded text.
 
     Decoding token by token breaks characters split across byte-level tokens; this holds
@@ -367,7 +370,7 @@ def token_pieces(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int]) -> list
     ids = [int(i) for i in ids]
 
     def dec(xs: list[int]) -> str:
-        return tokenizer.decode(xs, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return str(tokenizer.decode(xs, skip_special_tokens=False, clean_up_tokenization_spaces=False))
 
     pieces: list[str] = []
     prefix, read = 0, 0

@@ -341,8 +341,10 @@ class BatchPlan:
 
 
 def _batch_inputs(probe: ProbeSet, seqs: list[int], limit: int | None, device: Any, padding_side: str
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray]:
-    """Padded inputs and, for every scored position in batch order: row, column, target, computable."""
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray,
+                             torch.Tensor]:
+    """Padded ids, attention mask and positions, then for every scored position in batch order: row,
+    column, computable, target."""
     import torch
 
     lengths = [len(probe.ids[i]) if limit is None else min(len(probe.ids[i]), limit) for i in seqs]
@@ -439,8 +441,8 @@ class ReferenceOutputs:
     name: str
     probe_digest: str
     plan: BatchPlan
-    hidden: list[torch.Tensor]
-    targets: list[torch.Tensor]
+    hidden: list[torch.Tensor | None]
+    targets: list[torch.Tensor | None]
     head: OutputHead
     stats: ReferenceStats
     batch_size: int
@@ -531,7 +533,8 @@ def reference_outputs(
         st.position[plan.offsets[i]:plan.offsets[i + 1]] = t
         st.token[plan.offsets[i]:plan.offsets[i + 1]] = np.asarray(probe.ids[i])[t]
     buffers = _Buffers(max(1, min(cs, max(len(ix) for ix in plan.index))), [head])
-    hidden, targets = [], []
+    hidden: list[torch.Tensor | None] = []
+    targets: list[torch.Tensor | None] = []
     ran = 0
     was_training = _eval_mode(model)
     try:
@@ -546,7 +549,8 @@ def reference_outputs(
                 ran += 1
                 hidden.append(h.clone())
                 targets.append(tgt)
-                out = {key: [] for key in ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs")}
+                out: dict[str, list[torch.Tensor]] = {key: [] for key in ("entropy", "logprob", "top1", "topk_ids",
+                                                                          "topk_logprobs")}
                 for s in range(0, h.shape[0], cs):
                     n = min(cs, h.shape[0] - s)
                     head.into(h[s:s + n], buffers.ws.zr[:n], buffers.tmp_rows(head, n))
@@ -575,7 +579,7 @@ def reference_outputs(
                             positions_limit=limit, sub_rows=buffers.ws.sub_rows)
 
 
-def score(
+def score(  # noqa: C901
     model: Any,
     reference: Any,
     probe: ProbeSet,

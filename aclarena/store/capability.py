@@ -396,7 +396,7 @@ class ChainData:
     notes: list[str] = field(default_factory=list)
 
 
-def chain_data(
+def chain_data(  # noqa: C901
     matrix: CapabilityMatrix,
     manifest: Manifest,
     reader: StoreReader | None = None,

@@ -395,20 +395,7 @@ def manifest_from_dict(data: Mapping[str, Any], source: str = MANIFEST_NAME) -> 
         raise ManifestError(f"{source}: `checkpoints` must be tables ([checkpoints.NAME])")
     manifest = Manifest(name=run.get("name", "run"), base=run.get("base"), description=run.get("description"))
     for name, entry in checkpoints.items():
-        if not isinstance(entry, Mapping):
-            raise ManifestError(f"{source}: checkpoints.{name} must be a table with at least `path`")
-        for key in entry:
-            if key not in SPEC_KEYS:
-                raise ManifestError(
-                    f"{source}: unknown key checkpoints.{name}.{key}{did_you_mean(key, SPEC_KEYS)}; "
-                    f"allowed: {', '.join(SPEC_KEYS)}"
-                )
-        if "path" not in entry:
-            raise ManifestError(f"{source}: checkpoints.{name} has no `path`; add path = \"<folder or hub id>\"")
-        for key, value in entry.items():
-            if key != "seed" and not isinstance(value, str):
-                raise ManifestError(f"{source}: checkpoints.{name}.{key} must be a string, got {value!r}")
-        manifest.checkpoints[name] = CheckpointSpec(name=name, **dict(entry))
+        manifest.checkpoints[name] = _checkpoint_from(name, entry, source)
     if manifest.base is None:
         bases = [s.name for s in manifest if s.kind == "base"]
         if len(bases) == 1:
@@ -416,6 +403,23 @@ def manifest_from_dict(data: Mapping[str, Any], source: str = MANIFEST_NAME) -> 
     manifest.suites = _suites_from(data.get("suites", {}), source)
     manifest.validate()
     return manifest
+
+
+def _checkpoint_from(name: str, entry: Any, source: str) -> CheckpointSpec:
+    if not isinstance(entry, Mapping):
+        raise ManifestError(f"{source}: checkpoints.{name} must be a table with at least `path`")
+    for key in entry:
+        if key not in SPEC_KEYS:
+            raise ManifestError(
+                f"{source}: unknown key checkpoints.{name}.{key}{did_you_mean(key, SPEC_KEYS)}; "
+                f"allowed: {', '.join(SPEC_KEYS)}"
+            )
+    if "path" not in entry:
+        raise ManifestError(f"{source}: checkpoints.{name} has no `path`; add path = \"<folder or hub id>\"")
+    for key, value in entry.items():
+        if key != "seed" and not isinstance(value, str):
+            raise ManifestError(f"{source}: checkpoints.{name}.{key} must be a string, got {value!r}")
+    return CheckpointSpec(name=name, **dict(entry))
 
 
 def _suites_from(tables: Any, source: str) -> dict[str, SuiteSpec]:

@@ -113,7 +113,7 @@ def monitor_phases(reader: SeriesReader) -> dict[str, list[str]]:
             for p in sorted(phases, key=latest.__getitem__)}
 
 
-def lead_time_results(reader: StoreReader) -> dict[str, dict[str, Any]]:
+def lead_time_results(reader: StoreReader | None) -> dict[str, dict[str, Any]]:
     """The stored ``monitor --lead-time`` results of a results.h5 reader, by stage ({} when none)."""
     if reader is None or not reader.has(LEAD_KEY):
         return {}

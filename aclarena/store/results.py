@@ -297,7 +297,7 @@ class ResultsStore:
         self.write_many([(key, data, result_type, result_version, attrs or {})], overwrite=overwrite,
                         manifest_text=manifest_text)
 
-    def write_many(
+    def write_many(  # noqa: C901
         self,
         items: Sequence[tuple[str, Mapping[str, Any], str, str, Mapping[str, Any]]],
         *,

@@ -20,7 +20,7 @@ ROOT = "routing"
 ORDER = ("rule", "learned", "bandit")
 
 
-def read_reports(reader: StoreReader) -> dict[str, dict[str, Any]]:
+def read_reports(reader: StoreReader | None) -> dict[str, dict[str, Any]]:
     """``{router: {"accuracy": {...columns}, "labels", "confusion", "mixed", "attrs"}}`` from an open store.
 
     Each element is checked for the shape docs/store-format.md gives it (what the Router page and

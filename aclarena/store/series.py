@@ -90,7 +90,7 @@ class SeriesWriter:
             ) from None
         self._lock_fd = fd
 
-    def _prepare(self, attrs: Mapping[str, Mapping[str, Any]]) -> None:
+    def _prepare(self, attrs: Mapping[str, Mapping[str, Any]]) -> None:  # noqa: C901
         """Create missing series in a copy of the file, then swap it in (no in-place create)."""
         needs_copy = not self.path.exists()
         if self.path.exists():

@@ -125,6 +125,14 @@ def test_bad_lines_are_one_line_naming_file_and_line(tmp_path, line, needle):
     assert needle in str(e.value)
 
 
+def test_regex_answers_must_compile(tmp_path):
+    f = tmp_path / "t.jsonl"
+    f.write_text(json.dumps({"prompt": "q", "answer": "a|b"}) + "\n" + json.dumps({"prompt": "r", "answer": "a("}) + "\n")
+    with pytest.raises(AclarenaError, match=r"line 2: \"answer\" 'a\(' is not a regular expression"):
+        read_items(f, SuiteSpec(name="s", path=str(f), domain="d", scorer="regex"))
+    assert len(read_items(f, SuiteSpec(name="s", path=str(f), domain="d"))) == 2  # exact scorer: any text
+
+
 def test_repeated_items_numeric_answers_and_reserved_names(tmp_path):
     f = tmp_path / "t.jsonl"
     f.write_text(json.dumps({"prompt": "q", "answer": "1"}) + "\n" + json.dumps({"prompt": "q", "answer": "1"}) + "\n")

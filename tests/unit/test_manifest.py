@@ -89,6 +89,14 @@ def test_unknown_parent_and_key_and_kind():
         parse_manifest('[checkpoints.x]\nkind="stage"\n')
 
 
+def test_checkpoint_entries_are_tables_of_strings():
+    with pytest.raises(ManifestError, match=r"checkpoints\.x must be a table with at least `path`"):
+        parse_manifest('[checkpoints]\nx = "a"\n')
+    with pytest.raises(ManifestError, match=r"checkpoints\.x\.kind must be a string, got 3"):
+        parse_manifest('[checkpoints.x]\npath="x"\nkind=3\n')
+    assert parse_manifest('[checkpoints.x]\npath="x"\nseed=3\n').resolve("x").seed == 3  # the one number
+
+
 def test_add_rejects_duplicates_and_keeps_state():
     m = parse_manifest(GOOD)
     with pytest.raises(ManifestError, match="already in the manifest"):

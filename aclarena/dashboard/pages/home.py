@@ -123,7 +123,7 @@ def checkpoint_pages(name: str, status: dict[str, dict[str, Any]], scored: dict[
 
 
 def _links(pages: list[tuple[str, str]], prefix: str | None = None) -> list[Any]:
-    out = [dcc.Link(label, href=href, **({"id": f"{prefix}-{i}"} if prefix else {}))
+    out = [dcc.Link(label, href=href, id=f"{prefix}-{i}") if prefix else dcc.Link(label, href=href)
            for i, (label, href) in enumerate(pages)]
     return [x for pair in zip(out, [" · "] * len(out), strict=True) for x in pair][:-1]
 

@@ -126,8 +126,9 @@ def refresh(run_dir: Path, label: str | None) -> tuple[Any, list[dict[str, Any]]
                for p, labs in found.items()]
     if not found:
         return {}, [], "no drift-monitor series yet: train with a [monitor] section or a DriftMonitorCallback", [], None
-    if label not in found:
+    if label is None or label not in found:
         label = busiest(run_dir, found)
+        assert label is not None  # found has phases, and busiest names one of them
     vs = view(run_dir, label, found[label])
     if not vs:
         return {}, [], f"{label}: cannot be read right now (being rewritten); retrying", options, label

@@ -161,7 +161,8 @@ def _items_panel(c: dict[str, Any] | None) -> Any:
         html.H4(head, id="overview-items-title"),
         html.P(c["note"] + missing, className="note", id="overview-items-note"),
         html.Div(links, className="links"),
-        dash_table.DataTable(id="overview-items-table", columns=cols, data=c["rows"], sort_action="native",
+        # dash/dash_table/__init__.py is `# type: ignore`d, so mypy misses the DataTable it re-exports
+        dash_table.DataTable(id="overview-items-table", columns=cols, data=c["rows"], sort_action="native",  # type: ignore[attr-defined]
                              filter_action="native", page_size=15, export_format="csv", export_headers="display",
                              style_cell={"fontFamily": "inherit", "fontSize": "0.85em", "textAlign": "left",
                                          "whiteSpace": "pre-wrap", "verticalAlign": "top", "maxWidth": "32em",

@@ -22,7 +22,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
+from dash import Dash, Input, Output, State, dash_table, dcc, html, no_update
+from dash.development.base_component import Component
 
 from aclarena.dashboard.data import current_run, manifest, per_store, reader
 
@@ -71,9 +72,10 @@ def _columns(spec: list[tuple[str, str, str, str]]) -> tuple[list[dict[str, Any]
     return cols, {k: tip for k, _, _, tip in spec}
 
 
-def _table(table_id: str, spec: list[tuple[str, str, str, str]]) -> dash_table.DataTable:
+def _table(table_id: str, spec: list[tuple[str, str, str, str]]) -> Component:
     cols, tips = _columns(spec)
-    return dash_table.DataTable(
+    # dash/dash_table/__init__.py is `# type: ignore`d, so mypy misses the DataTable it re-exports
+    return dash_table.DataTable(  # type: ignore[attr-defined]
         id=table_id, columns=cols, data=[], sort_action="native", page_size=12, export_format="csv",
         export_headers="display", tooltip_header=tips, tooltip_delay=300, tooltip_duration=None,
         style_table={"overflowX": "auto"}, style_cell={"fontFamily": "inherit", "fontSize": "0.85em",
@@ -91,7 +93,7 @@ def layout(**query: Any) -> html.Div:
     names = [c.name for c in manifest(run_dir)]
     with reader(run_dir) as r:
         probes = token_probes(r)
-        helps = {p: probe_help(p, reference_name(r, p), names) for p in probes}
+        helps = {p: probe_help(p, reference_name(r, p), names) for p in probes} if r is not None else {}
     if not probes:
         return html.Div([
             html.H2("Tokens"),
@@ -237,7 +239,7 @@ def probe_notes(run_dir: Path, probe: str | None) -> tuple[str, str]:
         ref = reference_name(r, probe)
     kinds = {c.name: c.kind for c in m}
     stages = [row for row in rows if kinds.get(row["checkpoint"]) == "stage"]
-    row = (stages or rows or [None])[-1]
+    row = (stages or rows)[-1] if rows else None
     return probe_help(probe, ref, [c.name for c in m]), tokens_note(probe, row)
 
 
