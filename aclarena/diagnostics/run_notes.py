@@ -207,15 +207,15 @@ def _cell_text(c: Any) -> str:
 
 def oracle_shares(rows: Sequence[Any], in_domain: Sequence[str]) -> dict[str, dict[str, float]]:
     """For each method row (role "method" or "mle"): its in-domain score / its domain's oracle score, per
-    in-domain suite with a non-zero oracle (the oracle row is labelled ``oracle-<domain>``)."""
-    oracle = {r.label: r for r in rows if r.role == "oracle"}
+    in-domain suite with a non-zero oracle (the oracle row of the suite's domain: its ``domain`` field)."""
+    oracle = {r.domain: r for r in rows if r.role == "oracle"}
     out: dict[str, dict[str, float]] = {}
     for r in rows:
         if r.role not in ("method", "mle"):
             continue
         shares = {}
         for suite in in_domain:
-            o = oracle.get(f"oracle-{_domain(suite)}")
+            o = oracle.get(_domain(suite))
             c = r.cells.get(suite)
             if o is None or c is None or suite not in o.cells:
                 continue
@@ -242,11 +242,9 @@ def consolidation_note(rows: Sequence[Any], in_domain: Sequence[str]) -> str:
     method's shares, and the study's claims about the method families the run has (none otherwise)."""
     shares = oracle_shares(rows, in_domain)
     by_label = {r.label: r for r in rows}
-    oracles = {r.label: r for r in rows if r.role == "oracle"}
-    measurable = [s for s in in_domain if f"oracle-{_domain(s)}" in oracles
-                  and s in oracles[f"oracle-{_domain(s)}"].cells
-                  and _finite(oracles[f"oracle-{_domain(s)}"].cells[s].mean)
-                  and oracles[f"oracle-{_domain(s)}"].cells[s].mean > 0]
+    oracles = {r.domain: r for r in rows if r.role == "oracle"}
+    measurable = [s for s in in_domain if (o := oracles.get(_domain(s))) is not None and s in o.cells
+                  and _finite(o.cells[s].mean) and o.cells[s].mean > 0]
     shared = {k: v for k, v in shares.items() if by_label[k].role == "method" and v and set(v) == set(measurable)}
     parts = []
     if shared:

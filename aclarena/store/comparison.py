@@ -65,6 +65,7 @@ class CompareRow:
     method: str | None
     members: tuple[str, ...]
     cells: dict[str, CompareCell]
+    domain: str | None = None  # an oracle row's domain (from the manifest, not from its label)
 
 
 @dataclass
@@ -118,8 +119,9 @@ def _cell(matrix: CapabilityMatrix, members: Sequence[str], suite: str, what: st
 
 
 def _row(matrix: CapabilityMatrix, label: str, role: str, method: str | None, members: Sequence[str],
-         suites: Sequence[str], what: str) -> CompareRow:
-    return CompareRow(label, role, method, tuple(members), {s: _cell(matrix, members, s, what) for s in suites})
+         suites: Sequence[str], what: str, domain: str | None = None) -> CompareRow:
+    return CompareRow(label, role, method, tuple(members), {s: _cell(matrix, members, s, what) for s in suites},
+                      domain)
 
 
 def read_mle_routes(reader: StoreReader | None) -> dict[str, dict[str, Any]]:
@@ -172,7 +174,7 @@ def comparison(matrix: CapabilityMatrix, manifest: Manifest, reader: StoreReader
         last = [o.name for o in oracles if o.domain == d
                 and not any(x.domain == d and o.name in manifest.ancestors(x.name) for x in oracles)]
         if last:
-            rows.append(_row(matrix, f"oracle-{d}", "oracle", None, last, suites, what))
+            rows.append(_row(matrix, group_name(last[0]), "oracle", None, last, suites, what, domain=d))
     if chains:
         ends = [c[-1].name for c in chains]
         rows.append(_row(matrix, f"sequential end point ({group_name(ends[0])})", "end", None, ends, suites, what))

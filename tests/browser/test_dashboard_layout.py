@@ -288,7 +288,7 @@ def test_four_oracles_four_colours():
     from aclarena.store.comparison import CompareCell, CompareRow, Comparison
 
     cell = CompareCell(0.5, 0.1, 2, "replicates", ())
-    rows = [CompareRow(f"oracle-{d}", "oracle", None, (), {"math/id": cell}) for d in ("math", "search", "ecom", "if")]
+    rows = [CompareRow(f"oracle-{d}", "oracle", None, (), {"math/id": cell}, d) for d in ("math", "search", "ecom", "if")]
     rows += [CompareRow("seq-if", "end", None, (), {"math/id": cell}),
              CompareRow("merge-ties", "method", "merge-ties", (), {"math/id": cell})]
     cmp = Comparison(["math/id"], [], rows, "rule", "greedy")

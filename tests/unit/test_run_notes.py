@@ -88,12 +88,13 @@ def _cell(mean: float, std: float = math.nan) -> SimpleNamespace:
     return SimpleNamespace(mean=mean, std=std)
 
 
-def _row(label: str, role: str, method: str | None, **cells: float) -> SimpleNamespace:
-    return SimpleNamespace(label=label, role=role, method=method,
+def _row(label: str, role: str, method: str | None, domain: str | None = None, **cells: float) -> SimpleNamespace:
+    return SimpleNamespace(label=label, role=role, method=method, domain=domain,
                            cells={k.replace("_", "/"): _cell(v) for k, v in cells.items()})
 
 
-ORACLES = [_row("oracle-math", "oracle", None, math_id=0.32), _row("oracle-search", "oracle", None, search_id=0.40),
+ORACLES = [_row("oracle-math", "oracle", None, "math", math_id=0.32),
+           _row("oracle-search", "oracle", None, "search", search_id=0.40),
            _row("sequential end point (seq-search)", "end", None, math_id=0.10, search_id=0.24, general=0.0)]
 
 
@@ -178,3 +179,11 @@ def test_fitted_scale_spans_the_values_shown():
     e = fitted_scale(np.linspace(1.0, 2.0, 101), "entropy", (0.0, 5.0))
     assert e == pytest.approx((1.01, 1.99)) and colour_fraction(1.5, e, "entropy") == pytest.approx(0.5)
     assert colour_ticks(e, "entropy")[0][1] == "1"
+
+
+def test_oracle_shares_find_each_oracle_by_its_domain_not_its_name():
+    # a run whose oracles are named by the user (`init`), not oracle-<domain>: the manifest's domain decides
+    rows = [_row("my-math-expert", "oracle", None, "math", math_id=0.40),
+            _row("search-only", "oracle", None, "search", search_id=0.50),
+            _row("merge-ties", "method", "merge-ties", math_id=0.20, search_id=0.25)]
+    assert rn.oracle_shares(rows, ["math/id", "search/id"]) == {"merge-ties": {"math/id": 0.5, "search/id": 0.5}}
