@@ -183,15 +183,9 @@ def hand_made_result(early: str = "seq-math", late: str = "seq-search", suite: s
 
 
 def write_result(run: Any, res: Any) -> str:
-    from aclarena.analysis.flips import _to_store
-    from aclarena.store import ResultsStore
-    from aclarena.store.flips import RESULT_TYPE, RESULT_VERSION, flips_key
+    from aclarena.results.flips import write_flips
 
-    key = flips_key(res.early, res.late, res.suite)
-    data, attrs = _to_store(res)
-    ResultsStore(run).write(key, data, result_type=RESULT_TYPE, result_version=RESULT_VERSION, attrs=attrs,
-                            overwrite=True)
-    return key
+    return write_flips(run, res.payload())
 
 
 # per-item outcomes of math/id for the fixture run: seq-math solves items 0-1, seq-search 1-2 (one forgotten,

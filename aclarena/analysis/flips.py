@@ -53,7 +53,7 @@ from aclarena.diagnostics.flips import (
     top_fraction,
 )
 from aclarena.errors import AclarenaError
-from aclarena.store.flips import RESULT_TYPE, RESULT_VERSION, flips_key, read_flips_data
+from aclarena.results.flips import FlipsData, flips_key, read_flips_data, write_flips
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -219,6 +219,39 @@ class FlipsResult:
                 "forward": self.forward.to_dict() if self.forward else None,
                 "reverse": self.reverse.to_dict() if self.reverse else None,
                 "settings": self.settings, "cost": self.cost, "cached": self.cached}
+
+    def payload(self) -> FlipsData:
+        """The stored form of this result (:mod:`aclarena.results.flips`)."""
+        curves = {c.direction: {"budgets": c.budgets, "items": c.items, "kl": c.kl, "random": c.random,
+                                "swaps_kl": c.swaps_kl, "swaps_random": c.swaps_random}
+                  for c in (self.forward, self.reverse) if c is not None}
+        summary = {"chance": {k: v.to_dict() for k, v in self.chance.items()}, "cost": self.cost,
+                   "curves": {c.direction: c.curves() for c in (self.forward, self.reverse) if c is not None}}
+        return FlipsData(early=self.early, late=self.late, suite=self.suite, relation=self.relation,
+                         n_items=self.n_items, n_forgot=self.n_forgot, n_gained=self.n_gained,
+                         n_forgot_analysed=len(self.forgot), n_gained_analysed=len(self.gained),
+                         settings=self.settings, items=[i.row() for i in self.items], summary=summary,
+                         forward=curves.get("forward"), reverse=curves.get("reverse"), trajectories=self.trajectories,
+                         key=flips_key(self.early, self.late, self.suite))
+
+    @classmethod
+    def from_payload(cls, d: FlipsData) -> FlipsResult:
+        """A stored result (``cached``: it was read, not computed)."""
+        items = [FlipItem(**(row | {"e_topk": [tuple(x) for x in row["e_topk"]],
+                                    "l_topk": [tuple(x) for x in row["l_topk"]]})) for row in d.items]
+
+        def curve(name: str) -> SwapCurve | None:
+            c = d.curve(name)
+            if c is None:
+                return None
+            return SwapCurve(direction=name, budgets=c["budgets"], items=c["items"], kl=c["kl"], random=c["random"],
+                             swaps_kl=c["swaps_kl"], swaps_random=c["swaps_random"])
+
+        chance = {k: ChanceShare(**v) for k, v in d.summary["chance"].items()}
+        return cls(early=d.early, late=d.late, suite=d.suite, relation=d.relation, n_items=d.n_items, items=items,
+                   chance=chance, forward=curve("forward"), reverse=curve("reverse"), settings=d.settings,
+                   cost=dict(d.summary["cost"]), trajectories=d.trajectories, cached=True, total_forgot=d.n_forgot,
+                   total_gained=d.n_gained)
 
     def to_pandas(self) -> pd.DataFrame:
         """One row per flipped item (forgot and gained), with its swap outcomes per budget."""
@@ -811,68 +844,7 @@ def read_flips(run_dir: str | Path, early: str, late: str, suite: str) -> FlipsR
     if not store.exists() or not store.has(key):
         return None
     with store.reader() as r:
-        return _from_store(r, key)
-
-
-def _from_store(r: Any, key: str) -> FlipsResult:
-    d = read_flips_data(r, key)
-    a = d["attrs"]
-    items = [FlipItem(**(row | {"e_topk": [tuple(x) for x in row["e_topk"]],
-                                "l_topk": [tuple(x) for x in row["l_topk"]]})) for row in d["items"]]
-
-    def curve(name: str) -> SwapCurve | None:
-        c = d[name]
-        if c is None:
-            return None
-        return SwapCurve(direction=name, budgets=c["budgets"], items=c["items"], kl=c["kl"], random=c["random"],
-                         swaps_kl=c["swaps_kl"], swaps_random=c["swaps_random"])
-
-    chance = {k: ChanceShare(**v) for k, v in d["summary"]["chance"].items()}
-    return FlipsResult(early=str(a["early"]), late=str(a["late"]), suite=str(a["suite"]), relation=str(a["relation"]),
-                       n_items=int(a["n_items"]), items=items, chance=chance, forward=curve("forward"),
-                       reverse=curve("reverse"), settings=a["settings"], cost=dict(d["summary"]["cost"]),
-                       trajectories=d["trajectories"], cached=True, total_forgot=int(a["n_forgot"]),
-                       total_gained=int(a["n_gained"]))
-
-
-def _to_store(res: FlipsResult) -> tuple[dict[str, Any], dict[str, Any]]:
-    import json
-
-    from aclarena.probes.probe_set import printable
-    from aclarena.store import Json, Table
-
-    cols = [f for f in FlipItem.__dataclass_fields__]
-    rows = []
-    for it in res.items:
-        r = it.row()
-        r["e_topk"] = json.dumps(r["e_topk"], ensure_ascii=False)
-        r["l_topk"] = json.dumps(r["l_topk"], ensure_ascii=False)
-        for k in ("e_token", "l_token", "e_topk", "l_topk"):
-            r[k] = printable(r[k])
-        rows.append(r)
-    table = Table({c: [r[c] for r in rows] for c in cols})
-    data: dict[str, Any] = {"items": table, "summary": Json({"chance": {k: v.to_dict() for k, v in res.chance.items()},
-                                                             "cost": res.cost,
-                                                             "curves": {c.direction: c.curves() for c in
-                                                                        (res.forward, res.reverse) if c is not None}})}
-    for c in (res.forward, res.reverse):
-        if c is not None:
-            data[c.direction] = {"budgets": np.asarray(c.budgets, dtype=np.float64), "items": list(c.items) or
-                                 np.zeros(0, np.int64), "kl": c.kl, "random": c.random, "swaps_kl": c.swaps_kl,
-                                 "swaps_random": c.swaps_random}
-    if res.trajectories:
-        ids = list(res.trajectories)
-        data["trajectory_items"] = ids
-        for side in ("e", "l"):
-            pieces = [printable(p) for i in ids for p in res.trajectories[i].get(side, [])]
-            counts = [len(res.trajectories[i].get(side, [])) for i in ids]
-            data[f"{side}_pieces"] = pieces if pieces else np.zeros(0, np.int64)
-            data[f"{side}_offsets"] = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    attrs = {"early": res.early, "late": res.late, "suite": res.suite, "relation": res.relation,
-             "n_items": res.n_items, "n_forgot": res.n_forgot, "n_gained": res.n_gained,
-             "n_forgot_analysed": len(res.forgot), "n_gained_analysed": len(res.gained),
-             "settings": json.dumps(res.settings, sort_keys=True)}
-    return data, attrs
+        return FlipsResult.from_payload(read_flips_data(r, key))
 
 
 def flips(
@@ -910,7 +882,7 @@ def flips(
     from aclarena.envs.custom import register_suites
     from aclarena.models.checkpoint import inspect, require_same_tokenizer
     from aclarena.models.loading import LoadOptions, load_model, load_tokenizer
-    from aclarena.store import ResultsStore, load_manifest
+    from aclarena.store import load_manifest
     from aclarena.store.capability import open_matrix
 
     settings = settings or FlipSettings()
@@ -961,10 +933,7 @@ def flips(
                      progress=progress, prompt_format=prompt_format)
     result = replace(result, settings=ident, total_forgot=totals[FORGOT], total_gained=totals[GAINED])
     if write:
-        data, attrs = _to_store(result)
-        ResultsStore(run_dir).write(flips_key(early, late, suite), data, result_type=RESULT_TYPE,
-                                    result_version=RESULT_VERSION, attrs=attrs, overwrite=True,
-                                    manifest_text=manifest.to_toml())
+        write_flips(run_dir, result.payload(), manifest_text=manifest.to_toml())
     return result
 
 

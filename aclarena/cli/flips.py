@@ -117,7 +117,7 @@ def _share(c: dict[str, Any], j: int) -> str:
 
 
 def _print(res: Any) -> None:
-    from aclarena.store.flips import counts_line
+    from aclarena.results.flips import counts_line
 
     print(f"{counts_line(res.counts())}; {res.relation}" + (" (stored result)" if res.cached else ""))
     rows = []

@@ -1,7 +1,7 @@
 """Figures of ``aclarena-diag flips``: the swap test's recovery curve against its random control,
 where divergences fall in entropy, and both distributions at one item's divergence point.
 
-Builders take the plain data of :func:`aclarena.store.flips.read_flips_data`; the dashboard's
+Builders take the payload of :func:`aclarena.results.flips.read_flips_data`; the dashboard's
 Flips page and ``export`` draw the same figures.
 """
 
@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from aclarena.figures import register_figure
 from aclarena.figures.palette import SERIES, TEMPLATE
-from aclarena.store.flips import list_flips, read_flips_data
+from aclarena.results.flips import FlipsData, list_flips, read_flips_data
 
 if TYPE_CHECKING:
     from aclarena.store.manifest import Manifest
@@ -25,23 +25,23 @@ ARMS = {"kl": ("top KL(E‖L) swaps", "solid"), "random": ("random swaps (contro
 DIRECTIONS = {"forgot": "#d62728", "gained": "#1f77b4"}
 
 
-def _label(data: dict[str, Any]) -> str:
-    a = data["attrs"]
-    return f"{a['early']} → {a['late']} on {a['suite']}"
+def _label(data: FlipsData) -> str:
+    return f"{data.early} → {data.late} on {data.suite}"
 
 
-def recovery_figure(data: dict[str, Any]) -> go.Figure:
+def recovery_figure(data: FlipsData) -> go.Figure:
     """Share of forgotten items recovered (the later checkpoint L generating, the earlier E's tokens let
     through) per budget, the KL-ranked swaps (solid) against the random control (dotted), with 95% Wilson
     intervals; the reverse direction (gained items, E broken by L's tokens) in the gained colour."""
     fig = go.Figure()
-    curves = data["summary"].get("curves", {})
+    curves = data.summary.get("curves", {})
     for direction, color, what in (("forward", DIRECTIONS["forgot"], "forgotten items recovered"),
                                    ("reverse", DIRECTIONS["gained"], "gained items broken in E")):
         c = curves.get(direction)
-        if not c:
+        stored = data.curve(direction)
+        if not c or stored is None:
             continue
-        budgets = data[direction]["budgets"]
+        budgets = stored["budgets"]
         for arm, (name, dash) in ARMS.items():
             s = c[arm]
             fig.add_trace(go.Scatter(
@@ -51,8 +51,8 @@ def recovery_figure(data: dict[str, Any]) -> go.Figure:
                          "array": [h - m for h, m in zip(s["high"], s["share"], strict=True)],
                          "arrayminus": [m - lo for m, lo in zip(s["share"], s["low"], strict=True)]},
                 customdata=s["n"], hovertemplate="%{x}% of tokens: %{y:.2f} (n = %{customdata})<extra></extra>"))
-    n = len(data["forward"]["items"]) if data.get("forward") else 0
-    ticks = data["forward"]["budgets"] if data.get("forward") else []
+    n = len(data.forward["items"]) if data.forward else 0
+    ticks = data.forward["budgets"] if data.forward else []
     fig.update_layout(title=f"Swap test: {_label(data)} ({n} forgotten items reproduced)",
                       xaxis={"title": "budget (% of E's trajectory tokens)", "type": "log", "tickvals": ticks,
                              "ticktext": [f"{b:g}%" for b in ticks]},
@@ -64,18 +64,18 @@ def recovery_figure(data: dict[str, Any]) -> go.Figure:
     return fig
 
 
-def divergence_figure(data: dict[str, Any]) -> go.Figure:
+def divergence_figure(data: FlipsData) -> go.Figure:
     """Where each item's divergence falls among its trajectory's positions by E's entropy (percentile),
     forgotten vs gained, with the top-share line."""
-    top = float(data["attrs"]["settings"].get("top", 0.06))
+    top = float(data.settings.get("top", 0.06))
     fig = go.Figure()
     for direction, color in DIRECTIONS.items():
-        rows = [r for r in data["items"] if r["direction"] == direction and r["reproduced"] and r["diverge"] >= 0]
+        rows = [r for r in data.items if r["direction"] == direction and r["reproduced"] and r["diverge"] >= 0]
         # percentile 100 (the trajectory's highest entropy) goes in the last bin, not past it
         fig.add_trace(go.Histogram(x=[min(r["entropy_pct"], 99.99) for r in rows], name=f"{direction} ({len(rows)})",
                                    xbins={"start": 0, "end": 100, "size": 5}, marker_color=color, opacity=0.7))
     fig.add_vline(x=100 * (1 - top), line_dash="dot", annotation_text=f"top {top:g}")
-    c = data["summary"]["chance"].get("forgot", {})
+    c = data.summary["chance"].get("forgot", {})
     note = ""
     if c.get("n"):
         note = (f"forgot: {c['share']:.2f} in the top set [{c['share_low']:.2f}, {c['share_high']:.2f}], "

@@ -18,13 +18,13 @@ import torch
 from aclarena.analysis.flips import (
     FORGOT,
     FlipSettings,
+    FlipsResult,
     Swapper,
-    _from_store,
-    _to_store,
     analyse,
     play,
     swap_rows,
 )
+from aclarena.results.flips import read_flips_data, write_flips
 from aclarena.store import ResultsStore
 
 BUDGETS = (0.5, 5.0, 20.0)
@@ -113,10 +113,10 @@ def test_swap_test_recovers_at_the_smallest_budget_and_the_control_does_not(case
 def test_store_round_trip(case, tmp_path):
     _, res = case
     store = ResultsStore(tmp_path)
-    data, attrs = _to_store(res)
-    store.write("flips/E/L/prefix-id", data, result_type="flips", result_version="0.1.0", attrs=attrs)
+    assert write_flips(store, res.payload()) == "flips/E/L/prefix-id"
+    assert store.attrs("flips/E/L/prefix-id")["result-version"] == "0.1.0"
     with store.reader() as r:
-        back = _from_store(r, "flips/E/L/prefix-id")
+        back = FlipsResult.from_payload(read_flips_data(r, "flips/E/L/prefix-id"))
     assert [i.item_id for i in back.items] == [i.item_id for i in res.items]
     for a, b in zip(back.items, res.items, strict=True):
         ra, rb = a.row(), b.row()

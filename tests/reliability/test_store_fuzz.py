@@ -21,7 +21,7 @@ from aclarena.figures.flips import distributions_figure, divergence_figure, reco
 from aclarena.probes.probe_set import ProbeSet, read_probe_set, write_probe_set
 from aclarena.store import Json, Ragged, ResultsStore, Table
 from aclarena.store.capability import load_matrix, read_cells, read_items
-from aclarena.store.flips import list_flips, read_flips_data
+from aclarena.results.flips import list_flips, read_flips_data
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])
@@ -200,13 +200,13 @@ def test_the_flips_reader_answers_or_says_one_line(template, tmp_path_factory, o
         with ResultsStore(run).reader() as r:
             for found in list_flips(r):
                 d = read_flips_data(r, found["key"])
-                assert isinstance(d["attrs"]["settings"], dict) and isinstance(d["summary"], dict)
+                assert isinstance(d.settings, dict) and isinstance(d.summary, dict)
                 # what passes the reader, the page's and export's figure builders draw
                 recovery_figure(d), divergence_figure(d)
-                for item in d["items"]:
+                for item in d.items:
                     distributions_figure(item)
                 for name in ("forward", "reverse"):
-                    c = d[name]
+                    c = d.curve(name)
                     assert c is None or all(c[k].shape == (len(c["items"]), len(c["budgets"]))
                                             for k in ("kl", "random", "swaps_kl", "swaps_random"))
     except AclarenaError as e:

@@ -10,6 +10,8 @@ import functools
 import re
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[2] / "aclarena"
 
 
@@ -132,17 +134,21 @@ def test_layer_rules():
 # two folders (train/consolidate, dashboard/figures) is one layer: its folders may import each other (the
 # cycle test above keeps that one-way). Everything else points up and is an error.
 MAY_IMPORT: dict[str, frozenset[str]] = {
-    "cli": frozenset({"analysis", "train", "consolidate", "probes", "envs", "models", "dashboard", "figures", "store",
-                      "diagnostics"}),
-    "analysis": frozenset({"train", "consolidate", "probes", "envs", "models", "dashboard", "figures", "store",
-                           "diagnostics"}),  # "all below"
-    "train": frozenset({"consolidate", "probes", "envs", "models", "dashboard", "figures", "store", "diagnostics"}),
-    "consolidate": frozenset({"train", "probes", "envs", "models", "dashboard", "figures", "store", "diagnostics"}),
-    "probes": frozenset({"models", "diagnostics", "store"}),
-    "envs": frozenset({"models", "store"}),
-    "models": frozenset({"diagnostics", "store"}),  # diagnostics for its types
-    "dashboard": frozenset({"figures", "store", "diagnostics"}),
-    "figures": frozenset({"dashboard", "store", "diagnostics"}),
+    "cli": frozenset({"analysis", "train", "consolidate", "probes", "envs", "models", "dashboard", "figures", "results",
+                      "store", "diagnostics"}),
+    "analysis": frozenset({"train", "consolidate", "probes", "envs", "models", "dashboard", "figures", "results",
+                           "store", "diagnostics"}),  # "all below"
+    "train": frozenset({"consolidate", "probes", "envs", "models", "dashboard", "figures", "results", "store",
+                        "diagnostics"}),
+    "consolidate": frozenset({"train", "probes", "envs", "models", "dashboard", "figures", "results", "store",
+                              "diagnostics"}),
+    "probes": frozenset({"models", "diagnostics", "results", "store"}),
+    "envs": frozenset({"models", "results", "store"}),
+    "models": frozenset({"diagnostics", "results", "store"}),  # diagnostics for its types
+    "dashboard": frozenset({"figures", "results", "store", "diagnostics"}),
+    "figures": frozenset({"dashboard", "results", "store", "diagnostics"}),
+    # one module per stored result type, between the store and everything that makes or reads results; never torch
+    "results": frozenset({"store"}),
     # the table names numpy and h5py (never torch) for store/; diagnostics/ is the one layer below it, and what
     # store/ takes from it must stay torch-free (test_store_never_reaches_torch)
     "store": frozenset({"diagnostics"}),
@@ -249,9 +255,9 @@ def test_layer_checker_names_an_upward_import():
         "aclarena/store/results.py:3: aclarena.store.results imports aclarena.analysis.tokens (store -> analysis), "
         "but store/ may import diagnostics (design.md's package table)",
         "aclarena/figures/overview.py:9: aclarena.figures.overview imports aclarena.models.loading (figures -> models), "
-        "but figures/ may import dashboard, diagnostics, store (design.md's package table)",
+        "but figures/ may import dashboard, diagnostics, results, store (design.md's package table)",
         "aclarena/models/loading.py:7: aclarena.models.loading imports aclarena (models -> api), but models/ may import "
-        "diagnostics, store (design.md's package table)",
+        "diagnostics, results, store (design.md's package table)",
     ]
 
 
@@ -286,15 +292,16 @@ def test_verbs_do_not_import_verbs():
     assert bad == [], "\n".join(bad)
 
 
-def test_store_never_reaches_torch():
+@pytest.mark.parametrize("layer", ["store", "results"])
+def test_store_and_results_never_reach_torch(layer):
     mods = _modules()
     graph = _graph()
     reached: set[str] = set()
-    todo = [m for m in mods if m.startswith("aclarena.store")]
+    todo = [m for m in mods if m.startswith(f"aclarena.{layer}")]
     while todo:
         m = todo.pop()
         if m not in reached:
             reached.add(m)
             todo += graph[m]
     torch_users = sorted(m for m in reached if "torch" in {n.split(".")[0] for n in _imports(mods[m])})
-    assert torch_users == [], f"store/ reaches torch through {torch_users}"
+    assert torch_users == [], f"{layer}/ reaches torch through {torch_users}"

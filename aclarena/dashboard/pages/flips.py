@@ -15,7 +15,7 @@ from typing import Any
 from dash import Dash, Input, Output, State, dcc, html
 
 from aclarena.dashboard.data import current_run, per_store, reader
-from aclarena.store.flips import counts_line
+from aclarena.results.flips import FlipsData, counts_line
 
 PAGE = {"path": "/flips", "name": "Flips", "order": 11}
 
@@ -23,7 +23,7 @@ EMPTY: dict[str, Any] = {"data": [], "layout": {}}
 
 
 def _results(run_dir: Path) -> list[dict[str, str]]:
-    from aclarena.store.flips import list_flips
+    from aclarena.results.flips import list_flips
 
     with reader(run_dir) as r:
         return list_flips(r)
@@ -66,8 +66,8 @@ def layout(**query: Any) -> html.Div:
 
 
 @per_store()
-def _data(run_dir: Path, key: str) -> dict[str, Any] | None:
-    from aclarena.store.flips import read_flips_data
+def _data(run_dir: Path, key: str) -> FlipsData | None:
+    from aclarena.results.flips import read_flips_data
 
     with reader(run_dir) as r:
         if r is None or not r.has(key):
@@ -87,23 +87,22 @@ def on_result(run_dir: Path, key: str | None) -> tuple[list[dict[str, Any]], int
     if data is None:
         return [], None, [], EMPTY, EMPTY
     options = []
-    for i, it in enumerate(data["items"]):
+    for i, it in enumerate(data.items):
         where = f"diverges at {it['diverge']}/{it['n_positions']}" if it["diverge"] >= 0 else "never diverges"
         rep = "" if it["reproduced"] else " · not reproduced"
         options.append({"label": f"{it['direction']} · {it['item_id']} · {where}{rep}", "value": i})
-    a = data["attrs"]
-    lines = [html.Div(f"{counts_line(a, '→')}; {a['relation']}")]
-    for d, c in data["summary"]["chance"].items():
+    lines = [html.Div(f"{counts_line(data.counts(), '→')}; {data.relation}")]
+    for d, c in data.summary["chance"].items():
         if c.get("n"):
-            lines.append(html.Div(f"{d}: {c['hits']}/{c['n']} divergences in E's ({a['early']}) top "
-                                  f"{a['settings']['top']:g} "
+            lines.append(html.Div(f"{d}: {c['hits']}/{c['n']} divergences in E's ({data.early}) top "
+                                  f"{data.settings['top']:g} "
                                   f"entropy positions = {c['share']:.2f} [{c['share_low']:.2f}, {c['share_high']:.2f}]; "
                                   f"chance {c['chance']:.2f} [{c['chance_low']:.2f}, {c['chance_high']:.2f}], "
                                   f"p = {c['p_value']:.3g}"))
     from aclarena.diagnostics.flips import swap_notes  # here: torch loads only when a result is shown
 
     for name in ("forward", "reverse"):
-        c = data.get(name)
+        c = data.curve(name)
         if c is not None:
             lines += [html.Div(f"note: {n}") for n in swap_notes(name, c["budgets"], c["swaps_kl"], c["swaps_random"])]
     return options, (0 if options else None), lines, recovery_figure(data), divergence_figure(data)
@@ -133,21 +132,20 @@ def on_item(run_dir: Path, key: str | None, index: int | None) -> tuple[list[Any
     from aclarena.figures.flips import distributions_figure
 
     data = _data(run_dir, key) if key else None
-    if data is None or index is None or not 0 <= int(index) < len(data["items"]):
+    if data is None or index is None or not 0 <= int(index) < len(data.items):
         return [], EMPTY
-    it = data["items"][int(index)]
-    traj = data["trajectories"].get(it["item_id"], {})
+    it = data.items[int(index)]
+    traj = data.trajectories.get(it["item_id"], {})
     mark = int(it["diverge"])
-    a = data["attrs"]
-    rows: list[Any] = [_row(f"earlier (E) {a['early']}, reward {it['e_reward']:g}", traj.get("e", []), mark,
+    rows: list[Any] = [_row(f"earlier (E) {data.early}, reward {it['e_reward']:g}", traj.get("e", []), mark,
                             "flips-e-row"),
-                       _row(f"later (L) {a['late']}, reward {it['l_reward']:g}", traj.get("l", []), mark,
+                       _row(f"later (L) {data.late}, reward {it['l_reward']:g}", traj.get("l", []), mark,
                             "flips-l-row")]
     if mark >= 0:
         rows.append(html.Div(f"at position {mark}: E's entropy {it['e_entropy']:.3f} nats (percentile "
                              f"{it['entropy_pct']:.0f}{', in the top set' if it['in_top'] else ''}), KL(E‖L) "
                              f"{it['kl']:.3g} nats; grey: after the divergence", className="note"))
-    return rows, (distributions_figure(it, str(a["early"]), str(a["late"])) if mark >= 0 else EMPTY)
+    return rows, (distributions_figure(it, data.early, data.late) if mark >= 0 else EMPTY)
 
 
 def register_callbacks(app: Dash, run_dir: Path) -> None:

@@ -1,0 +1,12 @@
+"""Stored results, one module per result type: its key pattern, (type, version), typed payload,
+write and read, and the upgrades from every older version it reads (docs/store-format.md,
+"Result types"). Between :mod:`aclarena.store` (bytes, encodings, locks, atomic writes) and the
+analyses that make results and the figures, dashboard and ``export`` that read them. Torch-free.
+"""
+
+from aclarena.results.registry import ResultType, Stored, read, register, registered, write
+
+# every result type registers itself on import; importing the package registers them all
+from aclarena.results import flips  # noqa: E402
+
+__all__ = ["ResultType", "flips", "Stored", "read", "register", "registered", "write"]

@@ -1,0 +1,138 @@
+"""The registry of stored result types: each type's version, its codec and its upgrades.
+
+A result type is one :class:`ResultType`: the ``result-type`` name stored on its group, the
+``result-version`` it writes now, ``encode`` (typed payload -> elements and attributes, the bytes
+:class:`~aclarena.store.ResultsStore` writes), ``decode`` (a :class:`Stored` group of the current
+version -> typed payload, checking every element's shape) and ``upgrades``: for each older version
+it reads, a function that rewrites a :class:`Stored` of that version into the next one. Reading a
+group runs the upgrades from its stored version up to the current one, then ``decode``; a
+version with no upgrade path is one line, not a ``KeyError``. A newer major version is refused by
+the store itself (:func:`aclarena.store.results.check_result_version`); a newer minor of the same
+major is read as the current one (minor versions only add).
+
+Torch-free: numpy and :mod:`aclarena.store` only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from aclarena.errors import StoreError
+from aclarena.store.results import ResultsStore, StoreReader
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One result group as stored, as plain data: what upgrade functions rewrite.
+
+    ``attrs``: the group's attributes (JSON-valued ones still strings, as stored); ``data``: each
+    child element as :func:`aclarena.store.encoding.read_elem` reads it.
+    """
+
+    key: str
+    version: str
+    attrs: dict[str, Any]
+    data: dict[str, Any]
+
+    def upgraded(self, version: str, *, attrs: Mapping[str, Any] | None = None,
+                 data: Mapping[str, Any] | None = None) -> Stored:
+        """A copy at ``version`` with ``attrs`` and ``data`` merged in (what an upgrade returns)."""
+        return replace(self, version=version, attrs={**self.attrs, **(attrs or {})}, data={**self.data, **(data or {})})
+
+
+Upgrade = Callable[[Stored], Stored]
+
+
+@dataclass(frozen=True)
+class ResultType:
+    """One stored result type (see the module docstring and docs/store-format.md, "Result types")."""
+
+    name: str
+    version: str
+    payload: type
+    encode: Callable[[Any], tuple[dict[str, Any], dict[str, Any]]]
+    decode: Callable[[Stored], Any]
+    upgrades: Mapping[str, Upgrade] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _parse(self.version)
+        for old in self.upgrades:
+            if _parse(old) >= _parse(self.version):
+                raise ValueError(f"{self.name}: an upgrade from {old} is not from an older version than {self.version}")
+
+    def upgrade(self, stored: Stored) -> Stored:
+        """``stored`` rewritten up to :attr:`version` by the upgrade functions (each moves it one step)."""
+        seen: set[str] = set()
+        while _parse(stored.version) < _parse(self.version):
+            step = self.upgrades.get(stored.version)
+            if step is None or stored.version in seen:
+                raise StoreError(f"{stored.key}: {self.name} result version {stored.version} cannot be read by this "
+                                 f"aclarena (it reads {self.version}, upgrades from "
+                                 f"{', '.join(sorted(self.upgrades)) or 'no older version'}); rerun the analysis "
+                                 "that wrote it")
+            seen.add(stored.version)
+            stored = step(stored)
+        return stored
+
+    def item(self, key: str, payload: Any) -> tuple[str, dict[str, Any], str, str, dict[str, Any]]:
+        """``payload`` as one item of :meth:`ResultsStore.write_many`, at the current version."""
+        data, attrs = self.encode(payload)
+        return key, data, self.name, self.version, attrs
+
+
+_REGISTRY: dict[str, ResultType] = {}
+
+
+def register(rtype: ResultType) -> ResultType:
+    """Make ``rtype`` the reader and writer of its ``result-type`` (a later registration replaces it)."""
+    _REGISTRY[rtype.name] = rtype
+    return rtype
+
+
+def get(name: str) -> ResultType:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise StoreError(f"no reader for result type {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def registered() -> Iterator[ResultType]:
+    yield from (_REGISTRY[k] for k in sorted(_REGISTRY))
+
+
+def read_stored(reader: StoreReader, key: str) -> Stored:
+    """The group at ``key`` as plain data (every child read whole)."""
+    attrs = reader.attrs(key)
+    with reader.damaged(key):
+        data = {name: reader.read(f"{key}/{name}") for name in reader.keys(key)}
+        version = str(attrs.get("result-version", "0.1.0"))
+    return Stored(key=key.strip("/"), version=version, attrs=attrs, data=data)
+
+
+def read(reader: StoreReader, key: str, name: str) -> Any:
+    """The result at ``key``, which must be of type ``name``, upgraded to its current version and decoded."""
+    rtype = get(name)
+    stored = read_stored(reader, key)
+    found = stored.attrs.get("result-type")
+    if found != name:
+        raise StoreError(f"{reader.path}:{stored.key} holds a {found!r} result, not {name!r}; choose a {name} result")
+    with reader.damaged(key):
+        _parse(stored.version)
+        return rtype.decode(rtype.upgrade(stored))
+
+
+def write(store: ResultsStore | str | os.PathLike[str], name: str, key: str, payload: Any, *,
+          overwrite: bool = True, manifest_text: str | None = None) -> None:
+    """Write ``payload`` at ``key`` as the current version of type ``name``, completely or not at all."""
+    store = store if isinstance(store, ResultsStore) else ResultsStore(store)
+    store.write_many([get(name).item(key, payload)], overwrite=overwrite, manifest_text=manifest_text)
+
+
+def _parse(version: str) -> tuple[int, ...]:
+    parts = str(version).split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"result version {version!r} is not MAJOR.MINOR.PATCH")
+    return tuple(int(p) for p in parts)
