@@ -4,9 +4,8 @@ write and read, and the upgrades from every older version it reads (docs/store-f
 analyses that make results and the figures, dashboard and ``export`` that read them. Torch-free.
 """
 
+# every result type registers itself when its module is imported: importing the package registers them all
+from aclarena.results import flips
 from aclarena.results.registry import ResultType, Stored, read, register, registered, write
-
-# every result type registers itself on import; importing the package registers them all
-from aclarena.results import flips  # noqa: E402
 
 __all__ = ["ResultType", "flips", "Stored", "read", "register", "registered", "write"]

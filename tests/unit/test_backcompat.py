@@ -1,5 +1,8 @@
-"""Files written by each released store format version must keep reading back equal."""
+"""Files written by each released store format version, and each archived result type's file, must keep
+reading back equal."""
 
+import dataclasses
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -7,15 +10,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from aclarena.errors import StoreError
+from aclarena.results import flips, read, registered, registry, write
 from aclarena.store import ResultsStore, SeriesReader
 
 ARCHIVES = Path(__file__).resolve().parents[1] / "data" / "archives"
+RESULTS = ARCHIVES / "results"
 sys.path.insert(0, str(ARCHIVES))
+sys.path.insert(0, str(RESULTS))
 from fixtures import assert_equal_data  # noqa: E402
 from make_archive import expected  # noqa: E402
+from make_flips import plain  # noqa: E402
+
+# one real file per (result type, version) under tests/data/archives/results/<type>-<version>/ (its README
+# says how each was made); an archived type or version is one line here
+ARCHIVED = [
+    ("flips", "0.1.0"),
+]
 
 
-@pytest.mark.parametrize("version", sorted(p.name for p in ARCHIVES.iterdir() if p.is_dir()))
+@pytest.mark.parametrize("version", sorted(p.name for p in ARCHIVES.iterdir() if p.is_dir() and p.name[0] == "v"))
 def test_archive_reads_back(version, tmp_path):
     run = tmp_path / version
     shutil.copytree(ARCHIVES / version, run)
@@ -27,3 +41,105 @@ def test_archive_reads_back(version, tmp_path):
     # an old store accepts new results
     store.write("more", {"x": np.arange(2)}, result_type="t")
     assert_equal_data(store.read("examples/all"), expected())
+
+
+def _as_json(payload: object) -> str:
+    return json.dumps(plain(payload), sort_keys=True)  # NaN reads as NaN on both sides
+
+
+def _archived(rtype: str, version: str, tmp_path: Path) -> tuple[Path, dict]:
+    folder = RESULTS / f"{rtype}-{version}"
+    run = tmp_path / folder.name
+    shutil.copytree(folder, run)
+    return run, json.loads((folder / "expected.json").read_text())
+
+
+@pytest.mark.parametrize("rtype,version", ARCHIVED)
+def test_archived_result_reads_back(rtype, version, tmp_path):
+    run, want = _archived(rtype, version, tmp_path)
+    kind = registry.get(rtype)
+    store = ResultsStore(run)
+    with store.reader() as r:
+        keys = [k for k in r.results() if r.attrs(k)["result-type"] == rtype]
+        assert sorted(keys) == sorted(want) and keys
+        got = {}
+        for k in keys:
+            assert r.attrs(k)["result-version"] == version
+            got[k] = read(r, k, rtype)
+            assert isinstance(got[k], kind.payload)
+            assert _as_json(got[k]) == json.dumps(want[k], sort_keys=True)
+    # what it reads, the current version writes, and reads back the same
+    for k, payload in got.items():
+        write(store, rtype, k, payload)
+        assert store.attrs(k)["result-version"] == kind.version
+        with store.reader() as r:
+            assert _as_json(read(r, k, rtype)) == _as_json(payload)
+
+
+def test_every_result_type_has_an_archived_file():
+    archived = {t for t, _ in ARCHIVED}
+    assert {t.name for t in registered()} <= archived
+    assert all((RESULTS / f"{t}-{v}" / "results.h5").is_file() for t, v in ARCHIVED)
+
+
+# --- adding a field: a test-local flips 0.2.0 with one more attribute and its upgrade from 0.1.0 -------------
+
+
+@dataclasses.dataclass(frozen=True)
+class FlipsWithReviewer(flips.FlipsData):
+    reviewer: str = ""
+
+
+def _encode_v2(p: FlipsWithReviewer) -> tuple[dict, dict]:
+    data, attrs = flips.encode(p)
+    return data, attrs | {"reviewer": p.reviewer}
+
+
+def _decode_v2(s: registry.Stored) -> FlipsWithReviewer:
+    base = flips.decode(s)
+    return FlipsWithReviewer(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
+                             reviewer=str(s.attrs["reviewer"]))
+
+
+def _v2(upgrades: dict) -> registry.ResultType:
+    return registry.ResultType(name="flips", version="0.2.0", payload=FlipsWithReviewer, encode=_encode_v2,
+                               decode=_decode_v2, upgrades=upgrades)
+
+
+FROM_0_1 = {"0.1.0": lambda s: s.upgraded("0.2.0", attrs={"reviewer": "nobody (written before 0.2.0)"})}
+KEY = "flips/seq-math/seq-search/math-id"
+
+
+def test_a_new_field_reads_the_archived_older_file_through_its_upgrade(tmp_path, monkeypatch):
+    run, want = _archived("flips", "0.1.0", tmp_path)
+    monkeypatch.setitem(registry._REGISTRY, "flips", _v2(FROM_0_1))
+    with ResultsStore(run).reader() as r:
+        got = flips.read_flips_data(r, KEY)  # the readers of the figures, the page and export
+    assert isinstance(got, FlipsWithReviewer) and got.reviewer == "nobody (written before 0.2.0)"
+    old = plain(got)
+    assert old.pop("reviewer") == got.reviewer
+    assert json.dumps(old, sort_keys=True) == json.dumps(want[KEY], sort_keys=True)
+    # the new version writes the field and reads it back
+    flips.write_flips(run, dataclasses.replace(got, reviewer="ada"))
+    store = ResultsStore(run)
+    assert store.attrs(KEY)["result-version"] == "0.2.0" and store.attrs(KEY)["reviewer"] == "ada"
+    with store.reader() as r:
+        assert flips.read_flips_data(r, KEY).reviewer == "ada"
+    # and the 0.1.0 reader still reads a 0.2.0 result (a newer minor only adds)
+    monkeypatch.setitem(registry._REGISTRY, "flips", flips.FLIPS)
+    with store.reader() as r:
+        back = flips.read_flips_data(r, KEY)
+    assert type(back) is flips.FlipsData and _as_json(back) == json.dumps(want[KEY], sort_keys=True)
+
+
+def test_a_new_field_without_an_upgrade_is_one_line(tmp_path, monkeypatch):
+    run, _ = _archived("flips", "0.1.0", tmp_path)
+    monkeypatch.setitem(registry._REGISTRY, "flips", _v2({}))
+    with ResultsStore(run).reader() as r, pytest.raises(StoreError, match="result version 0.1.0 cannot be read") as e:
+        flips.read_flips_data(r, KEY)
+    assert "\n" not in str(e.value) and KEY in str(e.value) and "damaged" not in str(e.value)
+
+
+def test_an_upgrade_must_come_from_an_older_version():
+    with pytest.raises(ValueError, match="not from an older version"):
+        _v2({"0.2.0": FROM_0_1["0.1.0"]})
