@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aclarena.errors import StoreError
-from aclarena.store.results import ResultsStore, StoreReader
+from aclarena.store.results import RESULT_MAJORS, ResultsStore, StoreReader
 
 
 @dataclass(frozen=True)
@@ -63,14 +63,15 @@ class ResultType:
             if _parse(old) >= _parse(self.version):
                 raise ValueError(f"{self.name}: an upgrade from {old} is not from an older version than {self.version}")
 
-    def upgrade(self, stored: Stored) -> Stored:
-        """``stored`` rewritten up to :attr:`version` by the upgrade functions (each moves it one step)."""
+    def upgrade(self, stored: Stored, where: str = "") -> Stored:
+        """``stored`` rewritten up to :attr:`version` by the upgrade functions (each moves it one step);
+        ``where`` (the file) prefixes the key in the error."""
         seen: set[str] = set()
         while _parse(stored.version) < _parse(self.version):
             step = self.upgrades.get(stored.version)
             if step is None or stored.version in seen:
-                raise StoreError(f"{stored.key}: {self.name} result version {stored.version} cannot be read by this "
-                                 f"aclarena (it reads {self.version}, upgrades from "
+                raise StoreError(f"{where}{stored.key}: {self.name} result version {stored.version} cannot be read by "
+                                 f"this aclarena (it reads {self.version}, upgrades from "
                                  f"{', '.join(sorted(self.upgrades)) or 'no older version'}); rerun the analysis "
                                  "that wrote it")
             seen.add(stored.version)
@@ -87,8 +88,12 @@ _REGISTRY: dict[str, ResultType] = {}
 
 
 def register(rtype: ResultType) -> ResultType:
-    """Make ``rtype`` the reader and writer of its ``result-type`` (a later registration replaces it)."""
+    """Make ``rtype`` the reader and writer of its ``result-type`` (a later registration replaces it); a major
+    version above 0 is what the store then accepts and reads for that type (:data:`RESULT_MAJORS`)."""
     _REGISTRY[rtype.name] = rtype
+    major = _parse(rtype.version)[0]
+    if major:
+        RESULT_MAJORS[rtype.name] = max(major, RESULT_MAJORS.get(rtype.name, 0))
     return rtype
 
 
@@ -121,7 +126,7 @@ def read(reader: StoreReader, key: str, name: str) -> Any:
         raise StoreError(f"{reader.path}:{stored.key} holds a {found!r} result, not {name!r}; choose a {name} result")
     with reader.damaged(key):
         _parse(stored.version)
-        return rtype.decode(rtype.upgrade(stored))
+        return rtype.decode(rtype.upgrade(stored, f"{reader.path}:"))
 
 
 def write(store: ResultsStore | str | os.PathLike[str], name: str, key: str, payload: Any, *,

@@ -13,6 +13,7 @@ import pytest
 from aclarena.errors import StoreError
 from aclarena.results import flips, read, registered, registry, write
 from aclarena.store import ResultsStore, SeriesReader
+from aclarena.store.results import RESULT_MAJORS
 
 ARCHIVES = Path(__file__).resolve().parents[1] / "data" / "archives"
 RESULTS = ARCHIVES / "results"
@@ -137,7 +138,26 @@ def test_a_new_field_without_an_upgrade_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setitem(registry._REGISTRY, "flips", _v2({}))
     with ResultsStore(run).reader() as r, pytest.raises(StoreError, match="result version 0.1.0 cannot be read") as e:
         flips.read_flips_data(r, KEY)
-    assert "\n" not in str(e.value) and KEY in str(e.value) and "damaged" not in str(e.value)
+    assert "\n" not in str(e.value) and f"{run / 'results.h5'}:{KEY}" in str(e.value) and "damaged" not in str(e.value)
+
+
+def test_a_new_major_version_is_written_once_registered_and_refused_by_the_old_reader(tmp_path, monkeypatch):
+    run, want = _archived("flips", "0.1.0", tmp_path)
+    monkeypatch.setitem(registry._REGISTRY, "flips", flips.FLIPS)  # both restored after the test
+    monkeypatch.setitem(RESULT_MAJORS, "flips", 0)
+    v1 = registry.ResultType(name="flips", version="1.0.0", payload=FlipsWithReviewer, encode=_encode_v2,
+                             decode=_decode_v2, upgrades={**FROM_0_1, "0.2.0": lambda s: s.upgraded("1.0.0")})
+    registry.register(v1)
+    assert RESULT_MAJORS["flips"] == 1
+    with ResultsStore(run).reader() as r:
+        got = flips.read_flips_data(r, KEY)  # 0.1.0 -> 0.2.0 -> 1.0.0
+    assert isinstance(got, FlipsWithReviewer) and got.reviewer.startswith("nobody")
+    flips.write_flips(run, got)
+    assert ResultsStore(run).attrs(KEY)["result-version"] == "1.0.0"
+    registry.register(flips.FLIPS)  # an aclarena that reads flips 0.x
+    RESULT_MAJORS["flips"] = 0
+    with ResultsStore(run).reader() as r, pytest.raises(StoreError, match="written by a newer aclarena"):
+        flips.read_flips_data(r, KEY)
 
 
 def test_an_upgrade_must_come_from_an_older_version():
