@@ -33,7 +33,6 @@ def synthetic_study(design: str = "pairs", seeds: int = 3) -> dict[str, Any]:
 
 
 def write_study(run_dir: Path, data: dict[str, Any]) -> None:
-    from aclarena.store import Json, ResultsStore
-    from aclarena.store.orders import RESULT_TYPE, STORE_KEY
+    from aclarena.results.orders import OrderStudyData, write_orders_result
 
-    ResultsStore(run_dir).write(STORE_KEY, {"report": Json(data)}, result_type=RESULT_TYPE, overwrite=True)
+    write_orders_result(run_dir, OrderStudyData.from_json(data))

@@ -42,7 +42,7 @@ from aclarena.diagnostics.orders import (
     predictor_report,
 )
 from aclarena.errors import AclarenaError
-from aclarena.store.orders import RESULT_TYPE, RESULT_VERSION, STORE_KEY
+from aclarena.results.orders import OrderStudyData, write_orders_result
 
 ORDERS_FILE = "orders.json"
 #: stages (over every seed) a design may train without ``--yes``: the mini arena's pairs with 3 seeds
@@ -80,6 +80,10 @@ class OrderStudy:
     predictors: dict[str, Any]
     part_times: dict[str, float]
     errors: dict[str, str] = field(default_factory=dict)
+
+    def payload(self, made_by: dict[str, Any] | None = None) -> OrderStudyData:
+        """The stored form of this study (:mod:`aclarena.results.orders`)."""
+        return OrderStudyData.from_json(self.to_json() | ({} if made_by is None else {"made_by": made_by}))
 
     def to_json(self) -> dict[str, Any]:
         return {"design": self.setup.spec, "domains": self.setup.domains,
@@ -232,9 +236,9 @@ def write_orders(result: OrderStudy, *, command: str) -> Path:
     """``orders.json`` in the run folder (strict JSON, written whole then renamed) and ``orders/summary`` in
     results.h5."""
     from aclarena.reproducibility import made_by
-    from aclarena.store import Json, ResultsStore
 
-    data = {**result.to_json(), "made_by": made_by(command)}
+    payload = result.payload(made_by(command))
+    data = payload.to_json()
     path = result.out / ORDERS_FILE
     tmp = path.with_name(f".{ORDERS_FILE}.{os.getpid()}.tmp")
     try:
@@ -243,7 +247,6 @@ def write_orders(result: OrderStudy, *, command: str) -> Path:
     except OSError as e:
         raise AclarenaError(f"cannot write {path}: {e.strerror or e}; free space or fix permissions, then rerun "
                             "(finished work is kept)") from None
-    ResultsStore(result.out).write(STORE_KEY, {"report": Json(data)}, result_type=RESULT_TYPE,
-                                   result_version=RESULT_VERSION, overwrite=True)
+    write_orders_result(result.out, payload)
     return path
 

@@ -1,7 +1,7 @@
 """The order study (``aclarena-diag study --orders``): the pairwise interference matrix and the orders
 ranked with their intervals (the Orders page; ``export``).
 
-Reads ``orders/summary`` (:func:`aclarena.analysis.orders.read_orders`).
+Reads ``orders/summary`` (:func:`aclarena.results.orders.read_orders`); builders take its report as JSON.
 """
 
 from __future__ import annotations
@@ -75,17 +75,19 @@ def ranking_figure(data: dict[str, Any], by: str = "bwt") -> go.Figure:
 
 @register_figure("orders/interference", "Order study: pairwise interference matrix", width=760, height=560)
 def _interference(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
-    from aclarena.store.orders import read_orders
+    from aclarena.results.orders import read_orders
 
-    data = read_orders(reader)
-    return [] if data is None or not data["findings"]["matrix"]["pairs"] else [("", matrix_figure(data))]
+    study = read_orders(reader)
+    if study is None or not study.findings["matrix"]["pairs"]:
+        return []
+    return [("", matrix_figure(study.to_json()))]
 
 
 @register_figure("orders/ranking", "Order study: orders ranked by BWT and final accuracy", width=900, height=480)
 def _ranking(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
-    from aclarena.store.orders import read_orders
+    from aclarena.results.orders import read_orders
 
-    data = read_orders(reader)
-    if data is None or not data["findings"]["orders"]["orders"]:
+    study = read_orders(reader)
+    if study is None or not study.findings["orders"]["orders"]:
         return []
-    return [(by, ranking_figure(data, by)) for by in RANK_BY]
+    return [(by, ranking_figure(study.to_json(), by)) for by in RANK_BY]

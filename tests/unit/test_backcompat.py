@@ -27,6 +27,7 @@ from make_flips import plain  # noqa: E402
 # says how each was made); an archived type or version is one line here
 ARCHIVED = [
     ("flips", "0.1.0"),
+    ("order-study", "0.1.0"),
 ]
 
 

@@ -15,10 +15,12 @@ RANK_OPTIONS = [{"label": " BWT ", "value": "bwt"}, {"label": " final average ac
 
 
 def study(run_dir: Path) -> dict[str, Any] | None:
-    from aclarena.store.orders import read_orders
+    """The run's order study as ``orders.json`` holds it (None without one)."""
+    from aclarena.results.orders import read_orders
 
     with reader(run_dir) as r:
-        return read_orders(r)
+        found = read_orders(r)
+    return None if found is None else found.to_json()
 
 
 def figures(run_dir: Path, what: str = "interference", by: str = "bwt") -> tuple[Any, Any]:
