@@ -13,18 +13,30 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from aclarena.train.config import StageSpec
+
+class _Phase(Protocol):
+    @property
+    def kind(self) -> str: ...
+
+
+class Stage(Protocol):
+    """What names need of a stage (:class:`aclarena.train.config.StageSpec` is one): its domain and phases."""
+
+    @property
+    def domain(self) -> str: ...
+
+    @property
+    def phases(self) -> Sequence[_Phase]: ...
 
 
 def replicate_suffix(replicate: int) -> str:
     return f"-s{replicate}" if replicate else ""
 
 
-def phase_names(prefix: str, stage: StageSpec, replicate: int = 0) -> list[str]:
+def phase_names(prefix: str, stage: Stage, replicate: int = 0) -> list[str]:
     """Names of a stage's phases, in order: ``[seq-d-sft, seq-d]`` or ``[seq-d]``."""
     suffix = replicate_suffix(replicate)
     kinds = [p.kind for p in stage.phases]

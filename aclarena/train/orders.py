@@ -2,9 +2,9 @@
 
 Each node (a prefix such as math -> search) is one stage of the parent curriculum's recipe for its last
 domain, trained from its parent prefix's end (``base`` for the first stage), once for every order that
-starts with it. Phase seeds are those of :func:`aclarena.train.curriculum.phase_seed` (the run's seed, the
+starts with it. Phase seeds are those of :func:`aclarena.train.plan.phase_seed` (the run's seed, the
 domain and the phase kind, not the position), and fingerprints chain through the parents as in
-:func:`aclarena.train.curriculum.plan`, so a finished node is reused by a rerun or by a second design
+:func:`aclarena.train.plan.plan`, so a finished node is reused by a rerun or by a second design
 trained into the same folder (``--orders pairs`` then ``--orders latin``). Names:
 :func:`aclarena.diagnostics.orders.node_name` (``ord-math-search-sft``, ``ord-math-search``, ``-s<r>`` for
 replicate ``r`` >= 1).
@@ -23,16 +23,13 @@ from aclarena.train.curriculum import (
     CHECKPOINTS,
     CONFIG_COPY,
     CurriculumRun,
-    Job,
     PhaseRecord,
-    _fp,
     _register,
     _write_text,
-    phase_seed,
-    plan,
     read_template,
     run_job,
 )
+from aclarena.train.plan import Job, _fp, phase_seed, plan
 
 
 def order_jobs(cfg: CurriculumConfig, order_plan: OrderPlan) -> list[Job]:
