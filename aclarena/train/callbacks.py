@@ -50,6 +50,7 @@ from aclarena.diagnostics.monitor_metrics import (
     rules_to_json,
 )
 from aclarena.diagnostics.token_drift import HighEntropy
+from aclarena.distributed import process_group_size
 from aclarena.errors import AclarenaError, StoreError, did_you_mean
 from aclarena.probes.probe_set import ProbeSet
 from aclarena.store.monitor_series import (
@@ -139,18 +140,9 @@ def _sharding(model: Any, args: Any) -> str | None:
     return "fsdp2" if is_sharded(model) else None
 
 
-def _world_size() -> int:
-    try:
-        import torch.distributed as dist
-
-        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    except (ImportError, RuntimeError, ValueError):
-        return 1
-
-
 def _broadcast_flags(args: Any, flags: list[int]) -> list[int]:
     """Rank 0's flags on every rank (a no-op in a single process)."""
-    if _world_size() < 2:
+    if process_group_size() < 2:
         return flags
     import torch
     import torch.distributed as dist
@@ -405,7 +397,7 @@ class DriftMonitorCallback(TrainerCallback):
         self._main = bool(state.is_world_process_zero)
         self._active = False
         t0 = time.perf_counter()
-        self._sharded = model is not None and _sharding(model, args) is not None and _world_size() > 1
+        self._sharded = model is not None and _sharding(model, args) is not None and process_group_size() > 1
         error = 0
         if self._sharded:
             # every process scores its share with the sharded weights: each checks the input (the

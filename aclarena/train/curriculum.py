@@ -29,20 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aclarena.distributed import is_main_process, wait_for_everyone
 from aclarena.errors import AclarenaError, CheckpointError
 from aclarena.store.manifest import output_folder
 from aclarena.train.base import build_mini_base, check_external_base, copy_shipped_base
 from aclarena.train.config import CurriculumConfig
 from aclarena.train.monitor import monitor_factory
-from aclarena.train.phases import (
-    PhaseResult,
-    check_writable,
-    finished,
-    is_main_process,
-    run_rl,
-    run_sft,
-    wait_for_everyone,
-)
+from aclarena.train.phases import PhaseResult, check_writable, finished, run_rl, run_sft
 from aclarena.train.plan import Job, plan
 
 CHECKPOINTS = "checkpoints"

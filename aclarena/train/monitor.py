@@ -46,6 +46,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from aclarena.distributed import is_main_process, wait_for_everyone
 from aclarena.errors import AclarenaError
 from aclarena.train.config import CurriculumConfig
 from aclarena.train.monitor_spec import MonitorSpec
@@ -130,7 +131,7 @@ def monitor_factory(cfg: CurriculumConfig, out: str | os.PathLike[str], jobs: Se
         from aclarena.probes.probe_set import read_probe_set
         from aclarena.store import ResultsStore
         from aclarena.train.callbacks import DriftMonitorCallback
-        from aclarena.train.phases import finished, is_main_process, wait_for_everyone
+        from aclarena.train.phases import finished
 
         if job.kind != "stage" or job.domain is None or job.domain not in monitored:
             return []

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aclarena.diagnostics.orders import OrderPlan, node_name
+from aclarena.distributed import is_main_process, wait_for_everyone
 from aclarena.train.config import CurriculumConfig
 from aclarena.train.curriculum import (
     CHECKPOINTS,
@@ -76,7 +77,7 @@ def train_orders(cfg: CurriculumConfig, out: str | os.PathLike[str], order_plan:
     """Train every node of ``order_plan`` into ``out`` (finished phases are skipped), registering each in the
     manifest as a ``stage`` checkpoint with its parent, domain and phase."""
     from aclarena.progress import progress
-    from aclarena.train.phases import check_writable, is_main_process, wait_for_everyone
+    from aclarena.train.phases import check_writable
 
     t0 = time.monotonic()
     out = Path(out)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from aclarena.distributed import is_main_process, wait_for_everyone
 from aclarena.errors import AclarenaError, CheckpointError, ConfigError
 
 if TYPE_CHECKING:
@@ -371,17 +372,6 @@ def quiet() -> None:
     warnings.filterwarnings("ignore", category=UserWarning, module=r"trl(\.|$)")
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"(trl|transformers|accelerate)(\.|$)")
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
-
-
-def is_main_process() -> bool:
-    return int(os.environ.get("RANK", "0")) == 0
-
-
-def wait_for_everyone() -> None:
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from accelerate import PartialState
-
-        PartialState().wait_for_everyone()
 
 
 def last_checkpoint(work_dir: Path) -> str | None:
