@@ -31,6 +31,7 @@ from typing import Any
 
 from aclarena.distributed import is_main_process, wait_for_everyone
 from aclarena.errors import AclarenaError, CheckpointError
+from aclarena.models.arch import context_length
 from aclarena.store.manifest import output_folder
 from aclarena.train.base import build_mini_base, check_external_base, copy_shipped_base
 from aclarena.train.config import CurriculumConfig
@@ -217,12 +218,13 @@ def _parent_location(out: Path, job: Job, folders: dict[str, str]) -> str:
 
 
 def _positions(folder: str) -> int | None:
+    """The context length of the checkpoint in ``folder`` (:func:`aclarena.models.arch.context_length` of its
+    config.json), None when it has none or its config cannot be read (the model's own limit then applies)."""
     try:
-        value = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))["max_position_embeddings"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
-    # a length of another type (a string, a float, true) is no length: the model's own limit applies
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return context_length(config) if isinstance(config, dict) else None
 
 
 def run_job(cfg: CurriculumConfig, job: Job, out: Path, folders: dict[str, str], callbacks: list[Any],
