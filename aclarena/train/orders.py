@@ -2,9 +2,9 @@
 
 Each node (a prefix such as math -> search) is one stage of the parent curriculum's recipe for its last
 domain, trained from its parent prefix's end (``base`` for the first stage), once for every order that
-starts with it. Phase seeds are those of :func:`aclarena.train.curriculum.phase_seed` (the run's seed, the
+starts with it. Phase seeds are those of :func:`aclarena.train.plan.phase_seed` (the run's seed, the
 domain and the phase kind, not the position), and fingerprints chain through the parents as in
-:func:`aclarena.train.curriculum.plan`, so a finished node is reused by a rerun or by a second design
+:func:`aclarena.train.plan.plan`, so a finished node is reused by a rerun or by a second design
 trained into the same folder (``--orders pairs`` then ``--orders latin``). Names:
 :func:`aclarena.diagnostics.orders.node_name` (``ord-math-search-sft``, ``ord-math-search``, ``-s<r>`` for
 replicate ``r`` >= 1).
@@ -18,21 +18,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aclarena.diagnostics.orders import OrderPlan, node_name
+from aclarena.distributed import is_main_process, wait_for_everyone
 from aclarena.train.config import CurriculumConfig
 from aclarena.train.curriculum import (
     CHECKPOINTS,
     CONFIG_COPY,
     CurriculumRun,
-    Job,
     PhaseRecord,
-    _fp,
     _register,
     _write_text,
-    phase_seed,
-    plan,
     read_template,
     run_job,
 )
+from aclarena.train.plan import Job, _fp, phase_seed, plan
 
 
 def order_jobs(cfg: CurriculumConfig, order_plan: OrderPlan) -> list[Job]:
@@ -79,7 +77,7 @@ def train_orders(cfg: CurriculumConfig, out: str | os.PathLike[str], order_plan:
     """Train every node of ``order_plan`` into ``out`` (finished phases are skipped), registering each in the
     manifest as a ``stage`` checkpoint with its parent, domain and phase."""
     from aclarena.progress import progress
-    from aclarena.train.phases import check_writable, is_main_process, wait_for_everyone
+    from aclarena.train.phases import check_writable
 
     t0 = time.monotonic()
     out = Path(out)
