@@ -98,27 +98,48 @@ def run_curriculum(
     ``callbacks(job)`` returns extra ``TrainerCallback`` objects for a phase (e.g. a drift
     monitor on the ecom stage); ``on_phase(record)`` is called after each phase.
     """
+    jobs = plan(cfg, seeds)
+    folders: dict[str, str] = {}
+    monitor = None
+    if cfg.monitor is not None:  # [monitor]: a drift monitor on the later stages (aclarena.train.monitor)
+        monitor = monitor_factory(cfg, Path(out), jobs, lambda name: _location(Path(out), folders[name]))
+    return train_jobs(cfg, out, jobs, title=cfg.name, folders=folders, show_progress=show_progress,
+                      callbacks=callbacks, monitor=monitor, config_text=config_text, on_phase=on_phase)
+
+
+def train_jobs(
+    cfg: CurriculumConfig,
+    out: str | os.PathLike[str],
+    jobs: Sequence[Job],
+    *,
+    title: str,
+    folders: dict[str, str] | None = None,
+    show_progress: bool = True,
+    callbacks: CallbackFactory | None = None,
+    monitor: CallbackFactory | None = None,
+    config_text: str | None = None,
+    on_phase: Callable[[PhaseRecord], None] | None = None,
+) -> CurriculumRun:
+    """Train ``jobs`` (parents first) into ``out``, registering each finished one in the manifest: the loop of
+    :func:`run_curriculum` and of the order study (:func:`aclarena.train.orders.train_orders`). ``folders``
+    (name -> folder relative to ``out``) is filled as the jobs finish; ``monitor(job)`` adds drift-monitor
+    callbacks. Progress is counted in training steps when every phase sets ``max_steps`` (the rate and ETA are
+    then the whole run's), else in phases."""
     from aclarena.progress import progress
 
     t0 = time.monotonic()
     out = Path(out)
     check_writable(out)
     check_writable(out / CHECKPOINTS)
-    jobs = plan(cfg, seeds)
     run = CurriculumRun(out=out)
     if config_text is not None and is_main_process():
         _write_text(out / CONFIG_COPY, config_text)
     chat_template = read_template(cfg)
-    folders: dict[str, str] = {}
-    monitor = None
-    if cfg.monitor is not None:  # [monitor]: a drift monitor on the later stages (aclarena.train.monitor)
-        monitor = monitor_factory(cfg, out, jobs, lambda name: _location(out, folders[name]))
+    folders = {} if folders is None else folders
     planned = planned_steps(jobs)
     done_steps = 0
     with progress(show_progress) as bar:
-        # counted in training steps when every phase sets max_steps (its rate and ETA are then the curriculum's),
-        # else in phases
-        overall = bar.add_task(f"{cfg.name}: {len(jobs)} phases", total=sum(planned.values()) if planned else len(jobs))
+        overall = bar.add_task(f"{title}: {len(jobs)} phases", total=sum(planned.values()) if planned else len(jobs))
         for job in jobs:
             label = f"{job.name} ({job.phase or 'pretrain'})"
             if job.kind == "base" and not cfg.base.is_mini:
@@ -136,7 +157,7 @@ def run_curriculum(
                 cbs = [_progress_callback(bar, task, label, (overall, done_steps) if counted else None)] \
                     if show_progress else []
                 cbs += list(callbacks(job)) if callbacks is not None else []
-                cbs += monitor(job) if monitor is not None else []
+                cbs += list(monitor(job)) if monitor is not None else []
                 result = run_job(cfg, job, out, folders, cbs, chat_template)
                 bar.update(task, completed=result.steps, total=max(1, result.steps),
                            description=f"{label} {'(already finished)' if result.skipped else ''}".rstrip())
