@@ -48,7 +48,7 @@ _LAZY = {
     "BaseSpec": "aclarena.train.config",
     "StageSpec": "aclarena.train.config",
     "PhaseSpec": "aclarena.train.config",
-    "MonitorSpec": "aclarena.train.monitor",
+    "MonitorSpec": "aclarena.train.monitor_spec",
     "load_config": "aclarena.train.config",
     "parse_config": "aclarena.train.config",
     "run_curriculum": "aclarena.train.curriculum",
@@ -126,7 +126,7 @@ if TYPE_CHECKING:
         parse_config,
     )
     from aclarena.train.curriculum import run_curriculum
-    from aclarena.train.monitor import MonitorSpec
+    from aclarena.train.monitor_spec import MonitorSpec
 
 
 def __getattr__(name: str) -> Any:

@@ -63,6 +63,37 @@ def env_world() -> tuple[int, int, int]:
     return rank, size, local
 
 
+# --- the rank helpers: who is the main process, waiting for every process, the group's size ----------------------
+# One rule for "main process" everywhere: rank 0 of the launcher's environment (``RANK``), the rank a
+# :class:`World` takes too. Training uses these directly (accelerate sets its process group up itself, not
+# :func:`world`).
+
+
+def is_main_process() -> bool:
+    """Whether this is rank 0 of the processes ``torchrun`` / ``accelerate launch`` started (True alone); valid
+    before any process group exists, and the same answer as :attr:`World.is_main`."""
+    return _env_int("RANK", 0) == 0
+
+
+def wait_for_everyone() -> None:
+    """Wait until every process of the launch reaches this point (nothing to wait for in a single process)."""
+    if _env_int("WORLD_SIZE", 1) > 1:
+        from accelerate import PartialState
+
+        PartialState().wait_for_everyone()
+
+
+def process_group_size() -> int:
+    """The size of the initialised ``torch.distributed`` process group (1 when there is none, as in a single
+    process: ``torch.distributed`` is then not needed)."""
+    try:
+        import torch.distributed as dist
+
+        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    except (ImportError, RuntimeError, ValueError):
+        return 1
+
+
 @dataclass
 class World:
     """This process's place among the data-parallel workers."""

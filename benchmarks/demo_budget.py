@@ -40,8 +40,8 @@ def sft_tokens(preset: str, draws: int = 400) -> dict[str, dict[str, Any]]:
 
     from aclarena.models.shipped import shipped_base
     from aclarena.train.config import load_config
-    from aclarena.train.curriculum import plan
     from aclarena.train.data import expert_records
+    from aclarena.train.plan import plan
     from aclarena.train.presets import preset_path
 
     cfg = load_config(preset_path(preset))

@@ -10,7 +10,7 @@ ends) and the run's curriculum into a scratch run, then retrains every phase of 
 (default: ecom if the run has it, else its last stage) from its real parent with the same
 recipe, data and seeds, alternately without and with the drift monitor that ``aclarena-diag
 train`` attaches with a default ``[monitor]`` section (:func:`aclarena.train.monitor.monitor_factory`
-with :class:`~aclarena.train.monitor.MonitorSpec` defaults: every 10 steps, 8-prompt probe sets
+with :class:`~aclarena.train.monitor_spec.MonitorSpec` defaults: every 10 steps, 8-prompt probe sets
 of 64 new tokens per earlier domain plus the stage's own RL's Razor probe, the earlier stages'
 checkpoints as references, the stage parent as the stage start), ``--reps`` times each, the
 order alternating (off/on, then on/off, ...) so that a drift of the machine's load hits both
@@ -53,8 +53,9 @@ def tiny_run(where: Path) -> Path:
 def scratch_run(src: Path, dst: Path, stage: str) -> tuple[object, list[str], list[tuple[str, str]]]:
     """A copy of what retraining ``stage`` needs; returns (config, phase names, [(domain, earlier end)])."""
     from aclarena.train.config import load_config
-    from aclarena.train.curriculum import CHECKPOINTS, CONFIG_COPY, plan
+    from aclarena.train.curriculum import CHECKPOINTS, CONFIG_COPY
     from aclarena.train.naming import phase_names
+    from aclarena.train.plan import plan
 
     cfg = load_config(src / CONFIG_COPY)
     domains = [s.domain for s in cfg.stages]
@@ -84,9 +85,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from aclarena.train.curriculum import CHECKPOINTS, plan, read_template, run_job
-    from aclarena.train.monitor import MonitorSpec, monitor_factory
+    from aclarena.train.curriculum import CHECKPOINTS, read_template, run_job
+    from aclarena.train.monitor import monitor_factory
+    from aclarena.train.monitor_spec import MonitorSpec
     from aclarena.train.phases import quiet
+    from aclarena.train.plan import plan
 
     quiet()
     import subprocess

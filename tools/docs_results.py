@@ -345,7 +345,8 @@ def warning_validation(data: Mapping[str, Any]) -> str:
 
 
 def warning_validation_line(data: Mapping[str, Any]) -> str:
-    """README's one paragraph on issue 44's validation: the best predictor, the baselines, the verdict."""
+    """docs/results.md's one paragraph on issue 44's validation: the best predictor, the baselines, the verdict
+    (its link is relative to docs/)."""
     v = data.get("validation") or {}
     if not v.get("rows"):
         return "*No validation in this file: no cell was measured.*\n"
@@ -373,7 +374,7 @@ def warning_validation_line(data: Mapping[str, Any]) -> str:
     return (f"- **The early warning, held out with negative controls** (issue 44; quick arena, {held['drops']} held-out "
             f"stages with a significant drop and {held['without_drop']} without; thresholds fitted on the seed-0 stages): "
             f"best {said(best)}; baselines {said(first)}, {said(loss)}: {verdict} "
-            f"([docs/monitor.md](docs/monitor.md#validation-lead-times-and-false-alarms-on-held-out-runs), "
+            f"([monitor.md](monitor.md#validation-lead-times-and-false-alarms-on-held-out-runs), "
             f"`warning_validation.json`).\n")
 
 

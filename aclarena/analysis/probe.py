@@ -114,8 +114,10 @@ def make_probe(
             raise AclarenaError(f"--from-traces tokenizes conversations with the chat template, and {ref!r} is prompted "
                                 f"as plain text ({format_note or 'its prompt_format'}); make its probe set from "
                                 "--prompts or --domain, or give it a chat template")
+        from aclarena.models.arch import context_length
+
         cfg = info.config or {}
-        limit = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+        limit = context_length(cfg)
         if world is not None and not world.is_main:
             return None  # importing traces is cheap: rank 0 does it alone
         assert traces_file is not None

@@ -21,6 +21,7 @@ from typing import Any
 
 from aclarena.consolidate.methods import Job, Output
 from aclarena.errors import AclarenaError
+from aclarena.models.arch import context_length
 
 ROUTER_TRAIN_N = 60
 ROUTER_EVAL_N = 20
@@ -122,7 +123,7 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
     lora = lora_settings(job.options)
     sz = sizes("mle", job.run_dir, job.options)
     cfg = curriculum(job.run_dir)
-    positions = int(info.config.get("max_position_embeddings") or 1024)
+    positions = context_length(info.config) or 1024  # an episode's bound when the backbone's config sets none
     outputs = []
     for d in domains:
         name = expert_name(job, d)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aclarena.envs.base import Environment, Step, Task, ToolError, Trajectory
+from aclarena.models.arch import context_length
 from aclarena.models.chat import (
     Conversation,
     Policy,
@@ -204,12 +205,13 @@ def run_episodes(
 
 
 def context_limit(model: Any, max_context: int | None = None) -> int:
-    """``max_context`` when given (it must be positive), else the model's ``max_position_embeddings`` (2**30 without one)."""
+    """``max_context`` when given (it must be positive), else the model's context length
+    (:func:`aclarena.models.arch.context_length`; 2**30, no bound, without one)."""
     if max_context is not None:
         if max_context < 1:
             raise ValueError(f"`max_context` must be at least 1, got {max_context}")
         return int(max_context)
-    return int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+    return context_length(model.config) or 1 << 30
 
 
 def model_policy(

@@ -549,12 +549,14 @@ def check_lora_targets(adapter: str, factors: dict[str, LoraFactors], reader: Te
             )
 
 
-def checkpoint_fingerprint(info: CheckpointInfo, on: CheckpointInfo | None = None) -> str:
+def checkpoint_fingerprint(info: CheckpointInfo, on: CheckpointInfo | None = None, *,
+                           on_fingerprint: str | None = None) -> str:
     """A short hash of a checkpoint's weight files (names, sizes, modification times) and configs.
 
     Cheap (no weights are read), and it changes when a checkpoint is re-saved, so finished
     results can be reused only while their checkpoints are unchanged. For an adapter, pass the
-    inspected base it applies to as ``on`` so that re-saving the base changes the hash too.
+    inspected base it applies to as ``on`` (or that base's own fingerprint as ``on_fingerprint``)
+    so that re-saving the base changes the hash too.
     """
     h = hashlib.sha256()
     files = sorted({t.file for t in info.tensors.values()})
@@ -564,18 +566,23 @@ def checkpoint_fingerprint(info: CheckpointInfo, on: CheckpointInfo | None = Non
         entries.append([path.name, st.st_size, st.st_mtime_ns])
     h.update(json.dumps({"files": entries, "config": info.config, "adapter": info.adapter_config,
                          "on": info.spec.on}, sort_keys=True, default=str).encode())
-    if on is not None:
+    if on_fingerprint is not None:
+        h.update(on_fingerprint.encode())
+    elif on is not None:
         h.update(checkpoint_fingerprint(on).encode())
     return h.hexdigest()[:16]
 
 
 def weights_fingerprint(info: CheckpointInfo, manifest: Manifest, run_dir: str | os.PathLike[str]) -> str:
-    """The checkpoint's fingerprint, including its base's when it is an adapter (what a probe set records of
-    the weights that generated it, and ``tokens`` checks before reusing it: issue 43)."""
-    on = None
+    """The checkpoint's fingerprint, including its base's when it is an adapter, down the whole chain of
+    adapters (what a probe set records of the weights that generated it, and ``tokens`` checks before reusing
+    it: issue 43). An adapter on a full model hashes as ``checkpoint_fingerprint(info, on=base)`` did, so
+    results stored before chains were followed stay valid; an adapter on an adapter now changes when any
+    adapter below it is re-saved (it followed one level only)."""
     if info.source == "adapter" and info.spec.on:
-        on = inspect(manifest.resolve(info.spec.on), manifest, run_dir, allow_pickle=True)
-    return checkpoint_fingerprint(info, on=on)
+        parent = inspect(manifest.resolve(info.spec.on), manifest, run_dir, allow_pickle=True)
+        return checkpoint_fingerprint(info, on_fingerprint=weights_fingerprint(parent, manifest, run_dir))
+    return checkpoint_fingerprint(info)
 
 
 def check_finite_safetensors(files: Sequence[Path], name: str, *, chunk: int = 1 << 22) -> None:

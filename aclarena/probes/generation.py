@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aclarena.errors import AclarenaError
+from aclarena.models.arch import context_length
 from aclarena.models.chat import cut_reply, render_prompt, reply_stopping, stop_token_ids
 from aclarena.probes.probe_set import ProbeSet, token_pieces, vocab_strings
 
@@ -57,16 +58,11 @@ class GenerationSettings:
 
 
 def model_max_length(model: Any) -> int | None:
-    """The maximum positions of a transformers model (from its config; None when it has no limit) or of a
-    vLLM engine."""
+    """The model's maximum positions (:func:`aclarena.models.arch.context_length`; None when it has no limit),
+    or a vLLM engine's ``max_model_len``."""
     if not hasattr(model, "config") and hasattr(model, "llm_engine"):  # a vLLM engine
         return int(model.llm_engine.model_config.max_model_len)
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(cfg, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    return context_length(model.config)
 
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: Mapping[str, Any], prompt_format: str = "chat"

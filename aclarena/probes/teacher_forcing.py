@@ -46,6 +46,7 @@ from aclarena.diagnostics.token_drift import (
     compute_dtype,
 )
 from aclarena.errors import AclarenaError
+from aclarena.models.arch import context_length
 from aclarena.probes.probe_set import ProbeSet
 from aclarena.store import Ragged
 
@@ -236,14 +237,8 @@ def _pad_forwards(model: Any, probe: ProbeSet, plan: BatchPlan, limit: int | Non
 
 
 def model_positions(model: Any) -> int | None:
-    """The model's maximum positions, from its config (None when it has no limit)."""
-    base = _unwrap(model)
-    cfg = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(cfg, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    """The model's maximum positions (:func:`aclarena.models.arch.context_length`; None when it has no limit)."""
+    return context_length(_unwrap(model).config)
 
 
 _VERIFIED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()

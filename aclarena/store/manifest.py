@@ -30,7 +30,7 @@ import os
 import re
 import tempfile
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -383,11 +383,8 @@ def manifest_from_dict(data: Mapping[str, Any], source: str = MANIFEST_NAME) -> 
     run = data.get("run", {})
     if not isinstance(run, Mapping):
         raise ManifestError(f"{source}: `run` must be a table ([run])")
+    _known_keys(run, RUN_KEYS, "[run]", source)
     for key in run:
-        if key not in RUN_KEYS:
-            raise ManifestError(
-                f"{source}: unknown key [run].{key}{did_you_mean(key, RUN_KEYS)}; allowed: {', '.join(RUN_KEYS)}"
-            )
         if not isinstance(run[key], str):
             raise ManifestError(f"{source}: [run].{key} must be a string, got {run[key]!r}")
     checkpoints = data.get("checkpoints", {})
@@ -405,15 +402,17 @@ def manifest_from_dict(data: Mapping[str, Any], source: str = MANIFEST_NAME) -> 
     return manifest
 
 
+def _known_keys(table: Mapping[str, Any], allowed: Sequence[str], where: str, source: str) -> None:
+    for key in table:
+        if key not in allowed:
+            raise ManifestError(f"{source}: unknown key {where}.{key}{did_you_mean(key, allowed)}; "
+                                f"allowed: {', '.join(allowed)}")
+
+
 def _checkpoint_from(name: str, entry: Any, source: str) -> CheckpointSpec:
     if not isinstance(entry, Mapping):
         raise ManifestError(f"{source}: checkpoints.{name} must be a table with at least `path`")
-    for key in entry:
-        if key not in SPEC_KEYS:
-            raise ManifestError(
-                f"{source}: unknown key checkpoints.{name}.{key}{did_you_mean(key, SPEC_KEYS)}; "
-                f"allowed: {', '.join(SPEC_KEYS)}"
-            )
+    _known_keys(entry, SPEC_KEYS, f"checkpoints.{name}", source)
     if "path" not in entry:
         raise ManifestError(f"{source}: checkpoints.{name} has no `path`; add path = \"<folder or hub id>\"")
     for key, value in entry.items():

@@ -45,20 +45,17 @@ from transformers import TrainerCallback
 
 from aclarena.diagnostics.early_warning import Alert, MetricRule, WarningDetector
 from aclarena.diagnostics.monitor_metrics import (
-    ACTIONS,
     METRICS,
-    TRAIN_METRICS,
-    default_rules,
     probe_metrics,
     rules_to_json,
 )
 from aclarena.diagnostics.token_drift import HighEntropy
+from aclarena.distributed import process_group_size
 from aclarena.errors import AclarenaError, StoreError, did_you_mean
 from aclarena.probes.probe_set import ProbeSet
 from aclarena.store.monitor_series import (
     EVENT_COLUMNS,
     SESSION_COLUMNS,
-    STORE_ERRORS,
     TRAIN_COLUMNS,
     MonitorStore,
     latest_rows,
@@ -66,6 +63,7 @@ from aclarena.store.monitor_series import (
     settings_bytes,
 )
 from aclarena.store.monitor_series import probe_columns as series_probe_columns
+from aclarena.train.monitor_spec import MonitorSettings
 
 logger = logging.getLogger("aclarena.monitor")
 
@@ -142,18 +140,9 @@ def _sharding(model: Any, args: Any) -> str | None:
     return "fsdp2" if is_sharded(model) else None
 
 
-def _world_size() -> int:
-    try:
-        import torch.distributed as dist
-
-        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    except (ImportError, RuntimeError, ValueError):
-        return 1
-
-
 def _broadcast_flags(args: Any, flags: list[int]) -> list[int]:
     """Rank 0's flags on every rank (a no-op in a single process)."""
-    if _world_size() < 2:
+    if process_group_size() < 2:
         return flags
     import torch
     import torch.distributed as dist
@@ -261,9 +250,14 @@ class DriftMonitorCallback(TrainerCallback):
         stage_start: the stage-start policy, a model or checkpoint folder (default: the model at
             ``on_train_begin``; give the stage's first parent when resuming or for a later phase
             of a multi-phase stage).
+        settings: how it scores and acts (:class:`~aclarena.train.monitor_spec.MonitorSettings`: interval,
+            high-entropy positions, rules, warning and store-error actions, batch size), validated there; or
+            give its fields one by one (``every_n_steps=10, high="q=0.06", on_warning="stop", ...``), which
+            build it. Its fields:
         every_n_steps: score every N optimizer steps (and at the start and the end).
         high: the high-entropy positions, ``"q=0.06"`` (top fraction) or ``"nats=1.5"``.
-        rules: ``{metric: MetricRule}``; default :func:`default_rules`. Metrics are those of
+        rules: ``{metric: MetricRule}``; default
+            :func:`~aclarena.diagnostics.monitor_metrics.default_rules`. Metrics are those of
             :data:`METRICS` and :data:`TRAIN_METRICS`.
         on_warning: ``log`` (log and store the warning), ``save`` (also save a trainer
             checkpoint at that step) or ``stop`` (save and stop training). Never acted on at a
@@ -284,12 +278,13 @@ class DriftMonitorCallback(TrainerCallback):
         label: str = "train",
         references: Mapping[str, Any] | None = None,
         stage_start: Any = None,
-        every_n_steps: int = 10,
-        high: HighEntropy | str = "q=0.06",
+        settings: MonitorSettings | None = None,
+        every_n_steps: int | None = None,
+        high: HighEntropy | str | None = None,
         rules: Mapping[str, MetricRule] | None = None,
-        on_warning: str = "log",
-        on_store_error: str = "raise",
-        batch_size: int = 8,
+        on_warning: str | None = None,
+        on_store_error: str | None = None,
+        batch_size: int | None = None,
         store: MonitorStore | None = None,
         trainer: Any = None,
         tokenizer: Any = None,
@@ -304,33 +299,17 @@ class DriftMonitorCallback(TrainerCallback):
         names = [p.name for p in probes]
         if len(set(names)) != len(names):
             raise AclarenaError(f"probe set names repeat: {names}; give each probe set its own name")
-        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
-            raise AclarenaError(f"every_n_steps must be an integer >= 1, got {every_n_steps!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise AclarenaError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        if isinstance(high, str):
-            try:
-                high = HighEntropy.parse(high)
-            except ValueError as e:
-                raise AclarenaError(str(e)) from None
-        if not isinstance(high, HighEntropy):
-            raise AclarenaError(f"high must be a HighEntropy or 'q=0.06' / 'nats=1.5', got {high!r}")
-        if on_warning not in ACTIONS:
-            raise AclarenaError(f"on_warning must be one of {', '.join(ACTIONS)}, got {on_warning!r}"
-                                f"{did_you_mean(str(on_warning), ACTIONS)}")
-        if on_store_error not in STORE_ERRORS:
-            raise AclarenaError(f"on_store_error must be one of {', '.join(STORE_ERRORS)}, got {on_store_error!r}"
-                                f"{did_you_mean(str(on_store_error), STORE_ERRORS)}")
+        loose: dict[str, Any] = {"every_n_steps": every_n_steps, "high": high, "rules": rules, "on_warning": on_warning,
+                 "on_store_error": on_store_error, "batch_size": batch_size}
+        given = {k: v for k, v in loose.items() if v is not None}
+        if settings is None:
+            settings = MonitorSettings(**given)  # validated there, once
+        elif given:
+            raise AclarenaError(f"give settings or its fields ({', '.join(given)}), not both")
+        elif not isinstance(settings, MonitorSettings):
+            raise AclarenaError(f"settings must be a MonitorSettings, got {type(settings).__name__}")
         if not isinstance(label, str) or not label or any(part in ("", ".", "..") for part in label.split("/")):
             raise AclarenaError(f"label must be a name like 'seq-ecom-sft', got {label!r}")
-        rules = dict(default_rules() if rules is None else rules)
-        known = [*METRICS, *TRAIN_METRICS]
-        for metric, rule in rules.items():
-            if metric not in known:
-                raise AclarenaError(f"no monitor metric {metric!r}{did_you_mean(metric, known)}; metrics: "
-                                    f"{', '.join(known)}")
-            if not isinstance(rule, MetricRule):
-                raise AclarenaError(f"the rule of {metric!r} must be a MetricRule, got {type(rule).__name__}")
         references = dict(references or {})
         for name in references:
             if name not in names:
@@ -342,14 +321,15 @@ class DriftMonitorCallback(TrainerCallback):
         self.label = label
         self.references = references
         self.stage_start = stage_start
-        self.every_n_steps = every_n_steps
-        self.high = high
-        self.rules = rules
-        self.on_warning = on_warning
-        self.batch_size = batch_size
+        self.monitor_settings = settings
+        self.every_n_steps = settings.every_n_steps
+        self.high = settings.high_entropy
+        self.rules = dict(settings.rules)
+        self.on_warning = settings.on_warning
+        self.batch_size = settings.batch_size
         self.tokenizer = tokenizer
         self.store = store if store is not None else (
-            MonitorStore(run_dir, on_error=on_store_error) if run_dir is not None else None)
+            MonitorStore(run_dir, on_error=settings.on_store_error) if run_dir is not None else None)
         self.series = series_names(label, names)
         if self.store is not None:
             self.store.declare(self.series["sessions"], SESSION_COLUMNS)
@@ -417,7 +397,7 @@ class DriftMonitorCallback(TrainerCallback):
         self._main = bool(state.is_world_process_zero)
         self._active = False
         t0 = time.perf_counter()
-        self._sharded = model is not None and _sharding(model, args) is not None and _world_size() > 1
+        self._sharded = model is not None and _sharding(model, args) is not None and process_group_size() > 1
         error = 0
         if self._sharded:
             # every process scores its share with the sharded weights: each checks the input (the

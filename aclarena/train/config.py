@@ -48,6 +48,8 @@ from typing import Any
 
 from aclarena.envs import DOMAINS
 from aclarena.errors import ConfigError, did_you_mean
+from aclarena.train.monitor_spec import MonitorFieldError, MonitorSpec, parse_monitor
+from aclarena.train.naming import phase_names
 from aclarena.train.trl_fields import FieldError, check_trl, trl_fields
 
 PHASE_KINDS = ("sft", "rl")
@@ -304,7 +306,7 @@ class CurriculumConfig:
     oracles: tuple[str, ...] = ()
     defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     keep_trainer_checkpoints: bool = False
-    monitor: Any = None  # a MonitorSpec (aclarena.train.monitor) when the config has [monitor]
+    monitor: MonitorSpec | None = None  # when the config has [monitor]
     source: str = "<config>"
 
     def __post_init__(self) -> None:
@@ -545,8 +547,6 @@ def parse_config(text: str, source: str = "<config>", *, overrides: Sequence[str
     )
     _check_parents(cfg, where)
     if "monitor" in data:
-        from aclarena.train.monitor import MonitorFieldError, parse_monitor
-
         try:
             monitor = parse_monitor(data["monitor"], [s.domain for s in cfg.stages])
         except MonitorFieldError as e:
@@ -557,8 +557,6 @@ def parse_config(text: str, source: str = "<config>", *, overrides: Sequence[str
 
 def _check_parents(cfg: CurriculumConfig, where: _Where) -> None:
     """A stage's `parent` must name a checkpoint of this curriculum trained before it."""
-    from aclarena.train.naming import phase_names
-
     known = ["base"]
     for i, st in enumerate(cfg.stages):
         if st.parent is not None and st.parent not in known:

@@ -1,8 +1,9 @@
 """The curriculum runner: base, stages in order, then single-task oracles, each phase resumable.
 
-:func:`plan` turns a :class:`~aclarena.train.config.CurriculumConfig` into the list of phases
-to train (:class:`Job`), with their names (:mod:`aclarena.train.naming`), parents, seeds and
-fingerprints; :func:`run_curriculum` trains them in order into a run folder:
+:func:`~aclarena.train.plan.plan` turns a :class:`~aclarena.train.config.CurriculumConfig` into the
+list of phases to train (:class:`~aclarena.train.plan.Job`), with their names
+(:mod:`aclarena.train.naming`), parents, seeds and fingerprints; :func:`run_curriculum` trains them in
+order into a run folder:
 
 * ``checkpoints/<name>/``: each phase's checkpoint (HF folder, safetensors, tokenizer), with
   the completion marker written last (:mod:`aclarena.train.phases`);
@@ -13,16 +14,13 @@ fingerprints; :func:`run_curriculum` trains them in order into a run folder:
   KL when trl computes it...) as a table, the settings, the time and the steps;
 * ``curriculum.toml``: a copy of the config the run was started with.
 
-Seeds: replicate ``r`` of ``--seeds N`` uses seed ``config.seed + r``; each phase derives its
-training and data seed from it, the domain and the phase kind, so a domain's oracle trained
-from the base with its stage's recipe uses the same data and seed as the stage. When that
-stage also starts from the base (the first stage), oracle and stage are the same computation:
-the oracle is registered with the stage's folder instead of being trained twice.
+An oracle whose fingerprint equals its stage's (the first stage's, trained from the base with the
+same recipe and seed; :mod:`aclarena.train.plan`) is registered with the stage's folder instead of
+being trained twice.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -31,112 +29,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aclarena.distributed import is_main_process, wait_for_everyone
 from aclarena.errors import AclarenaError, CheckpointError
+from aclarena.models.arch import context_length
 from aclarena.store.manifest import output_folder
-from aclarena.train.config import DOMAINS, PHASE_KINDS, CurriculumConfig, PhaseSpec
-from aclarena.train.naming import phase_names, replicate_suffix
-from aclarena.train.phases import (
-    PhaseResult,
-    check_writable,
-    finished,
-    is_main_process,
-    run_rl,
-    run_sft,
-    wait_for_everyone,
-)
+from aclarena.train.base import build_mini_base, check_external_base, copy_shipped_base
+from aclarena.train.config import CurriculumConfig
+from aclarena.train.monitor import monitor_factory
+from aclarena.train.phases import PhaseResult, check_writable, finished, run_rl, run_sft
+from aclarena.train.plan import Job, plan
 
 CHECKPOINTS = "checkpoints"
 WORK = "work"
 CONFIG_COPY = "curriculum.toml"
 LOG_TYPE = "train-log"
 LOG_VERSION = "0.1.0"
-
-
-@dataclass(frozen=True)
-class Job:
-    """One phase to train (or the base to build / point at).
-
-    Attributes:
-        name: the checkpoint name (``seq-math-sft``, ``oracle-ecom``...).
-        kind: ``base``, ``stage`` or ``oracle`` (the manifest's kind).
-        domain, phase: what it trains (``None`` for the base).
-        parent: the checkpoint it starts from (a name of this plan).
-        spec: the phase's settings (``None`` for the base).
-        seed: the phase's training and data seed.
-        replicate: which curriculum of ``--seeds N`` (0 for the first).
-        run_seed: the curriculum's seed (recorded in the manifest).
-        fingerprint: identity of everything that decides the result (settings, seeds, parents).
-        same_as: a job with the same fingerprint whose folder this one reuses.
-    """
-
-    name: str
-    kind: str
-    domain: str | None
-    phase: str | None
-    parent: str | None
-    spec: PhaseSpec | None
-    seed: int
-    replicate: int
-    run_seed: int
-    fingerprint: str
-    same_as: str | None = None
-
-    @property
-    def trains(self) -> bool:
-        return self.same_as is None
-
-
-def phase_seed(seed: int, domain: str, kind: str) -> int:
-    """The seed of a phase: the run's seed, the domain and the phase kind (not the stage's position)."""
-    return seed * 1000 + (DOMAINS.index(domain) + 1) * 10 + PHASE_KINDS.index(kind)
-
-
-def _fp(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def plan(cfg: CurriculumConfig, seeds: int = 1) -> list[Job]:
-    """Every phase of ``seeds`` replicates of the curriculum, in training order (base first)."""
-    if seeds < 1:
-        raise AclarenaError(f"--seeds must be >= 1, got {seeds}")
-    if cfg.base.is_mini and not cfg.base.builds:  # the shipped base: its files are its identity
-        from aclarena.models.shipped import recorded
-
-        base_fp = _fp({"shipped": recorded()["fingerprint"]})
-    else:
-        base_fp = _fp({"base": cfg.base.identity(), "seed": cfg.seed})
-    jobs = [Job(name="base", kind="base", domain=None, phase=None, parent=None, spec=None, seed=cfg.seed,
-                replicate=0, run_seed=cfg.seed, fingerprint=base_fp)]
-    fps = {"base": base_fp}
-    for r in range(seeds):
-        run_seed = cfg.seed + r
-        suffix = replicate_suffix(r)
-        by_fp: dict[str, str] = {}
-        previous = "base"
-        for stage in cfg.stages:
-            names = phase_names("seq", stage, r)
-            parent = previous if stage.parent is None else (
-                "base" if stage.parent == "base" else stage.parent + suffix)
-            for name, spec in zip(names, stage.phases, strict=True):
-                seed = phase_seed(run_seed, stage.domain, spec.kind)
-                fp = _fp({"spec": spec.identity(), "seed": seed, "parent": fps[parent]})
-                jobs.append(Job(name=name, kind="stage", domain=stage.domain, phase=spec.kind, parent=parent,
-                                spec=spec, seed=seed, replicate=r, run_seed=run_seed, fingerprint=fp))
-                fps[name] = fp
-                by_fp.setdefault(fp, name)
-                parent = name
-            previous = names[-1]
-        for domain in cfg.oracles:
-            stage = cfg.stage(domain)
-            parent = "base"
-            for name, spec in zip(phase_names("oracle", stage, r), stage.phases, strict=True):
-                seed = phase_seed(run_seed, domain, spec.kind)
-                fp = _fp({"spec": spec.identity(), "seed": seed, "parent": fps[parent]})
-                jobs.append(Job(name=name, kind="oracle", domain=domain, phase=spec.kind, parent=parent, spec=spec,
-                                seed=seed, replicate=r, run_seed=run_seed, fingerprint=fp, same_as=by_fp.get(fp)))
-                fps[name] = fp
-                parent = name
-    return jobs
 
 
 @dataclass
@@ -191,34 +98,51 @@ def run_curriculum(
     ``callbacks(job)`` returns extra ``TrainerCallback`` objects for a phase (e.g. a drift
     monitor on the ecom stage); ``on_phase(record)`` is called after each phase.
     """
+    jobs = plan(cfg, seeds)
+    folders: dict[str, str] = {}
+    monitor = None
+    if cfg.monitor is not None:  # [monitor]: a drift monitor on the later stages (aclarena.train.monitor)
+        monitor = monitor_factory(cfg, Path(out), jobs, lambda name: _location(Path(out), folders[name]))
+    return train_jobs(cfg, out, jobs, title=cfg.name, folders=folders, show_progress=show_progress,
+                      callbacks=callbacks, monitor=monitor, config_text=config_text, on_phase=on_phase)
+
+
+def train_jobs(
+    cfg: CurriculumConfig,
+    out: str | os.PathLike[str],
+    jobs: Sequence[Job],
+    *,
+    title: str,
+    folders: dict[str, str] | None = None,
+    show_progress: bool = True,
+    callbacks: CallbackFactory | None = None,
+    monitor: CallbackFactory | None = None,
+    config_text: str | None = None,
+    on_phase: Callable[[PhaseRecord], None] | None = None,
+) -> CurriculumRun:
+    """Train ``jobs`` (parents first) into ``out``, registering each finished one in the manifest: the loop of
+    :func:`run_curriculum` and of the order study (:func:`aclarena.train.orders.train_orders`). ``folders``
+    (name -> folder relative to ``out``) is filled as the jobs finish; ``monitor(job)`` adds drift-monitor
+    callbacks. Progress is counted in training steps when every phase sets ``max_steps`` (the rate and ETA are
+    then the whole run's), else in phases."""
     from aclarena.progress import progress
 
     t0 = time.monotonic()
     out = Path(out)
     check_writable(out)
     check_writable(out / CHECKPOINTS)
-    jobs = plan(cfg, seeds)
     run = CurriculumRun(out=out)
     if config_text is not None and is_main_process():
         _write_text(out / CONFIG_COPY, config_text)
     chat_template = read_template(cfg)
-    folders: dict[str, str] = {}
-    monitor = None
-    if cfg.monitor is not None:  # [monitor]: a drift monitor on the later stages (aclarena.train.monitor)
-        from aclarena.train.monitor import monitor_factory
-
-        monitor = monitor_factory(cfg, out, jobs, lambda name: _location(out, folders[name]))
+    folders = {} if folders is None else folders
     planned = planned_steps(jobs)
     done_steps = 0
     with progress(show_progress) as bar:
-        # counted in training steps when every phase sets max_steps (its rate and ETA are then the curriculum's),
-        # else in phases
-        overall = bar.add_task(f"{cfg.name}: {len(jobs)} phases", total=sum(planned.values()) if planned else len(jobs))
+        overall = bar.add_task(f"{title}: {len(jobs)} phases", total=sum(planned.values()) if planned else len(jobs))
         for job in jobs:
             label = f"{job.name} ({job.phase or 'pretrain'})"
             if job.kind == "base" and not cfg.base.is_mini:
-                from aclarena.train.base import check_external_base
-
                 folders[job.name] = check_external_base(cfg.base)
                 rec = PhaseRecord(job, "external", folders[job.name])
             elif not job.trains:
@@ -233,7 +157,7 @@ def run_curriculum(
                 cbs = [_progress_callback(bar, task, label, (overall, done_steps) if counted else None)] \
                     if show_progress else []
                 cbs += list(callbacks(job)) if callbacks is not None else []
-                cbs += monitor(job) if monitor is not None else []
+                cbs += list(monitor(job)) if monitor is not None else []
                 result = run_job(cfg, job, out, folders, cbs, chat_template)
                 bar.update(task, completed=result.steps, total=max(1, result.steps),
                            description=f"{label} {'(already finished)' if result.skipped else ''}".rstrip())
@@ -315,12 +239,13 @@ def _parent_location(out: Path, job: Job, folders: dict[str, str]) -> str:
 
 
 def _positions(folder: str) -> int | None:
+    """The context length of the checkpoint in ``folder`` (:func:`aclarena.models.arch.context_length` of its
+    config.json), None when it has none or its config cannot be read (the model's own limit then applies)."""
     try:
-        value = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))["max_position_embeddings"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
-    # a length of another type (a string, a float, true) is no length: the model's own limit applies
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return context_length(config) if isinstance(config, dict) else None
 
 
 def run_job(cfg: CurriculumConfig, job: Job, out: Path, folders: dict[str, str], callbacks: list[Any],
@@ -333,12 +258,8 @@ def run_job(cfg: CurriculumConfig, job: Job, out: Path, folders: dict[str, str],
             "seed": job.seed, "run_seed": job.run_seed, "replicate": job.replicate}
     keep = cfg.keep_trainer_checkpoints
     if job.kind == "base" and not cfg.base.builds:
-        from aclarena.train.base import copy_shipped_base
-
         return copy_shipped_base(folder, fingerprint=job.fingerprint)
     if job.kind == "base":
-        from aclarena.train.base import build_mini_base
-
         return build_mini_base(cfg.base, folder, seed=job.seed, fingerprint=job.fingerprint, callbacks=callbacks,
                                work_dir=work, keep_trainer_checkpoints=keep)
     done = finished(folder, job.fingerprint)

@@ -38,7 +38,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from transformers import TrainerCallback
@@ -53,12 +53,11 @@ from aclarena.diagnostics.early_warning import (
     lead_time,
     min_items,
 )
+from aclarena.diagnostics.monitor_metrics import default_rules
 from aclarena.errors import AclarenaError
 from aclarena.store.monitor_series import LEAD_KEY, LEAD_LABEL_PREFIX
-from aclarena.train.callbacks import DriftMonitorCallback, MonitorStore, default_rules
-
-if TYPE_CHECKING:
-    from aclarena.train.curriculum import Job
+from aclarena.train.callbacks import DriftMonitorCallback, MonitorStore
+from aclarena.train.plan import Job, plan
 
 LEAD_TYPE = "monitor-lead-time"
 LEAD_VERSION = "0.1.0"
@@ -320,7 +319,6 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
         CONFIG_COPY,
         WORK,
         _location,
-        plan,
         read_template,
         run_job,
     )

@@ -33,7 +33,8 @@ distribution. Scalars go to the run's ``series.h5`` under ``monitor/<phase>``::
     z = 3.0
 
 docs/monitor.md lists every key, the metrics and where the provisional default limits come from
-(one mini run; not yet fitted on held-out seeds).
+(one mini run; not yet fitted on held-out seeds). The section is parsed and validated with the config
+(:mod:`aclarena.train.monitor_spec`); this module makes the probe sets and the callbacks from it.
 """
 
 from __future__ import annotations
@@ -41,184 +42,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from aclarena.diagnostics.early_warning import MetricRule, TrendRule
-from aclarena.envs import DOMAINS
-from aclarena.errors import AclarenaError, ConfigError, did_you_mean
+from aclarena.distributed import is_main_process, wait_for_everyone
+from aclarena.errors import AclarenaError
+from aclarena.train.config import CurriculumConfig
+from aclarena.train.monitor_spec import MonitorSpec
+from aclarena.train.naming import phase_names, replicate_suffix
+from aclarena.train.plan import Job
 
-if TYPE_CHECKING:
-    from aclarena.train.config import CurriculumConfig
-    from aclarena.train.curriculum import Job
-
-MONITOR_KEYS = ("stages", "domains", "probes", "probe_n", "probe_max_new_tokens", "probe_seed", "every_n_steps", "high",
-                "on_warning", "on_store_error", "batch_size", "thresholds", "trend", "razor")
-TREND_KEYS = ("metrics", "alpha", "z", "warmup", "rel_std", "min_std")
 PROBE_PREFIX = "monitor-"
 #: probe sets of the stage being trained: the stage start's generations on its training prompts
 RAZOR_PREFIX = "razor-"
-
-
-class MonitorFieldError(ConfigError):
-    def __init__(self, path: tuple[str, ...], message: str) -> None:
-        super().__init__(message)
-        self.path = path
-
-
-def _int(d: Mapping[str, Any], key: str, default: int, low: int) -> int:
-    v = d.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise MonitorFieldError((key,), f"`{key}` must be an integer >= {low}, got {v!r}")
-    return v
-
-
-@dataclass(frozen=True, slots=True)
-class MonitorSpec:
-    """The ``[monitor]`` section (see the module docstring); ``rules`` are built from the
-    defaults, ``thresholds`` and ``trend``."""
-
-    stages: tuple[str, ...] | None = None
-    domains: tuple[str, ...] | None = None
-    probes: tuple[str, ...] = ()
-    probe_n: int = 8
-    probe_max_new_tokens: int = 64
-    probe_seed: int = 0
-    every_n_steps: int = 10
-    high: str = "q=0.06"
-    on_warning: str = "log"
-    on_store_error: str = "raise"
-    batch_size: int = 8
-    rules: Mapping[str, MetricRule] = field(default_factory=dict)
-    razor: bool = True
-
-    def __post_init__(self) -> None:
-        from aclarena.diagnostics.monitor_metrics import ACTIONS, default_rules
-        from aclarena.diagnostics.token_drift import HighEntropy
-        from aclarena.store.monitor_series import STORE_ERRORS
-
-        try:
-            HighEntropy.parse(self.high)
-        except ValueError as e:
-            raise MonitorFieldError(("high",), str(e)) from None
-        if self.on_warning not in ACTIONS:
-            raise MonitorFieldError(("on_warning",), f"`on_warning` must be one of {', '.join(ACTIONS)}, got "
-                                                     f"{self.on_warning!r}{did_you_mean(str(self.on_warning), ACTIONS)}")
-        if self.on_store_error not in STORE_ERRORS:
-            raise MonitorFieldError(("on_store_error",),
-                                    f"`on_store_error` must be one of {', '.join(STORE_ERRORS)}, got "
-                                    f"{self.on_store_error!r}{did_you_mean(str(self.on_store_error), STORE_ERRORS)}")
-        if not self.rules:
-            object.__setattr__(self, "rules", default_rules())
-        object.__setattr__(self, "rules", MappingProxyType(dict(self.rules)))
-
-    def settings(self) -> dict[str, Any]:
-        from aclarena.diagnostics.monitor_metrics import rules_to_json
-
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "rules"}
-        d["rules"] = rules_to_json(self.rules)
-        return d
-
-
-def build_rules(thresholds: Mapping[str, Any], trend: Mapping[str, Any]) -> dict[str, MetricRule]:
-    """Default rules with ``[monitor.thresholds]`` and ``[monitor.trend]`` applied."""
-    from aclarena.diagnostics.monitor_metrics import METRICS, TRAIN_METRICS, default_rules
-
-    known = [*METRICS, *TRAIN_METRICS]
-    rules = default_rules()
-    for metric, value in thresholds.items():
-        if metric not in known:
-            raise MonitorFieldError(("thresholds", metric),
-                                    f"no monitor metric {metric!r}{did_you_mean(metric, known)}; metrics: {', '.join(known)}")
-        old = rules.get(metric, MetricRule())
-        if value == "off":
-            rules[metric] = dataclasses.replace(old, threshold=None)
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            rules[metric] = dataclasses.replace(old, threshold=float(value))
-        else:
-            raise MonitorFieldError(("thresholds", metric), f"threshold of {metric!r} must be a number or \"off\", "
-                                                            f"got {value!r}")
-    for key in trend:
-        if key not in TREND_KEYS:
-            raise MonitorFieldError(("trend", key), f"unknown key {key!r} in [monitor.trend]{did_you_mean(key, TREND_KEYS)}; "
-                                                    f"allowed: {', '.join(TREND_KEYS)}")
-    if trend:
-        base = next((r.trend for r in rules.values() if r.trend is not None), TrendRule())
-        shared: dict[str, Any] = {k: trend[k] for k in ("alpha", "z", "warmup", "rel_std") if k in trend}
-        min_std = trend.get("min_std", {})
-        if isinstance(min_std, int | float) and not isinstance(min_std, bool):
-            min_std = {m: float(min_std) for m in known}
-        if not isinstance(min_std, Mapping):
-            raise MonitorFieldError(("trend", "min_std"), "`min_std` must be a number or a table {metric = value}")
-        metrics = trend.get("metrics", [m for m, r in rules.items() if r.trend is not None])
-        if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
-            raise MonitorFieldError(("trend", "metrics"), "`metrics` must be a list of metric names")
-        for m in [*metrics, *min_std]:
-            if m not in known:
-                raise MonitorFieldError(("trend", "metrics"),
-                                        f"no monitor metric {m!r}{did_you_mean(m, known)}; metrics: {', '.join(known)}")
-        for m in known:
-            old = rules.get(m, MetricRule())
-            if m not in metrics:
-                if old.trend is not None:
-                    rules[m] = dataclasses.replace(old, trend=None)
-                continue
-            t = old.trend or base
-            try:
-                changes = shared | ({"min_std": float(min_std[m])} if m in min_std else {})
-                t = dataclasses.replace(t, **changes)
-            except (ValueError, TypeError) as e:
-                raise MonitorFieldError(("trend",), f"[monitor.trend]: {e}") from None
-            rules[m] = dataclasses.replace(old, trend=t)
-    return {k: v for k, v in rules.items() if v.active}
-
-
-def parse_monitor(data: Any, stage_domains: Sequence[str]) -> MonitorSpec:
-    """The ``[monitor]`` table as a :class:`MonitorSpec`; errors are :class:`MonitorFieldError` (with the key path)."""
-    if not isinstance(data, Mapping):
-        raise MonitorFieldError((), "[monitor] must be a table")
-    for key in data:
-        if key not in MONITOR_KEYS:
-            raise MonitorFieldError((key,), f"unknown key {key!r} in [monitor]{did_you_mean(key, MONITOR_KEYS)}; "
-                                            f"allowed: {', '.join(MONITOR_KEYS)}")
-
-    def names(key: str, allowed: Sequence[str] | None) -> tuple[str, ...] | None:
-        if key not in data:
-            return None
-        v = data[key]
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise MonitorFieldError((key,), f"`{key}` must be a list of names")
-        for x in v:
-            if allowed is not None and x not in allowed:
-                raise MonitorFieldError((key,), f"{key}: {x!r} is not a stage domain of this curriculum"
-                                                f"{did_you_mean(x, allowed)}; stages: {', '.join(allowed)}")
-        return tuple(v)
-
-    stages = names("stages", stage_domains)
-    domains = names("domains", list(DOMAINS))
-    probes = names("probes", None) or ()
-    thresholds = data.get("thresholds", {})
-    trend = data.get("trend", {})
-    if not isinstance(thresholds, Mapping):
-        raise MonitorFieldError(("thresholds",), "[monitor.thresholds] must be a table {metric = value}")
-    if not isinstance(trend, Mapping):
-        raise MonitorFieldError(("trend",), "[monitor.trend] must be a table")
-    for key in ("high", "on_warning", "on_store_error"):
-        if key in data and not isinstance(data[key], str):
-            raise MonitorFieldError((key,), f"`{key}` must be a string, got {data[key]!r}")
-    razor = data.get("razor", True)
-    if not isinstance(razor, bool):
-        raise MonitorFieldError(("razor",), f"`razor` must be true or false, got {razor!r}")
-    return MonitorSpec(
-        stages=stages, domains=domains, probes=probes, probe_n=_int(data, "probe_n", 8, 1),
-        probe_max_new_tokens=_int(data, "probe_max_new_tokens", 64, 1), probe_seed=_int(data, "probe_seed", 0, 0),
-        every_n_steps=_int(data, "every_n_steps", 10, 1), high=data.get("high", "q=0.06"),
-        on_warning=data.get("on_warning", "log"), on_store_error=data.get("on_store_error", "raise"),
-        batch_size=_int(data, "batch_size", 8, 1), rules=build_rules(thresholds, trend), razor=razor,
-    )
 
 
 # --- probe sets of earlier stages ---------------------------------------------------------------
@@ -294,8 +131,7 @@ def monitor_factory(cfg: CurriculumConfig, out: str | os.PathLike[str], jobs: Se
         from aclarena.probes.probe_set import read_probe_set
         from aclarena.store import ResultsStore
         from aclarena.train.callbacks import DriftMonitorCallback
-        from aclarena.train.naming import phase_names, replicate_suffix
-        from aclarena.train.phases import finished, is_main_process, wait_for_everyone
+        from aclarena.train.phases import finished
 
         if job.kind != "stage" or job.domain is None or job.domain not in monitored:
             return []
@@ -338,9 +174,7 @@ def monitor_factory(cfg: CurriculumConfig, out: str | os.PathLike[str], jobs: Se
                 references[p.name] = folders(p.reference)
         start = folders(first.parent) if first.parent is not None else None
         return [DriftMonitorCallback(
-            probes, run_dir=out, label=job.name, references=references, stage_start=start,
-            every_n_steps=spec.every_n_steps, high=spec.high, rules=spec.rules, on_warning=spec.on_warning,
-            on_store_error=spec.on_store_error, batch_size=spec.batch_size)]
+            probes, run_dir=out, label=job.name, references=references, stage_start=start, settings=spec.callback)]
 
     return factory
 

@@ -13,11 +13,23 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from aclarena.train.config import StageSpec
+
+class _Phase(Protocol):
+    @property
+    def kind(self) -> str: ...
+
+
+class Stage(Protocol):
+    """What names need of a stage (:class:`aclarena.train.config.StageSpec` is one): its domain and phases."""
+
+    @property
+    def domain(self) -> str: ...
+
+    @property
+    def phases(self) -> Sequence[_Phase]: ...
 
 
 def replicate_suffix(replicate: int) -> str:
@@ -44,7 +56,7 @@ def oracle_name(domain: str, replicate: int = 0, phase: str | None = None) -> st
     return checkpoint_name(ORACLE, domain, replicate, phase)
 
 
-def phase_names(prefix: str, stage: StageSpec, replicate: int = 0) -> list[str]:
+def phase_names(prefix: str, stage: Stage, replicate: int = 0) -> list[str]:
     """Names of a stage's phases, in order: ``[seq-d-sft, seq-d]`` or ``[seq-d]``."""
     kinds = [p.kind for p in stage.phases]
     return ([checkpoint_name(prefix, stage.domain, replicate, k) for k in kinds[:-1]]

@@ -2,9 +2,9 @@
 
 Each node (a prefix such as math -> search) is one stage of the parent curriculum's recipe for its last
 domain, trained from its parent prefix's end (``base`` for the first stage), once for every order that
-starts with it. Phase seeds are those of :func:`aclarena.train.curriculum.phase_seed` (the run's seed, the
+starts with it. Phase seeds are those of :func:`aclarena.train.plan.phase_seed` (the run's seed, the
 domain and the phase kind, not the position), and fingerprints chain through the parents as in
-:func:`aclarena.train.curriculum.plan`, so a finished node is reused by a rerun or by a second design
+:func:`aclarena.train.plan.plan`, so a finished node is reused by a rerun or by a second design
 trained into the same folder (``--orders pairs`` then ``--orders latin``). Names:
 :func:`aclarena.diagnostics.orders.node_name` (``ord-math-search-sft``, ``ord-math-search``, ``-s<r>`` for
 replicate ``r`` >= 1).
@@ -13,26 +13,13 @@ replicate ``r`` >= 1).
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from aclarena.diagnostics.orders import OrderPlan, node_name
 from aclarena.train.config import CurriculumConfig
-from aclarena.train.curriculum import (
-    CHECKPOINTS,
-    CONFIG_COPY,
-    CurriculumRun,
-    Job,
-    PhaseRecord,
-    _fp,
-    _register,
-    _write_text,
-    phase_seed,
-    plan,
-    read_template,
-    run_job,
-)
+from aclarena.train.curriculum import CHECKPOINTS, CurriculumRun, PhaseRecord, train_jobs
+from aclarena.train.plan import Job, _fp, phase_seed, plan
 
 
 def order_jobs(cfg: CurriculumConfig, order_plan: OrderPlan) -> list[Job]:
@@ -77,41 +64,7 @@ def train_orders(cfg: CurriculumConfig, out: str | os.PathLike[str], order_plan:
                  show_progress: bool = False, config_text: str | None = None,
                  on_phase: Callable[[PhaseRecord], None] | None = None) -> CurriculumRun:
     """Train every node of ``order_plan`` into ``out`` (finished phases are skipped), registering each in the
-    manifest as a ``stage`` checkpoint with its parent, domain and phase."""
-    from aclarena.progress import progress
-    from aclarena.train.phases import check_writable, is_main_process, wait_for_everyone
-
-    t0 = time.monotonic()
-    out = Path(out)
-    check_writable(out)
-    check_writable(out / CHECKPOINTS)
-    jobs = order_jobs(cfg, order_plan)
-    if config_text is not None and is_main_process():
-        _write_text(out / CONFIG_COPY, config_text)
-    template = read_template(cfg)
-    run = CurriculumRun(out=out)
-    folders: dict[str, str] = {}
-    with progress(show_progress) as bar:
-        overall = bar.add_task(f"orders: {len(jobs)} phases", total=len(jobs))
-        for job in jobs:
-            if job.kind == "base" and not cfg.base.is_mini:
-                from aclarena.train.base import check_external_base
-
-                folders[job.name] = check_external_base(cfg.base)
-                rec = PhaseRecord(job, "external", folders[job.name])
-            else:
-                rel = f"{CHECKPOINTS}/{job.name}"
-                folders[job.name] = rel
-                result = run_job(cfg, job, out, folders, [], template)
-                status = "finished" if result.skipped else (
-                    "shipped" if job.kind == "base" and not cfg.base.builds else "trained")
-                rec = PhaseRecord(job, status, rel, result)
-            run.records.append(rec)
-            if is_main_process():
-                _register(cfg, out, run.records, folders)
-            wait_for_everyone()
-            if on_phase is not None:
-                on_phase(rec)
-            bar.advance(overall)
-    run.wall_s = time.monotonic() - t0
-    return run
+    manifest as a ``stage`` checkpoint with its parent, domain and phase (the curriculum's own loop,
+    :func:`aclarena.train.curriculum.train_jobs`: progress in training steps, with the run's rate and ETA)."""
+    return train_jobs(cfg, out, order_jobs(cfg, order_plan), title="orders", show_progress=show_progress,
+                      config_text=config_text, on_phase=on_phase)

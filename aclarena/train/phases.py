@@ -38,7 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from aclarena.distributed import is_main_process, wait_for_everyone
 from aclarena.errors import AclarenaError, CheckpointError, ConfigError
+from aclarena.models.arch import context_length
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
@@ -373,17 +375,6 @@ def quiet() -> None:
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
 
 
-def is_main_process() -> bool:
-    return int(os.environ.get("RANK", "0")) == 0
-
-
-def wait_for_everyone() -> None:
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from accelerate import PartialState
-
-        PartialState().wait_for_everyone()
-
-
 def last_checkpoint(work_dir: Path) -> str | None:
     """The newest *complete* trainer checkpoint in ``work_dir`` (None if there is none).
 
@@ -548,7 +539,9 @@ def run_sft(
         raise ConfigError(f"SFT records for {out.name} need `messages` (conversations) or `text`; got columns "
                           f"{ds.column_names}")
     ds = ds.remove_columns([c for c in ds.column_names if c not in keep])
-    positions = int(getattr(model.config, "max_position_embeddings", 1024) or 1024)
+    # deliberately not the model's whole context: 1,024 when its config sets none, and at most 4,096 tokens per
+    # training sequence (memory), whatever the model takes
+    positions = context_length(model.config) or 1024
     extra = {"assistant_only_loss": conversational, "max_length": min(positions, 4096), "packing": False}
     args = make_args("sft", work, seed, dict(trl or {}), extra)
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer,

@@ -139,3 +139,26 @@ def test_a_merge_of_an_adapter_chain_is_one_line_and_writes_nothing(chain_run, c
     assert "'lora-stack' is a LoRA adapter on another adapter ('lora-ecom')" in err, err
     assert len(err.strip().splitlines()) == 1, err
     assert snapshot(chain_run) == before
+
+
+def test_the_weights_fingerprint_follows_the_whole_chain(chain_run):
+    """Re-saving the adapter two levels below changes the fingerprint that probe sets and token drift reuse
+    results by (it followed one level: a stale result was reused); one level keeps its former value."""
+    import os
+
+    from aclarena.models.checkpoint import inspect
+    from aclarena.models.tensors import checkpoint_fingerprint, weights_fingerprint
+
+    m = load_manifest(chain_run)
+
+    def fp(name):
+        return weights_fingerprint(inspect(m.resolve(name), m, chain_run, allow_pickle=True), m, chain_run)
+
+    ecom = inspect(m.resolve("lora-ecom"), m, chain_run, allow_pickle=True)
+    below = inspect(m.resolve(ecom.spec.on), m, chain_run, allow_pickle=True)
+    assert fp("lora-ecom") == checkpoint_fingerprint(ecom, on=below)  # one level: as before
+    before = fp("lora-stack")
+    weights = sorted({t.file for t in below.tensors.values()})  # seq-search, the full model under lora-ecom
+    st = weights[0].stat()
+    os.utime(weights[0], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # re-saved
+    assert fp("lora-stack") != before

@@ -12,7 +12,8 @@ from train_helpers import TINY, changed, marker_mtimes, weights
 
 from aclarena.store import ResultsStore, load_manifest
 from aclarena.train.config import load_config
-from aclarena.train.curriculum import plan, read_train_logs, run_curriculum
+from aclarena.train.curriculum import read_train_logs, run_curriculum
+from aclarena.train.plan import plan
 
 pytestmark = pytest.mark.slow
 

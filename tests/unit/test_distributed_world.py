@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from aclarena.distributed import DISTRIBUTED_VERBS, World, env_world, world
+from aclarena.distributed import (
+    DISTRIBUTED_VERBS,
+    World,
+    env_world,
+    is_main_process,
+    process_group_size,
+    wait_for_everyone,
+    world,
+)
 from aclarena.errors import AclarenaError
 
 
@@ -32,6 +40,22 @@ def test_env_world(monkeypatch):
     monkeypatch.setenv("RANK", "x")
     with pytest.raises(AclarenaError, match="not an integer"):
         env_world()
+
+
+def test_rank_helpers_agree_with_the_world(monkeypatch):
+    # one rule for "main process": rank 0 of the launcher's environment, as World.is_main
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    assert is_main_process() and World(*env_world()).is_main
+    wait_for_everyone()  # one process: nothing to wait for (accelerate is not asked)
+    assert process_group_size() == 1  # no process group initialised
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, main in (("0", True), ("1", False)):
+        monkeypatch.setenv("RANK", rank)
+        assert is_main_process() is main and World(*env_world()).is_main is main
+    monkeypatch.setenv("RANK", "x")
+    with pytest.raises(AclarenaError, match="RANK='x' is not an integer"):
+        is_main_process()
 
 
 def test_one_process_collectives_are_the_identity(monkeypatch):

@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from aclarena.diagnostics.monitor_metrics import default_rules
 from aclarena.errors import AclarenaError
-from aclarena.train.callbacks import METRICS, TRAIN_COLUMNS, MonitorStore, default_rules, probe_columns
+from aclarena.train.callbacks import METRICS, TRAIN_COLUMNS, MonitorStore, probe_columns
 from aclarena.train.lead_time import BENCH_COLUMNS, check_items, lead_time_table, planned_tests
 
 N = 16

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -351,3 +352,29 @@ def test_drop_reachable_agrees_with_min_items_and_labels_say_why_there_is_no_dro
     result = {"drop_test": {"domains": {"math": {"reachable": False}, "search": {"reachable": True}}}}
     assert drop_reachable_in(result, "math") is False and drop_reachable_in(result, "search") is True
     assert drop_reachable_in(result, "ecom") is None and drop_reachable_in({}, "math") is None
+
+
+def test_monitor_settings_are_validated_once_and_the_callback_trusts_them():
+    from aclarena.diagnostics.token_drift import HighEntropy
+    from aclarena.train.callbacks import DriftMonitorCallback
+    from aclarena.train.monitor_spec import MonitorSettings
+
+    spec = parse_config(CONFIG + "\n[monitor]\nevery_n_steps = 3\non_warning = \"stop\"\nhigh = \"nats=1.5\"\n").monitor
+    settings = spec.callback
+    assert isinstance(settings, MonitorSettings)
+    assert (settings.every_n_steps, settings.on_warning, settings.high_entropy) == (3, "stop", HighEntropy.parse("nats=1.5"))
+    assert dict(settings.rules) == dict(spec.rules)
+    cb = DriftMonitorCallback([_probe()], settings=settings)
+    assert cb.monitor_settings is settings
+    assert (cb.every_n_steps, cb.on_warning, cb.high, cb.rules) == (3, "stop", settings.high, dict(spec.rules))
+    # the loose keywords build the same object
+    assert DriftMonitorCallback([_probe()], every_n_steps=3, on_warning="stop", high="nats=1.5",
+                                rules=spec.rules).monitor_settings == settings
+    with pytest.raises(AclarenaError, match="not both"):
+        DriftMonitorCallback([_probe()], settings=settings, every_n_steps=4)
+    with pytest.raises(ConfigError, match=r"^on_warning must be one of log, save, stop, got 'halt'$"):
+        MonitorSettings(on_warning="halt")
+    with pytest.raises(ConfigError, match=r"^every_n_steps must be an integer >= 1, got 0$"):
+        MonitorSettings(every_n_steps=0)
+    with pytest.raises(ConfigError, match="on_warning must be one of"):
+        dataclasses.replace(spec, on_warning="halt")  # a changed spec is validated again

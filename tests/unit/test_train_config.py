@@ -8,7 +8,7 @@ import pytest
 
 from aclarena.errors import ConfigError
 from aclarena.train.config import key_lines, load_config, parse_config, parse_overrides
-from aclarena.train.curriculum import phase_seed, plan
+from aclarena.train.plan import phase_seed, plan
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

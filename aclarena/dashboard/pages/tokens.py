@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dash import Dash, Input, Output, State, dash_table, dcc, html, no_update
+from dash import ClientsideFunction, Dash, Input, Output, State, dash_table, dcc, html, no_update
 from dash.development.base_component import Component
 
 from aclarena.dashboard.data import current_run, manifest, per_store, reader
@@ -420,30 +420,6 @@ def on_rank(run_dir: Path, probe: str | None, checkpoint: str | None, by: str) -
     return rows, cols, tips, subst
 
 
-# Where a click on a table row or a scatter point goes: {seq, pos}, or no update. In the browser: a
-# round trip to the server here cost a third of a sequence change (issue 46's 150 ms budget).
-JUMP = """
-function(rankCell, substCell, click, rankRows, substRows) {
-    var nothing = [window.dash_clientside.no_update, window.dash_clientside.no_update];
-    var ctx = window.dash_clientside.callback_context;
-    var trig = (ctx.triggered && ctx.triggered.length) ? ctx.triggered[0].prop_id.split(".")[0] : null;
-    var fromCell = function(cell, rows) {
-        if (!cell || !rows) { return null; }
-        var row = rows.find(function(x) { return String(x.id) === String(cell.row_id); });
-        return row ? {seq: Number(row.seq), pos: Number(row.pos)} : null;
-    };
-    var target = null;
-    if (trig === "tokens-rank") { target = fromCell(rankCell, rankRows); }
-    else if (trig === "tokens-subst") { target = fromCell(substCell, substRows); }
-    else if (trig === "tokens-scatter" && click && click.points && click.points.length) {
-        var cd = click.points[0].customdata;
-        if (Array.isArray(cd) && cd.length === 2) { target = {seq: Number(cd[0]), pos: Number(cd[1])}; }
-    }
-    return target === null ? nothing : [target.seq, target];
-}
-"""
-
-
 def _num(v: float, spec: str = ".4g") -> str:
     return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
 
@@ -543,29 +519,6 @@ def _scatter(run_dir: Path, probe: str, checkpoint: str) -> Any:
         return scatter_spec(r, probe, checkpoint, gl=True) if r is not None else None
 
 
-# Writes the text HTML into the page, marks the pinned token and scrolls it into view.
-DRAW_TEXT = """
-function(render, pin) {
-    render = render || {};
-    var put = function(id, markup) {
-        var el = document.getElementById(id);
-        if (!el) { return; }
-        if (el.dataset.markup !== String(render.version)) { el.innerHTML = markup || ""; }
-        el.dataset.markup = String(render.version);
-        el.dataset.seq = render.seq === undefined ? "" : String(render.seq);
-        el.querySelectorAll("span.tok.pinned").forEach(function(s) { s.classList.remove("pinned"); });
-        if (pin && render.seq === pin.seq) {
-            var hit = el.querySelector('span.tok[data-i="' + pin.pos + '"]');
-            if (hit) { hit.classList.add("pinned"); hit.scrollIntoView({block: "nearest"}); }
-        }
-    };
-    put("tokens-text", render.a);
-    put("tokens-text-b", render.b);
-    return [render.title_a || "", render.title_b || "", render.b ? {} : {display: "none"}, render.version];
-}
-"""
-
-
 def register_callbacks(app: Dash, run_dir: Path) -> None:
     from aclarena.dashboard.urlstate import keep_in_url
 
@@ -600,8 +553,7 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
         return out["html"], out["note"]
 
     app.clientside_callback(
-        "function(markup) { var el = document.getElementById('tokens-prompt-html');"
-        " if (el) { el.innerHTML = markup || ''; } return window.dash_clientside.no_update; }",
+        ClientsideFunction("tokens", "putPrompt"),
         Output("tokens-prompt-html", "title"), Input("tokens-prompt-render", "data"), prevent_initial_call=True)
 
     @app.callback(Output("tokens-signatures", "figure"), Output("tokens-sig-table", "children"),
@@ -631,7 +583,7 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
         return render, legend
 
     app.clientside_callback(
-        DRAW_TEXT,
+        ClientsideFunction("tokens", "drawText"),
         Output("tokens-title-a", "children"), Output("tokens-title-b", "children"),
         Output("tokens-panel-b", "style"), Output("tokens-drawn", "data"),
         Input("tokens-render", "data"), Input("tokens-pin", "data"),
@@ -646,7 +598,7 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
         return on_rank(run_dir, probe, checkpoint, by)
 
     app.clientside_callback(
-        JUMP,
+        ClientsideFunction("tokens", "jump"),
         Output("tokens-sequence", "value", allow_duplicate=True), Output("tokens-pin", "data", allow_duplicate=True),
         Input("tokens-rank", "active_cell"), Input("tokens-subst", "active_cell"), Input("tokens-scatter", "clickData"),
         State("tokens-rank", "data"), State("tokens-subst", "data"), prevent_initial_call=True,
