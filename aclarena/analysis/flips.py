@@ -59,7 +59,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from aclarena.envs.base import Environment, Task, Trajectory
-    from aclarena.models.checkpoint import CheckpointInfo
     from aclarena.models.loading import LoadOptions
     from aclarena.store.manifest import Manifest
     from aclarena.store.results import StoreReader
@@ -415,8 +414,9 @@ def lockstep_generate(
 
 
 def _max_positions(model: Any) -> int:
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    return int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
+    from aclarena.models.arch import context_length
+
+    return context_length(model.config) or 1 << 30  # no length in the config: no bound
 
 
 def play(
@@ -815,15 +815,6 @@ def imported_suite(run_dir: str | Path, early: str, suite: str) -> str | None:
     return cell.source if cell is not None and cell.source != "arena" else None
 
 
-def _fingerprint(info: CheckpointInfo, manifest: Manifest, run_dir: str | Path) -> str:
-    from aclarena.models.checkpoint import inspect
-    from aclarena.models.tensors import checkpoint_fingerprint
-
-    on = None
-    if info.source == "adapter" and info.spec.on:
-        on = inspect(manifest.resolve(info.spec.on), manifest, run_dir, allow_pickle=True)
-    return checkpoint_fingerprint(info, on=on)
-
 
 def _tasks_of(suite: str, settings: dict[str, Any]) -> dict[str, Task]:
     from aclarena.envs import sample_tasks
@@ -882,6 +873,7 @@ def flips(
     from aclarena.envs.custom import register_suites
     from aclarena.models.checkpoint import inspect, require_same_tokenizer
     from aclarena.models.loading import LoadOptions, load_model, load_tokenizer
+    from aclarena.models.tensors import weights_fingerprint
     from aclarena.store import load_manifest
     from aclarena.store.capability import open_matrix
 
@@ -904,7 +896,7 @@ def flips(
     require_same_tokenizer(infos)
     # what the result depends on besides the settings: the matrix cells and both checkpoints' weight files
     ident = settings.identity() | {"inputs": {"cells": made_from, "dtype": opts.dtype,
-                                              "weights": [_fingerprint(i, manifest, run_dir) for i in infos]}}
+                                              "weights": [weights_fingerprint(i, manifest, run_dir) for i in infos]}}
     if not force and write:
         old = read_flips(run_dir, early, late, suite)
         if old is not None and old.settings == ident:
