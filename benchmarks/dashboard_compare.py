@@ -33,7 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -311,6 +311,15 @@ def summarise(samples: list[dict[str, float]]) -> dict[str, Any]:
             "requests": statistics.median(s["requests"] for s in samples)}
 
 
+def machine_note(load_before: Sequence[float]) -> str:
+    """What the load said about the machine: idle (the benchmark's own servers and Chromium aside) when the
+    1-minute load average before was below 1.5 per 2 CPUs, else loaded by other jobs."""
+    idle = load_before[0] < 0.75 * (os.cpu_count() or 1)
+    said = ("otherwise idle (the load is the benchmark's two servers and Chromium)" if idle else
+            "loaded by other jobs while this ran: absolute times are inflated")
+    return f"{os.cpu_count()} CPUs, {said}; the two trees were measured alternately in one run, so compare them"
+
+
 def git_commit(tree: Path) -> str:
     try:
         head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -391,8 +400,7 @@ def main() -> None:
         "targets_ms": TARGETS, "trees": {k: git_commit(v) for k, v in trees.items()},
         "machine": {"cpus": os.cpu_count(), "load_before": [round(x, 2) for x in load0],
                     "load_after": [round(x, 2) for x in load1],
-                    "note": "the shared 2-core machine, loaded by other engineers' jobs while this ran: absolute times "
-                            "are inflated; the two trees were measured alternately in one run, so compare them"},
+                    "note": machine_note(load0)},
         "seconds": round(time.time() - started), "rounds": args.rounds, "changes": args.changes, "pages": {},
         "not_measured": skipped,
     }
