@@ -53,7 +53,8 @@ def recovery_figure(data: FlipsData) -> go.Figure:
                 customdata=s["n"], hovertemplate="%{x}% of tokens: %{y:.2f} (n = %{customdata})<extra></extra>"))
     n = len(data.forward["items"]) if data.forward else 0
     ticks = data.forward["budgets"] if data.forward else []
-    fig.update_layout(title=f"Swap test: {_label(data)} ({n} forgotten items reproduced)",
+    # the pair and the count on a second line: in the page's half-width panel one line ran past its edge
+    fig.update_layout(title=f"Swap test<br><sup>{_label(data)}: {n} forgotten items reproduced</sup>",
                       xaxis={"title": "budget (% of E's trajectory tokens)", "type": "log", "tickvals": ticks,
                              "ticktext": [f"{b:g}%" for b in ticks]},
                       yaxis={"title": "share of items", "range": [-0.05, 1.05]}, template=TEMPLATE,
@@ -80,7 +81,8 @@ def divergence_figure(data: FlipsData) -> go.Figure:
     if c.get("n"):
         note = (f"forgot: {c['share']:.2f} in the top set [{c['share_low']:.2f}, {c['share_high']:.2f}], "
                 f"chance {c['chance']:.2f} [{c['chance_low']:.2f}, {c['chance_high']:.2f}]")
-    fig.update_layout(title=f"Entropy percentile of the divergence point: {_label(data)}<br><sup>{note}</sup>",
+    sub = "; ".join(x for x in (_label(data), note) if x)
+    fig.update_layout(title=f"Entropy percentile of the divergence point<br><sup>{sub}</sup>",
                       xaxis={"title": "E's entropy percentile at the divergence (100 = the trajectory's highest)"},
                       yaxis={"title": "items"}, barmode="overlay", template=TEMPLATE)
     return fig

@@ -69,3 +69,20 @@ def test_export_html_has_the_flips_figures(flips_run, tmp_path, cli):
     html = next((tmp_path / "figs").glob("*.html")).read_text()
     assert "fig-flips-recovery-seq-math-seq-search-math-id" in html
     assert "fig-flips-divergence-seq-math-seq-search-math-id" in html
+
+
+def test_every_flips_title_fits_its_panel(flips_run, serve, page, console_errors):
+    """The swap test's and the divergence histogram's titles ran past their half-width panels (the pair and the
+    count on one line); each title now ends inside its figure."""
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    page.goto(serve(flips_run) + "/flips")
+    page.wait_for_selector("#flips-recovery .main-svg")
+    wait_for_dash(page)
+    overflow = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')].flatMap(gd => {
+        const svg = gd.querySelector('.main-svg'), title = gd.querySelector('.gtitle');
+        if (!svg || !title) { return []; }
+        const over = title.getBoundingClientRect().right - svg.getBoundingClientRect().right;
+        return over > 1 ? [[gd.parentElement.id, title.textContent, Math.round(over)]] : [];
+    })""")
+    assert overflow == []
+    assert console_errors == []
