@@ -36,7 +36,8 @@ def plain(x: Any) -> Any:
     return x
 
 
-def main() -> None:
+def setup() -> None:
+    """The tests' import path, offline hub, quiet progress and pinned CPU kernels (as tests/conftest.py)."""
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -44,6 +45,10 @@ def main() -> None:
     from aclarena.reproducibility import pin_cpu_kernels
 
     pin_cpu_kernels()
+
+
+def main() -> None:
+    setup()
     from fixtures import make_run, make_tokenizer
     from flips_helpers import write_cells
 

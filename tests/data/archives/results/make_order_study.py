@@ -10,22 +10,14 @@ keeps reading it. Usage (from the repository root): python tests/data/archives/r
 """
 
 import json
-import os
-import sys
 import tempfile
 from pathlib import Path
 
-from make_flips import ROOT, plain
+from make_flips import plain, setup
 
 
 def main() -> None:
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("ACLARENA_PROGRESS_INTERVAL", "0")
-    from aclarena.reproducibility import pin_cpu_kernels
-
-    pin_cpu_kernels()
+    setup()
     import h5py
     from train_helpers import small_config
 
