@@ -27,7 +27,7 @@ import math
 import os
 import re
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -284,21 +284,23 @@ def consolidation_rows(seeds: Sequence[int], stages: Sequence[str], cells: dict[
     return rows
 
 
-def vector_pairs(stages: Sequence[str], replicates: int, names: set[str], base: str = "base"
-                 ) -> tuple[dict[int, str], dict[int, list[str]]]:
+def vector_pairs(stages: Sequence[str], replicates: int, names: set[str], base: str = "base", *,
+                 sdft: Mapping[int, Mapping[str, str]] | None = None) -> tuple[dict[int, str], dict[int, list[str]]]:
     """The ``vectors --pair`` texts of the cosine rows, per replicate (docs/study.md defines them).
 
     * mix: ``θ_sdft − θ_base`` against ``θ_sdft-from-end − θ_end``: the same domain-balanced SFT on the
       oracles' rollouts (SDFT, the study's oracle-mix SFT) run from the base and from the sequential end;
+      ``sdft``: replicate -> {"base": checkpoint, "end": checkpoint}, what ``consolidate --method sdft
+      --start base|end`` reported writing (its outputs, not names guessed from its naming rule);
     * unrelated: ``θ_oracle-a-sft − θ_base`` against ``θ_oracle-b-sft − θ_base`` for every pair of
       domains a != b: SFT on two different domains' data from the same start.
     """
     mix: dict[int, str] = {}
     unrelated: dict[int, list[str]] = {}
     for r in range(replicates):
-        x, end = suffix(r), seq_name(stages[-1], r)
-        if {f"sdft{x}", f"sdft-from-end{x}", end} <= names:
-            mix[r] = f"sdft{x} - {base}:sdft-from-end{x} - {end}"
+        end, made = seq_name(stages[-1], r), (sdft or {}).get(r, {})
+        if made.get("base") in names and made.get("end") in names and end in names:
+            mix[r] = f"{made['base']} - {base}:{made['end']} - {end}"
         sft = [oracle_name(d, r, "sft") for d in stages if oracle_name(d, r, "sft") in names]
         pairs = [f"{a} - {base}:{b} - {base}" for i, a in enumerate(sft) for b in sft[i + 1:]]
         if pairs:
@@ -636,11 +638,14 @@ def _cosines(out: Path, seeds: int, stages: Sequence[str], seed_list: Sequence[i
     from aclarena.store import load_manifest
 
     run = str(out)
+    sdft: dict[int, dict[str, str]] = {}
     for start in ("base", "end"):
-        verb(f"sdft --start {start}", "consolidate",
-             functools.partial(analyses.consolidate, run, "sdft", seeds=seeds, start=start))
+        res = verb(f"sdft --start {start}", "consolidate",
+                   functools.partial(analyses.consolidate, run, "sdft", seeds=seeds, start=start))
+        for o in (res or {}).get("outputs", []):  # made or reused: each replicate's output checkpoint
+            sdft.setdefault(int(o.get("replicate", 0)), {})[start] = o["checkpoint"]
     known = {c.name for c in load_manifest(out)}
-    mix, unrelated = vector_pairs(stages, seeds, known)
+    mix, unrelated = vector_pairs(stages, seeds, known, sdft=sdft)
     asked = [p for r in range(seeds) for p in ([mix[r]] if r in mix else []) + unrelated.get(r, [])]
     if not asked:
         errors["vectors"] = ("no pair to compare: SDFT from the base and from the end, and the oracles' SFT "

@@ -98,8 +98,12 @@ def test_vector_pairs_and_cosine_rows():
 
     names = {"base", "seq-if", "seq-if-s1", "sdft", "sdft-from-end", "sdft-s1",  # seed 1 lacks sdft-from-end-s1
              "oracle-math-sft", "oracle-search-sft", "oracle-if-sft", "oracle-math-sft-s1", "oracle-if-sft-s1"}
-    mix, unrelated = vector_pairs(STAGES, 2, names)
+    made = {0: {"base": "sdft", "end": "sdft-from-end"}, 1: {"base": "sdft-s1", "end": "sdft-from-end-s1"}}
+    mix, unrelated = vector_pairs(STAGES, 2, names, sdft=made)
     assert mix == {0: "sdft - base:sdft-from-end - seq-if"}
+    # the outputs consolidate reported are used, whatever their names (e.g. `--name`)
+    named = vector_pairs(STAGES, 1, names | {"mix-a", "mix-b"}, sdft={0: {"base": "mix-a", "end": "mix-b"}})[0]
+    assert named == {0: "mix-a - base:mix-b - seq-if"}
     assert unrelated[0] == ["oracle-math-sft - base:oracle-search-sft - base", "oracle-math-sft - base:oracle-if-sft - base",
                             "oracle-search-sft - base:oracle-if-sft - base"]
     assert unrelated[1] == ["oracle-math-sft-s1 - base:oracle-if-sft-s1 - base"]
