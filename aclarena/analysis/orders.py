@@ -23,7 +23,6 @@ resumable, as ``study``'s.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -238,15 +237,7 @@ def write_orders(result: OrderStudy, *, command: str) -> Path:
     from aclarena.reproducibility import made_by
 
     payload = result.payload(made_by(command))
-    data = payload.to_json()
-    path = result.out / ORDERS_FILE
-    tmp = path.with_name(f".{ORDERS_FILE}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-        tmp.replace(path)
-    except OSError as e:
-        raise AclarenaError(f"cannot write {path}: {e.strerror or e}; free space or fix permissions, then rerun "
-                            "(finished work is kept)") from None
+    path = analyses.write_report(result.out / ORDERS_FILE, payload.to_json())
     write_orders_result(result.out, payload)
     return path
 

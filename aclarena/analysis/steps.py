@@ -9,9 +9,12 @@ into the line the verb would end with, so that one failed step does not stop the
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from aclarena.analysis._common import RunPath, jsonable
@@ -64,6 +67,18 @@ class Parts:
         if error is not None:
             self.errors[name] = error
         return data
+
+
+def write_report(path: Path, data: Any) -> Path:
+    """A multi-part job's report (``findings.json``, ``orders.json``): strict JSON, written whole then renamed."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as e:
+        raise AclarenaError(f"cannot write {path}: {e.strerror or e}; free space or fix permissions, then rerun "
+                            "(finished work is kept)") from None
+    return path
 
 
 def eval_cells(run_dir: RunPath, checkpoints: Sequence[str], suites: str, n: int) -> dict[str, Any]:

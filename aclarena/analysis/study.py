@@ -697,17 +697,6 @@ def _validation(cfg: Any, out: Path, seeds: int, stages: Sequence[str], lead_n: 
 
 def write_findings(result: StudyResult, *, command: str) -> Path:
     """``findings.json`` in the run folder, strict JSON, written whole then renamed."""
-    import json
-
     from aclarena.reproducibility import made_by
 
-    data = {**result.to_json(), "made_by": made_by(command)}
-    path = result.out / FINDINGS_FILE
-    tmp = path.with_name(f".{FINDINGS_FILE}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-        tmp.replace(path)
-    except OSError as e:
-        raise AclarenaError(f"cannot write {path}: {e.strerror or e}; free space or fix permissions, then rerun "
-                            "(finished work is kept)") from None
-    return path
+    return analyses.write_report(result.out / FINDINGS_FILE, {**result.to_json(), "made_by": made_by(command)})

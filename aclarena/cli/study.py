@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,13 +93,7 @@ def run(args: argparse.Namespace) -> int:
             raise AclarenaError(f"{flag} applies to an order study; add --orders SPEC (e.g. --orders pairs)")
     methods = parse_consolidations(args.consolidations, args.full)
 
-    def on_start(name: str) -> None:
-        if not args.json:
-            print(f"  study: {name} ...", file=sys.stderr, flush=True)
-
-    def on_part(name: str, seconds: float) -> None:
-        if not args.json:
-            print(f"  study: {name} {seconds:.1f} s", file=sys.stderr, flush=True)
+    on_start, on_part = _part_lines(args, "study")
 
     command = f"aclarena-diag study --run {args.run} --seeds {args.seeds} -n {args.n}"
     if args.consolidations is not None:
@@ -189,13 +184,7 @@ def run_orders_cli(args: argparse.Namespace, cfg: Any, path: Path) -> int:
             print(f"over the budget of {max_stages} stages (--max-stages): training it needs --yes")
         return 0
 
-    def on_start(name: str) -> None:
-        if not args.json:
-            print(f"  study --orders: {name} ...", file=sys.stderr, flush=True)
-
-    def on_part(name: str, seconds: float) -> None:
-        if not args.json:
-            print(f"  study --orders: {name} {seconds:.1f} s", file=sys.stderr, flush=True)
+    on_start, on_part = _part_lines(args, "study --orders")
 
     command = (f"aclarena-diag study --orders '{args.orders}' --run {args.run} --seeds {args.seeds} -n {args.n}"
                + (f" --config {args.config}" if args.config else "") + " --yes" * args.yes
@@ -215,3 +204,16 @@ def run_orders_cli(args: argparse.Namespace, cfg: Any, path: Path) -> int:
     print(f"Order study as JSON: {result.out / 'orders.json'}")
     return 0
 
+
+def _part_lines(args: argparse.Namespace, label: str) -> tuple[Callable[[str], None], Callable[[str, float], None]]:
+    """The start and end line of each part on stderr (none with --json)."""
+
+    def on_start(name: str) -> None:
+        if not args.json:
+            print(f"  {label}: {name} ...", file=sys.stderr, flush=True)
+
+    def on_part(name: str, seconds: float) -> None:
+        if not args.json:
+            print(f"  {label}: {name} {seconds:.1f} s", file=sys.stderr, flush=True)
+
+    return on_start, on_part
