@@ -25,22 +25,19 @@ def study(run_dir: Path) -> dict[str, Any] | None:
 
 def figures(run_dir: Path, what: str = "interference", by: str = "bwt") -> tuple[Any, Any]:
     """The matrix heatmap and the ranking of the run's order study (empty figures without one)."""
+    data = study(run_dir)
+    return ({}, {}) if data is None else _figures(data, what, by)
+
+
+def _figures(data: dict[str, Any], what: str, by: str) -> tuple[Any, Any]:
     from aclarena.figures.orders import matrix_figure, ranking_figure
 
-    data = study(run_dir)
-    if data is None:
-        return {}, {}
     return matrix_figure(data, what), ranking_figure(data, by)
-
-
-def _lines(data: dict[str, Any]) -> list[str]:
-    from aclarena.diagnostics.orders import summary_lines
-
-    return summary_lines(data)
 
 
 def layout(**query: Any) -> html.Div:
     from aclarena.dashboard.urlstate import query_value
+    from aclarena.diagnostics.orders import summary_lines
 
     run_dir = current_run()
     data = study(run_dir)
@@ -50,13 +47,13 @@ def layout(**query: Any) -> html.Div:
                                 "(`--dry-run` first shows the stages it trains).", className="note", id="orders-empty")])
     what = query_value(query, "matrix", ["interference", "transfer"], "interference")
     by = query_value(query, "rank", ["bwt", "final_avg"], "bwt")
-    matrix, ranking = figures(run_dir, what, by)
+    matrix, ranking = _figures(data, what, by)  # the study read once per page load
     return html.Div([
         html.H2("Orders"),
         html.P(f"Design {data['design']!r}: {len(data['orders'])} orders of {', '.join(data['domains'])}, seeds "
                f"{', '.join(map(str, data['seeds']))}; intervals are 95% Student-t intervals over seeds. "
                "Interference of a -> b: a's in-domain accuracy after a minus after a then b.", className="note"),
-        html.Ul([html.Li(line) for line in _lines(data)], id="orders-findings"),
+        html.Ul([html.Li(line) for line in summary_lines(data)], id="orders-findings"),
         html.Div([html.Div([html.Label("matrix"), dcc.RadioItems(id="orders-matrix-kind", options=MATRIX_OPTIONS,
                                                                  value=what, inline=True)]),
                   html.Div([html.Label("rank by"), dcc.RadioItems(id="orders-rank-by", options=RANK_OPTIONS,
