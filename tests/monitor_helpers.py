@@ -16,7 +16,7 @@ PROMPTS = [
 def make_probe(model: Any, tokenizer: Any, name: str = "math", reference: str = "ref", *, folder: Path | None = None,
                max_new_tokens: int = 24) -> Any:
     """Frozen greedy generations of ``model`` on a few chat prompts (tokenizer fingerprint recorded)."""
-    from aclarena.models.checkpoint import tokenizer_fingerprint
+    from aclarena.models.tokenizer_files import tokenizer_fingerprint
     from aclarena.probes.generation import GenerationSettings, generate_probe_set
 
     probe = generate_probe_set(model, tokenizer, PROMPTS, name=name, reference=reference,

@@ -7,7 +7,7 @@ the first is scored by the same core as ``aclarena-diag tokens``
 checkpoint's log-prob, exact KL(p_ref ‖ p_ckpt) and JS per position), on the CPU.
 
 It is meant for small models: before anything is loaded, each model's size is read from its
-``config.json`` (:func:`aclarena.models.checkpoint.config_parameters`, or the safetensors
+``config.json`` (:func:`aclarena.models.config_checks.config_parameters`, or the safetensors
 headers when larger) and a model above :data:`MAX_PARAMETERS` is refused, as are checkpoints
 whose weights are missing and empty prompts, each with one line (:class:`PromptRefused`).
 Loaded models are kept in a least-recently-used cache of :data:`CACHE_SIZE` (the reference and
@@ -60,7 +60,8 @@ class PromptScores:
 def model_size(name: str, manifest: Manifest, run_dir: str | os.PathLike[str]) -> int:
     """Parameters of checkpoint ``name`` read without loading it (an adapter counts its base); a
     :class:`PromptRefused` when it is not a local checkpoint with weights."""
-    from aclarena.models.checkpoint import config_parameters, inspect
+    from aclarena.models.checkpoint import inspect
+    from aclarena.models.config_checks import config_parameters
 
     spec = manifest.resolve(name)
     info = inspect(spec, manifest, run_dir)

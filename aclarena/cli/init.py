@@ -253,7 +253,7 @@ def _from_here(name: str, path: str, run_dir: Path, *, allow_missing: bool) -> s
     read from the current folder, as by any command, and written to aclarena.toml relative to the run folder
     (absolute when outside it), where the manifest's paths are read from. A hub id (``org/name`` whose
     ``org`` is no folder here) stays as it is."""
-    from aclarena.models.checkpoint import HUB_ID_RE
+    from aclarena.models.files import HUB_ID_RE
 
     raw = os.path.expanduser(path)
     if os.path.isabs(raw):
@@ -280,7 +280,8 @@ def _require_present(name: str, path: str, run_dir: Path, *, allow_missing: bool
     """The source PATH names (folder, adapter, hub, hub-uncached); a PATH that names no folder and no hub id
     (``org/name``, whose first part is no local folder) is refused unless ``allow_missing``."""
     from aclarena.errors import CheckpointError
-    from aclarena.models.checkpoint import HUB_ID_RE, locate
+    from aclarena.models.checkpoint import locate
+    from aclarena.models.files import HUB_ID_RE
 
     try:
         return locate(CheckpointSpec(name=name, path=path), run_dir)[0]

@@ -28,7 +28,7 @@ def check_cat_mergeable(folders: Sequence[Path], *, base: str | os.PathLike[str]
     """One line for adapters that cannot be merged: a config of the wrong shape or contradicting the
     weights, a base other than ``base`` (the model's folder or hub id), NaN or infinite weights, or a
     ``cat`` merge that would not be an exact sum of deltas."""
-    from aclarena.models.checkpoint import check_adapter_folder
+    from aclarena.models.adapter_files import check_adapter_folder
     from aclarena.models.tensors import check_finite_safetensors
 
     for folder in folders:

@@ -26,7 +26,7 @@ from aclarena.errors import AclarenaError, unknown_name
 
 def expert_parameters(folder: str | os.PathLike[str]) -> int:
     """Parameters a LoRA adapter folder adds (the entries of its safetensors file)."""
-    from aclarena.models.checkpoint import read_safetensors_header
+    from aclarena.models.files import read_safetensors_header
 
     path = Path(folder) / "adapter_model.safetensors"
     if not path.is_file():
@@ -44,7 +44,7 @@ def expert_parameters(folder: str | os.PathLike[str]) -> int:
 
 def adapter_settings(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """Rank, alpha and target modules of a LoRA adapter folder (its config checked for its shape)."""
-    from aclarena.models.checkpoint import read_adapter_config
+    from aclarena.models.adapter_files import read_adapter_config
 
     cfg = read_adapter_config(folder)
     targets = cfg.get("target_modules")
@@ -59,7 +59,7 @@ def check_experts(experts: Mapping[str, str | os.PathLike[str]], base: str | os.
     backbone's folder or hub id, when known), and its weights' values: an expert with NaN or
     infinite entries would serve text that looks real.
     """
-    from aclarena.models.checkpoint import check_adapter_folder
+    from aclarena.models.adapter_files import check_adapter_folder
     from aclarena.models.tensors import check_finite_safetensors
 
     for name, folder in experts.items():
@@ -167,7 +167,7 @@ class VllmExpertServer:
         # vLLM reads the weights itself: check the experts and a local backbone on disk first
         check_experts(experts, backbone_path)
         if Path(backbone_path).is_dir():
-            from aclarena.models.checkpoint import safetensors_files
+            from aclarena.models.files import safetensors_files
             from aclarena.models.tensors import check_finite_safetensors
 
             check_finite_safetensors(safetensors_files(Path(backbone_path)), str(backbone_path))

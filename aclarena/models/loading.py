@@ -20,14 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from aclarena.errors import AclarenaError, CheckpointError, ConfigError, did_you_mean
-from aclarena.models.checkpoint import (
-    CheckpointInfo,
-    NonFiniteWeightsError,
-    check_side_files,
-    has_chat_template,
-    inspect,
-    library_reason,
-)
+from aclarena.models.checkpoint import CheckpointInfo, NonFiniteWeightsError, inspect
+from aclarena.models.files import library_reason
+from aclarena.models.tokenizer_files import check_side_files, has_chat_template
 from aclarena.store.manifest import CheckpointSpec, Manifest
 
 if TYPE_CHECKING:

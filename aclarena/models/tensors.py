@@ -48,14 +48,9 @@ import torch
 
 from aclarena.diagnostics.task_vectors import LoraFactors
 from aclarena.errors import CheckpointError
-from aclarena.models.checkpoint import (
-    CheckpointInfo,
-    NonFiniteWeightsError,
-    inspect,
-    lora_module_of,
-    pattern_value,
-    read_safetensors_header,
-)
+from aclarena.models.adapter_files import lora_module_of, pattern_value
+from aclarena.models.checkpoint import CheckpointInfo, NonFiniteWeightsError, inspect
+from aclarena.models.files import read_safetensors_header
 from aclarena.store.manifest import Manifest
 
 TORCH_DTYPES: dict[str, torch.dtype] = {

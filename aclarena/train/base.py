@@ -121,7 +121,7 @@ def check_external_base(spec: BaseSpec) -> str:
     Returns the location to write in the manifest (an absolute folder or the hub id). A hub
     id is not downloaded here: only its local files are checked when present.
     """
-    from aclarena.models.checkpoint import has_chat_template
+    from aclarena.models.tokenizer_files import has_chat_template
 
     assert spec.model is not None
     path = Path(spec.model).expanduser()

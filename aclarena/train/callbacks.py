@@ -81,9 +81,9 @@ class TrainingStopped(AclarenaError):
 
 
 def tokenizer_fingerprint_of(tokenizer: Any) -> str | None:
-    """The fingerprint :func:`aclarena.models.checkpoint.tokenizer_fingerprint` gives the
+    """The fingerprint :func:`aclarena.models.tokenizer_files.tokenizer_fingerprint` gives the
     tokenizer's saved folder (None when it cannot be saved)."""
-    from aclarena.models.checkpoint import tokenizer_fingerprint
+    from aclarena.models.tokenizer_files import tokenizer_fingerprint
 
     try:
         with tempfile.TemporaryDirectory(prefix="aclarena-tok-") as tmp:

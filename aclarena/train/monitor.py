@@ -72,7 +72,7 @@ def domain_probe(run_dir: str | os.PathLike[str], checkpoint: str, folder: str |
     """
     from aclarena.envs import sample_prompts
     from aclarena.models.chat import choose_prompt_format, has_template
-    from aclarena.models.checkpoint import tokenizer_fingerprint
+    from aclarena.models.tokenizer_files import tokenizer_fingerprint
     from aclarena.probes.generation import GenerationSettings, generate_probe_set, model_max_length
     from aclarena.probes.probe_set import list_probe_sets, read_probe_set, write_probe_set
     from aclarena.store import ResultsStore

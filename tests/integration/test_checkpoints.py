@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from aclarena.errors import CheckpointError
-from aclarena.models.checkpoint import inspect, inspect_all, require_same_tokenizer, tokenizer_fingerprint
+from aclarena.models.checkpoint import inspect, inspect_all, require_same_tokenizer
 from aclarena.models.loading import LoadOptions, load_model, load_tokenizer
+from aclarena.models.tokenizer_files import tokenizer_fingerprint
 from aclarena.store.manifest import CheckpointSpec, load_manifest, write_manifest
 
 

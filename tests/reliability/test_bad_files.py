@@ -217,7 +217,7 @@ def test_checkpoints_lists_it_as_not_loadable_with_the_reason(fixture_run, cli, 
     assert rows["seq-search"]["loadable"] is True  # the others are untouched
 
 
-# the verbs that load seq-math, on a few of the classes (each class is one check in models/checkpoint.py)
+# the verbs that load seq-math, on a few of the classes (each class is one check in models/files.py, tokenizer_files.py, config_checks.py)
 VERB_CASES = ["header is a list", "header shape contradicts bytes", "index maps to a number",
               "tokenizer.json is a list", "tokenizer_config.json is a list", "generation_config.json eos_token_id a string"]
 

@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aclarena.errors import AclarenaError
-from aclarena.models.checkpoint import inspect, read_safetensors_header, tokenizer_fingerprint
+from aclarena.models.checkpoint import inspect
+from aclarena.models.files import read_safetensors_header
+from aclarena.models.tokenizer_files import tokenizer_fingerprint
 from aclarena.probes.probe_set import read_prompts, read_traces
 from aclarena.store.lm_eval import read_results
 from aclarena.store.manifest import CheckpointSpec, Manifest
@@ -203,7 +205,7 @@ def test_adapter_readers(tmp_path_factory, cfg, base):
     named base, serving's settings and merging's check. Each answers or says one line."""
     from aclarena.consolidate.lora_merge import check_cat_mergeable
     from aclarena.consolidate.serving import adapter_settings, expert_parameters
-    from aclarena.models.checkpoint import check_adapter_folder, read_adapter_config
+    from aclarena.models.adapter_files import check_adapter_folder, read_adapter_config
 
     folder = _adapter_folder(tmp_path_factory.mktemp("a"), cfg)
     for reader in (read_adapter_config, adapter_settings, lambda f: check_adapter_folder(f, base=base),
@@ -227,7 +229,7 @@ def test_adapter_readers(tmp_path_factory, cfg, base):
                                 for n, (s, o) in LORA_TENSORS.items()})))
 def test_adapter_weights_header(tmp_path_factory, header):
     from aclarena.consolidate.serving import PeftExpertServer, expert_parameters
-    from aclarena.models.checkpoint import check_adapter_folder
+    from aclarena.models.adapter_files import check_adapter_folder
 
     folder = _adapter_folder(tmp_path_factory.mktemp("w"), VALID_ADAPTER_CONFIG, header=header)
     for reader in (check_adapter_folder, expert_parameters):
@@ -385,7 +387,7 @@ VALID_SIDE = {
 def test_side_files_through_inspect(tmp_path_factory, named):
     """tokenizer_config.json, special_tokens_map.json, generation_config.json, chat_template.json: the
     checkpoint is listed as loadable with fields of their types, or not loadable with one line."""
-    from aclarena.models.checkpoint import check_side_files
+    from aclarena.models.tokenizer_files import check_side_files
 
     name, doc = named
     folder = _folder(tmp_path_factory.mktemp("s"), VALID_CONFIG, VALID_TOKENIZER)

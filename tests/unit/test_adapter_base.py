@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aclarena.models.checkpoint import adapter_base_mismatch
+from aclarena.models.adapter_files import adapter_base_mismatch
 
 
 def _model(folder: Path, tensors: dict[str, list[int]], fill: int = 0) -> Path:

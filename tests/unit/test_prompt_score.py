@@ -10,7 +10,7 @@ import pytest
 from safetensors import safe_open
 
 from aclarena.analysis.prompt import MAX_PARAMETERS, PromptRefused, model_size, score_prompt
-from aclarena.models.checkpoint import config_parameters
+from aclarena.models.config_checks import config_parameters
 from aclarena.store.manifest import CheckpointSpec, Manifest, write_manifest
 
 MINI = Path(__file__).resolve().parents[2] / "aclarena" / "models" / "mini_base"
