@@ -2,7 +2,7 @@
 
 For each seed: search/id and math/id over the e-commerce stage (seq-search -> seq-ecom) and math/id
 over the search stage (seq-math -> seq-search): items lost and gained and the one-sided exact McNemar p of
-a drop (`aclarena.analysis.flips.paired_change`, the demo's test). Reads the run's results.h5;
+a drop (`aclarena.analysis.paired.paired_change`, the demo's test). Reads the run's results.h5;
 loads no model.
 
     python experiments/study_paired.py --run runs/study2 --seeds 3 --out docs/results/archive/earlier-studies/study_paired.json
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from aclarena.analysis.flips import paired_change
+from aclarena.analysis.paired import paired_change
 from aclarena.reproducibility import made_by
 from aclarena.train.naming import replicate_suffix
 

@@ -63,7 +63,8 @@ def e_model(tokenizer: Any, seed: int = 7, hidden_size: int = 128) -> Any:
 
 def greedy(model: Any, tokenizer: Any, ts: list[Task]) -> list[tuple[list[int], list[int]]]:
     """(context ids, generated ids) of each task, E generating alone."""
-    from aclarena.analysis.flips import Swapper, play
+    from aclarena.analysis.flips import play
+    from aclarena.probes.lockstep import Swapper
 
     env = PrefixEnv()
     sw = [Swapper() for _ in ts]

@@ -260,7 +260,7 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
     results["vector_pairs"] = pairs
     results["displacement"] = step("displacement", "displacement", lambda: analyses.displacement(run_dir), "displacement")
     results["forgetting"] = step("forgetting", "forgetting", lambda: analyses.forgetting(run_dir), "forgetting metrics")
-    from aclarena.analysis.flips import paired_change
+    from aclarena.analysis.paired import paired_change
 
     t0 = time.monotonic()  # per-item pairs of every later stage's effect on each earlier skill (the store; no model)
     results["stage_effects"] = _stage_effects(run_dir, rows, stage_ends)
@@ -337,7 +337,7 @@ def stage_oracle_pairs(rows: list[dict[str, Any]], stage_ends: list[str]) -> lis
 def _stage_effects(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str]) -> list[dict[str, Any]]:
     """Each later stage's effect on each earlier stage's in-domain suite, item by item (flips' paired counts
     and the one-sided exact McNemar p of a drop); a pair that cannot be made carries its ``error`` line."""
-    from aclarena.analysis.flips import paired_change
+    from aclarena.analysis.paired import paired_change
 
     by_name = {r["name"]: r for r in rows}
     out: list[dict[str, Any]] = []

@@ -183,7 +183,7 @@ def run_orders(cfg: Any, out: str | os.PathLike[str], spec: str, *, seeds: int, 
 def _pair_diagnostics(run: str, pairs: Sequence[Prefix], reps: Sequence[int], verb: Callable[..., Any],
                       errors: dict[str, str]) -> list[dict[str, Any]]:
     """Per ordered pair and seed: cos, SFT/RL ratio, KL share at the top 6% (b's stage), McNemar p of a's drop."""
-    from aclarena.analysis.flips import paired_change
+    from aclarena.analysis.paired import paired_change
 
     disp = verb("displacement", "displacement", lambda: analyses.displacement(run)) or {}
     norms = {u["checkpoint"]: u.get("norm") for u in disp.get("updates", []) if u.get("kind") == "stage"}

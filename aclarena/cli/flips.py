@@ -70,7 +70,7 @@ def _budgets(text: str) -> tuple[float, ...]:
 def _print_paired(args: argparse.Namespace) -> int:
     """An imported suite (lm-eval per-sample scores): the items lost and gained, paired by document, with
     the exact McNemar test of a drop; no replay (the harness's prompts and scoring are not here)."""
-    from aclarena.analysis.flips import imported_flips
+    from aclarena.analysis.paired import imported_flips
 
     out = imported_flips(args.run, args.early, args.late, args.suite)
     res = out
@@ -86,7 +86,8 @@ def _print_paired(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aclarena.analysis.flips import FlipSettings, flips, imported_suite
+    from aclarena.analysis.flips import FlipSettings, flips
+    from aclarena.analysis.paired import imported_suite
 
     quiet_libraries()
     if imported_suite(args.run, args.early, args.suite) is not None:

@@ -40,7 +40,7 @@ def test_forgetting_and_paired_counts_adjust_for_chance(fixture_run, cli):
     code, out, _ = cli("forgetting", "--run", str(fixture_run))
     assert code == 0 and "chance-adjusted" in out
 
-    from aclarena.analysis.flips import paired_change
+    from aclarena.analysis.paired import paired_change
 
     got = paired_change(fixture_run, "seq-math", "seq-search", ["general", "math/id"])
     assert (got["general"]["lost"], got["general"]["gained"], got["general"]["n"]) == (6, 2, 20)

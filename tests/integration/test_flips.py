@@ -15,15 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from aclarena.analysis.flips import (
-    FORGOT,
-    FlipSettings,
-    FlipsResult,
-    Swapper,
-    analyse,
-    play,
-    swap_rows,
-)
+from aclarena.analysis.flips import FORGOT, FlipSettings, FlipsResult, analyse, play, swap_rows
+from aclarena.probes.lockstep import Swapper
 from aclarena.results.flips import read_flips_data, write_flips
 from aclarena.store import ResultsStore
 
@@ -151,7 +144,7 @@ class TwoTurnEnv(fh.PrefixEnv):
 
 def test_multi_turn_positions_span_every_turn(case, tokenizer):
     """Positions count every assistant turn in order, and each turn is scored on the exact ids it saw."""
-    from aclarena.analysis.flips import localize
+    from aclarena.probes.lockstep import localize
 
     c, _ = case
     env = TwoTurnEnv()
