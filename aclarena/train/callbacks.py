@@ -89,7 +89,7 @@ def tokenizer_fingerprint_of(tokenizer: Any) -> str | None:
         with tempfile.TemporaryDirectory(prefix="aclarena-tok-") as tmp:
             tokenizer.save_pretrained(tmp)
             return tokenizer_fingerprint(Path(tmp))
-    except Exception:  # any tokenizer that cannot save itself: fall back to the vocabulary check
+    except Exception:  # noqa: BLE001 (any tokenizer that cannot save itself: fall back to the vocabulary check)
         return None
 
 

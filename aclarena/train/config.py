@@ -116,6 +116,15 @@ class PhaseSpec:
     note: str | None = None
 
     def __post_init__(self) -> None:
+        self._check_source()
+        self._check_counts()
+        self._check_arena_limits()
+        self._check_file_fields()
+        _check_trl_field(self.kind, self.trl)
+        object.__setattr__(self, "trl", _frozen(self.trl))
+
+    def _check_source(self) -> None:
+        """``kind`` known, ``data`` one of its sources (the first one when not given)."""
         if self.kind not in PHASE_KINDS:
             raise FieldError("kind", f"unknown phase {self.kind!r}{did_you_mean(self.kind, PHASE_KINDS)}; "
                                      f"phases are {', '.join(PHASE_KINDS)}")
@@ -125,6 +134,9 @@ class PhaseSpec:
         if self.data not in sources:
             raise FieldError("data", f"unknown {self.kind} data source {self.data!r}{did_you_mean(self.data, sources)}; "
                                      f"use one of {', '.join(sources)}")
+
+    def _check_counts(self) -> None:
+        """``n``, ``k`` and rejection sampling's ``max_per_task`` and ``fallback``."""
         for name in ("n", "k", "max_per_task"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -140,6 +152,9 @@ class PhaseSpec:
             if getattr(self, name) != default and self.data != "rejection":
                 raise FieldError(name, f'`{name}` applies to rejection-sampling SFT (data = "rejection"); this phase '
                                        f'has data = "{self.data}"')
+
+    def _check_arena_limits(self) -> None:
+        """``max_turns`` and ``max_new_tokens``: RL on the arena only, positive."""
         for name in ("max_turns", "max_new_tokens"):
             v = getattr(self, name)
             if v is None:
@@ -148,24 +163,24 @@ class PhaseSpec:
                 raise FieldError(name, f"`{name}` applies to RL phases on the arena (data = \"arena\")")
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise FieldError(name, f"`{name}` must be a positive integer, got {v!r}")
+
+    def _check_file_fields(self) -> None:
+        """``path``, ``reward`` and ``rollout``: with data = "file" only (an RL one needs its reward)."""
         if self.data == "file" and not self.path:
             raise FieldError("data", 'data = "file" needs path = "<file.jsonl>"')
         if self.path is not None and self.data != "file":
             raise FieldError("path", f'`path` is read only with data = "file" (this phase has data = "{self.data}")')
-        if self.reward is not None:
+        for name, what in (("reward", '`reward` goes with an RL phase of data = "file"'),
+                           ("rollout", '`rollout` goes with an RL phase of data = "file" (the arena has its own)')):
+            value = getattr(self, name)
+            if value is None:
+                continue
             if self.kind != "rl" or self.data != "file":
-                raise FieldError("reward", '`reward` goes with an RL phase of data = "file"')
-            if not IMPORT_RE.match(self.reward):
-                raise FieldError("reward", f"`reward` must be 'module:function', got {self.reward!r}")
-        if self.rollout is not None:
-            if self.kind != "rl" or self.data != "file":
-                raise FieldError("rollout", '`rollout` goes with an RL phase of data = "file" (the arena has its own)')
-            if not IMPORT_RE.match(self.rollout):
-                raise FieldError("rollout", f"`rollout` must be 'module:function', got {self.rollout!r}")
+                raise FieldError(name, what)
+            if not IMPORT_RE.match(value):
+                raise FieldError(name, f"`{name}` must be 'module:function', got {value!r}")
         if self.kind == "rl" and self.data == "file" and self.reward is None:
             raise FieldError("reward", 'an RL phase with data = "file" needs reward = "module:function"')
-        _check_trl_field(self.kind, self.trl)
-        object.__setattr__(self, "trl", _frozen(self.trl))
 
     def identity(self) -> dict[str, Any]:
         """What decides the phase's outcome (its fingerprint; notes excluded)."""
@@ -479,24 +494,11 @@ def parse_config(text: str, source: str = "<config>", *, overrides: Sequence[str
     base_d = dict(_table(data.get("base"), ("base",), where, "[base]"))
     _check_keys(base_d, BASE_KEYS, ("base",), where, "[base]")
     base_d["trl"] = dict(_table(base_d.get("trl"), ("base", "trl"), where, "[base.trl]"))
-    defaults_d = _table(data.get("defaults"), ("defaults",), where, "[defaults]")
-    defaults = {k: dict(_table(v, ("defaults", k), where, f"[defaults.{k}]")) for k, v in defaults_d.items()}
-    for kind, over_d in defaults.items():  # checked where they are written, before phases inherit them
-        if kind not in PHASE_KINDS:
-            raise ConfigError(f"{where(('defaults', kind))}: unknown table [defaults.{kind}]"
-                              f"{did_you_mean(kind, PHASE_KINDS)}; use [defaults.sft] or [defaults.rl]")
-        try:
-            check_trl(kind, over_d)
-        except FieldError as e:
-            raise ConfigError(f"{where(('defaults', kind, e.field))}: {e}") from None
+    defaults = _parse_defaults(data, where)
     stages_d = data.get("stages", [])
     if not isinstance(stages_d, list):
         raise ConfigError(f"{where(('stages',))}: stages must be an array of tables ([[stages]])")
-    oracles_d = _table(data.get("oracles"), ("oracles",), where, "[oracles]")
-    _check_keys(oracles_d, ORACLE_KEYS, ("oracles",), where, "[oracles]")
-    oracles = oracles_d.get("domains", [])
-    if not isinstance(oracles, list) or not all(isinstance(o, str) for o in oracles):
-        raise ConfigError(f"{where(('oracles', 'domains'))}: [oracles] domains must be a list of domain names")
+    oracles = _parse_oracles(data, where)
 
     over = parse_overrides(overrides)
     for kind in (*PHASE_KINDS, "base"):  # checked first: the command line is not a line of the file
@@ -513,31 +515,7 @@ def parse_config(text: str, source: str = "<config>", *, overrides: Sequence[str
     base = _build(BaseSpec, base_d, ("base",), where)
     stages = []
     for i, st in enumerate(stages_d):
-        path: tuple[str | int, ...] = ("stages", i)
-        st = _table(st, path, where, "a stage")
-        _check_keys(st, STAGE_KEYS, path, where, f"stage {i + 1}")
-        if "domain" not in st:
-            raise ConfigError(f"{where(path)}: stage {i + 1} has no domain; add domain = \"math\" (or search, ecom, if)")
-        kinds = st.get("phases", [k for k in PHASE_KINDS if k in st])
-        if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
-            raise ConfigError(f"{where((*path, 'phases'))}: phases must be a list like [\"sft\", \"rl\"]")
-        for k in kinds:
-            if k not in PHASE_KINDS:
-                raise ConfigError(f"{where((*path, 'phases'))}: unknown phase {k!r}{did_you_mean(k, PHASE_KINDS)}; "
-                                  f"phases are {', '.join(PHASE_KINDS)}")
-        for k in PHASE_KINDS:
-            if k in st and k not in kinds:
-                raise ConfigError(f"{where((*path, k))}: stage {i + 1} has settings for phase {k!r} but phases = "
-                                  f"{kinds}; add it to phases or remove [stages.{k}]")
-        phases = []
-        for k in kinds:
-            pd = dict(_table(st.get(k), (*path, k), where, f"[stages.{k}]"))
-            _check_keys(pd, PHASE_KEYS, (*path, k), where, f"the {k} phase of stage {i + 1}")
-            trl = {**defaults.get(k, {}), **_table(pd.get("trl"), (*path, k, "trl"), where, "trl"), **over.get(k, {})}
-            pd["trl"] = trl
-            phases.append(_build(PhaseSpec, {"kind": k, **pd}, (*path, k), where))
-        stage_kwargs = {key: st[key] for key in ("domain", "parent", "note") if key in st}
-        stages.append(_build(StageSpec, {**stage_kwargs, "phases": tuple(phases)}, path, where))
+        stages.append(_parse_stage(i, st, defaults, over, where))
     cfg = _build(
         CurriculumConfig,
         {**{k: run[k] for k in RUN_KEYS if k in run}, "base": base, "stages": tuple(stages),
@@ -553,6 +531,61 @@ def parse_config(text: str, source: str = "<config>", *, overrides: Sequence[str
             raise ConfigError(f"{where(('monitor', *e.path))}: {e}") from None
         cfg = dataclasses.replace(cfg, monitor=monitor)
     return cfg
+
+
+def _parse_defaults(data: dict[str, Any], where: _Where) -> dict[str, dict[str, Any]]:
+    """``[defaults.sft]`` and ``[defaults.rl]``, their trl fields checked where they are written (before phases
+    inherit them)."""
+    defaults_d = _table(data.get("defaults"), ("defaults",), where, "[defaults]")
+    defaults = {k: dict(_table(v, ("defaults", k), where, f"[defaults.{k}]")) for k, v in defaults_d.items()}
+    for kind, over_d in defaults.items():
+        if kind not in PHASE_KINDS:
+            raise ConfigError(f"{where(('defaults', kind))}: unknown table [defaults.{kind}]"
+                              f"{did_you_mean(kind, PHASE_KINDS)}; use [defaults.sft] or [defaults.rl]")
+        try:
+            check_trl(kind, over_d)
+        except FieldError as e:
+            raise ConfigError(f"{where(('defaults', kind, e.field))}: {e}") from None
+    return defaults
+
+
+def _parse_oracles(data: dict[str, Any], where: _Where) -> list[str]:
+    """``[oracles] domains``: a list of domain names (checked against the domains by the config itself)."""
+    oracles_d = _table(data.get("oracles"), ("oracles",), where, "[oracles]")
+    _check_keys(oracles_d, ORACLE_KEYS, ("oracles",), where, "[oracles]")
+    oracles = oracles_d.get("domains", [])
+    if not isinstance(oracles, list) or not all(isinstance(o, str) for o in oracles):
+        raise ConfigError(f"{where(('oracles', 'domains'))}: [oracles] domains must be a list of domain names")
+    return oracles
+
+
+def _parse_stage(i: int, st: Any, defaults: dict[str, dict[str, Any]], over: dict[str, dict[str, Any]],
+                 where: _Where) -> StageSpec:
+    """Stage ``i`` (``[[stages]]``), each phase's trl fields: the defaults, then its own, then ``--trl``."""
+    path: tuple[str | int, ...] = ("stages", i)
+    st = _table(st, path, where, "a stage")
+    _check_keys(st, STAGE_KEYS, path, where, f"stage {i + 1}")
+    if "domain" not in st:
+        raise ConfigError(f"{where(path)}: stage {i + 1} has no domain; add domain = \"math\" (or search, ecom, if)")
+    kinds = st.get("phases", [k for k in PHASE_KINDS if k in st])
+    if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
+        raise ConfigError(f"{where((*path, 'phases'))}: phases must be a list like [\"sft\", \"rl\"]")
+    for k in kinds:
+        if k not in PHASE_KINDS:
+            raise ConfigError(f"{where((*path, 'phases'))}: unknown phase {k!r}{did_you_mean(k, PHASE_KINDS)}; "
+                              f"phases are {', '.join(PHASE_KINDS)}")
+    for k in PHASE_KINDS:
+        if k in st and k not in kinds:
+            raise ConfigError(f"{where((*path, k))}: stage {i + 1} has settings for phase {k!r} but phases = "
+                              f"{kinds}; add it to phases or remove [stages.{k}]")
+    phases = []
+    for k in kinds:
+        pd = dict(_table(st.get(k), (*path, k), where, f"[stages.{k}]"))
+        _check_keys(pd, PHASE_KEYS, (*path, k), where, f"the {k} phase of stage {i + 1}")
+        pd["trl"] = {**defaults.get(k, {}), **_table(pd.get("trl"), (*path, k, "trl"), where, "trl"), **over.get(k, {})}
+        phases.append(_build(PhaseSpec, {"kind": k, **pd}, (*path, k), where))
+    stage_kwargs = {key: st[key] for key in ("domain", "parent", "note") if key in st}
+    return _build(StageSpec, {**stage_kwargs, "phases": tuple(phases)}, path, where)
 
 
 def _check_parents(cfg: CurriculumConfig, where: _Where) -> None:
