@@ -124,7 +124,7 @@ def train_jobs(
     :func:`run_curriculum` and of the order study (:func:`aclarena.train.orders.train_orders`). ``folders``
     (name -> folder relative to ``out``) is filled as the jobs finish; ``monitor(job)`` adds drift-monitor
     callbacks. Progress is counted in training steps when every phase sets ``max_steps`` (the rate and ETA are
-    then the whole run's), else in phases."""
+    then the whole run's; phases an earlier run finished leave the count), else in phases."""
     from aclarena.progress import progress
 
     t0 = time.monotonic()
@@ -137,9 +137,9 @@ def train_jobs(
     chat_template = read_template(cfg)
     folders = {} if folders is None else folders
     planned = planned_steps(jobs)
-    done_steps = 0
+    done_steps, total_steps = 0, sum(planned.values())
     with progress(show_progress) as bar:
-        overall = bar.add_task(f"{title}: {len(jobs)} phases", total=sum(planned.values()) if planned else len(jobs))
+        overall = bar.add_task(f"{title}: {len(jobs)} phases", total=total_steps if planned else len(jobs))
         for job in jobs:
             label = f"{job.name} ({job.phase or 'pretrain'})"
             if job.kind == "base" and not cfg.base.is_mini:
@@ -170,7 +170,10 @@ def train_jobs(
             wait_for_everyone()
             if on_phase is not None:
                 on_phase(rec)
-            if planned:
+            if planned and rec.status == "finished":  # trained by an earlier run: not this run's work (nor its rate)
+                total_steps -= planned[job.name]
+                bar.update(overall, total=total_steps)
+            elif planned:
                 done_steps += planned[job.name]
                 bar.update(overall, completed=done_steps)
             else:

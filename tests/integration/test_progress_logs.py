@@ -54,6 +54,12 @@ def test_train_piped_prints_progress_lines(tmp_path):
     first = {word: next(i for i, s in enumerate(order) if s.startswith(f"{word}: seq-math (sft)"))
              for word in ("start", "end")}
     assert first["start"] < first["end"], order
+    # a rerun reads back what finished: those steps leave the count, so its rate and ETA are of what is left
+    proc = subprocess.run(train_cmd(config, tmp_path / "run"), cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    again = [ln for ln in proc.stderr.splitlines() if ln.startswith("[aclarena ")]
+    assert any(re.search(r"\] end: small: 2 phases: 0/0 steps in ", ln) for ln in again), "\n".join(again)
 
 
 def test_vectors_piped_start_and_end_lines(fixture_run, cli, monkeypatch):
