@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aclarena.analysis._common import RunPath
 from aclarena.analysis.checkpoints import CheckpointsResult, checkpoints
@@ -31,9 +31,16 @@ from aclarena.analysis.forgetting import ForgettingResult, forgetting
 from aclarena.store import Manifest, ResultsStore, load_manifest
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from aclarena.analysis.consolidate import ConsolidateOptions, ConsolidateResult
+    from aclarena.analysis.displacement import DisplacementResult
     from aclarena.analysis.eval import EvalResult
-    from aclarena.analysis.flips import FlipSettings
+    from aclarena.analysis.flips import FlipSettings, FlipsResult
+    from aclarena.analysis.repair import RepairRunResult
+    from aclarena.analysis.signatures import SignaturesResult
+    from aclarena.analysis.tokens import TokenDrift
+    from aclarena.analysis.vectors import VectorsResult
 
 
 class Run:
@@ -55,7 +62,7 @@ class Run:
         """The run's results store (results.h5; it may not exist yet)."""
         return ResultsStore(self.path)
 
-    def checkpoints(self, *, allow_pickle: bool = False) -> Any:
+    def checkpoints(self, *, allow_pickle: bool = False) -> pd.DataFrame:
         """DataFrame, one row per checkpoint: kind, domain, phase, parent, size, dtype, tokenizer, loadable."""
         return self.inspect(allow_pickle=allow_pickle).to_pandas()
 
@@ -66,7 +73,7 @@ class Run:
     def tokens(self, ref: str, *, probe: str | None = None, against: str | Sequence[str] = "later",
                high: str = "q=0.06", eps: float = 0.05, batch_size: int = 8, chunk_size: int | None = None,
                topk: int = 5, force: bool = False, device: str = "cpu", dtype: str = "auto",
-               allow_pickle: bool = False, show_progress: bool = False) -> Any:
+               allow_pickle: bool = False, show_progress: bool = False) -> TokenDrift:
         """Token drift of the checkpoints after ``ref`` on its probe set (scored once, then read from the
         store): a :class:`~aclarena.analysis.tokens.TokenDrift`. Options as ``aclarena-diag tokens``."""
         from aclarena.analysis.tokens import tokens
@@ -81,7 +88,7 @@ class Run:
                    max_new_tokens: int | None = None, first_k: int | None = None, high: str = "q=0.06",
                    eps: float = 0.05, n_boot: int | None = None, level: float = 0.95, seed: int = 0,
                    batch_size: int = 8, force: bool = False, device: str = "cpu", dtype: str = "auto",
-                   allow_pickle: bool = False, show_progress: bool = False) -> Any:
+                   allow_pickle: bool = False, show_progress: bool = False) -> SignaturesResult:
         """Drift signatures of the run's updates (each SFT and RL phase, multi-phase stage, consolidation; or
         those ``updates`` names) on their parents' generations: a
         :class:`~aclarena.analysis.signatures.SignaturesResult` (``.to_pandas()``). Options as
@@ -99,7 +106,7 @@ class Run:
             show_progress=show_progress, manifest=self.manifest)
 
     def vectors(self, *, checkpoints: str | Sequence[str] | None = None, pairs: Sequence[str] = (),
-                force: bool = False, show_progress: bool = False) -> Any:
+                force: bool = False, show_progress: bool = False) -> VectorsResult:
         """Task vectors of the run: a :class:`~aclarena.analysis.vectors.VectorsResult` (``.cosines()``)."""
         from aclarena.analysis.vectors import vectors
 
@@ -108,7 +115,7 @@ class Run:
 
     def displacement(self, *, checkpoints: str | Sequence[str] | None = None,
                      tolerances: str | Sequence[float] | None = None, force: bool = False,
-                     show_progress: bool = False) -> Any:
+                     show_progress: bool = False) -> DisplacementResult:
         """SFT vs RL parameter displacement: a :class:`~aclarena.analysis.displacement.DisplacementResult`
         (``tolerances`` default: 0, 1e-8, ..., 1e-3)."""
         from aclarena.analysis.displacement import DEFAULT_TOLERANCES, displacement
@@ -162,7 +169,7 @@ class Run:
                        repair_pair=repair_pair)
 
     def flips(self, early: str, late: str, suite: str, *, settings: FlipSettings | None = None, force: bool = False,
-              device: str = "cpu", dtype: str = "auto", allow_pickle: bool = False) -> Any:
+              device: str = "cpu", dtype: str = "auto", allow_pickle: bool = False) -> FlipsResult:
         """The items ``early`` solved and ``late`` fails on ``suite``, where their paths part, and the swap
         test: a :class:`~aclarena.analysis.flips.FlipsResult` (``settings``: a
         :class:`~aclarena.analysis.flips.FlipSettings`). Options as ``aclarena-diag flips``."""
@@ -175,7 +182,7 @@ class Run:
     def repair(self, old: str, new: str, *, method: str, name: str,
                percents: str | float | Sequence[float] | None = None, modules: str | Sequence[str] = (),
                layers: str | Sequence[int] | None = None, select: str | None = None, fraction: float = 0.25,
-               count: int | None = None, compute_dtype: str = "float32", force: bool = False) -> Any:
+               count: int | None = None, compute_dtype: str = "float32", force: bool = False) -> RepairRunResult:
         """Repair what the stage from ``old`` to ``new`` forgot, from the two checkpoints (no training): a
         :class:`~aclarena.analysis.repair.RepairRunResult`; the outputs join the manifest as consolidated
         checkpoints. Options as ``aclarena-diag repair``."""
