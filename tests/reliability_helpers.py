@@ -8,6 +8,7 @@ and results.h5 byte-identical afterwards. docs/reliability.md shows this matrix.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -317,3 +318,16 @@ def tree(root: Path) -> dict[str, str]:
     """Every file under ``root`` with a hash of its bytes (what a refused verb must leave as it was)."""
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
             for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def set_config(run: Path, checkpoint: str = "seq-math", **fields: object) -> None:
+    """Overwrite ``fields`` of a checkpoint's config.json (a config that lies about its weights)."""
+    f = run / "checkpoints" / checkpoint / "config.json"
+    f.write_text(json.dumps(json.loads(f.read_text()) | fields))
+
+
+def checkpoint_rows(cli: Callable[..., tuple[int, str, str]], run: Path, *extra: str) -> dict[str, dict]:
+    """``checkpoints --json``'s rows by name (the verb must succeed)."""
+    code, out, err = cli("checkpoints", "--json", "--run", str(run), *extra)
+    assert code == 0, err
+    return {r["name"]: r for r in json.loads(out)["checkpoints"]}

@@ -152,7 +152,7 @@ def test_tokenizer_mismatch(fixture_run, tokenizer):
 
 def test_hub_id_is_resolved_from_the_local_cache_only(tmp_path, monkeypatch):
     """A hub id not in the local Hugging Face cache is not loadable, said at once with the command that
-    downloads it (issue 33: was loadable, then 30 s of retries offline); tests/reliability/test_trust.py
+    downloads it (issue 33: was loadable, then 30 s of retries offline); tests/reliability/test_hub_ids_offline.py
     covers a cached one."""
     import huggingface_hub.constants
 

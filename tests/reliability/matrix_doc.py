@@ -62,55 +62,54 @@ ISSUE15 = (
 )
 
 
-# the classes of issue 33, each a group of tests in tests/reliability/test_trust.py (and the browser test)
+# the classes of issue 33, each a group of tests in tests/reliability (and the browser test)
 ISSUE33 = (
     ("a name checked before any write: `consolidate --name` of every method and the names derived from it "
      "(merge-ta's NAME-l0.5), `..`, absolute, hidden, `a/b`, a stage checkpoint or its folder; the library check",
-     ("test_trust.py::test_consolidate_checks_every_name", "test_trust.py::test_output_folder")),
+     ("test_output_names_checked_first.py::test_consolidate_checks_every_name", "test_output_names_checked_first.py::test_output_folder")),
     ("config.json against the safetensors headers (layers, hidden, vocab, intermediate, heads, kv heads, untied "
-     "head): `checkpoints`", "test_trust.py::test_checkpoints_compares_config"),
+     "head): `checkpoints`", "test_config_against_headers.py::test_checkpoints_compares_config"),
     ("the same through `tokens` (one line, no LOAD REPORT, store unchanged); sharded folders, an adapter on a "
      "lying base, healthy tied/untied and Llama checkpoints",
-     ("test_trust.py::test_tokens_refuses_a_lying", "test_trust.py::test_sharded", "test_trust.py::test_untied")),
+     ("test_config_against_headers.py::test_tokens_refuses_a_lying", "test_config_against_headers.py::test_sharded", "test_config_against_headers.py::test_untied")),
     ("one loader error path: a library's own error (transformers' config validation) in one line, exit 1",
-     "test_trust.py::test_a_library_error"),
+     "test_loader_errors_one_line.py::test_a_library_error"),
     ("pickle that torch's weights_only refuses, with --allow-pickle: not loadable, one line, exit 1",
-     "test_trust.py::test_pickle_weights_only"),
+     "test_loader_errors_one_line.py::test_pickle_weights_only"),
     ("hub ids: not in the local cache fails at once; a cached one is inspected and loads offline",
-     ("test_trust.py::test_a_hub_id", "test_trust.py::test_a_cached_hub_id")),
+     ("test_hub_ids_offline.py::test_a_hub_id", "test_hub_ids_offline.py::test_a_cached_hub_id")),
     ("stored results of a newer major result-version refused (probe set through `tokens`; every reader)",
-     ("test_trust.py::test_a_probe_set_of_a_newer", "test_trust.py::test_every_stored_result")),
+     ("test_result_versions.py::test_a_probe_set_of_a_newer", "test_result_versions.py::test_every_stored_result")),
     ("the dashboard on a truncated results.h5: every page's layout, the navigation and a page callback",
-     "test_trust.py::test_every_dashboard_page"),
+     "test_dashboard_damaged_store.py::test_every_dashboard_page"),
 )
 
 
-# the classes of issue 43, each a group of tests in tests/reliability/test_trust_third.py
-T3 = "test_trust_third.py::"
+# the classes of issue 43, each a group of tests in tests/reliability
 ISSUE43 = (
     ("`import --force` deletes only an earlier import (a run folder, a file, a folder of other files refused); "
      "a killed import's staging folder removed; no tqdm bar in a piped log",
-     (T3 + "test_import_force", T3 + "test_a_killed_import", T3 + "test_import_draws")),
-    ("`eval --force` never replaces a good cell with an error cell", T3 + "test_eval_force"),
+     ("test_force_keeps_what_it_did_not_make.py::test_import_force", "test_force_keeps_what_it_did_not_make.py::test_a_killed_import", "test_force_keeps_what_it_did_not_make.py::test_import_draws")),
+    ("`eval --force` never replaces a good cell with an error cell", "test_force_keeps_what_it_did_not_make.py::test_eval_force"),
     ("one write lock per run: two `repair`s at once keep both manifest entries; `init --add` never drops an "
-     "entry written meanwhile", (T3 + "test_two_repairs", T3 + "test_init_add")),
+     "entry written meanwhile", ("test_one_writer_at_a_time.py::test_two_repairs", "test_one_writer_at_a_time.py::test_init_add")),
     ("staging folders of unique names, dead writers' swept; publishing checked under the lock (`repair`, "
      "`consolidate`); a repair killed after publishing can be rerun",
-     (T3 + "test_staging_folders", T3 + "test_a_folder_another_writer", T3 + "test_repair_killed")),
+     ("test_one_writer_at_a_time.py::test_staging_folders", "test_one_writer_at_a_time.py::test_a_folder_another_writer", "test_one_writer_at_a_time.py::test_repair_killed")),
     ("writes outside the run: a `checkpoints/` linked outside refused; a linked results.h5's stale temporary "
-     "removed", (T3 + "test_a_symlinked", T3 + "test_a_linked_results")),
-    ("results.h5 held open by another process named so (not 'corrupted')", T3 + "test_results_h5_open"),
+     "removed", ("test_one_writer_at_a_time.py::test_a_symlinked", "test_one_writer_at_a_time.py::test_a_linked_results")),
+    ("results.h5 held open by another process named so (not 'corrupted')", "test_one_writer_at_a_time.py::test_results_h5_open"),
     ("bounded readers: TOML nesting (manifest, training config), UTF-8 BOM accepted, JSON integers over 4,300 "
      "digits, a suite path that is a folder, a numeric answer beyond a float, a scorer module that fails to "
      "import, a backtracking regex answer, a GGUF whose metadata contradicts its tensors",
-     (T3 + "test_a_deeply", T3 + "test_a_byte_order", T3 + "test_json_integers", T3 + "test_a_suite_path",
-      T3 + "test_a_numeric", T3 + "test_a_scorer_module", T3 + "test_a_catastrophically", T3 + "test_a_gguf")),
+     ("test_bounded_readers.py::test_a_deeply", "test_bounded_readers.py::test_a_byte_order", "test_bounded_readers.py::test_json_integers", "test_bounded_readers.py::test_a_suite_path",
+      "test_bounded_readers.py::test_a_numeric", "test_bounded_readers.py::test_a_scorer_module", "test_bounded_readers.py::test_a_catastrophically", "test_bounded_readers.py::test_a_gguf")),
     ("stale inputs: `flips` on cells of an edited suite file; `tokens` on a probe set whose reference weights "
      "changed; a later checkpoint without tokenizer files named; `vectors`' zero update noted",
-     (T3 + "test_flips_refuses", T3 + "test_tokens_refuses", T3 + "test_tokens_names", T3 + "test_vectors_notes")),
+     ("test_inputs_fingerprinted.py::test_flips_refuses", "test_inputs_fingerprinted.py::test_tokens_refuses", "test_inputs_fingerprinted.py::test_tokens_names", "test_inputs_fingerprinted.py::test_vectors_notes")),
     ("file modes kept on rewrite (results.h5, aclarena.toml); export's HTML report not 0600",
-     (T3 + "test_rewrites_keep", T3 + "test_export_html")),
-    ("conventions: arXiv 2510.17776's estimator under its own name beside aclarena's", T3 + "test_forgetting_reports"),
+     ("test_file_modes_kept.py::test_rewrites_keep", "test_file_modes_kept.py::test_export_html")),
+    ("conventions: arXiv 2510.17776's estimator under its own name beside aclarena's", "test_forgetting_conventions.py::test_forgetting_reports"),
 )
 
 
