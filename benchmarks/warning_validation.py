@@ -138,7 +138,7 @@ def cells(args: argparse.Namespace) -> list[tuple[str, int]]:
 
 def judge(results: dict[str, dict[str, Any]], fit_seeds: list[int]) -> dict[str, Any]:
     """Every cell's series on the monitor's grid, thresholds fitted on the fit seeds' cells, the comparison."""
-    from aclarena.analysis.study import monitor_grid_series
+    from aclarena.analysis.study_validation import monitor_grid_series
     from aclarena.diagnostics.warning_validation import FIRST_CHECK, compare
 
     series = []

@@ -159,7 +159,7 @@ def run_orders(cfg: Any, out: str | os.PathLike[str], spec: str, *, seeds: int, 
     names = ["base", *(node_name(p, r) for r in range(seeds) for p in plan.nodes)]
     suites = ",".join(f"{d}/id" for d in domains)
     ev = part("eval", lambda: verb("eval", "eval", functools.partial(analyses.eval_cells, run, names, suites, n)))
-    from aclarena.analysis.study import cells_of
+    from aclarena.analysis.study_findings import cells_of
 
     cells = cells_of(ev)
     acc = accuracies(cells, plan, domains)

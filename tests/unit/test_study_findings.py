@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from aclarena.analysis.study import StudyResult, findings, mean_spread, write_findings
+from aclarena.analysis.study import StudyResult, write_findings
+from aclarena.analysis.study_findings import findings, mean_spread
 
 
 def test_mean_spread_is_the_sample_std_over_finite_values():
@@ -66,7 +67,7 @@ STAGES = ["math", "search", "ecom", "if"]
 
 
 def test_consolidation_rows_pair_each_seed_with_its_own_end_and_oracle():
-    from aclarena.analysis.study import consolidation_rows
+    from aclarena.analysis.study_findings import consolidation_rows
 
     made = [{"checkpoint": "merge-uniform", "method": "merge-uniform", "replicate": 0},
             {"checkpoint": "merge-uniform-s1", "method": "merge-uniform", "replicate": 1},
@@ -94,7 +95,8 @@ def test_consolidation_rows_pair_each_seed_with_its_own_end_and_oracle():
 
 
 def test_vector_pairs_and_cosine_rows():
-    from aclarena.analysis.study import cosine_rows, vector_pairs
+    from aclarena.analysis.study import vector_pairs
+    from aclarena.analysis.study_findings import cosine_rows
 
     names = {"base", "seq-if", "seq-if-s1", "sdft", "sdft-from-end", "sdft-s1",  # seed 1 lacks sdft-from-end-s1
              "oracle-math-sft", "oracle-search-sft", "oracle-if-sft", "oracle-math-sft-s1", "oracle-if-sft-s1"}
@@ -129,7 +131,7 @@ def _lead(accs, sig, kl, razor, loss, reachable=True, quiet_kl=None):
 
 
 def test_warning_series_from_a_lead_time_result():
-    from aclarena.analysis.study import warning_series
+    from aclarena.analysis.study_validation import warning_series
 
     (s,), unreachable = warning_series(7, _lead([0.8, 0.5, 0.2], [False, False, True], [0.0, 2.0], [0.1, 0.3],
                                                 [1.0, 0.9, 0.8, 0.7]))
@@ -143,7 +145,7 @@ def test_warning_series_from_a_lead_time_result():
 
 
 def test_validation_report_fits_on_seed_0_and_says_why_when_it_cannot():
-    from aclarena.analysis.study import validation_report
+    from aclarena.analysis.study_validation import validation_report
 
     one = validation_report({}, 0, seeds=[0])
     assert one["status"] == "not run" and "at least 2 seeds" in one["reason"] and one["predictors"] == []
@@ -179,7 +181,7 @@ def test_validation_report_fits_on_seed_0_and_says_why_when_it_cannot():
 
 
 def test_cosine_rows_exist_when_nothing_could_be_measured():
-    from aclarena.analysis.study import cosine_rows
+    from aclarena.analysis.study_findings import cosine_rows
 
     rows = cosine_rows([0, 1], {}, {})
     assert [r["values"] for r in rows] == [[None, None], [None, None]]
@@ -223,7 +225,7 @@ def test_validation_retrains_the_named_stage(tmp_path, monkeypatch):
 
 
 def test_signature_rows_pair_each_seed_with_its_own_updates_and_intervals():
-    from aclarena.analysis.study import signature_rows
+    from aclarena.analysis.study_findings import signature_rows
 
     def sig(kind, child, domain, share, low, high):
         return {"update": child, "kind": kind, "child": child, "domain": domain,

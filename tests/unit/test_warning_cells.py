@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aclarena.analysis.study import monitor_grid_series
+from aclarena.analysis.study_validation import monitor_grid_series
 from aclarena.diagnostics.warning_validation import FIRST_CHECK, compare
 
 REPO = Path(__file__).resolve().parents[2]

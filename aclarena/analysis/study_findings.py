@@ -1,0 +1,267 @@
+"""The study's findings table: one row per finding, the value of every seed, their mean and spread, and
+the reference study's number beside it (ACLArena, arXiv 2609.23989; labelled, never in place of the run's).
+
+Pure bookkeeping over the steps' outputs (:func:`aclarena.analysis.study.run_study` runs them): the
+forgetting and displacement rows (:func:`findings`), the drift signatures (:func:`signature_rows`), the
+consolidations (:func:`consolidation_rows`) and the task-vector cosines (:func:`cosine_rows`).
+docs/study.md defines every row.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from aclarena.diagnostics.signatures import DEFAULT_FIRST_K
+from aclarena.train.naming import oracle_name, replicate_suffix, seq_name
+
+# The study's numbers (ACLArena, arXiv 2609.23989; design.md), beside each row.
+STUDY = {
+    "ecom_math": "AIME 23.3 -> 6.0",
+    "ecom_search": "NQ 45.2 -> 14.6",
+    "sft_rl": "SFT moves parameters 3-7x more than RL",
+    "kl_share_high": "forgetting concentrates at ~6% high-entropy positions",
+    "barely_moved_low": "~94% of low-entropy positions barely move",
+    "mix_cos": "0.77 (oracle-mix SFT from the base vs from the sequential end)",
+    "unrelated_cos": "0.05 (unrelated SFT tasks)",
+}
+
+
+
+# The study's in-domain table (design.md; Qwen3-8B-Base, mean of three runs): one suite per domain.
+STUDY_SUITE = {"math": "AIME26", "search": "NQ", "ecom": "τ³-Retail", "if": "IF-Eval"}
+
+
+
+STUDY_TABLE = {
+    "seq-end": {"math": 10.21, "search": 33.5, "ecom": 29.6, "if": 84.8},
+    "oracle": {"math": 25.83, "search": 49.9, "ecom": 33.2, "if": 86.2},
+    "mmopd": {"math": 21.25, "search": 45.2, "ecom": 27.7, "if": 84.6},
+    "sdft": {"math": 22.29, "search": 48.3, "ecom": 22.3, "if": 53.6},
+    "merge-uniform": {"math": 14.79, "search": 39.0, "ecom": 11.8, "if": 74.6},
+    "mle": {"math": 21.04, "search": 49.7, "ecom": 32.9, "if": 85.0},
+}
+
+
+
+#: the drift-signature measures reported per update (aclarena.diagnostics.signatures.MEASURES), their labels
+SIGNATURE_ROWS = (
+    ("kl_share_high", "share of KL at the top 6% entropy positions", "kl_share_high"),
+    ("barely_moved_low", "low-entropy positions that barely move", "barely_moved_low"),
+    ("kl_share_first_k", f"share of KL at the first {DEFAULT_FIRST_K} reply tokens", None),
+)
+
+
+
+SIGNATURE_KINDS = (("sft", "SFT phase"), ("rl", "RL phase"), ("stage", "whole stage"))
+
+
+
+def mean_spread(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation (n - 1) of the finite values; spread None below two values."""
+    xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not xs:
+        return None, None
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None)
+
+
+
+def finding_row(finding: str, quantity: str, study: str | None, values: Sequence[float | None],
+                digits: int = 2, intervals: Sequence[Sequence[float | None] | None] | None = None) -> dict[str, Any]:
+    """One findings row; ``intervals``: per seed, that seed's own interval ``[low, high]`` (or None)."""
+    m, s = mean_spread(values)
+    row: dict[str, Any] = {"finding": finding, "quantity": quantity, "study": study,
+                           "values": [finite_or_none(v) for v in values], "mean": m, "spread": s, "digits": digits}
+    if intervals is not None:
+        row["intervals"] = [None if iv is None else [finite_or_none(iv[0]), finite_or_none(iv[1])] for iv in intervals]
+    return row
+
+
+
+def finite_or_none(v: Any) -> float | None:
+    if v is None:
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+
+def cells_of(*evals: Any) -> dict[tuple[str, str], float]:
+    """(checkpoint, suite) -> greedy mean, from ``eval --json`` outputs."""
+    out: dict[tuple[str, str], float] = {}
+    for e in evals:
+        for c in (e or {}).get("cells", []) if isinstance(e, dict) else []:
+            if c.get("status") == "ok" and c.get("mean") is not None:
+                out[(c["checkpoint"], c["suite"])] = float(c["mean"])
+    return out
+
+
+
+def findings(seeds: Sequence[int], stages: Sequence[str], cells: dict[tuple[str, str], float],
+             updates: Sequence[dict[str, Any]], drift: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The findings rows from per-replicate measurements (pure: tested on synthetic inputs).
+
+    Args:
+        seeds: the replicates (0, 1, ...), their names suffixed ``-s<r>`` for r >= 1.
+        stages: the curriculum's domains in order.
+        cells: (checkpoint, suite) -> greedy accuracy.
+        updates: ``displacement --json``'s ``updates`` (checkpoint, parent, phase, kind, domain, norm).
+        drift: replicate -> the ``tokens`` row (``kl_share_high``, ``barely_moved_low``) of the
+            checkpoint after the ecom stage, on that replicate's seq-math generations.
+    """
+    rows: list[dict[str, Any]] = []
+    reps = list(range(len(seeds)))
+    if "ecom" in stages and stages.index("ecom") > 0:
+        before = stages[stages.index("ecom") - 1]
+        for dom, key in (("math", "ecom_math"), ("search", "ecom_search")):
+            if dom not in stages[: stages.index("ecom")]:
+                continue
+            for when, stage in (("before", before), ("after", "ecom")):
+                ck = seq_name(stage)
+                vals = [cells.get((seq_name(stage, r), f"{dom}/id")) for r in reps]
+                rows.append(finding_row("the ecom stage's effect on earlier skills",
+                                        f"{dom}/id {when} the ecom stage ({ck})", STUDY[key] if when == "after" else None,
+                                        vals))
+    norms = {u["checkpoint"]: u.get("norm") for u in updates if u.get("kind") == "stage"}
+    for d in stages:
+        vals = []
+        for r in reps:
+            sft, rl = norms.get(seq_name(d, r, "sft")), norms.get(seq_name(d, r))
+            vals.append(sft / rl if sft is not None and rl not in (None, 0) else None)
+        if any(v is not None for v in vals) or any(seq_name(d, r, "sft") in norms for r in reps):
+            rows.append(finding_row("SFT vs RL displacement", f"{d}: ||dθ|| SFT / ||dθ|| RL", STUDY["sft_rl"], vals, 1))
+    if drift:
+        rows.append(finding_row("token drift at high-entropy positions",
+                                "share of KL at the top 6% entropy positions (seq-ecom on seq-math's generations)",
+                                STUDY["kl_share_high"], [(drift.get(r) or {}).get("kl_share_high") for r in reps]))
+        rows.append(finding_row("token drift at high-entropy positions",
+                                "low-entropy positions that barely move (seq-ecom on seq-math's generations)",
+                                STUDY["barely_moved_low"], [(drift.get(r) or {}).get("barely_moved_low") for r in reps]))
+    for d in stages:
+        vals = [cells.get((seq_name(d, r), f"{d}/id")) for r in reps]
+        orc = [cells.get((oracle_name(d, r), f"{d}/id")) for r in reps]
+        if any(v is not None for v in vals + orc):
+            rows.append(finding_row("in-domain scores", f"{d}/id after its stage ({seq_name(d)})", None, vals))
+            rows.append(finding_row("in-domain scores", f"{d}/id of its oracle ({oracle_name(d)})", None, orc))
+    return rows
+
+
+
+def signature_rows(seeds: Sequence[int], stages: Sequence[str], signed: Sequence[dict[str, Any]],
+                   made: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The drift signature of each phase, stage and consolidation, per seed with its interval (pure).
+
+    ``signed``: ``signatures --json``'s ``updates`` rows (update, kind, child, domain, each measure with
+    ``_low`` / ``_high``). Per domain and update kind (the SFT phase into ``seq-<d>-sft``, the RL phase
+    into ``seq-<d>``, the whole stage ``..seq-<d>``), each of :data:`SIGNATURE_ROWS`; per consolidation
+    in ``made`` (a shared-weight output), the KL share at the top 6% on each domain. A row's
+    ``intervals`` hold each seed's 95% bootstrap interval over sequences.
+    """
+    reps = list(range(len(seeds)))
+    by: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for row in signed:
+        by[(str(row.get("kind")), str(row.get("child")), str(row.get("domain")))] = row
+    rows: list[dict[str, Any]] = []
+    finding = "drift signature of each update (on its parent's own generations)"
+
+    def add(label: str, got: list[dict[str, Any] | None], measures: Sequence[tuple[str, str, str | None]]) -> None:
+        if not any(got):
+            return
+        for key, what, study in measures:
+            rows.append(finding_row(finding, f"{label}: {what}", STUDY[study] if study else None,
+                                    [None if g is None else g.get(key) for g in got],
+                                    intervals=[None if g is None else [g.get(f"{key}_low"), g.get(f"{key}_high")]
+                                               for g in got]))
+
+    for d in stages:
+        for kind, label in SIGNATURE_KINDS:
+            got = []
+            for r in reps:
+                child = seq_name(d, r, "sft" if kind == "sft" else None)
+                got.append(by.get((kind, child, d)))
+            add(f"{d} {label}", got, SIGNATURE_ROWS)
+    labels: dict[str, dict[int, str]] = {}
+    for o in made:
+        if o.get("method") != "mle":
+            r = int(o.get("replicate", 0))
+            labels.setdefault(_stem(o["checkpoint"], r), {})[r] = o["checkpoint"]
+    for label, per in labels.items():
+        for d in stages:
+            add(f"{label} on {d}", [by.get(("consolidation", per.get(r, ""), d)) for r in reps], SIGNATURE_ROWS[:1])
+    return rows
+
+
+
+def _study_cell(key: str, domain: str) -> str | None:
+    v = STUDY_TABLE.get(key, {}).get(domain)
+    return None if v is None else f"{STUDY_SUITE[domain]} {v:g}"
+
+
+
+def _stem(name: str, r: int) -> str:
+    sfx = replicate_suffix(r)
+    return name[: -len(sfx)] if sfx and name.endswith(sfx) else name
+
+
+
+def consolidation_rows(seeds: Sequence[int], stages: Sequence[str], cells: dict[tuple[str, str], float],
+                       made: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each consolidation against the sequential end and the oracles, per domain (pure).
+
+    ``made``: ``consolidate --json`` outputs (checkpoint, method, replicate, domain). A shared-weight
+    output (``merge-uniform-s1``) is scored on every domain's in-domain suite; MLE on domain ``d``
+    is its expert ``mle-d`` on ``d/id``. Per (consolidation, domain): its score, and its score minus
+    the sequential end's and minus the domain oracle's, paired per seed (a seed missing either is null).
+    """
+    reps = list(range(len(seeds)))
+    end = seq_name(stages[-1])
+    # label -> replicate -> domain -> checkpoint
+    by: dict[str, dict[int, dict[str, str]]] = {}
+    for o in made:
+        r = int(o.get("replicate", 0))
+        if o.get("method") == "mle":
+            if o.get("domain"):
+                by.setdefault("mle", {}).setdefault(r, {})[o["domain"]] = o["checkpoint"]
+        else:
+            label = _stem(o["checkpoint"], r)
+            by.setdefault(label, {}).setdefault(r, {}).update({d: o["checkpoint"] for d in stages})
+    rows: list[dict[str, Any]] = []
+    if not by:
+        return rows
+    finding = "consolidation vs the sequential end and the oracles"
+    for d in stages:
+        rows.append(finding_row(finding, f"{d}/id of the sequential end ({end})", _study_cell("seq-end", d),
+                                [cells.get((seq_name(stages[-1], r), f"{d}/id")) for r in reps]))
+    for label, per in by.items():
+        for d in stages:
+            score = [cells.get((per.get(r, {}).get(d, ""), f"{d}/id")) for r in reps]
+            seq = [cells.get((seq_name(stages[-1], r), f"{d}/id")) for r in reps]
+            orc = [cells.get((oracle_name(d, r), f"{d}/id")) for r in reps]
+            what = f"{label} (expert mle-{d})" if label == "mle" else label
+            rows.append(finding_row(finding, f"{d}/id of {what}", _study_cell(label, d), score))
+            rows.append(finding_row(finding, f"{d}/id of {label} minus the sequential end", None,
+                                    [None if a is None or b is None else a - b for a, b in zip(score, seq, strict=True)]))
+            rows.append(finding_row(finding, f"{d}/id of {label} minus {oracle_name(d)}", None,
+                                    [None if a is None or b is None else a - b for a, b in zip(score, orc, strict=True)]))
+    return rows
+
+
+
+def cosine_rows(seeds: Sequence[int], mix: dict[int, float | None], unrelated: dict[int, list[float | None]]
+                ) -> list[dict[str, Any]]:
+    """The task-vector rows (pure): the oracle-mix SFT cosine per seed, and per seed the mean cosine
+    over every pair of unrelated SFT directions (``vector_pairs``)."""
+    reps = list(range(len(seeds)))
+    finding = "task-vector cosines"
+    rows = [finding_row(finding, "cos(sdft - base, sdft-from-end - seq end): oracle-mix SFT from the base "
+                        "and from the sequential end", STUDY["mix_cos"], [mix.get(r) for r in reps])]
+    vals = []
+    for r in reps:
+        xs = [v for v in unrelated.get(r, []) if v is not None and math.isfinite(v)]
+        vals.append(statistics.fmean(xs) if xs else None)
+    pairs = max((len(v) for v in unrelated.values()), default=0)
+    rows.append(finding_row(finding, f"cos(oracle-a-sft - base, oracle-b-sft - base), mean over the {pairs} "
+                            "pairs of domains a != b: unrelated SFT tasks", STUDY["unrelated_cos"], vals))
+    return rows  # both rows always: a value that could not be measured is null, and `errors` says why
