@@ -104,7 +104,7 @@ def markers(run: Path, replicate: int, json_out: str | None, note: str | None = 
     of a finished run, and their sum: the training part of a demo, without rerunning it. A phase resumed from a
     trainer checkpoint records only its last call, and a phase trained beside other jobs is slower: say so."""
     from aclarena.store import load_manifest
-    from aclarena.train.phases import read_marker
+    from aclarena.train.phase_record import read_marker
 
     rows = []
     seen = set()

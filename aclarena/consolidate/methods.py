@@ -89,10 +89,10 @@ class Job:
         shutil.rmtree(folder, ignore_errors=True)
 
     def reusable(self, folder: Path, fingerprint: str) -> Any:
-        """The finished phase in ``folder`` made with ``fingerprint`` (see :func:`aclarena.train.phases.finished`),
+        """The finished phase in ``folder`` made with ``fingerprint`` (see :func:`aclarena.train.phase_record.finished`),
         or None; with ``--force`` a finished one is discarded and None returned, so it is made again (the
         phase runner would otherwise reuse the finished folder)."""
-        from aclarena.train.phases import finished
+        from aclarena.train.phase_record import finished
 
         done = finished(folder, fingerprint)
         if done is not None and self.force:

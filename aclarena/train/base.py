@@ -25,7 +25,8 @@ from typing import Any
 
 from aclarena.errors import CheckpointError
 from aclarena.train.config import BaseSpec
-from aclarena.train.phases import PhaseResult, finished, run_sft
+from aclarena.train.phase_record import PhaseResult, finished
+from aclarena.train.phases import run_sft
 
 TINY = {"vocab_size": 512, "hidden_size": 64, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2,
         "intermediate_size": 128}
@@ -86,7 +87,8 @@ def copy_shipped_base(out_dir: str | os.PathLike[str], *, fingerprint: str | Non
     import time
 
     from aclarena.models.shipped import SHIP_FILES, recorded, shipped_base
-    from aclarena.train.phases import LOG_FILE, MARKER, _write_json_atomic, check_writable, read_log
+    from aclarena.train.phase_record import LOG_FILE, MARKER, read_log, write_json_atomic
+    from aclarena.train.phases import check_writable
 
     t0 = time.monotonic()
     done = finished(out_dir, fingerprint)
@@ -110,7 +112,7 @@ def copy_shipped_base(out_dir: str | os.PathLike[str], *, fingerprint: str | Non
     meta = {**rec.get("meta", {}), "name": "base", "shipped": rec["fingerprint"],
             "pretraining_time_s": rec.get("time_s")}
     steps, time_s = int(rec.get("steps") or 0), round(time.monotonic() - t0, 3)
-    _write_json_atomic(out / MARKER, {"fingerprint": fingerprint, "steps": steps, "time_s": time_s,
+    write_json_atomic(out / MARKER, {"fingerprint": fingerprint, "steps": steps, "time_s": time_s,
                                       "resumed_from_step": None, "finished_at": time.time(), "meta": meta})
     return PhaseResult(folder=out, steps=steps, time_s=time_s, log_history=logs, meta=meta)
 

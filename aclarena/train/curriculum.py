@@ -36,7 +36,8 @@ from aclarena.store.manifest import output_folder
 from aclarena.train.base import build_mini_base, check_external_base, copy_shipped_base
 from aclarena.train.config import CurriculumConfig
 from aclarena.train.monitor import monitor_factory
-from aclarena.train.phases import PhaseResult, check_writable, finished, run_rl, run_sft
+from aclarena.train.phase_record import PhaseResult, finished
+from aclarena.train.phases import check_writable, run_rl, run_sft
 from aclarena.train.plan import Job, plan
 
 CHECKPOINTS = "checkpoints"

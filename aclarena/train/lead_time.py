@@ -324,7 +324,8 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     )
     from aclarena.train.monitor import PROBE_PREFIX, RAZOR_PREFIX, domain_probe
     from aclarena.train.naming import phase_names, replicate_suffix
-    from aclarena.train.phases import finished, quiet
+    from aclarena.train.phase_record import finished
+    from aclarena.train.phases import quiet
 
     t_start = time.monotonic()
     run = Path(run_dir)

@@ -76,7 +76,8 @@ def domain_probe(run_dir: str | os.PathLike[str], checkpoint: str, folder: str |
     from aclarena.probes.generation import GenerationSettings, generate_probe_set, model_max_length
     from aclarena.probes.probe_set import list_probe_sets, read_probe_set, write_probe_set
     from aclarena.store import ResultsStore
-    from aclarena.train.phases import load_start, read_marker
+    from aclarena.train.phase_record import read_marker
+    from aclarena.train.phases import load_start
 
     store = ResultsStore(run_dir)
     folder = Path(folder)
@@ -131,7 +132,7 @@ def monitor_factory(cfg: CurriculumConfig, out: str | os.PathLike[str], jobs: Se
         from aclarena.probes.probe_set import read_probe_set
         from aclarena.store import ResultsStore
         from aclarena.train.callbacks import DriftMonitorCallback
-        from aclarena.train.phases import finished
+        from aclarena.train.phase_record import finished
 
         if job.kind != "stage" or job.domain is None or job.domain not in monitored:
             return []

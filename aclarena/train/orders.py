@@ -46,7 +46,7 @@ def order_jobs(cfg: CurriculumConfig, order_plan: OrderPlan) -> list[Job]:
 
 def to_train(out: str | os.PathLike[str], jobs: list[Job]) -> list[Job]:
     """The jobs not yet finished in ``out`` (a finished folder with the job's fingerprint is reused)."""
-    from aclarena.train.phases import finished
+    from aclarena.train.phase_record import finished
 
     todo = []
     for j in jobs:

@@ -34,43 +34,19 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from aclarena.distributed import is_main_process, wait_for_everyone
 from aclarena.errors import AclarenaError, CheckpointError, ConfigError
 from aclarena.models.arch import context_length
+from aclarena.train.phase_record import LOG_FILE, MARKER, PhaseResult, finished, write_json_atomic
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 
-MARKER = ".aclarena-phase.json"
-LOG_FILE = "train_log.json"
 WORK_STATE = "aclarena-work.json"
-
-
-@dataclass(frozen=True)
-class PhaseResult:
-    """What a finished phase recorded.
-
-    Attributes:
-        folder: the checkpoint folder (HF format, safetensors, tokenizer beside it).
-        steps: optimizer steps of the phase.
-        time_s: wall time of the training call that finished it (a resumed phase counts its last
-            session only; ``resumed_from_step`` says where that session started).
-        log_history: the trainer's log history (loss, reward, entropy, ... per logging step).
-        skipped: True when the phase was already finished and nothing ran.
-        meta: what the caller recorded with it (name, seed, parent, fingerprint...).
-    """
-
-    folder: Path
-    steps: int
-    time_s: float
-    log_history: list[dict[str, Any]] = field(default_factory=list)
-    resumed_from_step: int | None = None
-    skipped: bool = False
-    meta: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,121 +66,6 @@ class RLData:
     reward_funcs: list[Callable[..., list[float]]]
     rollout: Callable[..., dict[str, list[Any]]] | None = None
     max_completion_length: int = 64
-
-
-# --- markers ---------------------------------------------------------------------------------
-
-
-def read_marker(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The completion marker of a phase folder, or None when the phase is not finished.
-
-    Raises:
-        CheckpointError: a marker that is not JSON or not of the marker's shape (it is written
-            atomically by aclarena, so someone changed it): one line naming the file. Treating it
-            as "not finished" would retrain the phase over the folder's checkpoint.
-    """
-    path = Path(folder) / MARKER
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        data = _NOT_JSON
-    problem = "not JSON" if data is _NOT_JSON else _marker_problem(data)
-    if problem is not None:
-        raise CheckpointError(f"{path} is damaged ({problem}); restore it, or delete {Path(folder)} to retrain that "
-                              "phase")
-    return data
-
-
-_NOT_JSON = object()
-
-
-def _is_count(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
-def _marker_problem(data: Any) -> str | None:
-    """What is wrong with a phase marker's shape, or None."""
-    if not isinstance(data, dict):
-        return f"a JSON {type(data).__name__}, not an object"
-    checks = (("fingerprint", lambda v: isinstance(v, str), "a string"),
-              ("steps", _is_count, "a non-negative integer"),
-              ("time_s", _is_number, "a number"),
-              ("finished_at", _is_number, "a number"),
-              ("resumed_from_step", _is_count, "a non-negative integer"),
-              ("meta", lambda v: isinstance(v, dict), "an object"))
-    for key, ok, what in checks:
-        if data.get(key) is not None and not ok(data[key]):
-            return f"`{key}` is not {what}"
-    return None
-
-
-def read_log(path: Path) -> list[dict[str, Any]]:
-    """A phase's training log (``train_log.json``): a list of objects; [] when there is none.
-
-    Raises:
-        CheckpointError: a log that is not JSON or not a list of objects (one line naming the file).
-    """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    except OSError as e:
-        raise CheckpointError(f"cannot read {path}: {e.strerror or e}") from None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        data = _NOT_JSON
-    if not (isinstance(data, list) and all(isinstance(row, dict) for row in data)):
-        what = "not JSON" if data is _NOT_JSON else "not a list of objects"
-        raise CheckpointError(f"{path} is damaged ({what}); restore it, or delete {path.parent} to retrain that phase")
-    return data
-
-
-def finished(folder: str | os.PathLike[str], fingerprint: str | None = None) -> PhaseResult | None:
-    """The recorded result of a finished phase in ``folder`` (None if unfinished).
-
-    A finished phase whose fingerprint differs from ``fingerprint`` is an error: the folder
-    holds a model trained with other settings.
-    """
-    folder = Path(folder)
-    marker = read_marker(folder)
-    if marker is None:
-        return None
-    if fingerprint is not None and marker.get("fingerprint") not in (None, fingerprint):
-        raise ConfigError(
-            f"{folder} holds a phase trained with other settings (fingerprint {marker.get('fingerprint')} != "
-            f"{fingerprint}); train into a new --out, or delete that folder to retrain it"
-        )
-    if not any((folder / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json",
-                                                 "adapter_model.safetensors")):
-        raise CheckpointError(
-            f"{folder} is marked finished but its weights are missing; delete the folder to retrain that phase"
-        )
-    logs = read_log(folder / LOG_FILE)
-    # a null field reads as absent (the shape check lets both through)
-    return PhaseResult(folder=folder, steps=int(marker.get("steps") or 0), time_s=float(marker.get("time_s") or 0.0),
-                       log_history=logs, resumed_from_step=marker.get("resumed_from_step"), skipped=True,
-                       meta=marker.get("meta") or {})
-
-
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    from aclarena.store.manifest import keep_mode
-
-    keep_mode(tmp, path)
-    os.replace(tmp, path)
 
 
 # --- errors ----------------------------------------------------------------------------------
@@ -411,7 +272,7 @@ def _prepare_work(work_dir: Path, fingerprint: str | None) -> None:
             shutil.rmtree(work_dir, ignore_errors=True)
     if is_main_process():
         work_dir.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(state, {"fingerprint": fingerprint})
+        write_json_atomic(state, {"fingerprint": fingerprint})
     wait_for_everyone()
 
 
@@ -451,7 +312,7 @@ def _train_and_save(trainer: Any, tokenizer: Any, out_dir: Path, work_dir: Path,
         if is_main_process():
             tokenizer.padding_side = "left"  # generation pads left; trl saves 'right'
             tokenizer.save_pretrained(str(out_dir))
-            _write_json_atomic(out_dir / LOG_FILE, history)
+            write_json_atomic(out_dir / LOG_FILE, history)
             if (work_dir / TENSORBOARD).is_dir():  # report_to's event files outlive the work folder
                 shutil.move(str(work_dir / TENSORBOARD), str(out_dir / TENSORBOARD))
             from aclarena.reproducibility import environment
@@ -459,7 +320,7 @@ def _train_and_save(trainer: Any, tokenizer: Any, out_dir: Path, work_dir: Path,
             marker = {"fingerprint": fingerprint, "steps": steps, "time_s": round(elapsed, 3),
                       "resumed_from_step": resumed_from, "finished_at": time.time(), "meta": dict(meta),
                       "environment": environment()}
-            _write_json_atomic(out_dir / MARKER, marker)  # last: the phase is finished from here on
+            write_json_atomic(out_dir / MARKER, marker)  # last: the phase is finished from here on
             if not keep_work:
                 shutil.rmtree(work_dir, ignore_errors=True)
         wait_for_everyone()

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 def _trained(out):
     """Phase folders with a completion marker (every phase trained in the run folder)."""
-    from aclarena.train.phases import read_marker
+    from aclarena.train.phase_record import read_marker
 
     return {p.name for p in (out / "checkpoints").iterdir() if read_marker(p) is not None and p.name != "base"}
 

@@ -311,7 +311,7 @@ RAW = st.one_of(st.just("{"), st.just(""), st.just("[" * 2000), st.text(max_size
 def test_phase_marker_and_log_through_finished(tmp_path_factory, marker, log):
     """A finished phase's marker and log: the phase reads as finished with values of their types, or one
     line naming the file (never "not finished", which would retrain over the folder's checkpoint)."""
-    from aclarena.train.phases import LOG_FILE, MARKER, finished
+    from aclarena.train.phase_record import LOG_FILE, MARKER, finished
 
     folder = tmp_path_factory.mktemp("p")
     (folder / "model.safetensors").write_bytes(b"")
