@@ -81,8 +81,8 @@ def main(out: Path) -> None:
 
     # 2. training under FSDP2 with the monitor
     sharded_refs = []
-    shard_like = cb._shard_like
-    cb._shard_like = lambda model, like: (sharded_refs.append(type(model).__name__), shard_like(model, like))[1]
+    shard_like = cb.shard_like
+    cb.shard_like = lambda model, like: (sharded_refs.append(type(model).__name__), shard_like(model, like))[1]
     model = build_model(tiny_config(tok), seed=0)
     weights = Weights()
     monitor = cb.DriftMonitorCallback([probe], run_dir=out / "run", label="fsdp", every_n_steps=EVERY,

@@ -63,6 +63,15 @@ from aclarena.store.monitor_series import (
     settings_bytes,
 )
 from aclarena.store.monitor_series import probe_columns as series_probe_columns
+from aclarena.train.monitor_sharding import (
+    broadcast_flags,
+    gather_objects,
+    gather_reference_stats,
+    merge_shares,
+    shard_like,
+    sharding_of,
+    share_of,
+)
 from aclarena.train.monitor_spec import MonitorSettings
 
 logger = logging.getLogger("aclarena.monitor")
@@ -121,93 +130,20 @@ def check_tokenizer(probe: ProbeSet, tokenizer: Any, vocab_size: int | None) -> 
                             f"model has {vocab_size}; make the probe set with a checkpoint of this model")
 
 
-def _sharding(model: Any, args: Any) -> str | None:
-    """``"fsdp2"`` when the model's weights are sharded by FSDP2 (``fully_shard``), None when they are
-    whole on every process (one process, DDP, ZeRO-1/2); refuses the sharded set-ups it cannot score."""
-    from aclarena.probes.teacher_forcing import is_sharded
-
-    ds = getattr(args, "hf_deepspeed_config", None)
-    if (ds is not None and getattr(ds, "is_zero3", lambda: False)()) or any(
-            hasattr(p, "ds_id") for p in model.parameters()):
-        raise AclarenaError("the drift monitor does not score under DeepSpeed ZeRO-3 (not tested: accelerate runs "
-                            "no DeepSpeed on CPU processes, docs/monitor.md); train with FSDP2 (fsdp_config version "
-                            "2), DDP or ZeRO-2, or without the monitor")
-    if hasattr(model, "_fsdp_wrapped_module") or any(type(m).__name__ == "FullyShardedDataParallel"
-                                                     for m in model.modules()):
-        raise AclarenaError("the drift monitor scores FSDP2-sharded models, not FSDP1 ones; set fsdp_config "
-                            "{'version': 2} (transformers' default), or train with DDP or without the monitor")
-    # accelerate on CPU trains with DDP even when FSDP is asked for: the weights are then whole
-    return "fsdp2" if is_sharded(model) else None
 
 
-def _broadcast_flags(args: Any, flags: list[int]) -> list[int]:
-    """Rank 0's flags on every rank (a no-op in a single process)."""
-    if process_group_size() < 2:
-        return flags
-    import torch
-    import torch.distributed as dist
-
-    device = getattr(args, "device", None) if dist.get_backend() == "nccl" else "cpu"
-    t = torch.tensor(flags, dtype=torch.int64, device=device)
-    dist.broadcast(t, src=0)
-    return [int(x) for x in t.tolist()]
 
 
-def _gather(obj: Any) -> list[Any] | None:
-    """Every process's ``obj`` in rank order on the main process (None on the others)."""
-    import torch.distributed as dist
-
-    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(obj, out, dst=0)
-    return out
 
 
-#: the per-position scores a process sends to the main one at each check (``f*``: against the stage start)
-_SCORE_KEYS = {"kl": np.nan, "js": np.nan, "logprob": np.nan, "top1": -1, "status": 0, "fkl": np.nan, "fstatus": 0}
-_REF_KEYS = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "status")
 
 
-def _share_of(s: Any, f: Any, plan: Any, start_plan: Any, mine: list[int]) -> dict[str, Any]:
-    """This process's positions of a check: ``{"index": ..., "start_index": ..., key: values}``."""
-    idx, fidx = plan.positions_of(mine), start_plan.positions_of(mine)
-    return {"index": idx, "start_index": fidx, "kl": s.kl[idx], "js": s.js[idx], "logprob": s.logprob[idx],
-            "top1": s.top1[idx], "status": s.status[idx], "fkl": f.kl[fidx], "fstatus": f.status[fidx]}
 
 
-def _merge_shares(shares: list[dict[str, Any]], n: int) -> dict[str, np.ndarray]:
-    """The whole probe's per-position arrays from every process's share (each position in exactly one)."""
-    full = {k: np.full(n, fill, dtype=np.asarray(shares[0][k]).dtype) for k, fill in _SCORE_KEYS.items()}
-    for sh in shares:
-        for k in _SCORE_KEYS:
-            full[k][sh["start_index"] if k in ("fkl", "fstatus") else sh["index"]] = sh[k]
-    return full
 
 
-def _gather_reference_stats(out: Any, mine: list[int]) -> Any:
-    """``out`` (one process's share of a reference's outputs) with every process's statistics on the
-    main process, which computes the metrics; the others keep their share."""
-    idx = out.plan.positions_of(mine)
-    gathered = _gather({k: getattr(out.stats, k)[idx] for k in _REF_KEYS} | {"index": idx})
-    if gathered is None:
-        return out
-    full = {k: getattr(out.stats, k).copy() for k in _REF_KEYS}
-    for g in gathered:
-        for k in _REF_KEYS:
-            full[k][g["index"]] = g[k]
-    return dataclasses.replace(out, stats=dataclasses.replace(out.stats, **full))
 
 
-def _shard_like(model: Any, like: Any) -> None:
-    """Shard ``model`` with FSDP2 on the device mesh of ``like``'s parameters: each decoder layer, then the root."""
-    from torch.distributed.fsdp import fully_shard
-
-    from aclarena.probes.teacher_forcing import is_dtensor
-
-    mesh = next(p for p in like.parameters() if is_dtensor(p)).device_mesh
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    for layer in getattr(base.get_decoder(), "layers", None) or []:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(base, mesh=mesh)
 
 
 def _frozen_head(head: Any) -> Any:
@@ -397,7 +333,7 @@ class DriftMonitorCallback(TrainerCallback):
         self._main = bool(state.is_world_process_zero)
         self._active = False
         t0 = time.perf_counter()
-        self._sharded = model is not None and _sharding(model, args) is not None and process_group_size() > 1
+        self._sharded = model is not None and sharding_of(model, args) is not None and process_group_size() > 1
         error = 0
         if self._sharded:
             # every process scores its share with the sharded weights: each checks the input (the
@@ -411,10 +347,10 @@ class DriftMonitorCallback(TrainerCallback):
                     self._cache_references(model)
                 self._open_store(state)
             except BaseException:
-                _broadcast_flags(args, [1, 0])
+                broadcast_flags(args, [1, 0])
                 raise
         # every process learns whether the monitor runs, so that all join (or skip) each check
-        error, enabled = _broadcast_flags(args, [error, int(self._active)])
+        error, enabled = broadcast_flags(args, [error, int(self._active)])
         if error:
             raise AclarenaError("the drift monitor failed on the main process (see its error)")
         self._enabled = bool(enabled)
@@ -481,9 +417,9 @@ class DriftMonitorCallback(TrainerCallback):
             same = {name for name, out in self._ref.items() if out is self._start[name]}
             for p in self.probes:  # in the same order on every process (each is a collective)
                 mine = self._share(p)[0] or []
-                self._start[p.name] = _gather_reference_stats(self._start[p.name], mine)
+                self._start[p.name] = gather_reference_stats(self._start[p.name], mine)
                 self._ref[p.name] = (self._start[p.name] if p.name in same
-                                     else _gather_reference_stats(self._ref[p.name], mine))
+                                     else gather_reference_stats(self._ref[p.name], mine))
 
     def _reference_model(self, where: Any, device: Any, live: Any) -> Any:
         """A reference or stage-start model; loaded from a folder under FSDP2, it is sharded as the trained
@@ -491,7 +427,7 @@ class DriftMonitorCallback(TrainerCallback):
         loaded = isinstance(where, str | os.PathLike)
         ref = _load_reference(where, device)
         if self._sharded and loaded:
-            _shard_like(ref, live)
+            shard_like(ref, live)
         return ref
 
     def _open_store(self, state: Any) -> None:
@@ -616,7 +552,7 @@ class DriftMonitorCallback(TrainerCallback):
             if self.store is not None and self.store.failed is not None:
                 self._active = False  # on_store_error = continue: the monitor is off from here on
         if not final:
-            flags = _broadcast_flags(args, flags)
+            flags = broadcast_flags(args, flags)
             if flags[0]:
                 control.should_save = True
             if flags[1]:
@@ -688,19 +624,19 @@ class DriftMonitorCallback(TrainerCallback):
             f = s if start is ref else score(model, start, p, name="the trained model", hidden_cache=shared,
                                              batches=mine, lockstep=None if same_plan else lock)
             if self._sharded:
-                shares[p.name] = _share_of(s, f, ref.plan, start.plan, mine or [])
+                shares[p.name] = share_of(s, f, ref.plan, start.plan, mine or [])
                 continue
             out[p.name] = probe_metrics(s.ref.entropy, s.ref.logprob, s.ref.top1, s.kl, s.js, s.logprob, s.top1,
                                         valid=s.status == STATUS_OK, fkl=f.kl, fkl_valid=f.status == STATUS_OK,
                                         high=self.high)
         if not self._sharded:
             return out
-        gathered = _gather(shares)
+        gathered = gather_objects(shares)
         if gathered is None:
             return out
         for p in self.probes:
             ref = self._ref[p.name]
-            full = _merge_shares([g[p.name] for g in gathered], int(ref.plan.offsets[-1]))
+            full = merge_shares([g[p.name] for g in gathered], int(ref.plan.offsets[-1]))
             out[p.name] = probe_metrics(ref.stats.entropy, ref.stats.logprob, ref.stats.top1, full["kl"], full["js"],
                                         full["logprob"], full["top1"], valid=full["status"] == STATUS_OK,
                                         fkl=full["fkl"], fkl_valid=full["fstatus"] == STATUS_OK, high=self.high)

@@ -73,15 +73,15 @@ def test_fsdp2_probe_of_another_tokenizer_is_refused_on_every_process(fsdp_run):
 
 def test_zero3_and_fsdp1_are_refused_in_one_line(tokenizer):
     from aclarena.models.tiny import build_model, tiny_config
-    from aclarena.train.callbacks import _sharding
+    from aclarena.train.monitor_sharding import sharding_of
 
     model = build_model(tiny_config(tokenizer), seed=0)
     zero3 = SimpleNamespace(hf_deepspeed_config=SimpleNamespace(is_zero3=lambda: True))
     with pytest.raises(AclarenaError, match="ZeRO-3") as e:
-        _sharding(model, zero3)
+        sharding_of(model, zero3)
     assert "\n" not in str(e.value)
-    assert _sharding(model, SimpleNamespace(fsdp=True)) is None  # FSDP asked for, weights whole (accelerate on CPU)
+    assert sharding_of(model, SimpleNamespace(fsdp=True)) is None  # FSDP asked for, weights whole (accelerate on CPU)
     model._fsdp_wrapped_module = model.model  # what FSDP1's wrapper has
     with pytest.raises(AclarenaError, match="FSDP1") as e:
-        _sharding(model, SimpleNamespace(fsdp=True))
+        sharding_of(model, SimpleNamespace(fsdp=True))
     assert "\n" not in str(e.value)
