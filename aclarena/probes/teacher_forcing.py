@@ -515,18 +515,8 @@ def reference_outputs(
     cs = _chunk_size(chunk_size, head.vocab_size, head.dtype)
     plan = BatchPlan.make(probe, batch_size)
     limit = model_positions(model)
-    p_total = int(plan.offsets[-1])
     k = topk
-    st = ReferenceStats(
-        position=np.zeros(p_total, np.int32), token=np.zeros(p_total, np.int32),
-        entropy=np.full(p_total, np.nan, np.float32), logprob=np.full(p_total, np.nan, np.float32),
-        top1=np.full(p_total, -1, np.int32), topk_ids=np.full((p_total, k), -1, np.int32),
-        topk_logprobs=np.full((p_total, k), np.nan, np.float32), status=np.zeros(p_total, np.uint8),
-    )
-    for i in range(probe.n_sequences):
-        t = probe.positions(i)
-        st.position[plan.offsets[i]:plan.offsets[i + 1]] = t
-        st.token[plan.offsets[i]:plan.offsets[i + 1]] = np.asarray(probe.ids[i])[t]
+    st = _empty_reference_stats(probe, plan, k)
     buffers = _Buffers(max(1, min(cs, max(len(ix) for ix in plan.index))), [head])
     hidden: list[torch.Tensor | None] = []
     targets: list[torch.Tensor | None] = []
@@ -574,7 +564,7 @@ def reference_outputs(
                             positions_limit=limit, sub_rows=buffers.ws.sub_rows)
 
 
-def score(  # noqa: C901
+def score(
     model: Any,
     reference: Any,
     probe: ProbeSet,
@@ -616,8 +606,6 @@ def score(  # noqa: C901
         lockstep: run ``model`` this many times in all, padding with thrown-away passes (every
             rank of a sharded model, see :func:`is_sharded`, must make the same number).
     """
-    import torch
-
     if padding_side not in ("left", "right"):
         raise AclarenaError(f"padding side must be 'left' or 'right', got {padding_side!r}")
     batches = None if batches is None else set(batches)
@@ -626,12 +614,12 @@ def score(  # noqa: C901
     label = name or "the checkpoint"
     head = output_head(model)
     cached = isinstance(reference, ReferenceOutputs)
-    if cached:
+    if cached:  # the cached reference's plan, batch size, chunk size and top-k
         if reference.probe_digest != probe.digest:
             raise AclarenaError("the cached reference outputs were made on another probe set; rebuild them")
         batch_size, topk, cs = reference.batch_size, reference.topk, reference.chunk_size
         ref_head, plan = reference.head, reference.plan
-    else:
+    else:  # both models run side by side
         ref_head = output_head(reference)
         _check_topk(topk, head.vocab_size)
         cs = _chunk_size(chunk_size, head.vocab_size, head.dtype)
@@ -642,35 +630,15 @@ def score(  # noqa: C901
                             f"{ref_head.vocab_size}; per-token scores need the same tokenizer and vocabulary")
     verify_head(model, head, probe.ids[0], label)
     limit = model_positions(model)
-    ref_limit = reference.positions_limit if cached else model_positions(reference)
-    p_total = int(plan.offsets[-1])
-    k = topk
-    res = TokenScores(
-        offsets=plan.offsets, entropy=np.full(p_total, np.nan, np.float32),
-        logprob=np.full(p_total, np.nan, np.float32), top1=np.full(p_total, -1, np.int32),
-        topk_ids=np.full((p_total, k), -1, np.int32), topk_logprobs=np.full((p_total, k), np.nan, np.float32),
-        kl=np.full(p_total, np.nan, np.float32), js=np.full(p_total, np.nan, np.float32),
-        status=np.zeros(p_total, np.uint8),
-        ref=reference.stats if cached else ReferenceStats(
-            position=np.zeros(p_total, np.int32), token=np.zeros(p_total, np.int32),
-            entropy=np.full(p_total, np.nan, np.float32), logprob=np.full(p_total, np.nan, np.float32),
-            top1=np.full(p_total, -1, np.int32), topk_ids=np.full((p_total, k), -1, np.int32),
-            topk_logprobs=np.full((p_total, k), np.nan, np.float32), status=np.zeros(p_total, np.uint8)),
-        info={"chunk_size": cs, "batch_size": batch_size, "topk": k, "positions_limit": limit},
-    )
-    if not cached:
-        for i in range(probe.n_sequences):
-            t = probe.positions(i)
-            res.ref.position[plan.offsets[i]:plan.offsets[i + 1]] = t
-            res.ref.token[plan.offsets[i]:plan.offsets[i + 1]] = np.asarray(probe.ids[i])[t]
+    res = _empty_scores(plan, topk, reference.stats if cached else _empty_reference_stats(probe, plan, topk),
+                        {"chunk_size": cs, "batch_size": batch_size, "topk": topk, "positions_limit": limit})
     rows_max = max(1, min(cs, max(len(ix) for ix in plan.index)))
     # the same chunk and sub-chunk plan as the cached reference: identical models give identical bits
     buffers = _Buffers(rows_max, [ref_head, head], reference.sub_rows if cached else None)
-    ws = buffers.ws
+    ref_side = _ReferenceSide(reference, ref_head, probe, padding_side) if not cached else None
     device = head.weight.device
-    keys_c = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs")
     was_training = _eval_mode(model)
-    ref_was_training = False if cached else _eval_mode(reference)
+    ref_was_training = ref_side is not None and _eval_mode(reference)
     ran = 0
     try:
         with _no_grad(model):
@@ -678,54 +646,18 @@ def score(  # noqa: C901
                 if batches is not None and b not in batches:
                     continue
                 ids, mask, pos, rows, cols, ok, tgt = _batch_inputs(probe, seqs, limit, device, padding_side)
-                have = (b in hidden_cache if isinstance(hidden_cache, dict)
-                        else hidden_cache is not None and b < len(hidden_cache))
-                if have:
-                    assert hidden_cache is not None
-                    hc = hidden_cache[b]
-                else:
+                hc = _cached_hidden(hidden_cache, b)
+                if hc is None:
                     hc = _hidden(model, ids, mask, pos)[rows, cols]
                     ran += 1
-                    if isinstance(hidden_cache, dict):
-                        hidden_cache[b] = hc
-                    elif hidden_cache is not None:
-                        hidden_cache.append(hc)
-                if cached:
+                    _keep_hidden(hidden_cache, b, hc)
+                if ref_side is None:
                     hr = reference.hidden[b].to(ref_head.weight.device)
                     ok_ref = reference.stats.status[plan.index[b]] != STATUS_BEYOND_CONTEXT
                 else:
-                    rids, rmask, rpos, rrows, rcols, ok_ref, _ = _batch_inputs(
-                        probe, seqs, ref_limit, ref_head.weight.device, padding_side)
-                    hr = _hidden(reference, rids, rmask, rpos)[rrows, rcols]
-                both = ok & ok_ref
-                sel = np.flatnonzero(both)
-                if len(sel) < len(both):  # positions one of the models cannot see are left out
-                    sel_t = torch.as_tensor(sel, device=device)
-                    hc, tgt = hc[sel_t], tgt[sel_t]
-                    hr = hr[torch.as_tensor(sel, device=hr.device)]
-                parts: dict[str, list[torch.Tensor]] = {key: [] for key in (*keys_c, "kl", "js")}
-                ref_parts: dict[str, list[torch.Tensor]] = {key: [] for key in keys_c}
-                for s in range(0, hc.shape[0], cs):
-                    n = min(cs, hc.shape[0] - s)
-                    ref_head.into(hr[s:s + n].to(ref_head.weight.device), ws.zr[:n], buffers.tmp_rows(ref_head, n))
-                    head.into(hc[s:s + n], ws.zc[:n], buffers.tmp_rows(head, n))
-                    ps = ws.pair_stats(n, tgt[s:s + n], k, ref_topk=not cached)
-                    for key in keys_c:
-                        parts[key].append(getattr(ps.ckpt, key))
-                        if not cached:
-                            ref_parts[key].append(getattr(ps.ref, key))
-                    parts["kl"].append(ps.kl)
-                    parts["js"].append(ps.js)
-                idx = plan.index[b][sel]
-                if len(idx):
-                    for key, chunks in parts.items():
-                        getattr(res, key)[idx] = torch.cat(chunks).cpu().numpy()
-                    if not cached:
-                        for key, chunks in ref_parts.items():
-                            getattr(res.ref, key)[idx] = torch.cat(chunks).cpu().numpy()
-                res.status[plan.index[b][~ok]] = STATUS_BEYOND_CONTEXT
-                if not cached:
-                    res.ref.status[plan.index[b][~ok_ref]] = STATUS_BEYOND_CONTEXT
+                    hr, ok_ref = ref_side.hidden(seqs)
+                _score_batch(res, plan.index[b], hc, hr, tgt, ok, ok_ref, head, ref_head, buffers, cs, topk,
+                             ref_topk=ref_side is not None)
                 if progress is not None:
                     progress(len(seqs))
             if lockstep is not None:
@@ -735,8 +667,111 @@ def score(  # noqa: C901
             model.train()
         if ref_was_training:
             reference.train()
-    mine = plan.rows(batches)
-    if not cached:
+    _final_status(res, plan.rows(batches), check_reference=ref_side is not None)
+    return res
+
+
+def _empty_reference_stats(probe: ProbeSet, plan: BatchPlan, k: int) -> ReferenceStats:
+    """The reference's per-position arrays of ``probe`` under ``plan``: positions and tokens filled, the rest unset."""
+    p_total = int(plan.offsets[-1])
+    st = ReferenceStats(
+        position=np.zeros(p_total, np.int32), token=np.zeros(p_total, np.int32),
+        entropy=np.full(p_total, np.nan, np.float32), logprob=np.full(p_total, np.nan, np.float32),
+        top1=np.full(p_total, -1, np.int32), topk_ids=np.full((p_total, k), -1, np.int32),
+        topk_logprobs=np.full((p_total, k), np.nan, np.float32), status=np.zeros(p_total, np.uint8),
+    )
+    for i in range(probe.n_sequences):
+        t = probe.positions(i)
+        st.position[plan.offsets[i]:plan.offsets[i + 1]] = t
+        st.token[plan.offsets[i]:plan.offsets[i + 1]] = np.asarray(probe.ids[i])[t]
+    return st
+
+
+def _empty_scores(plan: BatchPlan, k: int, ref: ReferenceStats, info: dict[str, Any]) -> TokenScores:
+    p_total = int(plan.offsets[-1])
+    return TokenScores(
+        offsets=plan.offsets, entropy=np.full(p_total, np.nan, np.float32),
+        logprob=np.full(p_total, np.nan, np.float32), top1=np.full(p_total, -1, np.int32),
+        topk_ids=np.full((p_total, k), -1, np.int32), topk_logprobs=np.full((p_total, k), np.nan, np.float32),
+        kl=np.full(p_total, np.nan, np.float32), js=np.full(p_total, np.nan, np.float32),
+        status=np.zeros(p_total, np.uint8), ref=ref, info=info)
+
+
+def _cached_hidden(cache: list[Any] | dict[int, Any] | None, b: int) -> Any:
+    """Batch ``b``'s hidden states from ``score``'s ``hidden_cache``, or None when they are not there."""
+    if isinstance(cache, dict):
+        return cache.get(b)
+    return cache[b] if cache is not None and b < len(cache) else None
+
+
+def _keep_hidden(cache: list[Any] | dict[int, Any] | None, b: int, h: Any) -> None:
+    if isinstance(cache, dict):
+        cache[b] = h
+    elif cache is not None:
+        cache.append(h)
+
+
+class _ReferenceSide:
+    """A reference model run beside the scored one, batch by batch (``score`` without cached outputs)."""
+
+    def __init__(self, model: Any, head: OutputHead, probe: ProbeSet, padding_side: str) -> None:
+        self.model, self.head, self.probe, self.padding_side = model, head, probe, padding_side
+        self.limit = model_positions(model)
+
+    def hidden(self, seqs: list[int]) -> tuple[Any, np.ndarray]:
+        """The reference's hidden states at the scored positions of ``seqs``, and which of them it can see."""
+        ids, mask, pos, rows, cols, ok, _ = _batch_inputs(self.probe, seqs, self.limit, self.head.weight.device,
+                                                          self.padding_side)
+        return _hidden(self.model, ids, mask, pos)[rows, cols], ok
+
+
+_SCORE_KEYS = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs")
+
+
+def _score_batch(res: TokenScores, index: np.ndarray, hc: Any, hr: Any, tgt: Any, ok: np.ndarray, ok_ref: np.ndarray,
+                 head: OutputHead, ref_head: OutputHead, buffers: _Buffers, cs: int, k: int, *,
+                 ref_topk: bool) -> None:
+    """One batch's scores into ``res`` (at ``index``), chunk by chunk of ``cs`` positions; the reference's own
+    statistics too when ``ref_topk`` (it runs beside the model, nothing cached)."""
+    import torch
+
+    ws = buffers.ws
+    device = head.weight.device
+    both = ok & ok_ref
+    sel = np.flatnonzero(both)
+    if len(sel) < len(both):  # positions one of the models cannot see are left out
+        sel_t = torch.as_tensor(sel, device=device)
+        hc, tgt = hc[sel_t], tgt[sel_t]
+        hr = hr[torch.as_tensor(sel, device=hr.device)]
+    parts: dict[str, list[torch.Tensor]] = {key: [] for key in (*_SCORE_KEYS, "kl", "js")}
+    ref_parts: dict[str, list[torch.Tensor]] = {key: [] for key in _SCORE_KEYS}
+    for s in range(0, hc.shape[0], cs):
+        n = min(cs, hc.shape[0] - s)
+        ref_head.into(hr[s:s + n].to(ref_head.weight.device), ws.zr[:n], buffers.tmp_rows(ref_head, n))
+        head.into(hc[s:s + n], ws.zc[:n], buffers.tmp_rows(head, n))
+        ps = ws.pair_stats(n, tgt[s:s + n], k, ref_topk=ref_topk)
+        for key in _SCORE_KEYS:
+            parts[key].append(getattr(ps.ckpt, key))
+            if ref_topk:
+                ref_parts[key].append(getattr(ps.ref, key))
+        parts["kl"].append(ps.kl)
+        parts["js"].append(ps.js)
+    idx = index[sel]
+    if len(idx):
+        for key, chunks in parts.items():
+            getattr(res, key)[idx] = torch.cat(chunks).cpu().numpy()
+        if ref_topk:
+            for key, chunks in ref_parts.items():
+                getattr(res.ref, key)[idx] = torch.cat(chunks).cpu().numpy()
+    res.status[index[~ok]] = STATUS_BEYOND_CONTEXT
+    if ref_topk:
+        res.ref.status[index[~ok_ref]] = STATUS_BEYOND_CONTEXT
+
+
+def _final_status(res: TokenScores, mine: np.ndarray, *, check_reference: bool) -> None:
+    """Non-finite values marked (the reference's too when it ran here); the values at positions the reference
+    cannot score left out."""
+    if check_reference:
         bad_ref = mine & (res.ref.status == STATUS_OK) & ~(np.isfinite(res.ref.entropy) & np.isfinite(res.ref.logprob))
         res.ref.status[bad_ref] = STATUS_NONFINITE
     computed = mine & (res.status == STATUS_OK)
@@ -746,4 +781,3 @@ def score(  # noqa: C901
     # status ok but leave the values out (NaN), as the summaries do
     for key in ("kl", "js"):
         getattr(res, key)[mine & (res.ref.status != STATUS_OK)] = np.nan
-    return res
