@@ -361,7 +361,7 @@ class DriftMonitorCallback(TrainerCallback):
 
     def _check_inputs(self, model: Any, processing_class: Any) -> None:
         """Refuse probe sets that do not fit the trained model (one line, before anything is written)."""
-        from aclarena.probes.teacher_forcing import vocab_size
+        from aclarena.probes.model_parts import vocab_size
 
         if model is None:
             raise AclarenaError("the trainer gave the drift monitor no model")
@@ -392,7 +392,7 @@ class DriftMonitorCallback(TrainerCallback):
 
     def _cache_references(self, model: Any) -> None:
         """Run the stage start and the references once on the probe sets and cache their outputs."""
-        from aclarena.probes.teacher_forcing import model_device
+        from aclarena.probes.model_parts import model_device
 
         device = model_device(model)
         start_model = None

@@ -22,7 +22,7 @@ from aclarena.errors import AclarenaError
 def sharding_of(model: Any, args: Any) -> str | None:
     """``"fsdp2"`` when the model's weights are sharded by FSDP2 (``fully_shard``), None when they are
     whole on every process (one process, DDP, ZeRO-1/2); refuses the sharded set-ups it cannot score."""
-    from aclarena.probes.teacher_forcing import is_sharded
+    from aclarena.probes.model_parts import is_sharded
 
     ds = getattr(args, "hf_deepspeed_config", None)
     if (ds is not None and getattr(ds, "is_zero3", lambda: False)()) or any(
@@ -109,7 +109,7 @@ def shard_like(model: Any, like: Any) -> None:
     """Shard ``model`` with FSDP2 on the device mesh of ``like``'s parameters: each decoder layer, then the root."""
     from torch.distributed.fsdp import fully_shard
 
-    from aclarena.probes.teacher_forcing import is_dtensor
+    from aclarena.probes.model_parts import is_dtensor
 
     mesh = next(p for p in like.parameters() if is_dtensor(p)).device_mesh
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
