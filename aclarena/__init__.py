@@ -42,7 +42,7 @@ _LAZY = {
     "SignaturesResult": "aclarena.analysis.signatures",
     "CheckpointsResult": "aclarena.analysis.checkpoints",
     "EvalResult": "aclarena.analysis.eval",
-    "ConsolidateOptions": "aclarena.analysis.consolidate",
+    "ConsolidateOptions": "aclarena.consolidate.options",
     "ConsolidateResult": "aclarena.analysis.consolidate",
     "CurriculumConfig": "aclarena.train.config",
     "BaseSpec": "aclarena.train.config",
@@ -101,7 +101,7 @@ __all__ = [
 if TYPE_CHECKING:
     from aclarena.analysis.checkpoints import CheckpointsResult
     from aclarena.analysis.compare import CompareResult
-    from aclarena.analysis.consolidate import ConsolidateOptions, ConsolidateResult
+    from aclarena.analysis.consolidate import ConsolidateResult
     from aclarena.analysis.displacement import DisplacementResult
     from aclarena.analysis.eval import EvalResult
     from aclarena.analysis.flips import FlipSettings, FlipsResult
@@ -111,6 +111,7 @@ if TYPE_CHECKING:
     from aclarena.analysis.signatures import SignaturesResult
     from aclarena.analysis.tokens import TokenDrift
     from aclarena.analysis.vectors import VectorsResult, task_vector_cosines
+    from aclarena.consolidate.options import ConsolidateOptions
     from aclarena.diagnostics.early_warning import MetricRule
     from aclarena.errors import AclarenaError
     from aclarena.probes.probe_set import ProbeSet, read_probe_set

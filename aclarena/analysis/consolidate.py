@@ -16,52 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from aclarena.analysis._common import RunPath, frame, manifest_or_load
+from aclarena.consolidate.options import ConsolidateOptions, check_options, options_for
 from aclarena.errors import AclarenaError
 from aclarena.progress import progress
 from aclarena.store import Manifest
-
-
-@dataclass(frozen=True, slots=True)
-class ConsolidateOptions:
-    """A method's settings, as ``aclarena-diag consolidate`` takes them (the defaults are the verb's);
-    each method reads the ones it uses (docs/consolidation.md)."""
-
-    sources: str = "stages"
-    lambdas: tuple[float, ...] | None = None
-    lam: float | None = None
-    density: float = 0.2
-    drop: float = 0.5
-    name: str | None = None
-    n: int | None = None
-    steps: int | None = None
-    batch: int | None = None
-    lr: float | None = None
-    trl: tuple[str, ...] = ()
-    teachers: str = "oracle"
-    divergence: str = "reverse"
-    start: str = "base"
-    lora_r: int = 8
-    lora_alpha: int | None = None
-    target_modules: str | None = None
-    routers: tuple[str, ...] = ("rule", "learned", "bandit")
-    fallback: str = "backbone"
-    router_reward: str = "auto"
-    routers_only: bool = False
-
-    def job_options(self, method: str) -> dict[str, Any]:
-        """The options mapping a :class:`~aclarena.consolidate.methods.Job` carries (unset ones left out)."""
-        opts: dict[str, Any] = {"method": method, "sources": self.sources, "density": self.density,
-                                "drop": self.drop, "lam": self.lam, "name": self.name}
-        if self.lambdas is not None:
-            opts["lambdas"] = tuple(self.lambdas)
-        opts["routers"] = list(self.routers)
-        opts |= {"fallback": self.fallback, "router_reward": self.router_reward, "routers_only": self.routers_only}
-        for key in ("teachers", "divergence", "start", "n", "steps", "batch", "lr", "trl", "lora_r", "lora_alpha",
-                    "target_modules"):
-            value = getattr(self, key)
-            if value is not None:
-                opts[key] = list(value) if key == "trl" else value
-        return opts
 
 
 @dataclass
@@ -108,9 +66,18 @@ def consolidate(
     force: bool = False,
     show_progress: bool = False,
     manifest: Manifest | None = None,
+    **settings: Any,
 ) -> ConsolidateResult:
     """Consolidate ``seeds`` replicates of the run's curriculum with ``method``; each output is added to the
-    manifest and recorded in the store as soon as it is made (a rerun reuses it unless ``force``)."""
+    manifest and recorded in the store as soon as it is made (a rerun reuses it unless ``force``).
+
+    ``options``: the method's own options class (:mod:`aclarena.consolidate.options`, e.g.
+    ``MergeTiesOptions(density=0.3)``), or its fields as keywords (``density=0.3``); an option the method does
+    not take is one line."""
+    if settings:
+        if options is not None:
+            raise AclarenaError("give the method's options either as an options object or as keywords, not both")
+        options = options_for(method, settings)
     from aclarena.consolidate.methods import (
         RESULT_ROOT,
         RESULT_TYPE,
@@ -126,7 +93,7 @@ def consolidate(
 
     chosen = get_method(method)
     manifest = manifest_or_load(run_dir, manifest)
-    opts = (options or ConsolidateOptions()).job_options(method)
+    opts = check_options(chosen.name, options)
     lineages = pick(manifest, seeds)
     store = ResultsStore(run_dir)
     run_path = Path(run_dir)

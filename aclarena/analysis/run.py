@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aclarena.analysis._common import RunPath
 from aclarena.analysis.checkpoints import CheckpointsResult, checkpoints
@@ -33,7 +33,7 @@ from aclarena.store import Manifest, ResultsStore, load_manifest
 if TYPE_CHECKING:
     import pandas as pd
 
-    from aclarena.analysis.consolidate import ConsolidateOptions, ConsolidateResult
+    from aclarena.analysis.consolidate import ConsolidateResult
     from aclarena.analysis.displacement import DisplacementResult
     from aclarena.analysis.eval import EvalResult
     from aclarena.analysis.flips import FlipSettings, FlipsResult
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from aclarena.analysis.signatures import SignaturesResult
     from aclarena.analysis.tokens import TokenDrift
     from aclarena.analysis.vectors import VectorsResult
+    from aclarena.consolidate.options import ConsolidateOptions
 
 
 class Run:
@@ -138,15 +139,16 @@ class Run:
                         force=force, show_progress=show_progress, manifest=self.manifest)
 
     def consolidate(self, method: str, *, seeds: int = 1, options: ConsolidateOptions | None = None,
-                    force: bool = False, show_progress: bool = False) -> ConsolidateResult:
+                    force: bool = False, show_progress: bool = False, **settings: Any) -> ConsolidateResult:
         """Consolidated models from the stage checkpoints (``merge-uniform``, ``sdft``, ``mle``, ...), added to
-        the manifest: a :class:`~aclarena.analysis.consolidate.ConsolidateResult`. Options as
-        ``aclarena-diag consolidate`` (:class:`~aclarena.analysis.consolidate.ConsolidateOptions`)."""
+        the manifest: a :class:`~aclarena.analysis.consolidate.ConsolidateResult`. The method's options as
+        ``aclarena-diag consolidate`` takes them: its options class (:mod:`aclarena.consolidate.options`, e.g.
+        ``MergeTiesOptions(density=0.3)``) or its fields as keywords (``density=0.3``)."""
         from aclarena.analysis.consolidate import consolidate
 
         try:
             return consolidate(self.path, method, seeds=seeds, options=options, force=force,
-                               show_progress=show_progress, manifest=self.manifest)
+                               show_progress=show_progress, manifest=self.manifest, **settings)
         finally:  # the outputs are in the manifest now (also those made before a failure)
             self.manifest = load_manifest(self.path)
 

@@ -153,10 +153,10 @@ def lead_time(run_dir: RunPath, stage: str, n: int, eval_every: int) -> dict[str
 
 def consolidate(run_dir: RunPath, method: str, *, seeds: int = 1, start: str | None = None) -> dict[str, Any]:
     """``consolidate --method M [--seeds N] [--start FROM]``, the other options the verb's defaults."""
-    from aclarena.analysis.consolidate import ConsolidateOptions
     from aclarena.analysis.consolidate import consolidate as run
+    from aclarena.consolidate.options import options_for
 
-    options = ConsolidateOptions() if start is None else ConsolidateOptions(start=start)
+    options = options_for(method) if start is None else options_for(method, start=start)
     return jsonable(run(run_dir, method, seeds=seeds, options=options).to_dict())
 
 

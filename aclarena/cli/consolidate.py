@@ -47,12 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=int, default=1, metavar="N", help="replicates to consolidate (default 1)")
     p.add_argument("--force", action="store_true", help="redo outputs that are already there")
     g = p.add_argument_group("merges")
-    g.add_argument("--sources", default="stages", metavar="WHAT",
+    g.add_argument("--sources", metavar="WHAT",
                    help="stages (the end of each stage, default), oracles, or comma-separated checkpoint names")
     g.add_argument("--lambdas", metavar="L,...", help="merge-ta: the λ sweep (default 0.25,0.5,0.75,1)")
     g.add_argument("--lam", type=float, metavar="L", help="merge-ties / merge-dare: λ (default 1 for TIES, 1/K for DARE)")
-    g.add_argument("--density", type=float, default=0.2, help="merge-ties: share of each task vector kept (default 0.2)")
-    g.add_argument("--drop", type=float, default=0.5, help="merge-dare: drop rate p (default 0.5)")
+    g.add_argument("--density", type=float, help="merge-ties: share of each task vector kept (default 0.2)")
+    g.add_argument("--drop", type=float, help="merge-dare: drop rate p (default 0.5)")
     g.add_argument("--name", metavar="PREFIX",
                    help="name of the output(s) instead of the method's (merge-ta: PREFIX-l<λ>; mle: PREFIX-<domain>; "
                         "replicate r >= 1 adds -s<r>)")
@@ -63,23 +63,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--lr", type=float, metavar="LR", help="learning rate")
     t.add_argument("--trl", action="append", default=[], metavar="FIELD=VALUE",
                    help="a trl config override (repeatable), e.g. --trl gradient_accumulation_steps=2")
-    t.add_argument("--teachers", default="oracle", metavar="WHICH",
+    t.add_argument("--teachers", metavar="WHICH",
                    help="mmopd: each domain's teacher: oracle (default) or stage (the end of its stage)")
-    t.add_argument("--divergence", default="reverse", metavar="D",
+    t.add_argument("--divergence", metavar="D",
                    help="mmopd: per-token divergence: reverse KL (default), forward KL or js")
-    t.add_argument("--start", default="base", metavar="FROM",
+    t.add_argument("--start", metavar="FROM",
                    help="sdft: train from the base (default) or from the sequential end point (end)")
-    t.add_argument("--lora-r", type=int, default=8, metavar="R", help="mle: LoRA rank of each expert (default 8)")
+    t.add_argument("--lora-r", type=int, metavar="R", help="mle: LoRA rank of each expert (default 8)")
     t.add_argument("--lora-alpha", type=int, metavar="A", help="mle: LoRA alpha (default 2 x rank)")
     t.add_argument("--target-modules", metavar="M,...",
                    help="mle: modules the experts adapt (default q,k,v,o,gate,up,down projections)")
     r = p.add_argument_group("mle")
-    r.add_argument("--routers", default="rule,learned,bandit", metavar="R,...",
+    r.add_argument("--routers", metavar="R,...",
                    help="routers to train and score: rule, learned, bandit (default all)")
-    r.add_argument("--fallback", default="backbone", metavar="POLICY",
+    r.add_argument("--fallback", metavar="POLICY",
                    help="when no expert fits: backbone (serve the frozen backbone, default) or refuse (the MLE row "
                         "of `compare` then has no score for such suites)")
-    r.add_argument("--router-reward", default="auto", metavar="SIGNAL",
+    r.add_argument("--router-reward", metavar="SIGNAL",
                    help="the bandit's success signal: measured (the experts' scores in the capability matrix), "
                         "simulated (0.8 on an expert's own domain, 0.1 elsewhere) or auto (measured when evaluated)")
     r.add_argument("--routers-only", action="store_true", help="train and score the routers only (no expert training)")
@@ -87,17 +87,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from aclarena.analysis.consolidate import ConsolidateOptions
+    """The method's options from the flags given (an option flag the method does not take is one line)."""
+    from aclarena.consolidate.options import options_for
 
     given = {key: getattr(args, key) for key in ("sources", "density", "drop", "lam", "name", "teachers",
                                                   "divergence", "start", "n", "steps", "batch", "lr", "lora_r",
-                                                  "lora_alpha", "target_modules", "fallback", "router_reward",
-                                                  "routers_only")}
+                                                  "lora_alpha", "target_modules", "fallback", "router_reward")
+             if getattr(args, key) is not None}
     if args.lambdas is not None:  # `--lambdas ''` is refused, not read as the default
         given["lambdas"] = _floats(args.lambdas, "--lambdas")
-    given["routers"] = tuple(x.strip() for x in args.routers.split(",") if x.strip())
-    given["trl"] = tuple(args.trl)
-    return ConsolidateOptions(**given)
+    if args.routers is not None:
+        given["routers"] = tuple(x.strip() for x in args.routers.split(",") if x.strip())
+    if args.trl:
+        given["trl"] = tuple(args.trl)
+    if args.routers_only:
+        given["routers_only"] = True
+    return options_for(args.method, given)
 
 
 def run(args: argparse.Namespace) -> int:

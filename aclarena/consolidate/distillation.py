@@ -28,9 +28,8 @@ from typing import Any
 
 import torch
 
+from aclarena.consolidate.options import DIVERGENCES
 from aclarena.errors import unknown_name
-
-DIVERGENCES = {"reverse": 1.0, "forward": 0.0, "js": 0.5}
 
 
 def divergence_beta(name: str) -> float:

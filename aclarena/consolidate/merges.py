@@ -31,31 +31,23 @@ from typing import Any
 
 from aclarena.consolidate.checkpoint_merge import MergeSpec, merge_checkpoints
 from aclarena.consolidate.methods import Job, Output
+from aclarena.consolidate.options import MergeDareOptions, MergeOptions, MergeTAOptions, MergeTiesOptions
 from aclarena.errors import AclarenaError
 from aclarena.store.manifest import CheckpointSpec
 from aclarena.store.runlock import run_lock
 
-DEFAULT_LAMBDAS = (0.25, 0.5, 0.75, 1.0)
 MERGE_OF = {"merge-uniform": "uniform", "merge-ta": "task_arithmetic", "merge-ties": "ties", "merge-dare": "dare"}
 
 
-def _option(job: Job, key: str, default: Any) -> Any:
-    """``job.options[key]``, or ``default`` only when the option is absent or None (0 is a value)."""
-    value = job.options.get(key)
-    return default if value is None else value
-
-
 def _lambdas(job: Job) -> tuple[float, ...]:
-    lambdas = _option(job, "lambdas", DEFAULT_LAMBDAS)
-    if not lambdas:
-        raise AclarenaError("--lambdas is empty; give e.g. 0.25,0.5,1")
-    return tuple(lambdas)
+    assert isinstance(job.options, MergeTAOptions)
+    return job.options.lambdas
 
 
 def source_names(job: Job) -> tuple[list[str], str]:
     """The checkpoints to merge and the name tag of that choice (``""``, ``-oracles``, ``-custom``)."""
-    choice = job.options.get("sources")
-    choice = "stages" if choice is None else choice
+    assert isinstance(job.options, MergeOptions)
+    choice = job.options.sources
     lin = job.lineage
     if choice == "stages":
         return list(lin.stages.values()), ""
@@ -87,8 +79,8 @@ def update_starts(job: Job, names: list[str]) -> list[str]:
 
 
 def _prefix(job: Job, tag: str) -> str:
-    prefix = job.options.get("name")
-    return f"{job.options['method']}{tag}" if prefix is None else str(prefix)
+    prefix = job.options.name
+    return f"{job.options.METHOD}{tag}" if prefix is None else str(prefix)
 
 
 def _lambda_name(prefix: str, lam: float) -> str:
@@ -99,7 +91,7 @@ def output_names(job: Job) -> list[str]:
     """The checkpoints this merge writes (checked by :func:`~aclarena.consolidate.methods.run_method` before any)."""
     _, tag = source_names(job)
     prefix = _prefix(job, tag)
-    stems = ([_lambda_name(prefix, lam) for lam in _lambdas(job)] if MERGE_OF[job.options["method"]] == "task_arithmetic"
+    stems = ([_lambda_name(prefix, lam) for lam in _lambdas(job)] if MERGE_OF[job.options.METHOD] == "task_arithmetic"
              else [prefix])
     return [stem + job.lineage.suffix for stem in stems]
 
@@ -107,7 +99,7 @@ def output_names(job: Job) -> list[str]:
 def run(job: Job) -> list[Output]:
     from aclarena.models.checkpoint import inspect
 
-    method = job.options["method"]
+    method = job.options.METHOD
     kind = MERGE_OF[method]
     names, tag = source_names(job)
     prefix = _prefix(job, tag)
@@ -138,11 +130,13 @@ def run(job: Job) -> list[Output]:
     if kind == "task_arithmetic":
         plans = [(_lambda_name(prefix, lam), MergeSpec(kind, lam=lam)) for lam in _lambdas(job)]
     elif kind == "ties":
-        lam = _option(job, "lam", 1.0)  # λ = 0 is valid (the base itself), never replaced by the default
-        plans = [(prefix, MergeSpec(kind, density=_option(job, "density", 0.2), lam=lam))]
+        assert isinstance(job.options, MergeTiesOptions)
+        lam = 1.0 if job.options.lam is None else job.options.lam  # λ = 0 is valid (the base itself)
+        plans = [(prefix, MergeSpec(kind, density=job.options.density, lam=lam))]
     elif kind == "dare":
-        lam = _option(job, "lam", 1.0 / k)
-        plans = [(prefix, MergeSpec(kind, p=_option(job, "drop", 0.5), lam=lam, seed=job.seed))]
+        assert isinstance(job.options, MergeDareOptions)
+        lam = 1.0 / k if job.options.lam is None else job.options.lam
+        plans = [(prefix, MergeSpec(kind, p=job.options.drop, lam=lam, seed=job.seed))]
     else:
         plans = [(prefix, MergeSpec(kind))]
     outputs = []
@@ -182,7 +176,7 @@ def _merge_adapters(job: Job, kind: str, specs: list[CheckpointSpec], prefix: st
         t0 = time.perf_counter()
         base_model = load_model(on, job.manifest, job.run_dir)
         merge_lora_adapters(base_model, folders, [w] * k, job.folder(name))
-        spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method=job.options["method"],
+        spec = CheckpointSpec(name=name, path=f"checkpoints/{name}", kind="consolidated", method=job.options.METHOD,
                               parent=on, on=on, seed=job.lineage.seed)
         settings = {"merge": {"method": kind, "weight": w, "lora": "cat"}, "sources": [s.name for s in specs], "k": k}
         outputs.append(Output(spec, settings, time.perf_counter() - t0))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aclarena.consolidate.options import ConsolidateOptions
 from aclarena.consolidate.sources import Lineage
 from aclarena.errors import unknown_name
 from aclarena.store.manifest import CheckpointSpec, Manifest, check_name, output_folder
@@ -62,7 +63,7 @@ class Job:
     run_dir: Path
     manifest: Manifest
     lineage: Lineage
-    options: Mapping[str, Any]
+    options: ConsolidateOptions
     seed: int
     force: bool = False
     progress: Callable[[str], None] | None = None
@@ -74,7 +75,7 @@ class Job:
 
     def stem(self, default: str) -> str:
         """The output name without the replicate's suffix: ``--name`` when given, else the method's ``default``."""
-        name = self.options.get("name")
+        name = self.options.name
         return default if name is None else str(name)
 
     def status(self, text: str) -> None:
@@ -122,8 +123,8 @@ def run_method(method: Method, job: Job) -> list[Output]:
     """Run one replicate of ``method``: every output name is checked first (``--name`` for every method, and
     the names a method derives from it, such as merge-ta's ``NAME-l0.5``), so a refused name writes nothing."""
     module = importlib.import_module(f"aclarena.consolidate.{method.module}")
-    if job.options.get("name") is not None:
-        check_name(job.options["name"], "--name")
+    if job.options.name is not None:
+        check_name(job.options.name, "--name")
     for name in getattr(module, "output_names", lambda _job: [])(job):
         job.folder(name)
     try:

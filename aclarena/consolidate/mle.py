@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aclarena.consolidate.methods import Job, Output
+from aclarena.consolidate.options import MLEOptions
 from aclarena.errors import AclarenaError
 from aclarena.models.arch import context_length
 
@@ -42,7 +43,7 @@ def backbone_name(suffix: str) -> str:
 
 def output_names(job: Job) -> list[str]:
     """The experts this replicate writes (checked before any is trained)."""
-    return [] if job.options.get("routers_only") else [expert_name(job, d) for d in job.lineage.domains]
+    return [] if _options(job).routers_only else [expert_name(job, d) for d in job.lineage.domains]
 
 
 def run(job: Job) -> list[Output]:
@@ -54,11 +55,11 @@ def run(job: Job) -> list[Output]:
         raise AclarenaError(f"MLE routes by the arena environments' contexts; domain {foreign[0]!r} has no environment "
                             f"in the arena (known: {', '.join(DOMAINS)})")
     routes = _stem(job) + job.lineage.suffix
-    if job.options.get("name") is not None and routes in job.manifest:
-        raise AclarenaError(f"--name {job.options['name']}: MLE records its routes under consolidate/{routes}, the "
+    if job.options.name is not None and routes in job.manifest:
+        raise AclarenaError(f"--name {job.options.name}: MLE records its routes under consolidate/{routes}, the "
                             f"record of the checkpoint {routes!r}; give another --name")
     outputs: list[Output] = []
-    if not job.options.get("routers_only"):
+    if not _options(job).routers_only:
         outputs += train_experts(job, domains)
     if job.lineage.replicate == 0:
         for note in score_routers(job, domains):
@@ -68,32 +69,13 @@ def run(job: Job) -> list[Output]:
     return outputs
 
 
-DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-def lora_settings(options: Any) -> dict[str, Any]:
-    """Rank, alpha and target modules of the experts (``--lora-r``, ``--lora-alpha``, ``--target-modules``)."""
-    r = int(8 if options.get("lora_r") is None else options["lora_r"])
-    if r < 1:
-        raise AclarenaError(f"--lora-r must be at least 1, got {r}")
-    alpha = int(2 * r if options.get("lora_alpha") is None else options["lora_alpha"])
-    if alpha < 1:
-        raise AclarenaError(f"--lora-alpha must be at least 1, got {alpha} (the adapter's scale is alpha / r)")
-    targets = options.get("target_modules")
-    targets = ",".join(DEFAULT_TARGETS) if targets is None else targets
-    targets = [t.strip() for t in str(targets).split(",") if t.strip()]
-    if not targets:
-        raise AclarenaError("--target-modules must name modules, e.g. q_proj,v_proj")
-    return {"r": r, "lora_alpha": alpha, "target_modules": targets}
+def _options(job: Job) -> MLEOptions:
+    assert isinstance(job.options, MLEOptions)
+    return job.options
 
 
 def _routers(job: Job) -> list[str]:
-    names = job.options.get("routers")
-    if names is None:
-        return ["rule", "learned", "bandit"]
-    if not names:
-        raise AclarenaError("--routers is empty; name at least one of rule, learned, bandit")
-    return list(names)
+    return list(_options(job).routers)
 
 
 def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
@@ -120,8 +102,8 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
                             f"run `aclarena-diag consolidate --run {job.run_dir} --method sdft` first (same --seeds)")
     info = inspect(job.manifest.resolve(backbone), job.manifest, job.run_dir)
     info.require_loadable()
-    lora = lora_settings(job.options)
-    sz = sizes("mle", job.run_dir, job.options)
+    lora = _options(job).lora()
+    sz = sizes("mle", job.run_dir, _options(job))
     cfg = curriculum(job.run_dir)
     positions = context_length(info.config) or 1024  # an episode's bound when the backbone's config sets none
     outputs = []
@@ -134,9 +116,9 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
             trl |= {k: v for k, v in {**cfg.defaults.get("rl", {}), **stage_rl.trl}.items()
                     if k not in ("learning_rate", "max_steps")}
         trl |= {"max_steps": sz.steps, "learning_rate": sz.lr}
-        if job.options.get("batch") is not None:
+        if _options(job).batch is not None:
             trl["per_device_train_batch_size"] = sz.batch
-        trl |= parse_trl(job.options.get("trl"))
+        trl |= parse_trl(list(_options(job).trl))
         settings: dict[str, Any] = {
             "backbone": backbone, "domain": d, "lora": lora, "n": sz.n, "trl": trl, "seed": job.seed,
             "max_turns": getattr(stage_rl, "max_turns", None),
@@ -177,11 +159,7 @@ def _success_signal(job: Job, domains: Sequence[str]) -> Any:
     from aclarena.store import ResultsStore
     from aclarena.store.capability import load_matrix
 
-    mode = job.options.get("router_reward", "auto")
-    if mode not in ("auto", "measured", "simulated"):
-        from aclarena.errors import unknown_name
-
-        raise unknown_name("router reward", mode, ("auto", "measured", "simulated"))
+    mode = _options(job).router_reward
     if mode == "simulated":
         return MatrixSuccess.simulated(domains)
     rates: dict[str, dict[str, float]] = {}
@@ -235,16 +213,13 @@ def score_routers(job: Job, domains: Sequence[str]) -> list[str]:
 def record_routes(job: Job, domains: Sequence[str]) -> None:
     """Route every suite's deployed context; write ``consolidate/mle[-s<r>]`` with the answering checkpoints."""
     from aclarena.consolidate.contexts import env_context, training_contexts
-    from aclarena.consolidate.routers import FALLBACKS, build_router
+    from aclarena.consolidate.routers import build_router
     from aclarena.envs import SUITES
-    from aclarena.errors import unknown_name
     from aclarena.store import Json, ResultsStore
 
     suffix = job.lineage.suffix
     backbone = backbone_name(suffix)
-    fallback = job.options.get("fallback", "backbone")
-    if fallback not in FALLBACKS:
-        raise unknown_name("fallback policy", fallback, FALLBACKS)
+    fallback = _options(job).fallback
     names = _routers(job)
     train = training_contexts(domains, n=ROUTER_TRAIN_N, seed=job.seed)
     signal = _success_signal(job, domains)

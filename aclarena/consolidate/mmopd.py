@@ -17,14 +17,13 @@ import time
 from typing import Any
 
 from aclarena.consolidate.methods import Job, Output
+from aclarena.consolidate.options import MMOPDOptions
 from aclarena.errors import AclarenaError, CheckpointError
-
-TEACHERS = ("oracle", "stage")
 
 
 def _teachers(job: Job) -> str:
-    which = job.options.get("teachers")
-    return "oracle" if which is None else str(which)
+    assert isinstance(job.options, MMOPDOptions)
+    return job.options.teachers
 
 
 def output_names(job: Job) -> list[str]:
@@ -37,7 +36,6 @@ def run(job: Job) -> list[Output]:
 
     from aclarena.consolidate.distillation import divergence_beta, multi_teacher_trainer, prompt_records
     from aclarena.consolidate.recipe import parse_trl, sizes
-    from aclarena.errors import unknown_name
     from aclarena.models.checkpoint import inspect, require_same_tokenizer
     from aclarena.models.tensors import checkpoint_fingerprint
     from aclarena.store import Json, Table
@@ -48,10 +46,8 @@ def run(job: Job) -> list[Output]:
     quiet()  # before any model is loaded: no per-model progress bars
     lin = job.lineage
     which = _teachers(job)
-    if which not in TEACHERS:
-        raise unknown_name("teacher choice", which, TEACHERS)
-    divergence = job.options.get("divergence")
-    divergence = "reverse" if divergence is None else divergence
+    assert isinstance(job.options, MMOPDOptions)
+    divergence = job.options.divergence
     beta = divergence_beta(divergence)
     teacher_of = dict(lin.oracles) if which == "oracle" else dict(lin.stages)
     missing = [d for d in lin.domains if d not in teacher_of]
@@ -70,7 +66,7 @@ def run(job: Job) -> list[Output]:
                               "for student and teachers") from None
     sz = sizes("mmopd", job.run_dir, job.options)
     overrides = {"max_steps": sz.steps, "per_device_train_batch_size": sz.batch, "learning_rate": sz.lr,
-                 "max_completion_length": sz.max_new_tokens, "beta": beta} | parse_trl(job.options.get("trl"))
+                 "max_completion_length": sz.max_new_tokens, "beta": beta} | parse_trl(list(job.options.trl))
     name = output_names(job)[0]
     settings = {"student": lin.end, "teachers": teacher_of, "divergence": divergence, "n": sz.n, "trl": overrides,
                 "seed": job.seed}

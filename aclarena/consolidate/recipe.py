@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aclarena.consolidate.options import TrainingOptions
 from aclarena.errors import AclarenaError
 
 CONFIG_COPY = "curriculum.toml"
@@ -93,13 +94,10 @@ def inherited(method: str, cfg: Any | None) -> dict[str, Any]:
     return out
 
 
-def sizes(method: str, run_dir: str | Path, options: Mapping[str, Any]) -> Sizes:
+def sizes(method: str, run_dir: str | Path, options: TrainingOptions) -> Sizes:
     """The method's sizes for this run (the rule in the module docstring), with ``--n``, ``--steps``,
     ``--batch`` and ``--lr`` applied."""
-    changes = {k: options[k] for k in FLAGS if options.get(k) is not None}
-    for k, v in changes.items():
-        if v <= 0:
-            raise AclarenaError(f"--{k} must be positive, got {v}")
+    changes = options.sizes()  # checked positive by the options
     from dataclasses import replace
 
     cfg = curriculum(run_dir)

@@ -32,10 +32,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from aclarena.consolidate.contexts import NONE, Context, LabelledContext
+from aclarena.consolidate.options import FALLBACKS, ROUTERS
 from aclarena.errors import AclarenaError, unknown_name
-
-ROUTERS = ("rule", "learned", "bandit")
-FALLBACKS = ("backbone", "refuse")
 
 
 class NoExpertError(AclarenaError):

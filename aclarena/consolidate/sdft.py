@@ -21,6 +21,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from aclarena.consolidate.options import SDFTOptions
 from aclarena.errors import AclarenaError
 
 
@@ -70,8 +71,8 @@ def top_up(records: list[dict[str, Any]], domain: str, minimum: int, seed: int) 
 
 
 def _start(job: Any) -> str:
-    start = job.options.get("start")
-    return "base" if start is None else str(start)  # "" is refused by run, not read as the default
+    assert isinstance(job.options, SDFTOptions)
+    return job.options.start
 
 
 def output_names(job: Any) -> list[str]:
@@ -103,16 +104,12 @@ def run(job: Any) -> list[Any]:
         raise AclarenaError(f"SDFT samples each domain's oracle; the run has no oracle for {missing[0]!r} "
                             "(train the oracles: [oracles] in the curriculum config)")
     start = _start(job)
-    if start not in ("base", "end"):
-        from aclarena.errors import unknown_name
-
-        raise unknown_name("SDFT start", start, ("base", "end"))
     start_name = lin.base if start == "base" else lin.end
     name = output_names(job)[0]
     sz = sizes("sdft", job.run_dir, job.options)
     batch = sz.batch if sz.batch % len(domains) == 0 else len(domains) * max(1, sz.batch // len(domains))
     trl: dict[str, Any] = {"max_steps": sz.steps, "per_device_train_batch_size": batch, "learning_rate": sz.lr,
-                           "train_sampling_strategy": "sequential"} | parse_trl(job.options.get("trl"))
+                           "train_sampling_strategy": "sequential"} | parse_trl(list(job.options.trl))
     seen: dict[str, Any] = {}
     infos = {n: inspect(job.manifest.resolve(n), job.manifest, job.run_dir, _seen=seen)
              for n in [start_name, *lin.oracles.values()]}

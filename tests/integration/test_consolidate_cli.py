@@ -98,6 +98,9 @@ def test_bad_input_is_one_line(fixture_run, llama_run, cli):
     assert code == 1 and "did you mean 'merge-ties'" in err and len(err.strip().splitlines()) == 1
     code, _, err = cli("consolidate", "--run", str(fixture_run), "--method", "merge-ta", "--lambdas", "a,b")
     assert code == 1 and "comma-separated numbers" in err
+    # an option the method does not take (before: silently ignored)
+    code, _, err = cli("consolidate", "--run", str(fixture_run), "--method", "merge-ties", "--lora-r", "4")
+    assert code == 1 and "merge-ties takes no --lora-r (its options:" in err and len(err.strip().splitlines()) == 1
     m = load_manifest(fixture_run)
     m.add(CheckpointSpec("llama-x", str(llama_run / "checkpoints" / "seq-math"), kind="consolidated", parent="base"))
     write_manifest(m, fixture_run)

@@ -9,26 +9,27 @@ import pytest
 
 from aclarena.consolidate import merges, mle, mmopd, sdft
 from aclarena.consolidate.methods import Job
+from aclarena.consolidate.options import options_for
 from aclarena.consolidate.sources import Lineage
 from aclarena.errors import AclarenaError
 from aclarena.store import Manifest
 from aclarena.store.manifest import CheckpointSpec
 
 
-def _job(replicate: int = 0, **options) -> Job:
+def _job(replicate: int = 0, method: str = "mle", **options) -> Job:
     lin = Lineage(replicate=replicate, seed=replicate, base="base", stages={"math": "seq-math", "if": "seq-if"},
                   phases=["seq-math", "seq-if"], end="seq-if")
     manifest = Manifest(checkpoints={"base": CheckpointSpec(name="base", path="checkpoints/base", kind="base"),
                                      "taken": CheckpointSpec(name="taken", path="checkpoints/taken", kind="consolidated")})
-    return Job(run_dir=Path("run"), manifest=manifest, lineage=lin, options=options, seed=0)
+    return Job(run_dir=Path("run"), manifest=manifest, lineage=lin, options=options_for(method, options), seed=0)
 
 
 @pytest.mark.parametrize(("module", "options", "default", "named"), [
-    (sdft, {}, ["sdft"], ["mine"]),
-    (sdft, {"start": "end"}, ["sdft-from-end"], ["mine"]),
-    (mmopd, {}, ["mmopd"], ["mine"]),
-    (mmopd, {"teachers": "stage"}, ["mmopd-stage-teachers"], ["mine"]),
-    (mle, {}, ["mle-math", "mle-if"], ["mine-math", "mine-if"]),
+    (sdft, {"method": "sdft"}, ["sdft"], ["mine"]),
+    (sdft, {"method": "sdft", "start": "end"}, ["sdft-from-end"], ["mine"]),
+    (mmopd, {"method": "mmopd"}, ["mmopd"], ["mine"]),
+    (mmopd, {"method": "mmopd", "teachers": "stage"}, ["mmopd-stage-teachers"], ["mine"]),
+    (mle, {"method": "mle"}, ["mle-math", "mle-if"], ["mine-math", "mine-if"]),
     (merges, {"method": "merge-uniform", "sources": "stages"}, ["merge-uniform"], ["mine"]),
 ])
 def test_output_names_follow_name(module, options, default, named):

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from aclarena.consolidate.mle import _routers, lora_settings
+from aclarena.consolidate.options import MLEOptions
 from aclarena.diagnostics.token_drift import Workspace
 from aclarena.envs import get_env
 from aclarena.envs.rollout import Episode, context_limit
@@ -14,19 +14,18 @@ from aclarena.errors import AclarenaError
 
 
 def test_lora_zero_rank_and_alpha_are_refused_not_defaulted():
-    assert lora_settings({})["r"] == 8 and lora_settings({})["lora_alpha"] == 16
-    assert lora_settings({"lora_r": 2, "lora_alpha": 1})["lora_alpha"] == 1
+    assert MLEOptions().lora()["r"] == 8 and MLEOptions().lora()["lora_alpha"] == 16
+    assert MLEOptions(lora_r=2, lora_alpha=1).lora()["lora_alpha"] == 1
     with pytest.raises(AclarenaError, match="--lora-r must be at least 1, got 0"):
-        lora_settings({"lora_r": 0})
+        MLEOptions(lora_r=0)
     with pytest.raises(AclarenaError, match="--lora-alpha must be at least 1, got 0"):
-        lora_settings({"lora_alpha": 0})
+        MLEOptions(lora_alpha=0)
 
 
 def test_empty_router_list_is_refused():
-    job = SimpleNamespace(options={"routers": []})
     with pytest.raises(AclarenaError, match="--routers is empty"):
-        _routers(job)
-    assert _routers(SimpleNamespace(options={})) == ["rule", "learned", "bandit"]
+        MLEOptions(routers=())
+    assert list(MLEOptions().routers) == ["rule", "learned", "bandit"]
 
 
 def test_zero_turns_and_context_are_refused():
