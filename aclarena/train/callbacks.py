@@ -146,6 +146,15 @@ def check_tokenizer(probe: ProbeSet, tokenizer: Any, vocab_size: int | None) -> 
 
 
 
+def _location(where: Any) -> Any:
+    """What identifies a reference: its resolved folder, or the model object itself."""
+    if where is None:
+        return None
+    if isinstance(where, str | os.PathLike):
+        return ("folder", str(Path(where).resolve()))
+    return ("model", id(where))
+
+
 def _frozen_head(head: Any) -> Any:
     """A copy of an output head that training cannot change (the stage-start policy's)."""
     import copy
@@ -405,21 +414,28 @@ class DriftMonitorCallback(TrainerCallback):
                 cache = self._outputs(model, p, "stage start")
                 self._start[p.name] = dataclasses.replace(cache, head=_frozen_head(cache.head))
         del start_model
+        start_at = _location(self.stage_start)
+        by_location: dict[Any, list[ProbeSet]] = {}
         for p in self.probes:
             where = self.references.get(p.name)
             if where is None:
                 self._ref[p.name] = self._start[p.name]
-                continue
-            ref_model = self._reference_model(where, device, model)
-            self._ref[p.name] = self._outputs(ref_model, p, p.reference)
+            elif start_at is not None and _location(where) == start_at:  # the stage start is the reference: run once
+                self._ref[p.name] = dataclasses.replace(self._start[p.name], name=p.reference)
+            else:
+                by_location.setdefault(_location(where), []).append(p)
+        for group in by_location.values():  # each reference loaded once, whatever the number of its probe sets
+            ref_model = self._reference_model(self.references[group[0].name], device, model)
+            for p in group:
+                self._ref[p.name] = self._outputs(ref_model, p, p.reference)
             del ref_model
         if self._sharded:  # the main process needs every rank's share of the references' own statistics
-            same = {name for name, out in self._ref.items() if out is self._start[name]}
+            same = {name for name, out in self._ref.items() if out.stats is self._start[name].stats}
             for p in self.probes:  # in the same order on every process (each is a collective)
                 mine = self._share(p)[0] or []
                 self._start[p.name] = gather_reference_stats(self._start[p.name], mine)
-                self._ref[p.name] = (self._start[p.name] if p.name in same
-                                     else gather_reference_stats(self._ref[p.name], mine))
+                self._ref[p.name] = (dataclasses.replace(self._start[p.name], name=self._ref[p.name].name)
+                                     if p.name in same else gather_reference_stats(self._ref[p.name], mine))
 
     def _reference_model(self, where: Any, device: Any, live: Any) -> Any:
         """A reference or stage-start model; loaded from a folder under FSDP2, it is sharded as the trained

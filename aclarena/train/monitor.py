@@ -63,12 +63,13 @@ RAZOR_PREFIX = "razor-"
 
 def domain_probe(run_dir: str | os.PathLike[str], checkpoint: str, folder: str | os.PathLike[str], domain: str, *,
                  name: str, n: int, max_new_tokens: int, seed: int = 0, batch_size: int = 8,
-                 split: str = "eval") -> Any:
+                 split: str = "eval", loaded: dict[str, Any] | None = None) -> Any:
     """The probe set ``name``: ``checkpoint``'s greedy generations on ``n`` prompts of ``domain`` (``split``:
     held-out ``eval`` prompts, or ``train`` prompts for a stage's own RL's Razor probe).
 
     Read from results.h5 when it is there with the same settings (and the checkpoint has not
-    changed since), otherwise generated and stored.
+    changed since), otherwise generated and stored. ``loaded`` (folder -> model and tokenizer) keeps a
+    checkpoint loaded for the next probe set made from it.
     """
     from aclarena.envs import sample_prompts
     from aclarena.models.chat import choose_prompt_format, has_template
@@ -91,7 +92,13 @@ def domain_probe(run_dir: str | os.PathLike[str], checkpoint: str, folder: str |
         have = {k: probe.settings.get(k) for k in want}
         if have == want and probe.reference == checkpoint:
             return probe
-    model, tok = load_start(folder, require_chat_template=False)
+    key = str(folder.resolve())
+    if loaded is not None and key in loaded:
+        model, tok = loaded[key]
+    else:
+        model, tok = load_start(folder, require_chat_template=False)
+        if loaded is not None:
+            loaded[key] = (model, tok)
     tok.padding_side = "left"
     # prompted as eval prompts it: a checkpoint without a chat template (a base) as plain text (issue 45)
     prompt_format, note = choose_prompt_format(None, has_template(tok), checkpoint=checkpoint)
@@ -159,10 +166,12 @@ def monitor_factory(cfg: CurriculumConfig, out: str | os.PathLike[str], jobs: Se
         if not wanted and not spec.probes:
             return []
         if is_main_process():
+            loaded: dict[str, Any] = {}  # a checkpoint that makes several probe sets is loaded once
             for name, ckpt, domain in wanted:
                 domain_probe(out, ckpt, folders(ckpt), domain, name=name, n=spec.probe_n,
                              max_new_tokens=spec.probe_max_new_tokens, seed=spec.probe_seed,
-                             batch_size=spec.batch_size, split=splits[name])
+                             batch_size=spec.batch_size, split=splits[name], loaded=loaded)
+            del loaded
         wait_for_everyone()
         store = ResultsStore(out)
         probes = [read_probe_set(store, name) for name, _, _ in wanted]

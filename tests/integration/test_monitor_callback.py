@@ -285,3 +285,55 @@ def test_one_forward_pass_serves_both_references(tiny, tokenizer, tmp_path):
             torch.testing.assert_close(torch.from_numpy(getattr(a, key)), torch.from_numpy(getattr(b, key)),
                                        rtol=0, atol=0, equal_nan=True)
     assert not np.allclose(np.nan_to_num(plain[0].kl), np.nan_to_num(plain[1].kl))  # two different comparisons
+
+
+def test_each_reference_is_loaded_once(tiny, tokenizer, tmp_path, monkeypatch):
+    """A reference that is also the stage start (seq-math for the search stage) is loaded and run once, and two
+    probe sets of one reference load it once (before: three loads), with the numbers of separate loads."""
+    import dataclasses
+
+    import aclarena.train.callbacks as cb
+    from aclarena.probes.teacher_forcing import reference_outputs
+
+    model, ref = tiny
+    probes = [make_probe(model, tokenizer, name=name, folder=ref) for name in ("math", "razor")]
+    loads = []
+    real = cb._load_reference
+    monkeypatch.setattr(cb, "_load_reference", lambda where, *a, **k: (loads.append(where), real(where, *a, **k))[1])
+    monitor = cb.DriftMonitorCallback(probes, run_dir=tmp_path / "run", references={"math": ref, "razor": ref},
+                                      stage_start=ref)
+    monitor._cache_references(model)
+    assert len(loads) == 1
+    for p in probes:
+        own = reference_outputs(model, p, name=p.reference)
+        for out in (monitor._ref[p.name], monitor._start[p.name]):
+            for f in dataclasses.fields(own.stats):
+                np.testing.assert_array_equal(getattr(out.stats, f.name), getattr(own.stats, f.name))
+        assert monitor._ref[p.name].name == p.reference
+    loads.clear()
+    other = cb.DriftMonitorCallback(probes, run_dir=tmp_path / "run2", references={"math": ref, "razor": ref})
+    other._cache_references(model)
+    assert len(loads) == 1  # the stage start is the live model here; the one reference serves both probe sets
+
+
+def test_a_checkpoint_that_makes_two_probe_sets_is_loaded_once(tiny, tmp_path, monkeypatch):
+    """The curriculum's monitor makes the earlier domain's probe and RL's Razor probe from the same checkpoint
+    (seq-math for the search stage): one load for both."""
+    import aclarena.train.phases as phases
+    from aclarena.probes.probe_set import read_probe_set
+    from aclarena.store import ResultsStore
+    from aclarena.train.monitor import domain_probe
+
+    _, ref = tiny
+    run = tmp_path / "run"
+    run.mkdir()
+    loads = []
+    real = phases.load_start
+    monkeypatch.setattr(phases, "load_start", lambda folder, **k: (loads.append(folder), real(folder, **k))[1])
+    loaded: dict = {}
+    for name, split in (("probe-math", "eval"), ("razor-search", "train")):
+        domain_probe(run, "ref", ref, "math" if split == "eval" else "search", name=name, n=2, max_new_tokens=4,
+                     split=split, loaded=loaded)
+    assert len(loads) == 1
+    store = ResultsStore(run)
+    assert read_probe_set(store, "probe-math").n_sequences == 2 and read_probe_set(store, "razor-search").n_sequences == 2

@@ -23,7 +23,7 @@ from aclarena.errors import AclarenaError
 
 def test_every_method_has_its_own_options_class():
     assert set(OPTIONS) == set(METHODS)
-    assert all(cls.METHOD == name for name, cls in OPTIONS.items())
+    assert all(name == cls.METHOD for name, cls in OPTIONS.items())
     assert len(set(OPTIONS.values())) == len(OPTIONS)
 
 
