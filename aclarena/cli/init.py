@@ -66,6 +66,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="id (default), ood or general")
     p.add_argument("--suite-scorer", action="append", default=[], metavar="NAME=SCORER",
                    help="exact, normalized (default), regex, numeric or package.module:function")
+    p.add_argument("--suite-fewshot", action="append", default=[], metavar="NAME=FILE.jsonl",
+                   help="the suite's few-shot examples: a JSONL file of solved tasks put before every task")
+    p.add_argument("--suite-num-fewshot", action="append", default=[], metavar="NAME=K",
+                   help="how many of those examples, in file order (default: all)")
+    p.add_argument("--suite-max-new-tokens", action="append", default=[], metavar="NAME=N",
+                   help="tokens generated per reply (default 256)")
+    p.add_argument("--suite-prompt-format", action="append", default=[], metavar="NAME=FORMAT",
+                   help="chat or plain for every checkpoint on the suite (default: each checkpoint's own)")
     p.add_argument("--allow-missing", action="store_true",
                    help="accept PATHs that do not exist yet (folders still to be copied or trained)")
     p.set_defaults(func=run)
@@ -205,21 +213,36 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901
     return 0
 
 
+#: the suite fields init sets per suite: (option, SuiteSpec field, how the value is read)
+SUITE_FIELDS = (("suite_domain", "domain", str), ("suite_role", "role", str), ("suite_scorer", "scorer", str),
+                ("suite_fewshot", "fewshot", Path), ("suite_num_fewshot", "num_fewshot", int),
+                ("suite_max_new_tokens", "max_new_tokens", int), ("suite_prompt_format", "prompt_format", str))
+
+
 def _suites(args: argparse.Namespace, run_dir: Path, manifest: Manifest) -> dict[str, SuiteSpec]:
-    """The suites of --suite NAME=FILE, with their --suite-domain/-role/-scorer."""
-    out: dict[str, dict[str, Any]] = {}  # SuiteSpec's keywords (str values)
+    """The suites of --suite NAME=FILE, with their --suite-domain/-role/-scorer/-fewshot/... fields."""
+    out: dict[str, dict[str, Any]] = {}  # SuiteSpec's keywords
     for pair in args.suite:
         name, file = _split(pair, "--suite")
         if name in out or name in manifest.suites:
             raise ManifestError(f"suite name {name!r} is given twice; names must be unique")
         out[name] = {"path": _manifest_path(Path(file).expanduser(), run_dir)}
-    for option, key in (("suite_domain", "domain"), ("suite_role", "role"), ("suite_scorer", "scorer")):
+    for option, key, kind in SUITE_FIELDS:
+        flag = f"--{option.replace('_', '-')}"
         for pair in getattr(args, option):
-            name, value = _split(pair, f"--{option.replace('_', '-')}")
+            name, value = _split(pair, flag)
             if name not in out:
-                raise AclarenaError(f"--{option.replace('_', '-')} {pair}: {name!r} is not among the suites being "
+                raise AclarenaError(f"{flag} {pair}: {name!r} is not among the suites being "
                                     f"added ({', '.join(out) or 'none; add one with --suite NAME=FILE.jsonl'})")
-            out[name][key] = value
+            if kind is int:
+                try:
+                    out[name][key] = int(value)
+                except ValueError:
+                    raise AclarenaError(f"{flag} {pair}: {value!r} is not an integer") from None
+            elif kind is Path:  # read from here, written relative to the run folder (as --suite's file)
+                out[name][key] = _manifest_path(Path(value).expanduser(), run_dir)
+            else:
+                out[name][key] = value
     for name, fields in out.items():
         if "domain" not in fields:
             raise AclarenaError(f"suite {name!r} needs the domain it measures: add --suite-domain {name}=DOMAIN (the "

@@ -114,3 +114,31 @@ def test_flips_on_lm_eval_per_sample_imports(fixture_run, cli):
     code, out, err = cli("flips", "--run", str(fixture_run), "--from", "seq-math", "--to", "seq-search", "--suite",
                          "lm-eval/gsm8k")
     assert code == 0 and "not replayed" in out and "lost: 1" in out, out + err
+
+
+def test_init_sets_a_suites_fewshot_reply_budget_and_prompt_format(fixture_run, tmp_path, cli):
+    """`init --suite` takes the fields a real suite needs from the command line (before: only by editing the
+    manifest): the few-shot file (written relative to the run folder), how many of its lines, the reply budget,
+    the prompt format; each checked before the manifest is written."""
+    from aclarena.store import load_manifest
+
+    tasks, shots = tmp_path / "tasks.jsonl", tmp_path / "shots.jsonl"
+    tasks.write_text('{"prompt": "1+1?", "answer": "2"}\n{"prompt": "2+2?", "answer": "4"}\n')
+    shots.write_text('{"prompt": "3+3?", "answer": "6"}\n{"prompt": "1+2?", "answer": "3"}\n')
+    before = (fixture_run / "aclarena.toml").read_text()
+    base = ["init", "--run", str(fixture_run), "--add", "--suite", f"sums={tasks}", "--suite-domain", "sums=math"]
+    for extra, needle in ((["--suite-num-fewshot", "sums=two"], "--suite-num-fewshot sums=two: 'two' is not an integer"),
+                          (["--suite-num-fewshot", "sums=1"], "`num_fewshot` must be an integer >= 0 and goes with"),
+                          (["--suite-fewshot", f"sums={shots}", "--suite-num-fewshot", "sums=5"], "num_fewshot = 5"),
+                          (["--suite-prompt-format", "sums=xml"], "prompt_format"),
+                          (["--suite-max-new-tokens", "other=8"], "'other' is not among the suites being added")):
+        code, _, err = cli(*base, *extra)
+        assert code == 1 and needle in err and len(err.strip().splitlines()) == 1, (extra, err)
+        assert (fixture_run / "aclarena.toml").read_text() == before  # nothing written
+    code, _, err = cli(*base, "--suite-fewshot", f"sums={shots}", "--suite-num-fewshot", "sums=1",
+                       "--suite-max-new-tokens", "sums=8", "--suite-prompt-format", "sums=plain")
+    assert code == 0, err
+    suite = load_manifest(fixture_run).suites["sums"]
+    assert (suite.num_fewshot, suite.max_new_tokens, suite.prompt_format) == (1, 8, "plain")
+    assert (fixture_run / suite.fewshot).resolve() == shots.resolve() if not Path(suite.fewshot).is_absolute() \
+        else Path(suite.fewshot) == shots.resolve()
