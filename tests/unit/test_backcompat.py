@@ -28,6 +28,9 @@ from make_flips import plain  # noqa: E402
 ARCHIVED = [
     ("flips", "0.1.0"),
     ("order-study", "0.1.0"),
+    ("token-reference", "0.1.0"),
+    ("token-scores", "0.1.0"),
+    ("token-summary", "0.1.0"),
 ]
 
 

@@ -108,7 +108,7 @@ def cell_items(run_dir: Path, checkpoint: str, suite: str, what: str = "mean",
     """One matrix cell's per-item outcomes beside its parent's, each item with its prompt and expected
     answer (``describe``: the app's item describer, when it has one) and the checkpoint's reply."""
     from aclarena.figures.overview import cell_outcomes
-    from aclarena.figures.tokens import token_checkpoints, token_probes
+    from aclarena.results.tokens import list_checkpoints, list_probes
     from aclarena.store.capability import load_matrix
 
     m = manifest(run_dir)
@@ -117,7 +117,7 @@ def cell_items(run_dir: Path, checkpoint: str, suite: str, what: str = "mean",
             return None
         matrix = load_matrix(r, m)
         out = cell_outcomes(r, matrix, m, checkpoint, suite, what)
-        out["probes"] = [p for p in token_probes(r) if checkpoint in token_checkpoints(r, p)]
+        out["probes"] = [p for p in list_probes(r) if checkpoint in list_checkpoints(r, p)]
         cell = matrix.get(checkpoint, suite)
         replies = _replies(r, cell.key) if cell is not None and cell.ok else {}
         settings = cell.settings if cell is not None and cell.ok else {}
