@@ -174,8 +174,8 @@ def _stage_rl(cfg: Any, domain: str) -> Any:
 
 def _success_signal(job: Job, domains: Sequence[str]) -> Any:
     from aclarena.consolidate.routers import MatrixSuccess
+    from aclarena.results.capability import load_matrix
     from aclarena.store import ResultsStore
-    from aclarena.store.capability import load_matrix
 
     mode = job.options.get("router_reward", "auto")
     if mode not in ("auto", "measured", "simulated"):

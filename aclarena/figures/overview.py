@@ -28,7 +28,7 @@ from aclarena.diagnostics.cl_metrics import METRIC_LABELS as CL_LABELS
 from aclarena.errors import AclarenaError
 from aclarena.figures import figure_options, register_figure
 from aclarena.figures.palette import TEMPLATE
-from aclarena.store.capability import CapabilityMatrix, chain_data, load_matrix, stage_chains
+from aclarena.results.capability import CapabilityMatrix, chain_data, load_matrix, stage_chains
 
 if TYPE_CHECKING:
     from aclarena.store.manifest import Manifest
@@ -173,7 +173,7 @@ def chain_lines(matrix: CapabilityMatrix, manifest: Manifest, chain: str | None 
                 ) -> go.Figure:
     """Each suite's score at every checkpoint of the chain with its bootstrap interval; lines bridge
     unscored checkpoints; a star marks each suite's peak unless the suite is flat."""
-    from aclarena.store.capability import pick_chain
+    from aclarena.results.capability import pick_chain
 
     names = [s.name for s in pick_chain(manifest, chain)]
     import plotly.colors
@@ -240,7 +240,7 @@ def metrics_table_figure(rows: list[dict[str, Any]], title: str, notes: Sequence
 def check_chain_options(reader: StoreReader | None, manifest: Manifest, options: Any) -> None:
     """Before anything is drawn: a named chain exists, and each ``suite_of`` domain is a stage domain of the
     chain(s) drawn with a suite evaluated for it (one line, as ``forgetting`` says it)."""
-    from aclarena.store.capability import pick_chain
+    from aclarena.results.capability import pick_chain
 
     if options.chain is None and not options.suite_of:
         return

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from aclarena.errors import AclarenaError
 from aclarena.models.checkpoint import inspect, read_safetensors_header, tokenizer_fingerprint
 from aclarena.probes.probe_set import read_prompts, read_traces
-from aclarena.store.lm_eval import read_results
+from aclarena.results.lm_eval import read_results
 from aclarena.store.manifest import CheckpointSpec, Manifest
 
 FUZZ = settings(max_examples=150, deadline=None,

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from aclarena.errors import AclarenaError
 from aclarena.figures.flips import distributions_figure, divergence_figure, recovery_figure
 from aclarena.probes.probe_set import ProbeSet, read_probe_set, write_probe_set
+from aclarena.results.capability import load_matrix, read_cells, read_items
 from aclarena.results.flips import list_flips, read_flips_data
 from aclarena.store import Json, Ragged, ResultsStore, Table
-from aclarena.store.capability import load_matrix, read_cells, read_items
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])
@@ -155,7 +155,7 @@ def _read_everything(run: Path) -> None:
 def _read_routing(r, figures: bool = True) -> None:
     """The Router page's and `export`'s readers (and figures), and `compare`'s MLE routes."""
     from aclarena.figures.consolidation import confusion_heatmap, router_accuracy
-    from aclarena.store.comparison import read_mle_routes
+    from aclarena.results.comparison import read_mle_routes
     from aclarena.store.routing import read_reports
 
     reports = read_reports(r)
@@ -397,15 +397,16 @@ def test_offsets_that_do_not_fit_the_data(template, tmp_path, offsets, lazy):
 
 
 def test_text_with_nul_characters_is_stored_escaped_and_read_back_exactly(tmp_path):
-    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload
+    import dataclasses
+
+    from aclarena.results.capability import cell_payload, read_cell, write_cells
 
     texts = ["a\x00b", "back\\slash \\0 and \x00\x00", "plain"]
-    data, attrs = cell_payload(checkpoint="m", suite="math/id", domain="math", role="id", source="arena",
-                               settings={"n": 3}, greedy=np.array([[1.0, 0.0, 1.0]]), item_ids=["1", "2", "3"],
-                               transcripts=texts)
+    cell = cell_payload(checkpoint="m", suite="math/id", domain="math", role="id", source="arena",
+                        settings={"n": 3}, greedy=np.array([[1.0, 0.0, 1.0]]), item_ids=["1", "2", "3"],
+                        transcripts=texts)
     store = ResultsStore(tmp_path)
-    store.write(cell_key("m", "math/id", {"n": 3}), data, result_type=RESULT_TYPE, result_version=RESULT_VERSION,
-                attrs=attrs | {"error": "x\x00y"})
+    write_cells(store, [dataclasses.replace(cell, error="x\x00y")])
     store.write("misc", {"one": "nul\x00here", "table": Table({"t": ["\x00", "ok"]})}, result_type="misc")
     with store.reader() as r:
         key = r.results("capability")[0]
@@ -413,6 +414,7 @@ def test_text_with_nul_characters_is_stored_escaped_and_read_back_exactly(tmp_pa
         assert r.read("misc/one") == "nul\x00here"
         assert r.read("misc/table").columns["t"] == ["\x00", "ok"]
         assert r.attrs(key)["error"] == "x\u2400y"  # attributes (one-line notes): shown as the NUL symbol
+        assert read_cell(r, key).transcripts == texts
 
 
 def test_a_symlinked_store_is_written_through_and_stays_a_link(tmp_path):
