@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from aclarena.errors import AclarenaError
 from aclarena.figures.flips import distributions_figure, divergence_figure, recovery_figure
 from aclarena.probes.probe_set import ProbeSet, read_probe_set, write_probe_set
-from aclarena.results.capability import load_matrix, read_cells, read_items
+from aclarena.results.capability import load_matrix, read_cell, read_cells, read_items
 from aclarena.results.flips import list_flips, read_flips_data
 from aclarena.store import Json, Ragged, ResultsStore, Table
 
@@ -144,6 +144,7 @@ def _read_everything(run: Path) -> None:
         cells = read_cells(r)
         for c in cells:
             read_items(r, c)
+            read_cell(r, c.key)
         load_matrix(r, None)
         for found in list_flips(r):
             read_flips_data(r, found["key"])
@@ -209,6 +210,47 @@ def test_the_flips_reader_answers_or_says_one_line(template, tmp_path_factory, o
                     c = d.curve(name)
                     assert c is None or all(c[k].shape == (len(c["items"]), len(c["budgets"]))
                                             for k in ("kl", "random", "swaps_kl", "swaps_random"))
+    except AclarenaError as e:
+        msg = str(e).strip()
+        assert msg and "\n" not in msg, msg
+
+
+@pytest.fixture(scope="module")
+def token_template(tmp_path_factory) -> Path:
+    """The archived token results (tests/data/archives/results/token-*), the three types in one store."""
+    archives = Path(__file__).resolve().parents[1] / "data" / "archives" / "results"
+    run = tmp_path_factory.mktemp("token-fuzz") / "run"
+    run.mkdir()
+    shutil.copyfile(archives / "token-reference-0.1.0" / "results.h5", run / "results.h5")
+    with h5py.File(run / "results.h5", "r+") as dst:
+        for kind in ("scores", "summary"):
+            with h5py.File(archives / f"token-{kind}-0.1.0" / "results.h5", "r") as src:
+                src.copy(src[f"tokens/seq-math/{kind}"], dst["tokens/seq-math"], name=kind)
+    return run / "results.h5"
+
+
+@FUZZ
+@given(st.lists(MUTATION, min_size=1, max_size=3))
+def test_the_token_readers_answer_or_say_one_line(token_template, tmp_path_factory, ops):
+    """The token results damaged where they lie: their readers (whole payloads, the summary rows the Tokens page and
+    `export` read, the scores' attributes), one line or the data."""
+    from aclarena.results import tokens
+
+    run = tmp_path_factory.mktemp("tokens")
+    shutil.copyfile(token_template, run / "results.h5")
+    _mutate(run / "results.h5", ops, prefix="tokens")
+    try:
+        with ResultsStore(run).reader() as r:
+            for probe in tokens.list_probes(r):
+                ref = tokens.read_reference(r, probe)
+                assert ref.topk_ids.shape == ref.topk_logprobs.shape and len(ref.offsets) >= 1
+                tokens.reference_name(r, probe)
+                for ck in tokens.list_checkpoints(r, probe):
+                    sc = tokens.read_scores(r, probe, ck)
+                    assert all(len(getattr(sc, f)) == int(sc.offsets[-1]) for f in tokens.SCORE_FIELDS)
+                    assert isinstance(tokens.read_scores_meta(r, probe, ck).n_nonfinite, int)
+                rows = tokens.summary_rows(r, probe, with_flags=True)
+                assert all(isinstance(row["curve_x"], list) for row in rows)
     except AclarenaError as e:
         msg = str(e).strip()
         assert msg and "\n" not in msg, msg
