@@ -142,6 +142,37 @@ def read_items(reader: StoreReader, cell: Cell | str) -> tuple[list[str], np.nda
         return [str(i) for i in ids], scores
 
 
+def read_outcomes(reader: StoreReader, cell: Cell | str, *, sampled: bool = False) -> np.ndarray | None:
+    """A cell's per-item outcomes as float64: greedy (seeds x items) or, ``sampled``, the sampled rollouts'
+    (seeds x items x k); None when the cell holds none (an error cell, an import without samples)."""
+    key = cell.key if isinstance(cell, Cell) else cell
+    name = "samples" if sampled else "greedy"
+    if not reader.has(f"{key}/{name}"):
+        return None
+    return np.asarray(reader.read(f"{key}/{name}"), dtype=np.float64)
+
+
+def read_item_ids(reader: StoreReader, cell: Cell | str) -> list[str] | None:
+    """A cell's item ids (seeds x items of them, row-major); None when it stores none."""
+    key = cell.key if isinstance(cell, Cell) else cell
+    if not reader.has(f"{key}/item_ids"):
+        return None
+    return [str(i) for i in reader.read(f"{key}/item_ids")]
+
+
+def read_replies(reader: StoreReader, cell: Cell | str) -> dict[str, str]:
+    """Item id -> the checkpoint's reply (the first seed's transcript) of one cell; {} without transcripts."""
+    key = cell.key if isinstance(cell, Cell) else cell
+    if not (reader.has(f"{key}/transcripts") and reader.has(f"{key}/item_ids")):
+        return {}
+    ids = [str(i) for i in reader.read(f"{key}/item_ids")]
+    texts = [t.decode() if isinstance(t, bytes) else str(t) for t in reader.read(f"{key}/transcripts")]
+    out: dict[str, str] = {}
+    for i, t in zip(ids, texts, strict=False):
+        out.setdefault(i, t)
+    return out
+
+
 def cell_ci95(reader: StoreReader, cell: Cell | str) -> list[float] | None:
     """95% percentile-bootstrap interval of a cell's greedy score over its items (the per-item
     score averaged over seeds; 1000 resamples, seed 0); None when the cell has no per-item outcomes."""

@@ -108,7 +108,7 @@ def cell_items(run_dir: Path, checkpoint: str, suite: str, what: str = "mean",
     """One matrix cell's per-item outcomes beside its parent's, each item with its prompt and expected
     answer (``describe``: the app's item describer, when it has one) and the checkpoint's reply."""
     from aclarena.figures.overview import cell_outcomes
-    from aclarena.results.capability import load_matrix
+    from aclarena.results.capability import load_matrix, read_replies
     from aclarena.results.tokens import list_checkpoints, list_probes
 
     m = manifest(run_dir)
@@ -119,7 +119,7 @@ def cell_items(run_dir: Path, checkpoint: str, suite: str, what: str = "mean",
         out = cell_outcomes(r, matrix, m, checkpoint, suite, what)
         out["probes"] = [p for p in list_probes(r) if checkpoint in list_checkpoints(r, p)]
         cell = matrix.get(checkpoint, suite)
-        replies = _replies(r, cell.key) if cell is not None and cell.ok else {}
+        replies = read_replies(r, cell.key) if cell is not None and cell.ok else {}
         settings = cell.settings if cell is not None and cell.ok else {}
     texts = describe(run_dir, suite, settings, [row["item"] for row in out["rows"]]) if describe and out["rows"] else {}
     out["described"] = describe is not None
@@ -127,18 +127,6 @@ def cell_items(run_dir: Path, checkpoint: str, suite: str, what: str = "mean",
         t = texts.get(row["item"], {})
         row["prompt"], row["expected"] = t.get("prompt", ""), t.get("expected", "")
         row["reply"] = replies.get(row["item"], "")
-    return out
-
-
-def _replies(r: Any, key: str) -> dict[str, str]:
-    """Item id -> the checkpoint's reply (the first seed's transcript) of one cell; {} without transcripts."""
-    if not (r.has(f"{key}/transcripts") and r.has(f"{key}/item_ids")):
-        return {}
-    ids = [str(i) for i in r.read(f"{key}/item_ids")]
-    texts = [t.decode() if isinstance(t, bytes) else str(t) for t in r.read(f"{key}/transcripts")]
-    out: dict[str, str] = {}
-    for i, t in zip(ids, texts, strict=False):
-        out.setdefault(i, t)
     return out
 
 
