@@ -58,8 +58,7 @@ def tokens_store(run: Path, n_seq: int, seq_len: int, n_ckpt: int, vocab: int) -
 def overview_store(run: Path, n_stages: int = 18, n_items: int = 50) -> None:
     import numpy as np
 
-    from aclarena.store import ResultsStore
-    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload
+    from aclarena.results.capability import cell_payload, write_cells
     from aclarena.store.manifest import CheckpointSpec, Manifest, write_manifest
 
     rng = np.random.default_rng(0)
@@ -82,11 +81,10 @@ def overview_store(run: Path, n_stages: int = 18, n_items: int = 50) -> None:
             greedy = (rng.random((1, n_items)) < p).astype(float)
             samples = (rng.random((1, n_items, 4)) < p).astype(float)
             domain, _, variant = suite.partition("/")
-            data, attrs = cell_payload(checkpoint=ck, suite=suite, domain=domain, role=variant or "general",
-                                       source="arena", settings=settings, greedy=greedy, samples=samples,
-                                       item_ids=[f"{suite}/{k}" for k in range(n_items)])
-            items.append((cell_key(ck, suite, settings), data, RESULT_TYPE, RESULT_VERSION, attrs))
-    ResultsStore(run).write_many(items)
+            items.append(cell_payload(checkpoint=ck, suite=suite, domain=domain, role=variant or "general",
+                                      source="arena", settings=settings, greedy=greedy, samples=samples,
+                                      item_ids=[f"{suite}/{k}" for k in range(n_items)]))
+    write_cells(run, items, overwrite=False)
 
 
 def vectors_store(run: Path) -> None:

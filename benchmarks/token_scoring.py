@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -266,12 +267,13 @@ def part_memory() -> dict[str, float]:
 def build_big_store(run: Path, n_seq: int = 256, seq_len: int = 1024, n_ckpt: int = 12, vocab: int = VOCAB) -> None:
     import numpy as np
 
+    from aclarena.analysis.tokens import reference_payload, scores_payload
     from aclarena.diagnostics.token_drift import summarize_drift
     from aclarena.probes.probe_set import ProbeSet, write_probe_set
     from aclarena.probes.teacher_forcing import ReferenceStats, TokenScores
-    from aclarena.store import Json, ResultsStore
+    from aclarena.results.tokens import ScoresMeta, TokenSummaryData, write_token_results
+    from aclarena.store import ResultsStore
     from aclarena.store.manifest import CheckpointSpec, Manifest, write_manifest
-    from aclarena.store.token_keys import reference_key, scores_key, summary_key
 
     rng = np.random.default_rng(0)
     m = Manifest(name="big")
@@ -300,16 +302,18 @@ def build_big_store(run: Path, n_seq: int = 256, seq_len: int = 1024, n_ckpt: in
                          topk_ids=rng.integers(0, vocab, (p, 5)).astype(np.int32),
                          topk_logprobs=-rng.gamma(1.0, 1.0, (p, 5)).astype(np.float32),
                          status=np.zeros(p, np.uint8))
-    items = [(reference_key("ref"), ref.to_store(offsets), "token-reference", "0.1.0", {"reference": "ref"})]
+    items: list[Any] = [reference_payload("ref", "ref", ref, offsets, {})]
     for i, n in enumerate(names):
         kl = (h * rng.gamma(1.0, 0.01 * (i + 1), p)).astype(np.float32)
         sc = TokenScores(offsets=offsets, entropy=h, logprob=ref.logprob - kl, top1=ref.top1,
                          topk_ids=ref.topk_ids, topk_logprobs=ref.topk_logprobs, kl=kl, js=kl / 4,
                          status=np.zeros(p, np.uint8), ref=ref)
         s = summarize_drift(h, ref.logprob, ref.top1, kl, kl / 4, sc.logprob, sc.top1)
-        items.append((scores_key("ref", n), sc.to_store(), "token-scores", "0.1.0", {"scores_id": str(i)}))
-        items.append((summary_key("ref", n), {"summary": Json(s.to_dict())}, "token-summary", "0.1.0", {}))
-    store.write_many(items)
+        meta = ScoresMeta(checkpoint=n, reference="ref", settings={}, scores_id=str(i))
+        items.append(scores_payload("ref", sc, meta))
+        items.append(TokenSummaryData(probe="ref", checkpoint=n, reference="ref", settings={"scores_id": str(i)},
+                                      summary=s.to_dict()))
+    write_token_results(store, items, overwrite=False)
 
 
 def part_dashboard(calls: int) -> dict[str, float]:

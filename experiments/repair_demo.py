@@ -88,8 +88,8 @@ def main() -> None:
     commands.append(cmd)
     cmp, cmd = verb(["compare", "--run", run, "--repair-stage", f"{OLD},{NEW}"])
     commands.append(cmd)
+    from aclarena.results.capability import cell_ci95, load_matrix
     from aclarena.store import ResultsStore
-    from aclarena.store.capability import cell_ci95, load_matrix
 
     scores: dict[str, dict[str, Any]] = {}
     with ResultsStore(run).reader() as r:

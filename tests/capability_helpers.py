@@ -6,8 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aclarena.store import ResultsStore
-from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload, error_payload
+from aclarena.results.capability import cell_payload, error_payload, write_cells
 
 SETTINGS = {"n": 4, "seeds": [0], "samples": 2}
 # checkpoint -> suite -> greedy outcomes of 4 items; sampled outcomes are the greedy ones, then all wrong
@@ -33,11 +32,9 @@ def write_fixture_matrix(run: Path) -> None:
             role = variant or "general"
             greedy = np.array([outcomes], dtype=float)
             samples = np.stack([greedy, np.zeros_like(greedy)], axis=-1)
-            data, attrs = cell_payload(checkpoint=ck, suite=suite, domain=domain, role=role, source="arena",
-                                       settings=SETTINGS, greedy=greedy, samples=samples,
-                                       item_ids=[f"{suite}/{i}" for i in range(4)])
-            items.append((cell_key(ck, suite, SETTINGS), data, RESULT_TYPE, RESULT_VERSION, attrs))
-    data, attrs = error_payload(checkpoint="lora-ecom", suite="math/ood", domain="math", role="ood", source="arena",
-                                settings=SETTINGS, error="CheckpointError: adapter does not fit")
-    items.append((cell_key("lora-ecom", "math/ood", SETTINGS), data, RESULT_TYPE, RESULT_VERSION, attrs))
-    ResultsStore(run).write_many(items)
+            items.append(cell_payload(checkpoint=ck, suite=suite, domain=domain, role=role, source="arena",
+                                      settings=SETTINGS, greedy=greedy, samples=samples,
+                                      item_ids=[f"{suite}/{i}" for i in range(4)]))
+    items.append(error_payload(checkpoint="lora-ecom", suite="math/ood", domain="math", role="ood", source="arena",
+                               settings=SETTINGS, error="CheckpointError: adapter does not fit"))
+    write_cells(run, items, overwrite=False)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from aclarena.store import ResultsStore
-from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload
+from aclarena.results import capability
+from aclarena.results.capability import cell_payload
 
 SETTINGS = {"n": 4, "seeds": [0], "samples": 0}
 
@@ -18,10 +18,9 @@ def write_cells(run: Path, scores: dict[str, dict[str, list[float]]]) -> None:
     for ck, suites in scores.items():
         for suite, outcomes in suites.items():
             domain, _, variant = suite.partition("/")
-            data, attrs = cell_payload(checkpoint=ck, suite=suite, domain=domain, role=variant or "general",
-                                       source="arena", settings=SETTINGS, greedy=np.array([outcomes], dtype=float))
-            items.append((cell_key(ck, suite, SETTINGS), data, RESULT_TYPE, RESULT_VERSION, attrs))
-    ResultsStore(run).write_many(items, overwrite=True)
+            items.append(cell_payload(checkpoint=ck, suite=suite, domain=domain, role=variant or "general",
+                                      source="arena", settings=SETTINGS, greedy=np.array([outcomes], dtype=float)))
+    capability.write_cells(run, items)
 
 
 def consolidated_run(run: Path) -> Path:

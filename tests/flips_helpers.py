@@ -199,18 +199,17 @@ def write_cells(run: Any, outcomes: dict[str, list[int]] = OUTCOMES, suite: str 
                 per_item: bool = True) -> None:
     """Capability cells of ``suite`` for the fixture run, with per-item outcomes unless ``per_item=False``."""
     from aclarena.envs import sample_tasks
-    from aclarena.store import ResultsStore
-    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload
+    from aclarena.results import capability
+    from aclarena.results.capability import cell_payload
 
     ids = [t.id for t in sample_tasks(suite, 4, seed=0)]
     items = []
     for ck, o in outcomes.items():
         greedy = np.array([o], dtype=float)
         if per_item:
-            data, attrs = cell_payload(checkpoint=ck, suite=suite, domain="math", role="id", source=source,
-                                       settings=CELL_SETTINGS, greedy=greedy, item_ids=ids)
+            items.append(cell_payload(checkpoint=ck, suite=suite, domain="math", role="id", source=source,
+                                      settings=CELL_SETTINGS, greedy=greedy, item_ids=ids))
         else:
-            data, attrs = cell_payload(checkpoint=ck, suite=suite, domain="math", role="id", source=source,
-                                       settings=CELL_SETTINGS, mean=float(np.mean(o)), std=0.0)
-        items.append((cell_key(ck, suite, CELL_SETTINGS), data, RESULT_TYPE, RESULT_VERSION, attrs))
-    ResultsStore(run).write_many(items, overwrite=True)
+            items.append(cell_payload(checkpoint=ck, suite=suite, domain="math", role="id", source=source,
+                                      settings=CELL_SETTINGS, mean=float(np.mean(o)), std=0.0))
+    capability.write_cells(run, items)

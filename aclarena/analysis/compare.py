@@ -3,7 +3,7 @@
 Rows: the single-task oracles and the sequential end point (reference), then each
 consolidation (its replicates together), then MLE routed by ``router``; columns: in-domain
 suites, then out-of-domain ones; cells: mean ± std over replicates. Read from the capability
-matrix (run ``eval`` first); see :mod:`aclarena.store.comparison`.
+matrix (run ``eval`` first); see :mod:`aclarena.results.comparison`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 from aclarena.analysis._common import RunPath, frame, manifest_or_load
 from aclarena.errors import unknown_name
+from aclarena.results.capability import open_matrix
+from aclarena.results.comparison import Comparison, comparison, repair_scores
 from aclarena.store import Manifest
-from aclarena.store.capability import open_matrix
-from aclarena.store.comparison import Comparison, comparison, repair_scores
 
 SCORES = {"greedy": "mean", "avg": "avg_k_mean"}
 NO_METHODS = "no consolidated models yet: run `aclarena-diag consolidate --method ...`"
@@ -23,7 +23,7 @@ NO_METHODS = "no consolidated models yet: run `aclarena-diag consolidate --metho
 
 @dataclass(frozen=True)
 class CompareResult:
-    """The :class:`~aclarena.store.comparison.Comparison` of a run; ``writes`` is empty (derived, never stored)."""
+    """The :class:`~aclarena.results.comparison.Comparison` of a run; ``writes`` is empty (derived, never stored)."""
 
     comparison: Comparison
     writes: tuple[str, ...] = field(default=())

@@ -8,7 +8,7 @@ cannot be loaded or generate becomes an error cell; the rest of the matrix is st
 score (``general``: 0.25, one of four options) is named in :attr:`EvalResult.warnings` and marked
 ``at_chance``: it measures no skill.
 
-:func:`import_lm_eval` reads lm-evaluation-harness results instead (see :mod:`aclarena.store.lm_eval`).
+:func:`import_lm_eval` reads lm-evaluation-harness results instead (see :mod:`aclarena.results.lm_eval`).
 """
 
 from __future__ import annotations
@@ -16,14 +16,17 @@ from __future__ import annotations
 import functools
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from aclarena.analysis._common import RunPath, frame, manifest_or_load, manifest_text
 from aclarena.distributed import World, world
 from aclarena.errors import AclarenaError
 from aclarena.progress import progress
 from aclarena.store import Manifest
+
+if TYPE_CHECKING:
+    from aclarena.results.capability import CellData
 
 
 @dataclass
@@ -70,7 +73,7 @@ class EvalResult:
     def warnings(self) -> list[str]:
         """One line per suite whose score is indistinguishable from guessing on some checkpoint."""
         from aclarena.envs import suite_chance
-        from aclarena.store.capability import at_chance_line
+        from aclarena.results.capability import at_chance_line
 
         out = []
         for suite in dict.fromkeys(r["suite"] for r in self.cells if r["at_chance"]):
@@ -187,8 +190,7 @@ def score_matrix(  # noqa: C901
     from aclarena.models.chat import has_template
     from aclarena.models.checkpoint import inspect
     from aclarena.models.loading import LoadOptions, NonFiniteWeightsError, load_model, load_tokenizer
-    from aclarena.store import ResultsStore
-    from aclarena.store.capability import (
+    from aclarena.results.capability import (
         at_chance,
         cell_ci95,
         cell_key,
@@ -196,6 +198,7 @@ def score_matrix(  # noqa: C901
         read_cells,
         settings_id,
     )
+    from aclarena.store import ResultsStore
 
     manifest = manifest_or_load(run_dir, manifest)
     if engine == "vllm":
@@ -283,9 +286,10 @@ def score_matrix(  # noqa: C901
             for suite in pending:
                 domain, role = suite_domain_role(suite)
                 bar.update(task, description=f"{spec.name} {suite}")
+                cell: CellData | None
                 if load_error is not None:
-                    data, attrs = error_payload(checkpoint=spec.name, suite=suite, domain=domain, role=role,
-                                                source="arena", settings=cell_settings(spec.name, suite), error=load_error)
+                    cell = error_payload(checkpoint=spec.name, suite=suite, domain=domain, role=role,
+                                         source="arena", settings=cell_settings(spec.name, suite), error=load_error)
                     bar.advance(task, per_suite)
                 else:
                     try:
@@ -304,12 +308,11 @@ def score_matrix(  # noqa: C901
                     if not w.is_main or cell is None:  # rank 0 has this rank's share and writes the cell
                         w.run_main(lambda: None)
                         continue
-                    data, attrs = cell
-                if w.run_main(functools.partial(_write_cell, store, cell_key(spec.name, suite, sids[(spec.name, suite)]), data,
-                                                attrs, text)):
+                key = cell_key(spec.name, suite, sids[(spec.name, suite)])
+                if w.run_main(functools.partial(_write_cell, store, replace(cell, key=key), text)):
                     computed.add((spec.name, suite))
                 elif w.is_main:
-                    kept.append({"checkpoint": spec.name, "suite": suite, "error": attrs.get("error", "")})
+                    kept.append({"checkpoint": spec.name, "suite": suite, "error": cell.error or ""})
             del model, tokenizer
     if not w.is_main:
         return None
@@ -338,18 +341,17 @@ class _KeepGoodCell(Exception):
     """The store holds a good cell where a rerun failed: the error cell is not written."""
 
 
-def _write_cell(store: Any, key: str, data: Any, attrs: Mapping[str, Any], text: str | None) -> bool:
-    """Write one cell; an error cell never replaces a good one (checked under the store's writer lock).
-    Returns whether it was written."""
-    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION
+def _write_cell(store: Any, cell: CellData, text: str | None) -> bool:
+    """Write one cell (at its ``key``); an error cell never replaces a good one (checked under the store's writer
+    lock). Returns whether it was written."""
+    from aclarena.results.capability import write_cells
 
     def keep_good(r: Any) -> None:
-        if attrs.get("status") == "error" and r.has(key) and r.attrs(key).get("status", "ok") == "ok":
+        if not cell.ok and r.has(cell.key) and r.attrs(cell.key).get("status", "ok") == "ok":
             raise _KeepGoodCell
 
     try:
-        store.write_many([(key, data, RESULT_TYPE, RESULT_VERSION, attrs)], overwrite=True, manifest_text=text,
-                         precondition=keep_good)
+        write_cells(store, [cell], overwrite=True, manifest_text=text, precondition=keep_good)
     except _KeepGoodCell:
         return False
     return True
@@ -390,9 +392,10 @@ def import_lm_eval(
     """Store lm-evaluation-harness results as capability cells: ``files`` are (checkpoint, results JSON)
     pairs; ``tags`` task -> (domain, role); ``metric`` task (or ``*``) -> headline metric. Cells already
     stored are kept unless ``force``; all cells are written in one step."""
+    from aclarena.results.capability import key_of as cell_key_of
+    from aclarena.results.capability import read_cells, write_cells
+    from aclarena.results.lm_eval import import_payloads
     from aclarena.store import ResultsStore
-    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, read_cells
-    from aclarena.store.lm_eval import import_payloads
 
     manifest = manifest_or_load(run_dir, manifest)
     tags = dict(tags or {})
@@ -406,22 +409,20 @@ def import_lm_eval(
     seen_tasks: set[str] = set()
     for name, file in files:
         spec = manifest.resolve(name)
-        for suite, settings, data, attrs in import_payloads(spec.name, file, tags=tags, metric=dict(metric or {})):
-            seen_tasks.add(suite.split("/", 1)[1])
-            key = cell_key(spec.name, suite, settings)
+        for cell in import_payloads(spec.name, file, tags=tags, metric=dict(metric or {})):
+            seen_tasks.add(cell.suite.split("/", 1)[1])
             status = "imported"
-            if key in existing and not force:
+            if cell_key_of(cell) in existing and not force:
                 status = "already in the store"
             else:
-                items.append((key, data, RESULT_TYPE, RESULT_VERSION, attrs))
-            rows.append({"checkpoint": spec.name, "suite": suite, "metric": attrs["metric"], "value": attrs["mean"],
-                         "stderr": attrs["stderr"], "items": attrs["n_items"], "domain": attrs["domain"] or None,
-                         "role": attrs["role"], "status": status})
+                items.append(cell)
+            rows.append({"checkpoint": spec.name, "suite": cell.suite, "metric": cell.extra["metric"],
+                         "value": cell.mean, "stderr": cell.extra["stderr"], "items": cell.n_items,
+                         "domain": cell.domain, "role": cell.role, "status": status})
     unknown = sorted(set(tags) - seen_tasks)
     if unknown:
         from aclarena.errors import unknown_name
 
         raise unknown_name("lm-eval task in --lm-eval-task", unknown[0], seen_tasks)
-    if items:
-        store.write_many(items, overwrite=True, manifest_text=manifest_text(run_dir))
-    return ImportResult(rows, tuple(it[0] for it in items))
+    writes = write_cells(store, items, overwrite=True, manifest_text=manifest_text(run_dir)) if items else []
+    return ImportResult(rows, tuple(writes))

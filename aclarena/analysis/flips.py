@@ -495,8 +495,8 @@ def flips(
     from aclarena.models.checkpoint import inspect, require_same_tokenizer
     from aclarena.models.loading import LoadOptions, load_model, load_tokenizer
     from aclarena.models.tensors import weights_fingerprint
+    from aclarena.results.capability import open_matrix
     from aclarena.store import load_manifest
-    from aclarena.store.capability import open_matrix
 
     settings = settings or FlipSettings()
     manifest = load_manifest(run_dir)

@@ -16,8 +16,8 @@ import numpy as np
 from aclarena.analysis._common import RunPath, frame, manifest_or_load, nan_none
 from aclarena.diagnostics.cl_metrics import METRIC_LABELS, CLReport, cl_report, peak_drop
 from aclarena.envs import suite_chance
+from aclarena.results.capability import at_chance, at_chance_line, cell_ci95, chain_data, open_matrix
 from aclarena.store import Manifest
-from aclarena.store.capability import at_chance, at_chance_line, cell_ci95, chain_data, open_matrix
 
 if TYPE_CHECKING:
     from aclarena.store.results import StoreReader
@@ -138,7 +138,7 @@ def _chance_transitions(reader: StoreReader, matrix: Any, chain: list[str]) -> d
     """Suite (with a guessing score) -> per consecutive pair of ``chain``: items forgotten and gained, plain and
     chance-adjusted (:func:`aclarena.diagnostics.cl_metrics.chance_adjusted`), on the items both were scored on."""
     from aclarena.diagnostics.cl_metrics import sample_transitions
-    from aclarena.store.capability import read_items
+    from aclarena.results.capability import read_items
 
     out: dict[str, list[dict[str, Any]]] = {}
     for suite in matrix.suites:

@@ -37,7 +37,7 @@ def flip_items(reader: StoreReader, manifest: Manifest, early: str, late: str, s
     ``doc_id`` when both cells score the same task with the same metric (each cell has its own
     results file, so their settings differ by that file's hash)."""
     from aclarena.envs.custom import stale_cell
-    from aclarena.store.capability import load_matrix, read_items
+    from aclarena.results.capability import load_matrix, read_items
 
     matrix = load_matrix(reader, manifest)
     cells = {}
@@ -96,8 +96,8 @@ def paired_change(run_dir: str | Path, early: str, late: str, suites: Sequence[s
     from aclarena.diagnostics.cl_metrics import chance_adjusted
     from aclarena.diagnostics.early_warning import mcnemar_drop_pvalue
     from aclarena.envs import suite_chance
+    from aclarena.results.capability import open_matrix
     from aclarena.store import load_manifest
-    from aclarena.store.capability import open_matrix
 
     manifest = load_manifest(run_dir)
     out: dict[str, dict[str, Any]] = {}
@@ -128,8 +128,8 @@ def imported_flips(run_dir: str | Path, early: str, late: str, suite: str) -> di
     """The flips of an imported suite (lm-eval per-sample scores), paired by document: counts, the exact
     McNemar p of a drop and the item ids each way. Nothing is replayed: the harness's prompts and
     scoring are not in the run (register the task as a JSONL suite to localize its flips)."""
+    from aclarena.results.capability import open_matrix
     from aclarena.store import load_manifest
-    from aclarena.store.capability import open_matrix
 
     res = paired_change(run_dir, early, late, [suite])[suite]
     if "error" in res:
@@ -146,8 +146,8 @@ def imported_flips(run_dir: str | Path, early: str, late: str, suite: str) -> di
 def imported_suite(run_dir: str | Path, early: str, suite: str) -> str | None:
     """The source a suite's cell of ``early`` was imported from (``lm-eval``), or None when it was
     played (or is not there: :func:`flips` then says what is missing)."""
+    from aclarena.results.capability import open_matrix
     from aclarena.store import load_manifest
-    from aclarena.store.capability import open_matrix
 
     manifest = load_manifest(run_dir)
     with open_matrix(run_dir, manifest) as (_, matrix):

@@ -156,7 +156,7 @@ class Run:
                    settings: str | None = None) -> ForgettingResult:
         """Continual-learning metrics of the capability matrix (run ``eval`` first):
         a :class:`~aclarena.analysis.forgetting.ForgettingResult` (``.metrics``)."""
-        from aclarena.store.capability import SeveralChainsError
+        from aclarena.results.capability import SeveralChainsError
 
         try:
             return forgetting(self.path, chain=chain, suite_of=suite_of, settings=settings, manifest=self.manifest)

@@ -50,9 +50,9 @@ from aclarena.diagnostics.signatures import (
 )
 from aclarena.diagnostics.token_drift import HighEntropy
 from aclarena.errors import AclarenaError
+from aclarena.results.tokens import read_scores_meta, reference_columns, row_offsets, scores_columns
 from aclarena.store import Json, Manifest, ResultsStore
 from aclarena.store.signatures import RESULT_TYPE, RESULT_VERSION, read_signature, settings_of, signature_key
-from aclarena.store.token_keys import reference_key, scores_key
 
 DEFAULT_N = 32
 DEFAULT_MAX_NEW_TOKENS = 64
@@ -194,11 +194,11 @@ def _row(u: Update, domain: str, probe: str, sig: DriftSignature, status: str) -
 
 
 def _arrays(store: ResultsStore, probe: str, child: str) -> dict[str, np.ndarray]:
-    ref, sc = reference_key(probe), scores_key(probe, child)
     with store.reader() as r:
-        offsets = np.asarray(r.ragged(f"{ref}/entropy").offsets)
-        out = {f"ref_{k}": r.ragged(f"{ref}/{k}").all() for k in ("entropy", "logprob", "top1", "position")}
-        out |= {k: r.ragged(f"{sc}/{k}").all() for k in ("kl", "logprob", "top1", "status")}
+        offsets = np.asarray(row_offsets(r, probe))
+        ref = reference_columns(r, probe, ("entropy", "logprob", "top1", "position"))
+        out = {f"ref_{k}": v for k, v in ref.items()}
+        out |= scores_columns(r, probe, child, ("kl", "logprob", "top1", "status"))
     out["offsets"] = offsets
     return out
 
@@ -357,7 +357,7 @@ def _score(run_dir: RunPath, store: ResultsStore, manifest: Manifest, todo: list
         writes += drift.writes
         with store.reader() as r:
             for c in children:
-                scores_ids[(probe, c)] = str(r.attrs(scores_key(probe, c)).get("scores_id"))
+                scores_ids[(probe, c)] = str(read_scores_meta(r, probe, c).scores_id)
     return scores_ids
 
 

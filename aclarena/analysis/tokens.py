@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import json
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -39,22 +38,35 @@ from aclarena.probes.probe_set import (
     require_probe_digest,
     write_probe_set,
 )
-from aclarena.probes.teacher_forcing import STATUS_BEYOND_CONTEXT, BatchPlan, reference_outputs, score
+from aclarena.probes.teacher_forcing import (
+    STATUS_BEYOND_CONTEXT,
+    BatchPlan,
+    ReferenceStats,
+    TokenScores,
+    reference_outputs,
+    score,
+)
 from aclarena.progress import progress, quiet_libraries
-from aclarena.store import Json, Manifest, ResultsStore, StoreReader
-from aclarena.store.token_keys import reference_key, scores_key, summary_key
+from aclarena.results import tokens as stored
+from aclarena.results.tokens import (
+    ScoresMeta,
+    TokenReferenceData,
+    TokenScoresData,
+    TokenSummaryData,
+    reference_key,
+    scores_key,
+    stored_settings,
+    summary_key,
+    write_token_results,
+)
+from aclarena.store import Manifest, ResultsStore, StoreReader
 
-SCORES_TYPE = "token-scores"
-SUMMARY_TYPE = "token-summary"
-REFERENCE_TYPE = "token-reference"
-RESULT_VERSION = "0.1.0"
-
-REF_FIELDS = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "status")
-SCORE_FIELDS = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "kl", "js", "status")
-# the per-position columns of TokenDrift.positions: (column, from the reference?, stored field)
-POSITION_FIELDS = (("position", True, "position"), ("token", True, "token"), ("entropy_ref", True, "entropy"), ("logprob_ref", True, "logprob"), ("top1_ref", True, "top1"),
-                   ("entropy", False, "entropy"), ("logprob", False, "logprob"), ("top1", False, "top1"),
-                   ("kl", False, "kl"), ("js", False, "js"), ("status", False, "status"))
+# the reference's arrays the ranks gather (position and token each rank knows from the probe set)
+REF_GATHERED = tuple(f for f in stored.REFERENCE_FIELDS if f not in ("position", "token"))
+# the per-position columns of TokenDrift.positions: column -> the reference's stored array
+POSITION_REF = {"position": "position", "token": "token", "entropy_ref": "entropy", "logprob_ref": "logprob",
+                "top1_ref": "top1"}
+POSITION_SCORES = ("entropy", "logprob", "top1", "kl", "js", "status")
 
 
 @dataclass(frozen=True)
@@ -116,10 +128,11 @@ class TokenDrift:
         import pandas as pd
 
         store = ResultsStore(self.run_dir)
-        ref, sc = reference_key(self.probe), scores_key(self.probe, checkpoint)
         with store.reader() as r:
-            cols = {name: r.ragged(f"{ref if from_ref else sc}/{f}").all() for name, from_ref, f in POSITION_FIELDS}
-            offsets = r.ragged(f"{ref}/entropy").offsets
+            ref = stored.reference_columns(r, self.probe, POSITION_REF.values())
+            cols = {name: ref[f] for name, f in POSITION_REF.items()}
+            cols |= stored.scores_columns(r, self.probe, checkpoint, POSITION_SCORES)
+            offsets = stored.row_offsets(r, self.probe)
         lengths = np.diff(offsets)
         out = pd.DataFrame({"sequence": np.repeat(np.arange(len(lengths)), lengths), **cols})
         # the high-entropy set as the summaries choose it: among positions where the reference is finite
@@ -191,40 +204,39 @@ def targets_of(manifest: Manifest, ref: str, against: str | Sequence[str]) -> li
     return list(dict.fromkeys(names))
 
 
-def _attr_settings(attrs: dict[str, Any]) -> dict[str, Any] | None:
-    raw = attrs.get("settings")
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw) if isinstance(raw, str) else dict(raw)
-    except (TypeError, ValueError):
-        return None
-
-
 def summarize_stored(reader: StoreReader, probe: str, ckpt: str, high: HighEntropy, eps: float) -> DriftSummary:
     """The summary of a stored checkpoint's scores (flat arrays read from the store)."""
-    ref, sc = reference_key(probe), scores_key(probe, ckpt)
-
-    def flat(key: str) -> np.ndarray:
-        return reader.ragged(key).all()
-
-    status = flat(f"{sc}/status")
+    ref = stored.reference_columns(reader, probe, ("entropy", "logprob", "top1"))
+    sc = stored.scores_columns(reader, probe, ckpt, ("kl", "js", "logprob", "top1", "status"))
     return summarize_drift(
-        flat(f"{ref}/entropy"), flat(f"{ref}/logprob"), flat(f"{ref}/top1"),
-        flat(f"{sc}/kl"), flat(f"{sc}/js"), flat(f"{sc}/logprob"), flat(f"{sc}/top1"),
-        high=high, eps=eps, valid=status == 0,
+        ref["entropy"], ref["logprob"], ref["top1"], sc["kl"], sc["js"], sc["logprob"], sc["top1"],
+        high=high, eps=eps, valid=sc["status"] == 0,
     )
 
 
-def _row(name: str, summary: DriftSummary, status: str, scores_attrs: dict[str, Any] | None = None) -> dict[str, Any]:
+def _row(name: str, summary: DriftSummary, status: str, meta: ScoresMeta | None = None) -> dict[str, Any]:
     d = summary.to_dict()
     d.pop("curve_x", None)
     d.pop("curve_y", None)
     out = {"checkpoint": name, "status": status} | d
-    if scores_attrs:
-        out["n_nonfinite"] = int(scores_attrs.get("n_nonfinite", 0))
-        out["n_beyond_context"] = int(scores_attrs.get("n_beyond_context", 0))
+    if meta is not None:
+        out["n_nonfinite"] = meta.n_nonfinite
+        out["n_beyond_context"] = meta.n_beyond_context
     return out
+
+
+def reference_payload(probe: str, ref: str, stats: ReferenceStats, offsets: np.ndarray,
+                      settings: dict[str, Any]) -> TokenReferenceData:
+    """The stored reference of teacher forcing's reference statistics (flat arrays over ``offsets``)."""
+    return TokenReferenceData(probe=probe, reference=ref, settings=settings, n_positions=int(offsets[-1]),
+                              n_invalid=int((stats.status != 0).sum()), offsets=offsets,
+                              **{k: getattr(stats, k) for k in stored.REFERENCE_FIELDS})
+
+
+def scores_payload(probe: str, scores: TokenScores, meta: ScoresMeta) -> TokenScoresData:
+    """The stored scores of one checkpoint's teacher-forced scores."""
+    return TokenScoresData(probe=probe, meta=meta, offsets=scores.offsets,
+                           **{k: getattr(scores, k) for k in stored.SCORE_FIELDS})
 
 
 def _gather_rows(w: World, plan: Any, mine: list[int], obj: Any, fields: tuple[str, ...]) -> None:
@@ -369,10 +381,10 @@ def score_tokens(  # noqa: C901
         for name in targets:
             key = scores_key(probe_name, name)
             if force or not (with_store and store.has(key)
-                             and _attr_settings(store.attrs(key)) == ckpt_settings(name)):
+                             and stored_settings(store, key) == ckpt_settings(name)):
                 todo.append(name)
         ref_ok = with_store and store.has(reference_key(probe_name)) and \
-            _attr_settings(store.attrs(reference_key(probe_name))) == base_settings
+            stored_settings(store, reference_key(probe_name)) == base_settings
         return todo, bool(ref_ok)
 
     todo, ref_ok = w.run_main(plan)
@@ -385,27 +397,24 @@ def score_tokens(  # noqa: C901
     # summaries: recompute where the settings (high, eps) or the scores changed
     rows = []
     summaries: dict[str, DriftSummary] = {}
-    items = []
+    items: list[TokenSummaryData] = []
     with store.reader() as r:
         for name in targets:
-            skey, mkey = scores_key(probe_name, name), summary_key(probe_name, name)
-            sattrs = r.attrs(skey)
-            want = {"high": str(high), "eps": eps, "scores_id": sattrs.get("scores_id")}
-            if r.has(mkey) and _attr_settings(r.attrs(mkey)) == want:
-                summary = DriftSummary.from_dict(r.read(f"{mkey}/summary"))
+            mkey = summary_key(probe_name, name)
+            meta = stored.read_scores_meta(r, probe_name, name)
+            want = {"high": str(high), "eps": eps, "scores_id": meta.scores_id}
+            if r.has(mkey) and stored_settings(r, mkey) == want:
+                summary = DriftSummary.from_dict(stored.read_summary(r, probe_name, name).summary)
             else:
                 summary = summarize_stored(r, probe_name, name, high, eps)
-                items.append((mkey, {"summary": Json(summary.to_dict())}, SUMMARY_TYPE, RESULT_VERSION,
-                              {"settings": want, "checkpoint": name, "reference": ref}))
+                items.append(TokenSummaryData(probe=probe_name, checkpoint=name, reference=ref, settings=want,
+                                              summary=summary.to_dict()))
             status = statuses.get(name, "cached")
-            nonfinite = int(sattrs.get("n_nonfinite", 0))
-            if nonfinite:
-                status = f"flagged: {nonfinite} NaN/inf positions"
-            rows.append(_row(name, summary, status, sattrs))
+            if meta.n_nonfinite:
+                status = f"flagged: {meta.n_nonfinite} NaN/inf positions"
+            rows.append(_row(name, summary, status, meta))
             summaries[name] = summary
-    if items:
-        store.write_many(items, overwrite=True, manifest_text=manifest_text)
-        writes += [item[0] for item in items]
+    writes += write_token_results(store, items, manifest_text=manifest_text)
     return TokenDrift(run_dir=Path(os.fspath(run_dir)), reference=ref, probe=probe_name, high=str(high), eps=eps,
                       n_positions=probe_set.n_scored, n_sequences=probe_set.n_sequences, rows=tuple(rows),
                       summaries=summaries, warnings=tuple(warnings), writes=tuple(dict.fromkeys(writes)))
@@ -438,15 +447,13 @@ def _score(run_dir: RunPath, manifest: Manifest, store: ResultsStore, probe: Pro
             return out
 
         cache = w.each(reference_pass)
-        _gather_rows(w, cache.plan, mine, cache.stats, REF_FIELDS)
+        _gather_rows(w, cache.plan, mine, cache.stats, REF_GATHERED)
         offsets = cache.plan.offsets
         # the reference's outputs go with the first checkpoint's scores: a checkpoint that cannot be
         # scored (NaN weights, say) then leaves the store as it was
         ref_items: list[Any] = []
         if write_reference and w.is_main:
-            ref_items = [(reference_key(probe_name), cache.stats.to_store(offsets), REFERENCE_TYPE, RESULT_VERSION,
-                          {"settings": base_settings, "reference": ref, "n_positions": int(offsets[-1]),
-                           "n_invalid": int((cache.stats.status != 0).sum())})]
+            ref_items = [reference_payload(probe_name, ref, cache.stats, offsets, base_settings)]
         for name in todo:
             bar.update(task, description=f"scoring {name}", completed=0, total=share)
 
@@ -458,7 +465,7 @@ def _score(run_dir: RunPath, manifest: Manifest, store: ResultsStore, probe: Pro
                 return out
 
             res = w.each(score_one)
-            _gather_rows(w, cache.plan, mine, res, SCORE_FIELDS)
+            _gather_rows(w, cache.plan, mine, res, stored.SCORE_FIELDS)
             if not w.is_main:
                 w.run_main(lambda: None)  # wait for rank 0's write (and fail with it)
                 continue
@@ -469,24 +476,23 @@ def _score(run_dir: RunPath, manifest: Manifest, store: ResultsStore, probe: Pro
                 warnings.append(f"{name}: {beyond} scored positions lie beyond its maximum positions "
                                 f"({res.info.get('positions_limit')}); they are left out of its summary")
             scores_id = uuid.uuid4().hex[:16]
-            sattrs = {"settings": ckpt_settings(name), "checkpoint": name, "reference": ref, "scores_id": scores_id,
-                      "n_nonfinite": res.n_nonfinite, "n_beyond_context": beyond,
-                      "batch_size": cache.batch_size, "chunk_size": cache.chunk_size}
-            mattrs = {"settings": {"high": str(high), "eps": o.eps, "scores_id": scores_id},
-                      "checkpoint": name, "reference": ref}
+            meta = ScoresMeta(checkpoint=name, reference=ref, settings=ckpt_settings(name), scores_id=scores_id,
+                              n_nonfinite=res.n_nonfinite, n_beyond_context=beyond, batch_size=cache.batch_size,
+                              chunk_size=cache.chunk_size)
             # one atomic write per checkpoint: a kill leaves it either fully scored or not at all
             items = [
                 *ref_items,
-                (scores_key(probe_name, name), res.to_store(), SCORES_TYPE, RESULT_VERSION, sattrs),
-                (summary_key(probe_name, name), {"summary": Json(summary.to_dict())}, SUMMARY_TYPE, RESULT_VERSION,
-                 mattrs),
+                scores_payload(probe_name, res, meta),
+                TokenSummaryData(probe=probe_name, checkpoint=name, reference=ref,
+                                 settings={"high": str(high), "eps": o.eps, "scores_id": scores_id},
+                                 summary=summary.to_dict()),
             ]
             ref_items = []
-            w.run_main(functools.partial(store.write_many, items, overwrite=True, manifest_text=manifest_text,
+            w.run_main(functools.partial(write_token_results, store, items, manifest_text=manifest_text,
                                          precondition=same_probe))
-            writes += [item[0] for item in items]
+            writes += [stored.key_of(p) for p in items]
             statuses[name] = "scored"
         if write_reference and not todo:
-            w.run_main(functools.partial(store.write_many, ref_items, overwrite=True, manifest_text=manifest_text,
+            w.run_main(functools.partial(write_token_results, store, ref_items, manifest_text=manifest_text,
                                          precondition=same_probe))
-            writes += [item[0] for item in ref_items]
+            writes += [stored.key_of(p) for p in ref_items]

@@ -167,7 +167,7 @@ def _print_matrix(rows: list[dict[str, Any]], checkpoints: list[str], suites: li
 
 def _import(args: argparse.Namespace, manifest: Any) -> int:
     from aclarena.analysis.eval import import_lm_eval
-    from aclarena.store.lm_eval import parse_tag
+    from aclarena.results.lm_eval import parse_tag
 
     tags = dict(parse_tag(t) for t in args.lm_eval_task)
     metric: dict[str, str] = {}

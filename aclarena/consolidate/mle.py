@@ -156,8 +156,8 @@ def _stage_rl(cfg: Any, domain: str) -> Any:
 
 def _success_signal(job: Job, domains: Sequence[str]) -> Any:
     from aclarena.consolidate.routers import MatrixSuccess
+    from aclarena.results.capability import load_matrix
     from aclarena.store import ResultsStore
-    from aclarena.store.capability import load_matrix
 
     mode = _options(job).router_reward
     if mode == "simulated":

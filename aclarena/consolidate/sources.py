@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from aclarena.errors import AclarenaError
-from aclarena.store.capability import stage_chains
+from aclarena.results.capability import stage_chains
 from aclarena.store.manifest import Manifest
 
 

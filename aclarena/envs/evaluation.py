@@ -19,7 +19,7 @@ from aclarena.envs import ARENA_VERSION, parse_suite, sample_tasks
 from aclarena.envs.base import Trajectory
 from aclarena.envs.rollout import generate_trajectories
 from aclarena.errors import ConfigError
-from aclarena.store.capability import cell_payload
+from aclarena.results.capability import CellData, cell_payload
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -114,8 +114,8 @@ def evaluate_suite(
     on_progress: Callable[[int], None] | None = None,
     world: World | None = None,
     prompt_format: str = "chat",
-) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """Play ``suite`` with ``model``; returns the cell's (datasets, attributes) for the store.
+) -> CellData | None:
+    """Play ``suite`` with ``model``; returns the cell (:func:`aclarena.results.capability.write_cells` stores it).
 
     Prompts are rendered in ``prompt_format`` (:func:`aclarena.models.chat.render_prompt`); a ``plain``
     cell's settings say so (:func:`format_settings`), so it is never taken for a chat cell.

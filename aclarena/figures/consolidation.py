@@ -25,7 +25,7 @@ from aclarena.figures import register_figure
 from aclarena.figures.palette import DOMAIN_SERIES, KIND_COLORS, SERIES, TEMPLATE
 
 if TYPE_CHECKING:
-    from aclarena.store.comparison import Comparison
+    from aclarena.results.comparison import Comparison
     from aclarena.store.manifest import Manifest
     from aclarena.store.results import StoreReader
 
@@ -52,8 +52,8 @@ def row_colours(cmp: Comparison) -> dict[str, str]:
 
 def _comparison(reader: StoreReader | None, manifest: Manifest, router: str = "rule") -> Comparison | None:
     from aclarena.errors import AclarenaError
-    from aclarena.store.capability import load_matrix
-    from aclarena.store.comparison import comparison
+    from aclarena.results.capability import load_matrix
+    from aclarena.results.comparison import comparison
 
     if reader is None:
         return None
@@ -184,7 +184,7 @@ def _radar(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go
 
 
 def repair_score_bars(rows: Sequence[Any]) -> go.Figure:
-    """One group of bars per repair (:class:`aclarena.store.comparison.RepairScoreRow`), one bar per part,
+    """One group of bars per repair (:class:`aclarena.results.comparison.RepairScoreRow`), one bar per part,
     error bars = the 95% bootstrap interval; parts without suites are left out (no bar)."""
     from aclarena.diagnostics.repair_score import PARTS
 
@@ -209,8 +209,8 @@ def repair_score_bars(rows: Sequence[Any]) -> go.Figure:
 
 @register_figure("consolidation/repair", "Repairs: four-part score", width=1000, height=520)
 def _repair(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
-    from aclarena.store.capability import load_matrix
-    from aclarena.store.comparison import repair_scores
+    from aclarena.results.capability import load_matrix
+    from aclarena.results.comparison import repair_scores
 
     if reader is None:
         return []

@@ -28,7 +28,14 @@ from aclarena.diagnostics.cl_metrics import METRIC_LABELS as CL_LABELS
 from aclarena.errors import AclarenaError
 from aclarena.figures import figure_options, register_figure
 from aclarena.figures.palette import TEMPLATE
-from aclarena.store.capability import CapabilityMatrix, chain_data, load_matrix, stage_chains
+from aclarena.results.capability import (
+    CapabilityMatrix,
+    chain_data,
+    load_matrix,
+    read_item_ids,
+    read_outcomes,
+    stage_chains,
+)
 
 if TYPE_CHECKING:
     from aclarena.store.manifest import Manifest
@@ -88,17 +95,17 @@ def row_groups(matrix: CapabilityMatrix, manifest: Manifest) -> list[tuple[str, 
 def _item_scores(reader: StoreReader, key: str, what: str) -> np.ndarray | None:
     """One score per item of a cell: greedy (or sampled, ``avg_k_mean``) outcomes averaged over
     seeds (and samples) when every seed saw the same items, else every (seed, item) outcome."""
-    name = "samples" if what == "avg_k_mean" else "greedy"
-    if not reader.has(f"{key}/{name}"):
+    a = read_outcomes(reader, key, sampled=what == "avg_k_mean")
+    if a is None:
         return None
-    a = np.asarray(reader.read(f"{key}/{name}"), dtype=np.float64)
     if a.ndim == 3:
         a = a.mean(axis=2)
     if a.ndim != 2 or a.size == 0:
         return None
-    if a.shape[0] > 1 and reader.has(f"{key}/item_ids"):
-        ids = np.asarray([str(i) for i in reader.read(f"{key}/item_ids")])
-        if ids.size == a.size and not (ids.reshape(a.shape) == ids.reshape(a.shape)[0]).all():
+    if a.shape[0] > 1:
+        stored = read_item_ids(reader, key)
+        ids = np.asarray(stored) if stored is not None else None
+        if ids is not None and ids.size == a.size and not (ids.reshape(a.shape) == ids.reshape(a.shape)[0]).all():
             return a.ravel()
     return a.mean(axis=0)
 
@@ -173,7 +180,7 @@ def chain_lines(matrix: CapabilityMatrix, manifest: Manifest, chain: str | None 
                 ) -> go.Figure:
     """Each suite's score at every checkpoint of the chain with its bootstrap interval; lines bridge
     unscored checkpoints; a star marks each suite's peak unless the suite is flat."""
-    from aclarena.store.capability import pick_chain
+    from aclarena.results.capability import pick_chain
 
     names = [s.name for s in pick_chain(manifest, chain)]
     import plotly.colors
@@ -240,7 +247,7 @@ def metrics_table_figure(rows: list[dict[str, Any]], title: str, notes: Sequence
 def check_chain_options(reader: StoreReader | None, manifest: Manifest, options: Any) -> None:
     """Before anything is drawn: a named chain exists, and each ``suite_of`` domain is a stage domain of the
     chain(s) drawn with a suite evaluated for it (one line, as ``forgetting`` says it)."""
-    from aclarena.store.capability import pick_chain
+    from aclarena.results.capability import pick_chain
 
     if options.chain is None and not options.suite_of:
         return
@@ -327,10 +334,10 @@ def cell_outcomes(reader: StoreReader, matrix: CapabilityMatrix, manifest: Manif
     out["interval"] = score_intervals(reader, what).get((checkpoint, suite))
 
     def per_item(c: Any) -> dict[str, float] | None:
-        if c is None or not c.ok or not reader.has(f"{c.key}/item_ids"):
+        ids = read_item_ids(reader, c) if c is not None and c.ok else None
+        if ids is None:
             return None
         scores = _item_scores(reader, c.key, what)
-        ids = [str(i) for i in reader.read(f"{c.key}/item_ids")]
         if scores is None:
             return None
         ids = ids[:len(scores)] if len(ids) != len(scores) else ids

@@ -1,6 +1,6 @@
 """Drill-down data for the Tokens page: where drift sits, what replaced what, one token in full.
 
-Everything here reads what ``aclarena-diag tokens`` stored (:mod:`aclarena.store.token_keys`)
+Everything here reads what ``aclarena-diag tokens`` stored (through :mod:`aclarena.results.tokens`)
 and returns plain rows or HTML, so that the page, the tests and a notebook share it:
 
 * :func:`rank_sequences` and :func:`rank_positions`: the most-drifted sequences and
@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aclarena.store.token_keys import probe_key, reference_key, scores_key, summary_key
+from aclarena.results.tokens import read_summary, reference_columns, row_offsets, scores_columns
+from aclarena.store.token_keys import probe_key
 
 if TYPE_CHECKING:
     from aclarena.figures.tokens import TokenView
@@ -54,12 +55,10 @@ def _reference_cached(path: str, mtime_ns: int, probe: str) -> dict[str, np.ndar
     from aclarena.store.results import ResultsStore
 
     with ResultsStore(os.path.dirname(path)).reader() as r:
-        key = reference_key(probe)
-        ent = r.ragged(f"{key}/entropy")
-        return {"offsets": np.asarray(ent.offsets, np.int64), "entropy": ent.all().astype(np.float64),
-                "position": r.ragged(f"{key}/position").all().astype(np.int64),
-                "token": r.ragged(f"{key}/token").all().astype(np.int64),
-                "top1": r.ragged(f"{key}/top1").all().astype(np.int64)}
+        cols = reference_columns(r, probe, ("entropy", "position", "token", "top1"))
+        return {"offsets": np.asarray(row_offsets(r, probe), np.int64), "entropy": cols["entropy"].astype(np.float64),
+                "position": cols["position"].astype(np.int64), "token": cols["token"].astype(np.int64),
+                "top1": cols["top1"].astype(np.int64)}
 
 
 @functools.lru_cache(maxsize=6)
@@ -67,9 +66,8 @@ def _scores_cached(path: str, mtime_ns: int, probe: str, checkpoint: str) -> dic
     from aclarena.store.results import ResultsStore
 
     with ResultsStore(os.path.dirname(path)).reader() as r:
-        key = scores_key(probe, checkpoint)
-        out: dict[str, Any] = {k: r.ragged(f"{key}/{k}").all() for k in ("kl", "js", "top1", "status")}
-        summary = r.read(f"{summary_key(probe, checkpoint)}/summary")
+        out: dict[str, Any] = scores_columns(r, probe, checkpoint, ("kl", "js", "top1", "status"))
+        summary = read_summary(r, probe, checkpoint).summary
     out["kl"] = out["kl"].astype(np.float64)
     out["js"] = out["js"].astype(np.float64)
     out["top1"] = out["top1"].astype(np.int64)

@@ -1,6 +1,6 @@
 """Token-level drift figures and the data behind the dashboard's Tokens page.
 
-Reads what ``aclarena-diag tokens`` stored (keys in :mod:`aclarena.store.token_keys`):
+Reads what ``aclarena-diag tokens`` stored through :mod:`aclarena.results.tokens`:
 one sequence's rows, one checkpoint's arrays, the small summaries — never a whole file.
 Builders return plotly figures; :func:`sequence_tokens` returns per-token records for the
 coloured text (HTML, built by the page).
@@ -23,7 +23,18 @@ import plotly.graph_objects as go
 
 from aclarena.figures import register_figure
 from aclarena.figures.palette import SERIES, TEMPLATE
-from aclarena.store.token_keys import TOKENS, probe_key, reference_key, scores_key, summary_key
+from aclarena.results.tokens import (
+    list_checkpoints,
+    list_probes,
+    read_summary,
+    reference_columns,
+    reference_name,
+    row_offsets,
+    scores_columns,
+    sequence_values,
+    summary_rows,
+)
+from aclarena.store.token_keys import probe_key
 
 if TYPE_CHECKING:
     from aclarena.store.manifest import Manifest
@@ -36,44 +47,6 @@ PALETTE = list(SERIES)
 
 
 # --- reading ----------------------------------------------------------------------------------
-
-
-def token_probes(reader: StoreReader | None) -> list[str]:
-    """Probe sets that have token scores."""
-    if reader is None or not reader.has(TOKENS):
-        return []
-    return [p for p in reader.keys(TOKENS) if reader.has(reference_key(p)) and reader.has(scores_key(p))]
-
-
-def token_checkpoints(reader: StoreReader, probe: str, manifest: Manifest | None = None) -> list[str]:
-    """Checkpoints scored on ``probe``, in manifest order when a manifest is given."""
-    if not reader.has(scores_key(probe)):
-        return []
-    names = [n for n in reader.keys(scores_key(probe)) if reader.has(summary_key(probe, n))]
-    if manifest is not None:
-        order = {s.name: i for i, s in enumerate(manifest)}
-        names.sort(key=lambda n: (order.get(n, len(order)), n))
-    return names
-
-
-def summaries(reader: StoreReader, probe: str, manifest: Manifest | None = None, *,
-              with_flags: bool = False) -> list[dict[str, Any]]:
-    """One dict per checkpoint: its stored summary and ``checkpoint`` (and, ``with_flags``,
-    ``n_nonfinite`` and ``n_beyond_context`` from the scores' attributes)."""
-    rows = []
-    for name in token_checkpoints(reader, probe, manifest):
-        s = dict(reader.read(f"{summary_key(probe, name)}/summary"))
-        s["checkpoint"] = name
-        if with_flags:
-            attrs = reader.attrs(scores_key(probe, name))
-            s["n_nonfinite"] = int(attrs.get("n_nonfinite", 0))
-            s["n_beyond_context"] = int(attrs.get("n_beyond_context", 0))
-        rows.append(s)
-    return rows
-
-
-def reference_name(reader: StoreReader, probe: str) -> str:
-    return str(reader.attrs(reference_key(probe)).get("reference", probe))
 
 
 @functools.lru_cache(maxsize=8)
@@ -97,7 +70,7 @@ def sequence_labels(reader: StoreReader, probe: str) -> list[str]:
     import json
 
     sources = reader.read(f"{probe_key(probe)}/source")
-    offsets = reader.ragged(f"{reference_key(probe)}/entropy").offsets
+    offsets = row_offsets(reader, probe)
     labels = []
     for i, src in enumerate(sources):
         text = ""
@@ -129,16 +102,9 @@ class TokenView:
     ref_alternatives: tuple[tuple[str, float], ...] = ()
 
 
-def _row_slices(reader: StoreReader, group: str, names: tuple[str, ...], seq: int) -> dict[str, list[Any]]:
-    """Row ``seq`` of several ragged arrays of one group, as lists (they share their offsets)."""
-    o = reader.slice(f"{group}/{names[0]}/offsets", slice(seq, seq + 2))
-    a, b = int(o[0]), int(o[1])
-    return {k: reader.slice(f"{group}/{k}/values", slice(a, b)).tolist() for k in names}
-
-
 def sequence_tokens(reader: StoreReader, probe: str, seq: int, checkpoint: str | None) -> list[TokenView]:
     """Every token of sequence ``seq`` with the reference's and ``checkpoint``'s values at scored ones."""
-    pkey, rkey = probe_key(probe), reference_key(probe)
+    pkey = probe_key(probe)
     n_rows = reader.shape(f"{pkey}/ids/offsets")[0] - 1
     if not 0 <= seq < n_rows:
         raise IndexError(f"sequence {seq} out of range (0..{n_rows - 1})")
@@ -146,11 +112,11 @@ def sequence_tokens(reader: StoreReader, probe: str, seq: int, checkpoint: str |
     texts = [t.decode() if isinstance(t, bytes) else str(t)
              for t in reader.slice(f"{pkey}/token_text", slice(int(o[0]), int(o[1])))]
     scored = reader.slice(f"{pkey}/scored/values", slice(int(o[0]), int(o[1]))).tolist()
-    ref = _row_slices(reader, rkey, ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs"), seq)
+    ref = sequence_values(reader, probe, None, ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs"), seq)
     ck: dict[str, list[Any]] = {}
     if checkpoint is not None:
-        ck = _row_slices(reader, scores_key(probe, checkpoint),
-                         ("logprob", "kl", "js", "top1", "topk_ids", "topk_logprobs", "status"), seq)
+        ck = sequence_values(reader, probe, checkpoint,
+                             ("logprob", "kl", "js", "top1", "topk_ids", "topk_logprobs", "status"), seq)
     voc = vocab(reader, probe)
     nv = len(voc)
 
@@ -208,8 +174,8 @@ def _template(name: str = TEMPLATE) -> dict[str, Any]:
 def _points(reader: StoreReader, probe: str, checkpoint: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     """Reference entropy and this checkpoint's KL at a seeded sample of the valid positions, and
     the sample's flat indices."""
-    h = reader.ragged(f"{reference_key(probe)}/entropy").all()
-    kl = reader.ragged(f"{scores_key(probe, checkpoint)}/kl").all()
+    h = reference_columns(reader, probe, ("entropy",))["entropy"]
+    kl = scores_columns(reader, probe, checkpoint, ("kl",))["kl"]
     valid = np.isfinite(h) & np.isfinite(kl)
     ok = np.flatnonzero(valid)
     if len(ok) > MAX_SCATTER_POINTS:
@@ -245,10 +211,10 @@ def scatter_spec(reader: StoreReader, probe: str, checkpoint: str, *, gl: bool =
     point's ``customdata`` is [sequence, token index] (a click on the page jumps there). ``gl``: drawn
     with WebGL (the dashboard: thousands of SVG markers took most of a checkpoint change to draw)."""
     x, y, n, pick = _points(reader, probe, checkpoint)
-    ref_offsets = reader.ragged(f"{reference_key(probe)}/entropy").offsets
+    ref_offsets = row_offsets(reader, probe)
     where = np.stack([np.searchsorted(ref_offsets, pick, side="right") - 1,
-                      reader.ragged(f"{reference_key(probe)}/position").all()[pick]], axis=1).astype(int)
-    summary = reader.read(f"{summary_key(probe, checkpoint)}/summary")
+                      reference_columns(reader, probe, ("position",))["position"][pick]], axis=1).astype(int)
+    summary = read_summary(reader, probe, checkpoint).summary
     thr = summary.get("entropy_threshold")
     high = x >= thr if thr is not None else np.zeros(len(x), bool)
     data = []
@@ -285,7 +251,7 @@ def concentration_spec(reader: StoreReader, probe: str, manifest: Manifest | Non
     data: list[dict[str, Any]] = [dict(type="scatter", x=[0, 1], y=[0, 1], mode="lines",
                                        name="no concentration (area 0.5)", line=dict(color="#bbb", dash="dot"),
                                        hoverinfo="skip")]
-    rows = summaries(reader, probe, manifest)
+    rows = summary_rows(reader, probe, manifest)
     from aclarena.figures.vectors import distinct_colours
 
     colours = distinct_colours(len(rows))
@@ -324,7 +290,7 @@ def strata_figure(reader: StoreReader, probe: str, manifest: Manifest | None = N
     """Mean KL and flip rate on high- vs low-entropy positions, per checkpoint."""
     from plotly.subplots import make_subplots
 
-    rows = summaries(reader, probe, manifest)
+    rows = summary_rows(reader, probe, manifest)
     names = [r["checkpoint"] for r in rows]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("mean KL (nats)", "flip rate"))
     for key, label, color in (("high", "high entropy", "#d62728"), ("low", "low entropy", "#7f7f7f")):
@@ -371,7 +337,7 @@ def fmt(value: Any) -> str:
 
 
 def summary_table_figure(reader: StoreReader, probe: str, manifest: Manifest | None = None) -> go.Figure:
-    rows = summaries(reader, probe, manifest, with_flags=True)
+    rows = summary_rows(reader, probe, manifest, with_flags=True)
     fig = go.Figure(go.Table(
         header=dict(values=[h for _, h in SUMMARY_COLUMNS], align="left"),
         cells=dict(values=[[fmt(r.get(k)) for r in rows] for k, _ in SUMMARY_COLUMNS], align="left"),
@@ -387,26 +353,26 @@ def summary_table_figure(reader: StoreReader, probe: str, manifest: Manifest | N
 def _concentration(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
     if reader is None:
         return []
-    return [(p, concentration_figure(reader, p, manifest)) for p in token_probes(reader)]
+    return [(p, concentration_figure(reader, p, manifest)) for p in list_probes(reader)]
 
 
 @register_figure("tokens/strata", "Drift on high- vs low-entropy positions", width=1000, height=480)
 def _strata(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
     if reader is None:
         return []
-    return [(p, strata_figure(reader, p, manifest)) for p in token_probes(reader)]
+    return [(p, strata_figure(reader, p, manifest)) for p in list_probes(reader)]
 
 
 @register_figure("tokens/scatter", "Reference entropy vs KL", width=900, height=560)
 def _scatter(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
     if reader is None:
         return []
-    return [(f"{p}-{c}", scatter_figure(reader, p, c)) for p in token_probes(reader)
-            for c in token_checkpoints(reader, p, manifest)]
+    return [(f"{p}-{c}", scatter_figure(reader, p, c)) for p in list_probes(reader)
+            for c in list_checkpoints(reader, p, manifest)]
 
 
 @register_figure("tokens/summary", "Token drift summary table", width=1100, height=420)
 def _summary(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
     if reader is None:
         return []
-    return [(p, summary_table_figure(reader, p, manifest)) for p in token_probes(reader)]
+    return [(p, summary_table_figure(reader, p, manifest)) for p in list_probes(reader)]

@@ -26,8 +26,9 @@ import numpy as np
 
 from aclarena import jsonl
 from aclarena.errors import AclarenaError, unknown_name
+from aclarena.results.tokens import tokens_key
 from aclarena.store import Json, Ragged, ResultsStore
-from aclarena.store.token_keys import PROBES, probe_key, tokens_key
+from aclarena.store.token_keys import PROBES, probe_key
 
 if TYPE_CHECKING:
     from transformers import BatchEncoding, PreTrainedTokenizerBase

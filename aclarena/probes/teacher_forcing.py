@@ -53,7 +53,6 @@ from aclarena.probes.model_parts import (
     verify_head,
 )
 from aclarena.probes.probe_set import ProbeSet
-from aclarena.store import Ragged
 
 if TYPE_CHECKING:
     import torch
@@ -152,7 +151,8 @@ def _pad_forwards(model: Any, probe: ProbeSet, plan: BatchPlan, limit: int | Non
 
 @dataclass(frozen=True)
 class ReferenceStats:
-    """The reference's own statistics at every scored position (flat, probe order)."""
+    """The reference's own statistics at every scored position (flat, probe order); stored as
+    :class:`aclarena.results.tokens.TokenReferenceData` (:func:`aclarena.analysis.tokens.reference_payload`)."""
 
     position: np.ndarray  # token index t within its sequence
     token: np.ndarray  # the reference token y_t
@@ -163,17 +163,14 @@ class ReferenceStats:
     topk_logprobs: np.ndarray
     status: np.ndarray
 
-    def to_store(self, offsets: np.ndarray) -> dict[str, Any]:
-        return {k: Ragged(values=getattr(self, k), offsets=offsets) for k in
-                ("position", "token", "entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "status")}
-
 
 @dataclass(frozen=True)
 class TokenScores:
     """One checkpoint's per-position results against the reference (flat arrays, probe order).
 
     Sequence ``i``'s positions are ``[offsets[i]:offsets[i + 1]]``. ``status``: 0 ok,
-    1 non-finite logits, 2 beyond the checkpoint's maximum positions.
+    1 non-finite logits, 2 beyond the checkpoint's maximum positions. Stored as
+    :class:`aclarena.results.tokens.TokenScoresData` (:func:`aclarena.analysis.tokens.scores_payload`).
     """
 
     offsets: np.ndarray
@@ -199,11 +196,6 @@ class TokenScores:
     @property
     def n_beyond_context(self) -> int:
         return int(np.count_nonzero(self.status == STATUS_BEYOND_CONTEXT))
-
-    def to_store(self) -> dict[str, Any]:
-        o = self.offsets
-        return {k: Ragged(values=getattr(self, k), offsets=o) for k in
-                ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "kl", "js", "status")}
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,14 @@
 """Stored results, one module per result type: its key pattern, (type, version), typed payload,
 write and read, and the upgrades from every older version it reads (docs/store-format.md,
 "Result types"). Between :mod:`aclarena.store` (bytes, encodings, locks, atomic writes) and the
-analyses that make results and the figures, dashboard and ``export`` that read them. Torch-free.
+analyses that make results and the figures, dashboard and ``export`` that read them; what is computed
+from stored results for them lives here too (:mod:`~aclarena.results.comparison`, the capability matrix
+and chain of stages of :mod:`~aclarena.results.capability`). Torch-free.
 """
 
 # every result type registers itself when its module is imported: importing the package registers them all
-from aclarena.results import flips, orders
+from aclarena.results import capability, flips, orders, tokens
 from aclarena.results.registry import ResultType, Stored, read, register, registered, write
 
-__all__ = ["ResultType", "flips", "orders", "Stored", "read", "register", "registered", "write"]
+__all__ = ["ResultType", "capability", "flips", "orders", "Stored", "read", "register", "registered", "tokens",
+           "write"]

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from aclarena.results import registry
+from aclarena.results.capability import suite_key
 from aclarena.results.registry import ResultType, Stored
 from aclarena.store.results import ResultsStore, StoreReader
 
@@ -30,8 +31,6 @@ ITEM_COLUMNS = ("item_id", "direction", "reproduced", "e_reward", "l_reward", "n
 
 
 def flips_key(early: str, late: str, suite: str) -> str:
-    from aclarena.store.capability import suite_key
-
     return f"{ROOT}/{early}/{late}/{suite_key(suite)}"
 
 

@@ -285,7 +285,7 @@ def test_one_template_on_every_page_and_each_oracle_its_colour(fixture_run, serv
 
 def test_four_oracles_four_colours():
     from aclarena.figures.consolidation import method_bars, row_colours
-    from aclarena.store.comparison import CompareCell, CompareRow, Comparison
+    from aclarena.results.comparison import CompareCell, CompareRow, Comparison
 
     cell = CompareCell(0.5, 0.1, 2, "replicates", ())
     rows = [CompareRow(f"oracle-{d}", "oracle", None, (), {"math/id": cell}, d) for d in ("math", "search", "ecom", "if")]
@@ -375,18 +375,16 @@ def test_overview_cell_detail_shows_prompt_reply_and_expected_answer(fixture_run
     from flips_helpers import CELL_SETTINGS, OUTCOMES
 
     from aclarena.envs import get_env, sample_tasks
-    from aclarena.store import ResultsStore
-    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload
+    from aclarena.results.capability import cell_payload, write_cells
 
     tasks = sample_tasks("math/id", 4, seed=0)
     items = []
     for ck, o in OUTCOMES.items():
-        data, attrs = cell_payload(checkpoint=ck, suite="math/id", domain="math", role="id", source="arena",
-                                   settings=CELL_SETTINGS, greedy=np.array([o], dtype=float),
-                                   item_ids=[t.id for t in tasks],
-                                   transcripts=[f"[assistant] reply {k} of {ck}" for k in range(4)])
-        items.append((cell_key(ck, "math/id", CELL_SETTINGS), data, RESULT_TYPE, RESULT_VERSION, attrs))
-    ResultsStore(fixture_run).write_many(items, overwrite=True)
+        items.append(cell_payload(checkpoint=ck, suite="math/id", domain="math", role="id", source="arena",
+                                  settings=CELL_SETTINGS, greedy=np.array([o], dtype=float),
+                                  item_ids=[t.id for t in tasks],
+                                  transcripts=[f"[assistant] reply {k} of {ck}" for k in range(4)]))
+    write_cells(fixture_run, items)
     url = serve(fixture_run)
     page.goto(url + "/overview")
     wait_for_dash(page)

@@ -131,11 +131,11 @@ def _bar_ticks(page):
 
 
 def test_tokens_opens_on_the_reference_with_a_fitted_scale(two_probe_run, serve, page, console_errors):
-    from aclarena.figures.tokens import token_probes
+    from aclarena.results.tokens import list_probes
     from aclarena.store import ResultsStore
 
     with ResultsStore(two_probe_run).reader() as r:
-        assert token_probes(r)[0] == "seq-ecom.math"  # the first name: what the page used to open on
+        assert list_probes(r)[0] == "seq-ecom.math"  # the first name: what the page used to open on
     url = serve(two_probe_run)
     page.goto(url + "/tokens")
     wait_for_dash(page)

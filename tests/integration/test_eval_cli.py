@@ -8,8 +8,8 @@ import shutil
 import numpy as np
 import pytest
 
+from aclarena.results.capability import load_matrix, read_cells, read_items
 from aclarena.store import CheckpointSpec, ResultsStore, load_manifest, write_manifest
-from aclarena.store.capability import load_matrix, read_cells, read_items
 
 SMALL = ("--suites", "math/id,search/id,ecom/id,general", "-n", "2", "--samples", "2", "--seeds", "0,1")
 

@@ -9,8 +9,8 @@ from capability_helpers import EXPECTED, write_fixture_matrix
 
 from aclarena.figures import FIGURES, build_figures, load_all
 from aclarena.figures.overview import capability_heatmap, chain_lines, metric_rows, row_groups
+from aclarena.results.capability import load_matrix
 from aclarena.store import ResultsStore, load_manifest
-from aclarena.store.capability import load_matrix
 
 
 def test_overview_figures(fixture_run):
@@ -79,18 +79,17 @@ def _write_cells(run, outcomes):
     """Cells of ``{checkpoint: {suite: [item outcomes]}}`` (one seed)."""
     import numpy as np
 
-    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload
+    from aclarena.results.capability import cell_payload, write_cells
 
     settings = {"n": 1, "seeds": [0]}
     items = []
     for ck, suites in outcomes.items():
         for suite, values in suites.items():
             domain, _, variant = suite.partition("/")
-            data, attrs = cell_payload(checkpoint=ck, suite=suite, domain=domain, role=variant or "general",
-                                       source="arena", settings=settings, greedy=np.array([values], float),
-                                       item_ids=[f"{suite}/{i}" for i in range(len(values))])
-            items.append((cell_key(ck, suite, settings), data, RESULT_TYPE, RESULT_VERSION, attrs))
-    ResultsStore(run).write_many(items)
+            items.append(cell_payload(checkpoint=ck, suite=suite, domain=domain, role=variant or "general",
+                                      source="arena", settings=settings, greedy=np.array([values], float),
+                                      item_ids=[f"{suite}/{i}" for i in range(len(values))]))
+    write_cells(run, items, overwrite=False)
 
 
 def test_unscored_bridged_flat_and_intervals(fixture_run):
@@ -144,16 +143,15 @@ def _second_math_suite(run):
     """A second in-domain math suite, `mathx`, on which seq-search forgot everything seq-math learnt."""
     import numpy as np
 
-    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload
+    from aclarena.results.capability import cell_payload, write_cells
 
     settings = {"n": 4, "seeds": [0]}
     items = []
     for ck, values in {"base": [0, 0, 0, 0], "seq-math": [1, 1, 1, 1], "seq-search": [0, 0, 0, 0]}.items():
-        data, attrs = cell_payload(checkpoint=ck, suite="mathx", domain="math", role="id", source="arena",
-                                   settings=settings, greedy=np.array([values], float),
-                                   item_ids=[f"mathx/{i}" for i in range(4)])
-        items.append((cell_key(ck, "mathx", settings), data, RESULT_TYPE, RESULT_VERSION, attrs))
-    ResultsStore(run).write_many(items)
+        items.append(cell_payload(checkpoint=ck, suite="mathx", domain="math", role="id", source="arena",
+                                  settings=settings, greedy=np.array([values], float),
+                                  item_ids=[f"mathx/{i}" for i in range(4)]))
+    write_cells(run, items, overwrite=False)
 
 
 def test_export_and_the_page_choose_the_suite_of_a_domain(fixture_run, cli, tmp_path):

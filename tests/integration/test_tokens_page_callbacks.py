@@ -11,11 +11,11 @@ from tokens_helpers import make_token_run
 
 from aclarena.dashboard.pages import tokens as page
 from aclarena.figures import build_figures
-from aclarena.figures.tokens import sequence_tokens, summaries, token_checkpoints, token_probes
+from aclarena.figures.tokens import sequence_tokens
 from aclarena.probes.probe_set import read_probe_set
+from aclarena.results.tokens import list_checkpoints, list_probes, reference_key, scores_key, summary_rows
 from aclarena.store import ResultsStore
 from aclarena.store.manifest import load_manifest
-from aclarena.store.token_keys import reference_key, scores_key
 
 
 @pytest.fixture(scope="module")
@@ -145,9 +145,9 @@ def _naive(run):
     out = {}
     with ResultsStore(run).reader() as r:
         ref = {k: r.ragged(f"{reference_key('seq-math')}/{k}") for k in ("entropy", "position", "top1", "token")}
-        for c in token_checkpoints(r, "seq-math", m):
+        for c in list_checkpoints(r, "seq-math", m):
             ck = {k: r.ragged(f"{scores_key('seq-math', c)}/{k}") for k in ("kl", "js", "top1", "status")}
-            thr = summaries(r, "seq-math", m)[token_checkpoints(r, "seq-math", m).index(c)]["entropy_threshold"]
+            thr = summary_rows(r, "seq-math", m)[list_checkpoints(r, "seq-math", m).index(c)]["entropy_threshold"]
             rows = []
             for i in range(ref["entropy"].n_rows):
                 for j in range(len(ref["entropy"].row(i))):
@@ -220,9 +220,9 @@ def test_checkpoint_callback_figures(token_run):
 def test_export_builders_and_summaries(token_run):
     m = load_manifest(token_run)
     with ResultsStore(token_run).reader() as r:
-        assert token_probes(r) == ["seq-math"]
-        assert token_checkpoints(r, "seq-math", m) == ["seq-search", "seq-ecom"]
-        rows = summaries(r, "seq-math", m, with_flags=True)
+        assert list_probes(r) == ["seq-math"]
+        assert list_checkpoints(r, "seq-math", m) == ["seq-search", "seq-ecom"]
+        rows = summary_rows(r, "seq-math", m, with_flags=True)
         assert all(row["n_nonfinite"] == 0 and 0.5 < row["concentration_area"] <= 1 for row in rows)
         built = build_figures(r, m, "tokens/*")
     assert sorted(b.name for b in built) == sorted([

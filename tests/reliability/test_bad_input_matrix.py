@@ -50,8 +50,8 @@ def test_bad_arguments(fixture_run, tmp_path, cli, verb, label, argv, needle, is
                          ids=lambda d: d.apply.__name__)
 def test_eval_records_an_unloadable_checkpoint_as_an_error_cell(fixture_run, tmp_path, cli, damage):
     """eval's documented answer (issue 5): an error cell, exit 1 with one line; earlier results intact."""
+    from aclarena.results.capability import read_cells
     from aclarena.store import ResultsStore
-    from aclarena.store.capability import read_cells
 
     seed_store(fixture_run)
     damage.apply(fixture_run)

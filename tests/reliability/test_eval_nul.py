@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from reliability_helpers import VERB_ARGV, fill
 
+from aclarena.results.capability import read_cells
 from aclarena.store import ResultsStore
-from aclarena.store.capability import read_cells
 
 
 def test_eval_stores_a_transcript_holding_nul(fixture_run, tmp_path, cli, monkeypatch):

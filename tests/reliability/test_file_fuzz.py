@@ -17,7 +17,7 @@ from aclarena.models.checkpoint import inspect
 from aclarena.models.files import read_safetensors_header
 from aclarena.models.tokenizer_files import tokenizer_fingerprint
 from aclarena.probes.probe_set import read_prompts, read_traces
-from aclarena.store.lm_eval import read_results
+from aclarena.results.lm_eval import read_results
 from aclarena.store.manifest import CheckpointSpec, Manifest
 
 FUZZ = settings(max_examples=150, deadline=None,

@@ -68,8 +68,8 @@ def test_a_killed_imports_staging_folder_is_removed_by_the_next_import(gguf_file
 
 
 def test_eval_force_never_replaces_a_good_cell_with_an_error_cell(fixture_run, tmp_path, cli):
+    from aclarena.results.capability import read_cells
     from aclarena.store import ResultsStore
-    from aclarena.store.capability import read_cells
 
     argv = fill(VERB_ARGV["eval"], fixture_run, tmp_path)
     code, _, err = cli(*argv)

@@ -21,8 +21,8 @@ def test_flips_refuses_cells_of_an_edited_suite_file(fixture_run, tmp_path, cli)
     from aclarena.envs import sample_tasks
     from aclarena.envs.custom import register_suites
     from aclarena.envs.evaluation import suite_settings
-    from aclarena.store import Manifest, ResultsStore, load_manifest
-    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload
+    from aclarena.results.capability import cell_payload, write_cells
+    from aclarena.store import Manifest, load_manifest
 
     tasks = tmp_path / "mine.jsonl"
     tasks.write_text("".join(json.dumps({"id": i, "prompt": f"say {i}", "answer": str(i)}) + "\n" for i in range(4)))
@@ -35,10 +35,9 @@ def test_flips_refuses_cells_of_an_edited_suite_file(fixture_run, tmp_path, cli)
         ids = [t.id for t in sample_tasks("mine", 4, seed=0)]
         items = []
         for ck, o in OUTCOMES.items():
-            data, attrs = cell_payload(checkpoint=ck, suite="mine", domain="math", role="id", source="arena",
-                                       settings=settings, greedy=np.array([o], dtype=float), item_ids=ids)
-            items.append((cell_key(ck, "mine", settings), data, RESULT_TYPE, RESULT_VERSION, attrs))
-        ResultsStore(fixture_run).write_many(items, overwrite=True)
+            items.append(cell_payload(checkpoint=ck, suite="mine", domain="math", role="id", source="arena",
+                                      settings=settings, greedy=np.array([o], dtype=float), item_ids=ids))
+        write_cells(fixture_run, items)
     finally:
         register_suites(Manifest(name="none"), ".")
     tasks.write_text(tasks.read_text().replace('"say 1"', '"say one hundred"'))  # same ids, other tasks

@@ -10,8 +10,9 @@ from distributed_helpers import file_hash
 from reliability_helpers import VERB_ARGV, fill
 
 from aclarena.probes.probe_set import read_probe_set, write_probe_set
+from aclarena.results.tokens import tokens_key
 from aclarena.store import ResultsStore
-from aclarena.store.token_keys import probe_key, tokens_key
+from aclarena.store.token_keys import probe_key
 
 
 def _probe_and_score(run, tmp_path, cli):

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from aclarena.errors import AclarenaError
 from aclarena.figures.flips import distributions_figure, divergence_figure, recovery_figure
 from aclarena.probes.probe_set import ProbeSet, read_probe_set, write_probe_set
+from aclarena.results.capability import load_matrix, read_cell, read_cells, read_items
 from aclarena.results.flips import list_flips, read_flips_data
 from aclarena.store import Json, Ragged, ResultsStore, Table
-from aclarena.store.capability import load_matrix, read_cells, read_items
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])
@@ -144,6 +144,7 @@ def _read_everything(run: Path) -> None:
         cells = read_cells(r)
         for c in cells:
             read_items(r, c)
+            read_cell(r, c.key)
         load_matrix(r, None)
         for found in list_flips(r):
             read_flips_data(r, found["key"])
@@ -155,7 +156,7 @@ def _read_everything(run: Path) -> None:
 def _read_routing(r, figures: bool = True) -> None:
     """The Router page's and `export`'s readers (and figures), and `compare`'s MLE routes."""
     from aclarena.figures.consolidation import confusion_heatmap, router_accuracy
-    from aclarena.store.comparison import read_mle_routes
+    from aclarena.results.comparison import read_mle_routes
     from aclarena.store.routing import read_reports
 
     reports = read_reports(r)
@@ -209,6 +210,47 @@ def test_the_flips_reader_answers_or_says_one_line(template, tmp_path_factory, o
                     c = d.curve(name)
                     assert c is None or all(c[k].shape == (len(c["items"]), len(c["budgets"]))
                                             for k in ("kl", "random", "swaps_kl", "swaps_random"))
+    except AclarenaError as e:
+        msg = str(e).strip()
+        assert msg and "\n" not in msg, msg
+
+
+@pytest.fixture(scope="module")
+def token_template(tmp_path_factory) -> Path:
+    """The archived token results (tests/data/archives/results/token-*), the three types in one store."""
+    archives = Path(__file__).resolve().parents[1] / "data" / "archives" / "results"
+    run = tmp_path_factory.mktemp("token-fuzz") / "run"
+    run.mkdir()
+    shutil.copyfile(archives / "token-reference-0.1.0" / "results.h5", run / "results.h5")
+    with h5py.File(run / "results.h5", "r+") as dst:
+        for kind in ("scores", "summary"):
+            with h5py.File(archives / f"token-{kind}-0.1.0" / "results.h5", "r") as src:
+                src.copy(src[f"tokens/seq-math/{kind}"], dst["tokens/seq-math"], name=kind)
+    return run / "results.h5"
+
+
+@FUZZ
+@given(st.lists(MUTATION, min_size=1, max_size=3))
+def test_the_token_readers_answer_or_say_one_line(token_template, tmp_path_factory, ops):
+    """The token results damaged where they lie: their readers (whole payloads, the summary rows the Tokens page and
+    `export` read, the scores' attributes), one line or the data."""
+    from aclarena.results import tokens
+
+    run = tmp_path_factory.mktemp("tokens")
+    shutil.copyfile(token_template, run / "results.h5")
+    _mutate(run / "results.h5", ops, prefix="tokens")
+    try:
+        with ResultsStore(run).reader() as r:
+            for probe in tokens.list_probes(r):
+                ref = tokens.read_reference(r, probe)
+                assert ref.topk_ids.shape == ref.topk_logprobs.shape and len(ref.offsets) >= 1
+                tokens.reference_name(r, probe)
+                for ck in tokens.list_checkpoints(r, probe):
+                    sc = tokens.read_scores(r, probe, ck)
+                    assert all(len(getattr(sc, f)) == int(sc.offsets[-1]) for f in tokens.SCORE_FIELDS)
+                    assert isinstance(tokens.read_scores_meta(r, probe, ck).n_nonfinite, int)
+                rows = tokens.summary_rows(r, probe, with_flags=True)
+                assert all(isinstance(row["curve_x"], list) for row in rows)
     except AclarenaError as e:
         msg = str(e).strip()
         assert msg and "\n" not in msg, msg
@@ -397,15 +439,16 @@ def test_offsets_that_do_not_fit_the_data(template, tmp_path, offsets, lazy):
 
 
 def test_text_with_nul_characters_is_stored_escaped_and_read_back_exactly(tmp_path):
-    from aclarena.store.capability import RESULT_TYPE, RESULT_VERSION, cell_key, cell_payload
+    import dataclasses
+
+    from aclarena.results.capability import cell_payload, read_cell, write_cells
 
     texts = ["a\x00b", "back\\slash \\0 and \x00\x00", "plain"]
-    data, attrs = cell_payload(checkpoint="m", suite="math/id", domain="math", role="id", source="arena",
-                               settings={"n": 3}, greedy=np.array([[1.0, 0.0, 1.0]]), item_ids=["1", "2", "3"],
-                               transcripts=texts)
+    cell = cell_payload(checkpoint="m", suite="math/id", domain="math", role="id", source="arena",
+                        settings={"n": 3}, greedy=np.array([[1.0, 0.0, 1.0]]), item_ids=["1", "2", "3"],
+                        transcripts=texts)
     store = ResultsStore(tmp_path)
-    store.write(cell_key("m", "math/id", {"n": 3}), data, result_type=RESULT_TYPE, result_version=RESULT_VERSION,
-                attrs=attrs | {"error": "x\x00y"})
+    write_cells(store, [dataclasses.replace(cell, error="x\x00y")])
     store.write("misc", {"one": "nul\x00here", "table": Table({"t": ["\x00", "ok"]})}, result_type="misc")
     with store.reader() as r:
         key = r.results("capability")[0]
@@ -413,6 +456,7 @@ def test_text_with_nul_characters_is_stored_escaped_and_read_back_exactly(tmp_pa
         assert r.read("misc/one") == "nul\x00here"
         assert r.read("misc/table").columns["t"] == ["\x00", "ok"]
         assert r.attrs(key)["error"] == "x\u2400y"  # attributes (one-line notes): shown as the NUL symbol
+        assert read_cell(r, key).transcripts == texts
 
 
 def test_a_symlinked_store_is_written_through_and_stays_a_link(tmp_path):

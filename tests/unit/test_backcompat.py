@@ -26,8 +26,12 @@ from make_flips import plain  # noqa: E402
 # one real file per (result type, version) under tests/data/archives/results/<type>-<version>/ (its README
 # says how each was made); an archived type or version is one line here
 ARCHIVED = [
+    ("capability-cell", "0.1.0"),
     ("flips", "0.1.0"),
     ("order-study", "0.1.0"),
+    ("token-reference", "0.1.0"),
+    ("token-scores", "0.1.0"),
+    ("token-summary", "0.1.0"),
 ]
 
 

@@ -9,9 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aclarena.store import CheckpointSpec, Manifest, ResultsStore, write_manifest
-from aclarena.store.capability import (
-    RESULT_TYPE,
+from aclarena.results.capability import (
     at_chance,
     cell_ci95,
     cell_key,
@@ -23,8 +21,10 @@ from aclarena.store.capability import (
     read_cells,
     read_items,
     stage_chains,
+    write_cells,
 )
-from aclarena.store.lm_eval import choose_metric, parse_tag, read_results
+from aclarena.results.lm_eval import choose_metric, parse_tag, read_results
+from aclarena.store import CheckpointSpec, Manifest, ResultsStore, write_manifest
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "lm_eval"
 
@@ -57,11 +57,10 @@ def _run(tmp_path: Path) -> Path:
     for ck, suites in ITEMS.items():
         for suite, outcomes in suites.items():
             domain, role = suite.split("/")
-            data, attrs = cell_payload(checkpoint=ck, suite=suite, domain=domain, role=role, source="arena",
-                                       settings=settings, greedy=np.array([outcomes], dtype=float),
-                                       item_ids=[f"{suite}-{i}" for i in range(4)])
-            items.append((cell_key(ck, suite, settings), data, RESULT_TYPE, "0.1.0", attrs))
-    ResultsStore(run).write_many(items)
+            items.append(cell_payload(checkpoint=ck, suite=suite, domain=domain, role=role, source="arena",
+                                      settings=settings, greedy=np.array([outcomes], dtype=float),
+                                      item_ids=[f"{suite}-{i}" for i in range(4)]))
+    write_cells(run, items, overwrite=False)
     return run
 
 
@@ -92,10 +91,9 @@ def test_cell_interval_is_the_bootstrap_over_items(tmp_path):
         assert 0.0 <= lo < 0.75 < hi <= 1.0  # around the mean, inside [0, 1]
         assert cell_ci95(r, cells[("s2", "math/id")]) == [1.0, 1.0]  # every item solved: no spread
     settings = {"n": 2, "seeds": [0, 1]}  # two seeds: the interval is over items of the per-item mean
-    data, attrs = cell_payload(checkpoint="s1", suite="if/id", domain="if", role="id", source="arena",
-                               settings=settings, greedy=np.array([[1.0, 0.0], [1.0, 1.0]]))
-    key = cell_key("s1", "if/id", settings)
-    ResultsStore(run).write(key, data, result_type=RESULT_TYPE, result_version="0.1.0", attrs=attrs)
+    key, = write_cells(run, [cell_payload(checkpoint="s1", suite="if/id", domain="if", role="id", source="arena",
+                                          settings=settings, greedy=np.array([[1.0, 0.0], [1.0, 1.0]]))])
+    assert key == cell_key("s1", "if/id", settings)
     with ResultsStore(run).reader() as r:
         assert cell_ci95(r, key) == list(bootstrap_mean_ci(np.array([1.0, 0.5])))
 
@@ -143,7 +141,7 @@ def test_forgetting_bad_inputs(tmp_path, cli):
     code, _, err = cli("forgetting", "--run", str(run), "--settings", "nosuchid")
     assert code == 1 and "no capability matrix with settings id 'nosuchid'" in err
     (run / "results.h5").unlink()
-    for verb in ("forgetting", "compare"):  # one helper (store.capability.open_matrix) says it for both
+    for verb in ("forgetting", "compare"):  # one helper (results.capability.open_matrix) says it for both
         code, _, err = cli(verb, "--run", str(run))
         assert code == 1 and f"no results.h5 in {run}; run `aclarena-diag eval --run {run}` first" in err, err
 
@@ -169,9 +167,8 @@ def test_chain_of_a_shorter_branch_and_several_chains(tmp_path, cli):
 
 def test_error_cells_show_in_the_matrix_and_notes(tmp_path):
     run = _run(tmp_path)
-    data, attrs = error_payload(checkpoint="s3", suite="math/id", domain="math", role="id", source="arena",
-                                settings={"n": 4}, error="CheckpointError: weights are truncated\nmore")
-    ResultsStore(run).write(cell_key("s3", "math/id", {"n": 4}), data, result_type=RESULT_TYPE, attrs=attrs)
+    write_cells(run, [error_payload(checkpoint="s3", suite="math/id", domain="math", role="id", source="arena",
+                                    settings={"n": 4}, error="CheckpointError: weights are truncated\nmore")])
     from aclarena.store import load_manifest
 
     with ResultsStore(run).reader() as r:
@@ -204,12 +201,13 @@ def test_lm_eval_versions_are_named_for_what_they_hold_and_old_stores_read_back(
     beside the harness version; a cell written with the old name reads back the same task version."""
     import json
 
+    from aclarena.results.capability import encode
+    from aclarena.results.lm_eval import import_info, import_payloads
     from aclarena.store import ResultsStore
-    from aclarena.store.lm_eval import import_info, import_payloads
 
     path = next((DATA / "seq-math").glob("results_*.json"))
     doc = json.loads(path.read_text())
-    payloads = {suite: attrs for suite, _, _, attrs in import_payloads("seq-math", path)}
+    payloads = {cell.suite: encode(cell)[1] for cell in import_payloads("seq-math", path)}
     attrs = payloads["lm-eval/gsm8k"]
     assert "lm_eval_version" not in attrs
     assert json.loads(attrs["lm_eval_task_version"]) == doc["versions"]["gsm8k"]
@@ -336,10 +334,9 @@ def test_forgetting_names_a_general_score_at_chance(tmp_path, cli):
     # 40 four-option questions: base guesses (10 right), s1 lost the format (0), s2 knows (30)
     for ck, right in (("base", 10), ("s1", 0), ("s2", 30), ("s3", 0)):
         outcomes = np.array([[1.0] * right + [0.0] * (40 - right)])
-        data, attrs = cell_payload(checkpoint=ck, suite="general", domain="general", role="general", source="arena",
-                                   settings=settings, greedy=outcomes, item_ids=[f"general-{i}" for i in range(40)])
-        items.append((cell_key(ck, "general", settings), data, RESULT_TYPE, "0.1.0", attrs))
-    ResultsStore(run).write_many(items)
+        items.append(cell_payload(checkpoint=ck, suite="general", domain="general", role="general", source="arena",
+                                  settings=settings, greedy=outcomes, item_ids=[f"general-{i}" for i in range(40)]))
+    write_cells(run, items, overwrite=False)
     code, out, err = cli("forgetting", "--run", str(run), "--json")
     assert code == 0, err
     rep = json.loads(out)
@@ -349,3 +346,65 @@ def test_forgetting_names_a_general_score_at_chance(tmp_path, cli):
     assert any(n.startswith("general is at chance (0.25") and "on base:" in n for n in rep["notes"])
     code, out, err = cli("forgetting", "--run", str(run))
     assert code == 0 and "note: general is at chance" in out
+
+
+# --- a whole cell (the typed payload) -------------------------------------------------------------
+
+ARCHIVED_CELLS = Path(__file__).resolve().parents[1] / "data" / "archives" / "results" / "capability-cell-0.1.0"
+
+
+def test_a_whole_cell_holds_what_the_matrix_and_the_items_read(tmp_path):
+    from aclarena.results.capability import read_cell
+
+    run = tmp_path / "run"
+    shutil.copytree(ARCHIVED_CELLS, run)
+    with ResultsStore(run).reader() as r:
+        cells = read_cells(r)
+        whole = {c.key: read_cell(r, c.key) for c in cells}
+        for c in cells:
+            w = whole[c.key]
+            assert (w.checkpoint, w.suite, w.status, w.n_items, w.n_seeds, w.samples) == (
+                c.checkpoint, c.suite, c.status, c.n_items, c.n_seeds, c.samples)
+            got = read_items(r, c)
+            if got is None:
+                assert w.greedy is None
+            else:
+                assert got[0] == w.item_ids and np.array_equal(got[1], w.greedy)
+    kinds = {(w.source, w.status, w.sampled is not None) for w in whole.values()}
+    assert kinds == {("arena", "ok", True), ("arena", "error", False), ("lm-eval", "ok", False)}
+    sampled = next(w for w in whole.values() if w.sampled is not None)
+    assert sampled.sampled.shape == (2, 2, 2) and sampled.avg_k_mean == pytest.approx(float(sampled.sampled.mean()))
+    imported = next(w for w in whole.values() if w.source == "lm-eval" and w.greedy is not None)
+    assert imported.extra["lm_eval_task"] == "gsm8k" and imported.domain == "math" and imported.role == "id"
+
+
+@pytest.mark.parametrize("damage,what", [
+    ("greedy", "greedy is not seeds x items"),
+    ("role", "role is not one of"),
+    ("settings", "the settings attribute is not a JSON object"),
+])
+def test_a_cell_that_does_not_fit_its_layout_is_one_line(tmp_path, damage, what):
+    import h5py
+
+    from aclarena.errors import StoreError
+    from aclarena.results.capability import read_cell
+
+    run = tmp_path / "run"
+    shutil.copytree(ARCHIVED_CELLS, run)
+    with ResultsStore(run).reader() as r:
+        key = next(c.key for c in read_cells(r) if c.ok and c.source == "arena")
+    with h5py.File(run / "results.h5", "r+") as f:
+        g = f[key]
+        if damage == "greedy":
+            flat, enc = g["greedy"][()].reshape(-1), dict(g["greedy"].attrs)
+            del g["greedy"]
+            g.create_dataset("greedy", data=flat)
+            g["greedy"].attrs.update(enc)
+        elif damage == "role":
+            g.attrs["role"] = "favourite"
+        else:
+            g.attrs["settings"] = "[1]"
+    with ResultsStore(run).reader() as r, pytest.raises(StoreError) as e:
+        read_cell(r, key)
+    line = str(e.value)
+    assert "\n" not in line and f"{run / 'results.h5'}:{key} is damaged" in line and what in line

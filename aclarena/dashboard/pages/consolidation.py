@@ -24,8 +24,8 @@ def content(run_dir: Path, score: str = "greedy", router: str = "rule", view: st
         method_radar,
         repair_score_bars,
     )
-    from aclarena.store.capability import load_matrix
-    from aclarena.store.comparison import comparison, read_mle_routes, repair_scores
+    from aclarena.results.capability import load_matrix
+    from aclarena.results.comparison import comparison, read_mle_routes, repair_scores
 
     m = manifest(run_dir)
     with reader(run_dir) as r:

@@ -107,10 +107,10 @@ def status_table(status: dict[str, dict[str, Any]], names: dict[str, str]) -> ht
 @per_store()
 def token_scored(run_dir: Path) -> dict[str, set[str]]:
     """Probe set -> the checkpoints scored on it."""
-    from aclarena.figures.tokens import token_checkpoints, token_probes
+    from aclarena.results.tokens import list_checkpoints, list_probes
 
     with reader(run_dir) as r:
-        return {p: set(token_checkpoints(r, p)) for p in token_probes(r)} if r is not None else {}
+        return {p: set(list_checkpoints(r, p)) for p in list_probes(r)} if r is not None else {}
 
 
 def checkpoint_pages(name: str, status: dict[str, dict[str, Any]], scored: dict[str, set[str]]) -> list[tuple[str, str]]:

@@ -14,7 +14,7 @@ PAGE = {"path": "/overview", "name": "Overview", "order": 1}
 
 def _chain_options(run_dir: Path) -> list[dict[str, str]]:
     from aclarena.errors import AclarenaError
-    from aclarena.store.capability import stage_chains
+    from aclarena.results.capability import stage_chains
 
     try:
         chains = [c for c in stage_chains(manifest(run_dir)) if len(c) > 1]
@@ -28,7 +28,7 @@ def suite_options(run_dir: Path, chain: str | None) -> tuple[list[dict[str, str]
     """The ``DOMAIN=SUITE`` choices of the chain's domains that have several in-domain suites, and the
     default choice of each (``forgetting``'s: DOMAIN/id, else the first)."""
     from aclarena.errors import AclarenaError
-    from aclarena.store.capability import load_matrix, pick_chain, suite_choices
+    from aclarena.results.capability import load_matrix, pick_chain, suite_choices
 
     m = manifest(run_dir)
     try:
@@ -61,7 +61,7 @@ def overview_content(run_dir: Path, what: str = "mean", chain: str | None = None
     from aclarena.diagnostics.run_notes import avg_k_state, floor_note
     from aclarena.errors import AclarenaError
     from aclarena.figures.overview import capability_heatmap, chain_lines, metric_rows, score_intervals
-    from aclarena.store.capability import SeveralChainsError, load_matrix
+    from aclarena.results.capability import SeveralChainsError, load_matrix
 
     m = manifest(run_dir)
     with reader(run_dir) as r:
@@ -108,8 +108,8 @@ def cell_items(run_dir: Path, checkpoint: str, suite: str, what: str = "mean",
     """One matrix cell's per-item outcomes beside its parent's, each item with its prompt and expected
     answer (``describe``: the app's item describer, when it has one) and the checkpoint's reply."""
     from aclarena.figures.overview import cell_outcomes
-    from aclarena.figures.tokens import token_checkpoints, token_probes
-    from aclarena.store.capability import load_matrix
+    from aclarena.results.capability import load_matrix, read_replies
+    from aclarena.results.tokens import list_checkpoints, list_probes
 
     m = manifest(run_dir)
     with reader(run_dir) as r:
@@ -117,9 +117,9 @@ def cell_items(run_dir: Path, checkpoint: str, suite: str, what: str = "mean",
             return None
         matrix = load_matrix(r, m)
         out = cell_outcomes(r, matrix, m, checkpoint, suite, what)
-        out["probes"] = [p for p in token_probes(r) if checkpoint in token_checkpoints(r, p)]
+        out["probes"] = [p for p in list_probes(r) if checkpoint in list_checkpoints(r, p)]
         cell = matrix.get(checkpoint, suite)
-        replies = _replies(r, cell.key) if cell is not None and cell.ok else {}
+        replies = read_replies(r, cell.key) if cell is not None and cell.ok else {}
         settings = cell.settings if cell is not None and cell.ok else {}
     texts = describe(run_dir, suite, settings, [row["item"] for row in out["rows"]]) if describe and out["rows"] else {}
     out["described"] = describe is not None
@@ -127,18 +127,6 @@ def cell_items(run_dir: Path, checkpoint: str, suite: str, what: str = "mean",
         t = texts.get(row["item"], {})
         row["prompt"], row["expected"] = t.get("prompt", ""), t.get("expected", "")
         row["reply"] = replies.get(row["item"], "")
-    return out
-
-
-def _replies(r: Any, key: str) -> dict[str, str]:
-    """Item id -> the checkpoint's reply (the first seed's transcript) of one cell; {} without transcripts."""
-    if not (r.has(f"{key}/transcripts") and r.has(f"{key}/item_ids")):
-        return {}
-    ids = [str(i) for i in r.read(f"{key}/item_ids")]
-    texts = [t.decode() if isinstance(t, bytes) else str(t) for t in r.read(f"{key}/transcripts")]
-    out: dict[str, str] = {}
-    for i, t in zip(ids, texts, strict=False):
-        out.setdefault(i, t)
     return out
 
 

@@ -87,12 +87,12 @@ def _table(table_id: str, spec: list[tuple[str, str, str, str]]) -> Component:
 
 def layout(**query: Any) -> html.Div:
     from aclarena.diagnostics.run_notes import main_probe, probe_help
-    from aclarena.figures.tokens import reference_name, token_probes
+    from aclarena.results.tokens import list_probes, reference_name
 
     run_dir = current_run()
     names = [c.name for c in manifest(run_dir)]
     with reader(run_dir) as r:
-        probes = token_probes(r)
+        probes = list_probes(r)
         helps = {p: probe_help(p, reference_name(r, p), names) for p in probes} if r is not None else {}
     if not probes:
         return html.Div([
@@ -201,17 +201,16 @@ def on_probe(run_dir: Path, probe: str | None) -> tuple[list[dict[str, Any]], in
         SUMMARY_TIPS,
         fmt,
         sequence_labels,
-        summaries,
-        token_checkpoints,
     )
+    from aclarena.results.tokens import list_checkpoints, summary_rows
 
     with reader(run_dir) as r:
         if r is None or probe is None:
             return [], None, [], None, html.P("no token scores", className="note")
         m = manifest(run_dir)
         labels = sequence_labels(r, probe)
-        ckpts = token_checkpoints(r, probe, m)
-        rows = summaries(r, probe, m, with_flags=True)
+        ckpts = list_checkpoints(r, probe, m)
+        rows = summary_rows(r, probe, m, with_flags=True)
     table = html.Table(
         [html.Tr([html.Th(h, title=SUMMARY_TIPS.get(k)) for k, h in SUMMARY_COLUMNS])]
         + [html.Tr([html.Td(fmt(row.get(k))) for k, _ in SUMMARY_COLUMNS],
@@ -227,7 +226,7 @@ def probe_notes(run_dir: Path, probe: str | None) -> tuple[str, str]:
     """What the probe set is, and its run note: the KL share at high-entropy positions of the last stage
     checkpoint scored on it (else the last checkpoint), beside the study's."""
     from aclarena.diagnostics.run_notes import probe_help, tokens_note
-    from aclarena.figures.tokens import reference_name, summaries
+    from aclarena.results.tokens import reference_name, summary_rows
 
     if probe is None:
         return "", ""
@@ -235,7 +234,7 @@ def probe_notes(run_dir: Path, probe: str | None) -> tuple[str, str]:
     with reader(run_dir) as r:
         if r is None:
             return "", ""
-        rows = summaries(r, probe, m)
+        rows = summary_rows(r, probe, m)
         ref = reference_name(r, probe)
     kinds = {c.name: c.kind for c in m}
     stages = [row for row in rows if kinds.get(row["checkpoint"]) == "stage"]
@@ -271,7 +270,8 @@ def on_prompt(run_dir: Path, text: str | None, checkpoint: str | None, probe: st
     from aclarena.dashboard.data import prompt_scorer
     from aclarena.errors import AclarenaError
     from aclarena.figures.token_explore import colour_scale, text_html
-    from aclarena.figures.tokens import reference_name, token_checkpoints, tokens_from_scores
+    from aclarena.figures.tokens import tokens_from_scores
+    from aclarena.results.tokens import list_checkpoints, reference_name
 
     if probe is None:
         return {"html": "", "note": "no probe set: run `aclarena-diag tokens` first"}
@@ -279,7 +279,7 @@ def on_prompt(run_dir: Path, text: str | None, checkpoint: str | None, probe: st
         if r is None:
             return {"html": "", "note": "no token scores in this run"}
         reference = reference_name(r, probe)
-        scale = colour_scale(r, probe, color_by, token_checkpoints(r, probe))
+        scale = colour_scale(r, probe, color_by, list_checkpoints(r, probe))
     if not checkpoint:
         return {"html": "", "note": "choose a checkpoint to compare with the reference"}
     score_prompt = prompt_scorer()
@@ -374,14 +374,15 @@ def on_view(run_dir: Path, probe: str | None, seq: int | None, checkpoint: str |
     the same scale) and the colour bar; ``scale_mode`` "global" (one scale for the probe set) or
     "fitted" (the 1st-99th percentile of the values shown; the page's default)."""
     from aclarena.figures.token_explore import colour_scale, fitted_scale, text_html
-    from aclarena.figures.tokens import sequence_tokens, token_checkpoints
+    from aclarena.figures.tokens import sequence_tokens
+    from aclarena.results.tokens import list_checkpoints
 
     if probe is None or seq is None:
         return {}, ""
     with reader(run_dir) as r:
         if r is None:
             return {}, ""
-        ckpts = token_checkpoints(r, probe)
+        ckpts = list_checkpoints(r, probe)
         scale = colour_scale(r, probe, color_by, ckpts)
         out: dict[str, Any] = {"seq": int(seq)}
         shown = {side: sequence_tokens(r, probe, int(seq), name)
@@ -481,14 +482,14 @@ def highlight(run_dir: Path, probe: str | None, checkpoint: str | None) -> Any:
     change only with the probe set, so a checkpoint change sends a few bytes, not the figure)."""
     from dash import Patch
 
-    from aclarena.figures.tokens import token_checkpoints
+    from aclarena.results.tokens import list_checkpoints
 
     if probe is None:
         return no_update
     with reader(run_dir) as r:
         if r is None:
             return no_update
-        names = token_checkpoints(r, probe, manifest(run_dir))
+        names = list_checkpoints(r, probe, manifest(run_dir))
     patch = Patch()
     for i, name in enumerate(names):
         patch["data"][i + 1]["line"]["width"] = 4 if name == checkpoint else 2  # trace 0: the diagonal

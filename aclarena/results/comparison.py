@@ -1,6 +1,6 @@
 """The study-shaped comparison table: consolidation methods x suites, mean ± std over replicates.
 
-Assembled from the capability matrix (:mod:`aclarena.store.capability`) and the manifest:
+Assembled from the capability matrix (:mod:`aclarena.results.capability`) and the manifest:
 
 * reference rows: each domain's single-task oracle and the sequential end point;
 * one row per consolidation (consolidated checkpoints grouped by name without the replicate
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from aclarena.store.capability import DOMAIN_ORDER, CapabilityMatrix, stage_chains
+from aclarena.results.capability import DOMAIN_ORDER, CapabilityMatrix, stage_chains
 from aclarena.store.manifest import Manifest
 from aclarena.store.results import StoreReader
 
@@ -273,7 +273,7 @@ def lineage_of(reader: StoreReader | None, name: str) -> tuple[str, str] | None:
 
 
 def _items_of(reader: StoreReader | None, matrix: CapabilityMatrix, checkpoint: str, suite: str) -> dict[str, float] | None:
-    from aclarena.store.capability import read_items
+    from aclarena.results.capability import read_items
 
     cell = matrix.get(checkpoint, suite)
     if reader is None or cell is None or not cell.ok:

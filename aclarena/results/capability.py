@@ -1,19 +1,24 @@
-"""The capability matrix in results.h5: one result group per (checkpoint, suite, settings).
+"""The ``capability-cell`` result type: the capability matrix in results.h5, one group per (checkpoint, suite,
+settings), its payload, and the matrix and chain of stages assembled from it.
 
-Written by ``aclarena-diag eval`` (mini-arena suites) and by its lm-evaluation-harness
-import; read by ``forgetting``, the dashboard's Overview page and ``export``.
+Written by ``aclarena-diag eval`` (mini-arena suites) and by its lm-evaluation-harness import
+(:mod:`aclarena.results.lm_eval`); read by ``forgetting``, ``compare``, ``flips``, the dashboard's Overview
+and Consolidation pages and ``export``.
 
 A cell lives at ``capability/<checkpoint>/<suite key>/<settings id>`` (result type
-``capability-cell``). Its attributes say what it is (``checkpoint``, ``suite``, ``domain``,
+``capability-cell``, version 0.1.0). Its attributes say what it is (``checkpoint``, ``suite``, ``domain``,
 ``role`` = id | ood | general | other, ``source`` = arena | lm-eval, ``status`` = ok |
 error, ``error``) and what it scored (``mean``, ``std`` over seeds, ``avg_k_mean``,
 ``avg_k_std``, ``n_items``, ``n_seeds``, ``samples``, ``settings`` as JSON). Its datasets
 hold the per-item outcomes the sample-wise metrics need (``greedy``: seeds x items,
-``samples``: seeds x items x k, ``item_ids``). docs/store-format.md lists every key.
+``samples``: seeds x items x k, ``item_ids``). docs/store-format.md lists every key. The payload is
+:class:`CellData` (made by :func:`cell_payload` and :func:`error_payload`, written by :func:`write_cells`,
+read whole by :func:`read_cell`); :func:`read_cells` reads every cell's attributes only (:class:`Cell`, fast)
+and :func:`read_items` one cell's per-item outcomes.
 
 This module also assembles what the continual-learning metrics take (plain arrays, see
 :func:`chain_data`): the manifest's chain of stages from the base, one in-domain suite per
-stage domain, the base row, single-task oracles and consolidated models.
+stage domain, the base row, single-task oracles and consolidated models. Torch-free.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +37,8 @@ from typing import Any
 import numpy as np
 
 from aclarena.errors import AclarenaError, ManifestError, unknown_name
+from aclarena.results import registry
+from aclarena.results.registry import ResultType, Stored
 from aclarena.store.manifest import CheckpointSpec, Manifest
 from aclarena.store.results import ResultsStore, StoreReader
 
@@ -135,6 +142,37 @@ def read_items(reader: StoreReader, cell: Cell | str) -> tuple[list[str], np.nda
         return [str(i) for i in ids], scores
 
 
+def read_outcomes(reader: StoreReader, cell: Cell | str, *, sampled: bool = False) -> np.ndarray | None:
+    """A cell's per-item outcomes as float64: greedy (seeds x items) or, ``sampled``, the sampled rollouts'
+    (seeds x items x k); None when the cell holds none (an error cell, an import without samples)."""
+    key = cell.key if isinstance(cell, Cell) else cell
+    name = "samples" if sampled else "greedy"
+    if not reader.has(f"{key}/{name}"):
+        return None
+    return np.asarray(reader.read(f"{key}/{name}"), dtype=np.float64)
+
+
+def read_item_ids(reader: StoreReader, cell: Cell | str) -> list[str] | None:
+    """A cell's item ids (seeds x items of them, row-major); None when it stores none."""
+    key = cell.key if isinstance(cell, Cell) else cell
+    if not reader.has(f"{key}/item_ids"):
+        return None
+    return [str(i) for i in reader.read(f"{key}/item_ids")]
+
+
+def read_replies(reader: StoreReader, cell: Cell | str) -> dict[str, str]:
+    """Item id -> the checkpoint's reply (the first seed's transcript) of one cell; {} without transcripts."""
+    key = cell.key if isinstance(cell, Cell) else cell
+    if not (reader.has(f"{key}/transcripts") and reader.has(f"{key}/item_ids")):
+        return {}
+    ids = [str(i) for i in reader.read(f"{key}/item_ids")]
+    texts = [t.decode() if isinstance(t, bytes) else str(t) for t in reader.read(f"{key}/transcripts")]
+    out: dict[str, str] = {}
+    for i, t in zip(ids, texts, strict=False):
+        out.setdefault(i, t)
+    return out
+
+
 def cell_ci95(reader: StoreReader, cell: Cell | str) -> list[float] | None:
     """95% percentile-bootstrap interval of a cell's greedy score over its items (the per-item
     score averaged over seeds; 1000 resamples, seed 0); None when the cell has no per-item outcomes."""
@@ -163,6 +201,50 @@ def at_chance_line(suite: str, chance: float, checkpoints: list[str]) -> str:
             f"{', '.join(checkpoints)}: such a score measures no knowledge, and a fall from it is no forgetting")
 
 
+@dataclass(frozen=True)
+class CellData:
+    """One stored capability cell, whole: what it is, what it scored, and its per-item outcomes.
+
+    ``greedy``: seeds x items (float32, scores in [0, 1]) and ``seed_scores`` its per-seed means;
+    ``sampled``: seeds x items x k (stored as ``samples``) and ``seed_avg_k``; ``item_ids`` one per greedy
+    outcome; ``metrics``: per-item metric arrays by name; ``transcripts`` and ``end_reasons`` per rollout;
+    ``extra``: further attributes (an lm-eval import's ``metric``, ``stderr``, source file and versions).
+    ``key``: where it is stored (set when read; a writer stores it at :func:`cell_key` of its checkpoint,
+    suite and settings unless set).
+    """
+
+    checkpoint: str
+    suite: str
+    domain: str | None
+    role: str
+    source: str
+    status: str
+    error: str | None
+    settings: dict[str, Any]
+    mean: float
+    std: float
+    avg_k_mean: float
+    avg_k_std: float
+    n_items: int
+    n_seeds: int
+    samples: int
+    computed_at: float
+    greedy: np.ndarray | None = None
+    seed_scores: np.ndarray | None = None
+    sampled: np.ndarray | None = None
+    seed_avg_k: np.ndarray | None = None
+    item_ids: list[str] | None = None
+    metrics: dict[str, np.ndarray] | None = None
+    transcripts: list[str] | None = None
+    end_reasons: list[str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    key: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
 def cell_payload(
     *,
     checkpoint: str,
@@ -180,66 +262,160 @@ def cell_payload(
     mean: float | None = None,
     std: float | None = None,
     extra_attrs: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The datasets and attributes of an ``ok`` cell.
+) -> CellData:
+    """An ``ok`` cell.
 
     ``greedy`` is seeds x items (scores in [0, 1]); ``samples`` seeds x items x k. The
     cell's mean and std are over seeds of the per-seed mean, unless given (imports).
     """
     if role not in ROLES:
         raise ValueError(f"`role` must be one of {ROLES}, got {role!r}")
-    data: dict[str, Any] = {}
-    attrs: dict[str, Any] = {"checkpoint": checkpoint, "suite": suite, "domain": domain or "", "role": role,
-                             "source": source, "status": "ok", "error": "", "settings": json.dumps(dict(settings),
-                                                                                                  sort_keys=True)}
     n_seeds = n_items = k = 0
+    g = per_seed = s = avg = None
     if greedy is not None:
         g = np.asarray(greedy, dtype=np.float32)
         if g.ndim != 2:
             raise ValueError(f"`greedy` must be seeds x items, got shape {g.shape}")
         n_seeds, n_items = g.shape
-        data["greedy"] = g
-        per_seed = g.mean(axis=1) if n_items else np.full(n_seeds, np.nan)
-        data["seed_scores"] = per_seed.astype(np.float64)
+        per_seed = g.mean(axis=1) if n_items else np.full(n_seeds, np.nan)  # float32 (the mean of float32)
         mean = float(per_seed.mean()) if mean is None else mean
         std = float(per_seed.std(ddof=1)) if std is None and n_seeds > 1 else (0.0 if std is None else std)
+        per_seed = per_seed.astype(np.float64)
+    avg_k_mean = avg_k_std = float("nan")
     if samples is not None:
         s = np.asarray(samples, dtype=np.float32)
         if s.ndim != 3 or (greedy is not None and s.shape[:2] != (n_seeds, n_items)):
             raise ValueError(f"`samples` must be seeds x items x k, got shape {s.shape}")
         k = s.shape[2]
-        data["samples"] = s
         avg = s.mean(axis=(1, 2))
-        data["seed_avg_k"] = avg.astype(np.float64)
-        attrs["avg_k_mean"] = float(avg.mean())
-        attrs["avg_k_std"] = float(avg.std(ddof=1)) if len(avg) > 1 else 0.0
-    if item_ids is not None:
-        if greedy is not None and len(item_ids) != n_seeds * n_items:
-            raise ValueError(f"`item_ids` must name seeds x items = {n_seeds * n_items} items, got {len(item_ids)}")
-        data["item_ids"] = [str(i) for i in item_ids] if item_ids else np.zeros(0, dtype=np.int64)
-    if metrics:
-        data["metrics"] = {name: np.asarray(v, dtype=np.float32) for name, v in metrics.items()}
-    if transcripts:
-        data["transcripts"] = list(transcripts)
-    if end_reasons:
-        data["end_reasons"] = list(end_reasons)
-    attrs |= {"mean": float("nan") if mean is None else float(mean), "std": float("nan") if std is None else float(std),
-              "n_items": n_items, "n_seeds": n_seeds, "samples": k, "computed_at": time.time()}
-    attrs.setdefault("avg_k_mean", float("nan"))
-    attrs.setdefault("avg_k_std", float("nan"))
-    attrs |= dict(extra_attrs or {})
-    return data, attrs
+        avg_k_mean = float(avg.mean())
+        avg_k_std = float(avg.std(ddof=1)) if len(avg) > 1 else 0.0
+        avg = avg.astype(np.float64)
+    if item_ids is not None and greedy is not None and len(item_ids) != n_seeds * n_items:
+        raise ValueError(f"`item_ids` must name seeds x items = {n_seeds * n_items} items, got {len(item_ids)}")
+    return CellData(
+        checkpoint=checkpoint, suite=suite, domain=domain or None, role=role, source=source, status="ok", error=None,
+        settings=dict(settings), mean=float("nan") if mean is None else float(mean),
+        std=float("nan") if std is None else float(std), avg_k_mean=avg_k_mean, avg_k_std=avg_k_std,
+        n_items=n_items, n_seeds=n_seeds, samples=k, computed_at=time.time(), greedy=g, seed_scores=per_seed,
+        sampled=s, seed_avg_k=avg, item_ids=None if item_ids is None else [str(i) for i in item_ids],
+        metrics={name: np.asarray(v, dtype=np.float32) for name, v in metrics.items()} if metrics else None,
+        transcripts=list(transcripts) if transcripts else None, end_reasons=list(end_reasons) if end_reasons else None,
+        extra=dict(extra_attrs or {}),
+    )
 
 
 def error_payload(*, checkpoint: str, suite: str, domain: str | None, role: str, source: str,
-                  settings: Mapping[str, Any], error: str) -> tuple[dict[str, Any], dict[str, Any]]:
+                  settings: Mapping[str, Any], error: str) -> CellData:
     """An ``error`` cell: the matrix shows why this checkpoint has no score on this suite."""
-    attrs = {"checkpoint": checkpoint, "suite": suite, "domain": domain or "", "role": role, "source": source,
-             "status": "error", "error": error.splitlines()[0] if error else "unknown error",
-             "settings": json.dumps(dict(settings), sort_keys=True), "mean": float("nan"), "std": float("nan"),
-             "avg_k_mean": float("nan"), "avg_k_std": float("nan"), "n_items": 0, "n_seeds": 0, "samples": 0,
-             "computed_at": time.time()}
-    return {}, attrs
+    nan = float("nan")
+    return CellData(checkpoint=checkpoint, suite=suite, domain=domain or None, role=role, source=source,
+                    status="error", error=error.splitlines()[0] if error else "unknown error",
+                    settings=dict(settings), mean=nan, std=nan, avg_k_mean=nan, avg_k_std=nan, n_items=0, n_seeds=0,
+                    samples=0, computed_at=time.time())
+
+
+def key_of(cell: CellData) -> str:
+    """Where ``cell`` is stored: its ``key``, else :func:`cell_key` of its checkpoint, suite and settings."""
+    return cell.key or cell_key(cell.checkpoint, cell.suite, cell.settings)
+
+
+def write_cells(store: ResultsStore | str | os.PathLike[str], cells: Sequence[CellData], *, overwrite: bool = True,
+                manifest_text: str | None = None,
+                precondition: Callable[[StoreReader], None] | None = None) -> list[str]:
+    """Write ``cells`` in one atomic step (completely or not at all); returns their keys. ``precondition`` is
+    checked under the writer lock (``eval`` keeps a good cell where a rerun failed)."""
+    store = store if isinstance(store, ResultsStore) else ResultsStore(store)
+    items = [CAPABILITY_CELL.item(key_of(c), c) for c in cells]
+    store.write_many(items, overwrite=overwrite, manifest_text=manifest_text, precondition=precondition)
+    return [item[0] for item in items]
+
+
+def read_cell(reader: StoreReader, key: str) -> CellData:
+    """The cell at ``key`` with its per-item arrays, upgraded to the current version (a wrong shape is one line
+    naming the key)."""
+    data: CellData = registry.read(reader, key, RESULT_TYPE)
+    return data
+
+
+# the attributes every cell carries (docs/store-format.md); any other is kept in CellData.extra
+_ATTRS = ("checkpoint", "suite", "domain", "role", "source", "status", "error", "settings", "mean", "std",
+          "avg_k_mean", "avg_k_std", "n_items", "n_seeds", "samples", "computed_at")
+_STORE_ATTRS = ("encoding-type", "encoding-version", "result-type", "result-version", "written")
+
+
+def encode(p: CellData) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The elements and attributes of ``p`` (docs/store-format.md)."""
+    attrs: dict[str, Any] = {"checkpoint": p.checkpoint, "suite": p.suite, "domain": p.domain or "", "role": p.role,
+                             "source": p.source, "status": p.status, "error": p.error or "",
+                             "settings": json.dumps(p.settings, sort_keys=True)}
+    data: dict[str, Any] = {}
+    if p.greedy is not None:
+        data["greedy"] = p.greedy
+    if p.seed_scores is not None:
+        data["seed_scores"] = p.seed_scores
+    if p.sampled is not None:
+        data["samples"] = p.sampled
+    if p.seed_avg_k is not None:
+        data["seed_avg_k"] = p.seed_avg_k
+    if p.item_ids is not None:
+        data["item_ids"] = list(p.item_ids) if p.item_ids else np.zeros(0, dtype=np.int64)
+    if p.metrics:
+        data["metrics"] = dict(p.metrics)
+    if p.transcripts:
+        data["transcripts"] = list(p.transcripts)
+    if p.end_reasons:
+        data["end_reasons"] = list(p.end_reasons)
+    # in the order the writers have always set them: an ok cell's avg@k after its counts unless it was sampled
+    avg_k = {"avg_k_mean": p.avg_k_mean, "avg_k_std": p.avg_k_std}
+    counts = {"n_items": p.n_items, "n_seeds": p.n_seeds, "samples": p.samples, "computed_at": p.computed_at}
+    if not p.ok:
+        attrs |= {"mean": p.mean, "std": p.std} | avg_k | counts
+    elif p.sampled is not None:
+        attrs |= avg_k | {"mean": p.mean, "std": p.std} | counts
+    else:
+        attrs |= {"mean": p.mean, "std": p.std} | counts | avg_k
+    return data, attrs | p.extra
+
+
+def decode(s: Stored) -> CellData:
+    """A current-version stored cell as its payload; a wrong shape raises (``reader.damaged`` makes it one line)."""
+    a, d = s.attrs, s.data
+    _expect(str(a.get("status")) in ("ok", "error"), "status is neither ok nor error")
+    _expect(str(a.get("role")) in ROLES, f"role is not one of {', '.join(ROLES)}")
+    settings = json.loads(a["settings"]) if isinstance(a["settings"], str) else a["settings"]
+    _expect(isinstance(settings, dict), "the settings attribute is not a JSON object")
+    greedy, sampled = d.get("greedy"), d.get("samples")
+    _expect(greedy is None or (isinstance(greedy, np.ndarray) and greedy.ndim == 2), "greedy is not seeds x items")
+    _expect(sampled is None or (isinstance(sampled, np.ndarray) and sampled.ndim == 3),
+            "samples is not seeds x items x k")
+    ids = d.get("item_ids")
+    item_ids = None if ids is None else [str(i) for i in ids]
+    metrics = d.get("metrics")
+    _expect(metrics is None or isinstance(metrics, dict), "metrics is not a group of arrays")
+    return CellData(
+        checkpoint=str(a["checkpoint"]), suite=str(a["suite"]), domain=a["domain"] or None, role=str(a["role"]),
+        source=str(a["source"]), status=str(a["status"]), error=a.get("error") or None, settings=settings,
+        mean=float(a["mean"]), std=float(a["std"]), avg_k_mean=float(a["avg_k_mean"]),
+        avg_k_std=float(a["avg_k_std"]), n_items=int(a["n_items"]), n_seeds=int(a["n_seeds"]),
+        samples=int(a["samples"]), computed_at=float(a.get("computed_at", 0.0)), greedy=greedy,
+        seed_scores=d.get("seed_scores"), sampled=sampled, seed_avg_k=d.get("seed_avg_k"), item_ids=item_ids,
+        metrics=metrics, transcripts=_strings(d.get("transcripts")), end_reasons=_strings(d.get("end_reasons")),
+        extra={k: v for k, v in a.items() if k not in _ATTRS and k not in _STORE_ATTRS}, key=s.key,
+    )
+
+
+CAPABILITY_CELL = registry.register(ResultType(name=RESULT_TYPE, version=RESULT_VERSION, payload=CellData,
+                                               encode=encode, decode=decode, upgrades={}))
+
+
+def _expect(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(what)  # turned into one line naming the key by ``reader.damaged``
+
+
+def _strings(value: Any) -> list[str] | None:
+    return None if value is None else [str(x) for x in value]
 
 
 def _suite_order(cell: Cell) -> tuple[int, int, str]:

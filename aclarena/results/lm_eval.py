@@ -30,7 +30,7 @@ import numpy as np
 
 from aclarena import jsonl
 from aclarena.errors import AclarenaError
-from aclarena.store.capability import ROLES, cell_payload
+from aclarena.results.capability import ROLES, CellData, cell_payload
 
 METRIC_PRIORITY = ("prompt_level_strict_acc", "exact_match", "acc", "acc_norm", "em", "f1")
 FILTER_PRIORITY = ("strict-match", "none", "flexible-extract")
@@ -181,8 +181,9 @@ def import_payloads(
     *,
     tags: Mapping[str, tuple[str | None, str]] | None = None,
     metric: Mapping[str, str] | None = None,
-) -> list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]]:
-    """``(suite, settings, datasets, attributes)`` for every task of an lm-eval results file."""
+) -> list[CellData]:
+    """The capability cell of every task of an lm-eval results file (suite ``lm-eval/<task>``; its ``extra``
+    attributes say where it came from, :func:`import_info`)."""
     path = Path(path)
     results = read_results(path, metric=metric)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
@@ -191,7 +192,7 @@ def import_payloads(
         domain, role = (tags or {}).get(r.task, (None, "other"))
         settings = {"source": "lm-eval", "task": r.task, "metric": r.metric, "file_sha256": digest}
         greedy = r.item_scores[None, :] if r.item_scores is not None else None
-        data, attrs = cell_payload(
+        cell = cell_payload(
             checkpoint=checkpoint, suite=SUITE_PREFIX + r.task, domain=domain, role=role, source="lm-eval",
             settings=settings, greedy=greedy, item_ids=r.item_ids if greedy is not None else None,
             mean=r.value, std=float("nan"),
@@ -199,11 +200,9 @@ def import_payloads(
                          "lm_eval_task_version": json.dumps(r.version), "lm_eval_harness_version": r.harness_version or "",
                          "n_shot": json.dumps(r.n_shot)},
         )
-        if greedy is None:
-            attrs["n_items"] = 0
         if not math.isfinite(r.value):
             raise AclarenaError(f"{path}: task {r.task!r} metric {r.metric} is not a finite number")
-        out.append((SUITE_PREFIX + r.task, settings, data, attrs))
+        out.append(cell)
     return out
 
 
