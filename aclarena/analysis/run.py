@@ -77,13 +77,13 @@ class Run:
                allow_pickle: bool = False, show_progress: bool = False) -> TokenDrift:
         """Token drift of the checkpoints after ``ref`` on its probe set (scored once, then read from the
         store): a :class:`~aclarena.analysis.tokens.TokenDrift`. Options as ``aclarena-diag tokens``."""
-        from aclarena.analysis.tokens import tokens
+        from aclarena.analysis.tokens import TokensOptions, tokens
         from aclarena.models.loading import LoadOptions
 
-        return tokens(self.path, ref, probe=probe, against=against, high=high, eps=eps, batch_size=batch_size,
-                      chunk_size=chunk_size, topk=topk, force=force,
-                      load=LoadOptions(dtype=dtype, device=device, allow_pickle=allow_pickle),
-                      show_progress=show_progress, manifest=self.manifest)
+        options = TokensOptions(probe=probe, against=tuple(against) if not isinstance(against, str) else against,
+                                high=high, eps=eps, batch_size=batch_size, chunk_size=chunk_size, topk=topk,
+                                force=force, load=LoadOptions(dtype=dtype, device=device, allow_pickle=allow_pickle))
+        return tokens(self.path, ref, options, show_progress=show_progress, manifest=self.manifest)
 
     def signatures(self, *, updates: str | Sequence[str] | None = None, n: int | None = None,
                    max_new_tokens: int | None = None, first_k: int | None = None, high: str = "q=0.06",

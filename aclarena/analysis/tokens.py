@@ -18,14 +18,15 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from aclarena.analysis._common import RunPath, frame, manifest_or_load
 from aclarena.analysis.probe import make_probe
 from aclarena.diagnostics.token_drift import DriftSummary, HighEntropy, high_entropy_mask, summarize_drift
-from aclarena.distributed import World, merge_rows, world
+from aclarena.distributed import World, merge_rows
+from aclarena.distributed import world as world_of
 from aclarena.errors import AclarenaError, unknown_name
 from aclarena.models import loading
 from aclarena.models.checkpoint import CheckpointInfo, inspect, require_same_tokenizer
@@ -250,87 +251,99 @@ def _gather_rows(w: World, plan: Any, mine: list[int], obj: Any, fields: tuple[s
 
 
 @dataclass(frozen=True)
-class _Options:
-    batch_size: int
-    chunk_size: int | None
-    topk: int
-    eps: float
-    load: LoadOptions
-    show_progress: bool
+class TokensOptions:
+    """How ``tokens`` scores (``aclarena-diag tokens``'s options, checked when made).
+
+    ``probe``: the probe set (default: the one named like the reference; made with defaults from its domain
+    when missing); ``against``: ``later`` (every descendant of the reference and every consolidated
+    checkpoint), ``all`` or checkpoint names; ``high``: ``q=FRACTION`` or ``nats=THRESHOLD``; ``eps``: the
+    |Δ log-prob| below which a position barely moves; ``batch_size``, ``chunk_size`` (positions per
+    output-head chunk, None: sized to memory) and ``topk`` of the scoring; ``force``: rescore finished
+    checkpoints; ``load``: how checkpoints are loaded.
+    """
+
+    probe: str | None = None
+    against: str | tuple[str, ...] = "later"
+    high: HighEntropy | str = "q=0.06"
+    eps: float = 0.05
+    batch_size: int = 8
+    chunk_size: int | None = None
+    topk: int = 5
+    force: bool = False
+    load: LoadOptions = field(default_factory=LoadOptions)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.high, str):
+            try:
+                object.__setattr__(self, "high", HighEntropy.parse(self.high))
+            except ValueError as e:
+                raise AclarenaError(f"--high: {e}") from None
+        if not isinstance(self.against, str):
+            object.__setattr__(self, "against", tuple(self.against))
+        if not (self.eps > 0):
+            raise AclarenaError(f"--eps must be > 0, got {self.eps}")
+        for opt, value in (("--batch-size", self.batch_size), ("--topk", self.topk), ("--chunk-size", self.chunk_size)):
+            if value is not None and value < 1:
+                raise AclarenaError(f"{opt} must be at least 1, got {value}")
+
+    @property
+    def high_entropy(self) -> HighEntropy:
+        assert isinstance(self.high, HighEntropy)  # parsed when made
+        return self.high
 
 
 # --- the analysis -----------------------------------------------------------------------------
 
 
+@overload
+def tokens(run_dir: RunPath, ref: str, options: TokensOptions | None = None, *, world: None = None,
+           show_progress: bool = False, manifest: Manifest | None = None, **settings: Any) -> TokenDrift: ...
+
+
+@overload
+def tokens(run_dir: RunPath, ref: str, options: TokensOptions | None = None, *, world: World,
+           show_progress: bool = False, manifest: Manifest | None = None, **settings: Any) -> TokenDrift | None: ...
+
+
 def tokens(
     run_dir: RunPath,
     ref: str,
+    options: TokensOptions | None = None,
     *,
-    probe: str | None = None,
-    against: str | Sequence[str] = "later",
-    high: str | HighEntropy = "q=0.06",
-    eps: float = 0.05,
-    batch_size: int = 8,
-    chunk_size: int | None = None,
-    topk: int = 5,
-    force: bool = False,
-    load: LoadOptions | None = None,
+    world: World | None = None,
     show_progress: bool = False,
     manifest: Manifest | None = None,
-) -> TokenDrift:
-    """Score the checkpoints ``against`` (default: those after ``ref``) on ``ref``'s probe set, in one process.
-
-    The probe set is ``probe`` (default: the one named like ``ref``; made with defaults from the
-    reference's domain when missing). ``high`` is ``q=FRACTION`` or ``nats=THRESHOLD``; ``eps`` the
-    |Δ log-prob| below which a position barely moves. Finished checkpoints are reused unless
-    ``force``. Returns the summaries; the per-position arrays stay in the store
-    (:meth:`TokenDrift.positions` reads them).
-    """
-    load = load or LoadOptions()
-    with world(load.device) as w:
-        out = score_tokens(run_dir, ref, w, probe=probe, against=against, high=high, eps=eps, batch_size=batch_size,
-                           chunk_size=chunk_size, topk=topk, force=force, load=load, show_progress=show_progress,
-                           manifest=manifest)
-    assert out is not None  # one process is rank 0
-    return out
-
-
-def score_tokens(  # noqa: C901
-    run_dir: RunPath,
-    ref: str,
-    w: World,
-    *,
-    probe: str | None = None,
-    against: str | Sequence[str] = "later",
-    high: str | HighEntropy = "q=0.06",
-    eps: float = 0.05,
-    batch_size: int = 8,
-    chunk_size: int | None = None,
-    topk: int = 5,
-    force: bool = False,
-    load: LoadOptions | None = None,
-    show_progress: bool = False,
-    manifest: Manifest | None = None,
+    **settings: Any,
 ) -> TokenDrift | None:
-    """:func:`tokens` in the data-parallel ``w`` (see :func:`aclarena.distributed.world`): the ranks share
-    the batches; rank 0 gets the result, the other ranks None."""
-    load = load or LoadOptions()
+    """Score the checkpoints ``options.against`` (default: those after ``ref``) on ``ref``'s probe set.
+
+    ``options`` (:class:`TokensOptions`), or its fields as keywords (``probe=...``, ``high="q=0.1"``).
+    Finished checkpoints are reused unless ``force``. Returns the summaries; the per-position arrays
+    stay in the store (:meth:`TokenDrift.positions` reads them). In a data-parallel ``world`` (see
+    :func:`aclarena.distributed.world`; ``aclarena-diag tokens`` under torchrun) the ranks share the
+    batches and rank 0 gets the result, the other ranks None; without one, one process does it all.
+    """
+    if settings:
+        if options is not None:
+            raise AclarenaError("give the options either as a TokensOptions or as keywords, not both")
+        options = TokensOptions(**settings)
+    o = options or TokensOptions()
+    if world is None:
+        with world_of(o.load.device) as w:
+            out = _tokens(run_dir, ref, o, w, show_progress, manifest)
+        assert out is not None  # one process is rank 0
+        return out
+    return _tokens(run_dir, ref, o, world, show_progress, manifest)
+
+
+def _tokens(run_dir: RunPath, ref: str, o: TokensOptions, w: World, show_progress: bool,  # noqa: C901
+            manifest: Manifest | None) -> TokenDrift | None:
+    load, probe, force, high, eps = o.load, o.probe, o.force, o.high_entropy, o.eps
+    show_progress = show_progress and w.is_main
     quiet_libraries()
     manifest = manifest_or_load(run_dir, manifest)
     ref = manifest.resolve(ref).name
-    if isinstance(high, str):
-        try:
-            high = HighEntropy.parse(high)
-        except ValueError as e:
-            raise AclarenaError(f"--high: {e}") from None
-    if not (eps > 0):
-        raise AclarenaError(f"--eps must be > 0, got {eps}")
-    for opt, value in (("--batch-size", batch_size), ("--topk", topk), ("--chunk-size", chunk_size)):
-        if value is not None and value < 1:
-            raise AclarenaError(f"{opt} must be at least 1, got {value}")
-    opts = _Options(batch_size=batch_size, chunk_size=chunk_size, topk=topk, eps=eps, load=load,
-                    show_progress=show_progress and w.is_main)
-    targets = targets_of(manifest, ref, against)
+    targets = targets_of(manifest, ref, o.against)
     infos = {n: inspect(manifest.resolve(n), manifest, run_dir, allow_pickle=load.allow_pickle)
              for n in dict.fromkeys([ref, *targets])}
     for info in infos.values():
@@ -352,7 +365,7 @@ def score_tokens(  # noqa: C901
                 f"checkpoint {ref!r} has no probe set and no domain in the manifest to make one from; run "
                 f"`aclarena-diag probe --ref {ref} --prompts FILE.jsonl` (or --from-traces) first"
             )
-        made = make_probe(str(run_dir), manifest, ref, probe_name, domain=domain, show_progress=opts.show_progress,
+        made = make_probe(str(run_dir), manifest, ref, probe_name, domain=domain, show_progress=show_progress,
                           load=load, world=w)
         w.run_main(lambda: write_probe_set(store, made, manifest_text=manifest_text))  # rank 0 writes, all wait
         if w.is_main:
@@ -369,7 +382,7 @@ def score_tokens(  # noqa: C901
     probe_set = w.run_main(read_probe)
     base_settings = {"probe": probe_name, "probe_digest": probe_set.digest, "reference": ref,
                      "reference_weights": weights_fingerprint(infos[ref], manifest, run_dir),
-                     "topk": topk, "dtype": load.dtype, "scoring_version": "1"}
+                     "topk": o.topk, "dtype": load.dtype, "scoring_version": "1"}
     require_same_generator(probe_set, ref, str(base_settings["reference_weights"]))
 
     def ckpt_settings(name: str) -> dict[str, Any]:
@@ -391,7 +404,7 @@ def score_tokens(  # noqa: C901
     statuses: dict[str, str] = {n: "cached" for n in targets if n not in todo}
     if todo or not ref_ok:
         _score(run_dir, manifest, store, probe_set, ref, todo, base_settings, ckpt_settings, high, statuses,
-               warnings, writes, manifest_text, opts, write_reference=not ref_ok, world=w)
+               warnings, writes, manifest_text, o, show_progress, write_reference=not ref_ok, world=w)
     if not w.is_main:
         return None
     # summaries: recompute where the settings (high, eps) or the scores changed
@@ -422,7 +435,8 @@ def score_tokens(  # noqa: C901
 
 def _score(run_dir: RunPath, manifest: Manifest, store: ResultsStore, probe: ProbeSet, ref: str, todo: list[str],
            base_settings: dict[str, Any], ckpt_settings: Callable[[str], dict[str, Any]], high: HighEntropy,
-           statuses: dict[str, str], warnings: list[str], writes: list[str], manifest_text: str, o: _Options, *,
+           statuses: dict[str, str], warnings: list[str], writes: list[str], manifest_text: str, o: TokensOptions,
+           show_progress: bool, *,
            write_reference: bool, world: World) -> None:
     """Score ``todo`` against ``ref``; with several ranks each computes its round-robin share of the
     batches (the same batches as one process) and rank 0 gathers and writes."""
@@ -434,7 +448,7 @@ def _score(run_dir: RunPath, manifest: Manifest, store: ResultsStore, probe: Pro
     batches = BatchPlan.make(probe, o.batch_size).batches
     mine = w.mine(len(batches))
     share = sum(len(batches[b]) for b in mine)
-    with progress(o.show_progress) as bar:
+    with progress(show_progress) as bar:
         task = bar.add_task(f"reference {ref}", total=share)
 
         def reference_pass() -> Any:

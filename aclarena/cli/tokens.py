@@ -1,7 +1,7 @@
 """``aclarena-diag tokens``: teacher-forced entropy and drift of later checkpoints on a frozen probe set.
 
 The work (reference caching, resumable passes, gathering across ranks) is
-:func:`aclarena.analysis.tokens.score_tokens`.
+:func:`aclarena.analysis.tokens.tokens`.
 """
 
 from __future__ import annotations
@@ -54,14 +54,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aclarena.analysis.tokens import score_tokens
+    from aclarena.analysis.tokens import TokensOptions, tokens
     from aclarena.distributed import world
 
+    options = TokensOptions(probe=args.probe, against=args.against, high=args.high, eps=args.eps,
+                            batch_size=args.batch_size, chunk_size=args.chunk_size, topk=args.topk, force=args.force,
+                            load=load_options(args))
     with world(args.device) as w:
-        result = score_tokens(args.run, args.ref, w, probe=args.probe, against=args.against, high=args.high,
-                              eps=args.eps, batch_size=args.batch_size, chunk_size=args.chunk_size, topk=args.topk,
-                              force=args.force, load=load_options(args), show_progress=not args.json,
-                              manifest=manifest_of(args))
+        result = tokens(args.run, args.ref, options, world=w, show_progress=not args.json, manifest=manifest_of(args))
     if result is None:  # another rank than 0: its share is with rank 0, which writes and prints
         return 0
     _print(args, result)

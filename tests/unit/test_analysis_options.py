@@ -1,0 +1,37 @@
+"""One validated, frozen options class per analysis (issue 48): the values are checked when the options are
+made (one line naming the flag), the options cannot change afterwards, and an analysis takes either the class
+or its fields as keywords, not both."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from aclarena.analysis.tokens import TokensOptions, tokens
+from aclarena.diagnostics.token_drift import HighEntropy
+from aclarena.errors import AclarenaError
+
+
+@pytest.mark.parametrize(("fields", "needle"), [({"high": "q=2"}, "--high:"), ({"eps": 0}, "--eps must be > 0"),
+                                                ({"batch_size": 0}, "--batch-size must be at least 1"),
+                                                ({"topk": 0}, "--topk must be at least 1"),
+                                                ({"chunk_size": 0}, "--chunk-size must be at least 1")])
+def test_tokens_options_are_checked_when_made(fields, needle):
+    with pytest.raises(AclarenaError, match=needle) as e:
+        TokensOptions(**fields)
+    assert "\n" not in str(e.value)
+
+
+def test_tokens_options_are_frozen_and_parsed_once():
+    o = TokensOptions(high="nats=1.5", against=["seq-search", "seq-ecom"])
+    assert o.high_entropy == HighEntropy.parse("nats=1.5") and o.against == ("seq-search", "seq-ecom")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.eps = 0.1  # type: ignore[misc]
+
+
+def test_an_analysis_takes_the_options_or_keywords_not_both(tmp_path):
+    with pytest.raises(AclarenaError, match="either as a TokensOptions or as keywords"):
+        tokens(tmp_path, "seq-math", TokensOptions(), eps=0.1)
+    with pytest.raises(AclarenaError, match="--eps must be > 0"):  # keywords are checked as the class checks them
+        tokens(tmp_path, "seq-math", eps=-1)
