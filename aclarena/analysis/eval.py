@@ -17,11 +17,12 @@ import functools
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from aclarena.analysis._common import RunPath, frame, manifest_or_load, manifest_text
-from aclarena.distributed import World, world
-from aclarena.errors import AclarenaError
+from aclarena.distributed import World
+from aclarena.distributed import world as world_of
+from aclarena.errors import AclarenaError, unknown_name
 from aclarena.progress import progress
 from aclarena.store import Manifest
 
@@ -115,72 +116,104 @@ class ImportResult:
         return frame(self.rows)
 
 
+@dataclass(frozen=True)
+class EvalOptions:
+    """How ``eval`` scores (``aclarena-diag eval``'s options; checked when made, by the settings they make).
+
+    ``checkpoints``: names (default: every checkpoint of the manifest); ``suites``: ``id``, ``ood``,
+    ``general``, ``all``, a domain (``math``), a suite (``math/id``), a suite of the manifest's
+    ``[suites.NAME]`` (docs/custom-suites.md) or ``custom`` (all of those), comma-separated; default
+    ``custom`` when the manifest has suites, else ``id,ood,general``. ``n``, ``seeds``, ``samples``,
+    ``temperature``, ``top_p`` and ``batch_size`` make the cells' :class:`~aclarena.envs.evaluation.EvalSettings`;
+    ``device``, ``dtype`` and ``device_map`` how the checkpoints load; ``engine``: ``hf`` or ``vllm``;
+    ``force``: rescore stored cells; ``allow_code``: allow a custom suite's scorer that is a Python callable.
+    """
+
+    checkpoints: str | tuple[str, ...] | None = None
+    suites: str | None = None
+    n: int = 100
+    samples: int = 4
+    seeds: tuple[int, ...] = (0,)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    batch_size: int = 32
+    device: str = "cpu"
+    dtype: str = "auto"
+    device_map: str | None = None
+    engine: str = "hf"
+    force: bool = False
+    allow_code: bool = False
+
+    def __post_init__(self) -> None:
+        if self.checkpoints is not None and not isinstance(self.checkpoints, str):
+            object.__setattr__(self, "checkpoints", tuple(self.checkpoints))
+        object.__setattr__(self, "seeds", tuple(self.seeds))
+        if self.engine not in ENGINES:
+            raise unknown_name("engine", self.engine, ENGINES)
+        self.settings()  # the cells' settings and the load options check their own fields
+        self.load(self.device)
+
+    def settings(self) -> Any:
+        """The cells' :class:`~aclarena.envs.evaluation.EvalSettings`."""
+        from aclarena.envs.evaluation import EvalSettings
+
+        return EvalSettings(n=self.n, seeds=self.seeds, samples=self.samples, temperature=self.temperature,
+                            top_p=self.top_p, batch_size=self.batch_size)
+
+    def load(self, device: str) -> Any:
+        """How a checkpoint loads on ``device`` (a rank's own device under torchrun)."""
+        from aclarena.models.loading import LoadOptions
+
+        return LoadOptions(dtype=self.dtype, device=device, device_map=self.device_map)
+
+
+ENGINES = ("hf", "vllm")
+
+
+@overload
+def evaluate(run_dir: RunPath, options: EvalOptions | None = None, *, world: None = None, show_progress: bool = False,
+             manifest: Manifest | None = None, **settings: Any) -> EvalResult: ...
+
+
+@overload
+def evaluate(run_dir: RunPath, options: EvalOptions | None = None, *, world: World, show_progress: bool = False,
+             manifest: Manifest | None = None, **settings: Any) -> EvalResult | None: ...
+
+
 def evaluate(
     run_dir: RunPath,
+    options: EvalOptions | None = None,
     *,
-    checkpoints: str | Sequence[str] | None = None,
-    suites: str | None = None,
-    n: int = 100,
-    samples: int = 4,
-    seeds: Sequence[int] = (0,),
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    batch_size: int = 32,
-    device: str = "cpu",
-    dtype: str = "auto",
-    device_map: str | None = None,
-    engine: str = "hf",
-    force: bool = False,
-    allow_code: bool = False,
+    world: World | None = None,
     show_progress: bool = False,
     manifest: Manifest | None = None,
-) -> EvalResult:
-    """Score ``checkpoints`` (default: every one of the manifest) on ``suites`` in one process.
-
-    ``suites``: ``id``, ``ood``, ``general``, ``all``, a domain (``math``), a suite (``math/id``), a suite
-    of the manifest's ``[suites.NAME]`` (a JSONL task file, docs/custom-suites.md) or ``custom`` (all of
-    those), comma-separated; default ``custom`` when the manifest has suites, else ``id,ood,general``.
-    ``allow_code`` allows a custom suite's scorer that is a Python callable. Cells already stored with these settings are reused unless ``force``. Options
-    as ``aclarena-diag eval``.
-    """
-    with world(device) as w:
-        out = score_matrix(run_dir, w, checkpoints=checkpoints, suites=suites, n=n, samples=samples, seeds=seeds,
-                           temperature=temperature, top_p=top_p, batch_size=batch_size, device=device, dtype=dtype,
-                           device_map=device_map, engine=engine, force=force, allow_code=allow_code,
-                           show_progress=show_progress, manifest=manifest)
-    assert out is not None  # one process is rank 0
-    return out
-
-
-def score_matrix(  # noqa: C901
-    run_dir: RunPath,
-    w: World,
-    *,
-    checkpoints: str | Sequence[str] | None = None,
-    suites: str | None = None,
-    n: int = 100,
-    samples: int = 4,
-    seeds: Sequence[int] = (0,),
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    batch_size: int = 32,
-    device: str = "cpu",
-    dtype: str = "auto",
-    device_map: str | None = None,
-    engine: str = "hf",
-    force: bool = False,
-    allow_code: bool = False,
-    show_progress: bool = False,
-    manifest: Manifest | None = None,
+    **settings: Any,
 ) -> EvalResult | None:
-    """:func:`evaluate` in the data-parallel ``w`` (see :func:`aclarena.distributed.world`): the ranks share
-    each suite's episodes; rank 0 writes the cells and gets the result, the other ranks None."""
+    """Score the checkpoints on the suites (:class:`EvalOptions`, or its fields as keywords). Cells already
+    stored with these settings are reused unless ``force``. In a data-parallel ``world`` (see
+    :func:`aclarena.distributed.world`; ``aclarena-diag eval`` under torchrun) the ranks share each suite's
+    episodes and rank 0 writes the cells and gets the result, the other ranks None; without one, one process
+    does it all."""
+    if settings:
+        if options is not None:
+            raise AclarenaError("give the options either as an EvalOptions or as keywords, not both")
+        options = EvalOptions(**settings)
+    o = options or EvalOptions()
+    if world is None:
+        with world_of(o.device) as w:
+            out = _evaluate(run_dir, o, w, show_progress, manifest)
+        assert out is not None  # one process is rank 0
+        return out
+    return _evaluate(run_dir, o, world, show_progress, manifest)
+
+
+def _evaluate(run_dir: RunPath, o: EvalOptions, w: World, show_progress: bool,  # noqa: C901
+              manifest: Manifest | None) -> EvalResult | None:
     # imported here, not at the top: the tests replace evaluate_suite and load_tokenizer in their modules
     from aclarena.analysis._common import prompt_format_of
     from aclarena.envs import resolve_suites, suite_chance
     from aclarena.envs.custom import register_suites
     from aclarena.envs.evaluation import (
-        EvalSettings,
         evaluate_suite,
         format_settings,
         rollouts_per_suite,
@@ -189,7 +222,7 @@ def score_matrix(  # noqa: C901
     )
     from aclarena.models.chat import has_template
     from aclarena.models.checkpoint import inspect
-    from aclarena.models.loading import LoadOptions, NonFiniteWeightsError, load_model, load_tokenizer
+    from aclarena.models.loading import NonFiniteWeightsError, load_model, load_tokenizer
     from aclarena.results.capability import (
         at_chance,
         cell_ci95,
@@ -201,6 +234,7 @@ def score_matrix(  # noqa: C901
     from aclarena.store import ResultsStore
 
     manifest = manifest_or_load(run_dir, manifest)
+    checkpoints, suites, engine, force, allow_code = o.checkpoints, o.suites, o.engine, o.force, o.allow_code
     if engine == "vllm":
         from aclarena.models.vllm_engine import require_vllm
 
@@ -214,9 +248,8 @@ def score_matrix(  # noqa: C901
         raise AclarenaError("the manifest has no checkpoints; add some with `aclarena-diag init`")
     custom = register_suites(manifest, run_dir, allow_code=allow_code)
     suite_list = resolve_suites(suites or ("custom" if custom else "id,ood,general"))
-    settings = EvalSettings(n=n, seeds=tuple(seeds), samples=samples, temperature=temperature, top_p=top_p,
-                            batch_size=batch_size)
-    options = LoadOptions(dtype=dtype, device=w.device(device), device_map=device_map)
+    settings = o.settings()
+    options = o.load(w.device(o.device))
     ident = settings.identity()
     sid = settings_id(ident)
     # how each checkpoint is prompted on each suite (issue 45): a chat format asked for a tokenizer without a

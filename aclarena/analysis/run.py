@@ -132,11 +132,13 @@ class Run:
              show_progress: bool = False) -> EvalResult:
         """Score checkpoints on the arena suites (greedy and avg@``samples``): the capability matrix, an
         :class:`~aclarena.analysis.eval.EvalResult`. Cells are stored and reused; options as ``aclarena-diag eval``."""
-        from aclarena.analysis.eval import evaluate
+        from aclarena.analysis.eval import EvalOptions, evaluate
 
-        return evaluate(self.path, checkpoints=checkpoints, suites=suites, n=n, samples=samples, seeds=seeds,
-                        temperature=temperature, top_p=top_p, batch_size=batch_size, device=device, dtype=dtype,
-                        force=force, show_progress=show_progress, manifest=self.manifest)
+        options = EvalOptions(checkpoints=checkpoints if checkpoints is None or isinstance(checkpoints, str)
+                              else tuple(checkpoints), suites=suites, n=n, samples=samples, seeds=tuple(seeds),
+                              temperature=temperature, top_p=top_p, batch_size=batch_size, device=device, dtype=dtype,
+                              force=force)
+        return evaluate(self.path, options, show_progress=show_progress, manifest=self.manifest)
 
     def consolidate(self, method: str, *, seeds: int = 1, options: ConsolidateOptions | None = None,
                     force: bool = False, show_progress: bool = False, **settings: Any) -> ConsolidateResult:

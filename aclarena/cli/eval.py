@@ -5,7 +5,7 @@ sampling (avg@k), for each seed of ``--seeds``; each cell is stored as soon as i
 rerun skips finished cells and a killed run resumes; a checkpoint that fails becomes an error cell.
 A cell whose 95% interval holds its suite's guessing score is named in a warning and marked
 ``at_chance`` in ``--json``. ``--import-lm-eval NAME=FILE`` reads lm-evaluation-harness results
-instead. The work is :mod:`aclarena.analysis.eval` (:func:`~aclarena.analysis.eval.score_matrix`,
+instead. The work is :mod:`aclarena.analysis.eval` (:func:`~aclarena.analysis.eval.evaluate`,
 :func:`~aclarena.analysis.eval.import_lm_eval`).
 """
 
@@ -95,15 +95,16 @@ def _launched() -> bool:
 
 
 def _run(args: argparse.Namespace, manifest: Any, w: Any) -> int:
-    from aclarena.analysis.eval import score_matrix
+    from aclarena.analysis.eval import EvalOptions, evaluate
 
     if args.lm_eval_task or args.lm_eval_metric:
         raise AclarenaError("--lm-eval-task and --lm-eval-metric go with --import-lm-eval NAME=FILE")
-    result = score_matrix(args.run, w, checkpoints=args.checkpoints, suites=args.suites, n=args.n,
-                          samples=args.samples, seeds=_seeds(args.seeds), temperature=args.temperature,
-                          top_p=args.top_p, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
+    options = EvalOptions(checkpoints=args.checkpoints, suites=args.suites, n=args.n, samples=args.samples,
+                          seeds=_seeds(args.seeds), temperature=args.temperature, top_p=args.top_p,
+                          batch_size=args.batch_size, device=args.device, dtype=args.dtype,
                           device_map=getattr(args, "device_map", None), engine=getattr(args, "engine", "hf"),
-                          force=args.force, allow_code=args.allow_code, show_progress=not args.json, manifest=manifest)
+                          force=args.force, allow_code=args.allow_code)
+    result = evaluate(args.run, options, world=w, show_progress=not args.json, manifest=manifest)
     if result is None:  # another rank than 0: its share is with rank 0, which writes and prints
         return 0
     rows, over_seeds = result.cells, result.over_training_seeds

@@ -35,3 +35,25 @@ def test_an_analysis_takes_the_options_or_keywords_not_both(tmp_path):
         tokens(tmp_path, "seq-math", TokensOptions(), eps=0.1)
     with pytest.raises(AclarenaError, match="--eps must be > 0"):  # keywords are checked as the class checks them
         tokens(tmp_path, "seq-math", eps=-1)
+
+
+@pytest.mark.parametrize(("fields", "needle"), [({"n": 0}, "-n must be a positive number"),
+                                                ({"seeds": ()}, "--seeds must be distinct"),
+                                                ({"top_p": 1.5}, "--top-p must be in"),
+                                                ({"engine": "vlm"}, "did you mean 'vllm'"),
+                                                ({"dtype": "int8"}, "dtype 'int8' is not supported"),
+                                                ({"device": "gpu"}, "device 'gpu' is not known")])
+def test_eval_options_are_checked_when_made(fields, needle):
+    from aclarena.analysis.eval import EvalOptions
+
+    with pytest.raises(AclarenaError, match=needle) as e:
+        EvalOptions(**fields)
+    assert "\n" not in str(e.value)
+
+
+def test_eval_takes_the_options_or_keywords_not_both(tmp_path):
+    from aclarena.analysis.eval import EvalOptions, evaluate
+
+    assert EvalOptions(checkpoints=["a", "b"], seeds=[0, 1]).checkpoints == ("a", "b")
+    with pytest.raises(AclarenaError, match="either as an EvalOptions or as keywords"):
+        evaluate(tmp_path, EvalOptions(), n=5)
