@@ -203,8 +203,9 @@ def _success_signal(job: Job, domains: Sequence[str]) -> Any:
 def score_routers(job: Job, domains: Sequence[str]) -> list[str]:
     """Train and score every router of ``--routers``; write ``routing/<router>``; one note per router."""
     from aclarena.consolidate.contexts import evaluation_contexts, fingerprint, training_contexts
-    from aclarena.consolidate.router_eval import evaluate_router, write_report
+    from aclarena.consolidate.router_eval import evaluate_router
     from aclarena.consolidate.routers import build_router
+    from aclarena.results.routing import write_routing
     from aclarena.store import ResultsStore
 
     names = _routers(job)
@@ -219,14 +220,14 @@ def score_routers(job: Job, domains: Sequence[str]) -> list[str]:
         fit_s = time.perf_counter() - t0
         settings: dict[str, Any] = {"experts": list(domains), "train_n": ROUTER_TRAIN_N, "eval_n": ROUTER_EVAL_N,
                                     "seed": job.seed, "fit_seconds": round(fit_s, 3)}
-        extra: dict[str, Any] = {}
+        regret = None
         if name == "bandit":
             settings["reward"] = signal.source
             import numpy as np
 
-            extra["regret"] = np.asarray(router.log.regret, dtype=np.float64)  # type: ignore[attr-defined]
+            regret = np.asarray(router.log.regret, dtype=np.float64)  # type: ignore[attr-defined]
         report = evaluate_router(router, held, settings)
-        write_report(store, report, fingerprint=fingerprint(held), extra=extra)
+        write_routing(store, report.payload(fingerprint=fingerprint(held), regret=regret))
         parts = [f"{g.group} {g.accuracy:.2f}" for g in report.groups]
         notes.append(f"{name} router: " + ", ".join(parts))
     return notes

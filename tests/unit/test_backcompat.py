@@ -29,6 +29,10 @@ ARCHIVED = [
     ("flips", "0.1.0"),
     ("order-study", "0.1.0"),
 ]
+ARCHIVED += [
+    ("drift-signature", "0.1.0"),
+    ("routing", "0.1.0"),
+]
 
 
 @pytest.mark.parametrize("version", sorted(p.name for p in ARCHIVES.iterdir() if p.is_dir() and p.name[0] == "v"))
