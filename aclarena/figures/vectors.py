@@ -15,14 +15,14 @@ import plotly.graph_objects as go
 
 from aclarena.figures import register_figure
 from aclarena.figures.palette import PHASE_COLORS, SERIES, TEMPLATE
+from aclarena.results.vectors import VIEWS, read_vectors_view
 
 if TYPE_CHECKING:
+    from aclarena.results.vectors import VectorSummaryView
     from aclarena.store.manifest import Manifest
     from aclarena.store.results import StoreReader
 
-VECTORS_KEY = "vectors/summary"
 DISPLACEMENT_KEY = "displacement/summary"
-VIEWS = ("all", "no-embeddings")
 PALETTE = SERIES
 #: what the vectors page can show: stage updates (θ − θ_parent), cumulative updates (θ − θ_base), oracle directions
 VECTOR_KINDS = ("stage", "cumulative", "oracle")
@@ -61,12 +61,12 @@ def axis_type(*arrays: Any) -> str:
     return "log" if len(vals) > 1 and vals.max() / vals.min() >= 100 else "linear"
 
 
-def vector_categories(s: dict[str, Any], manifest: Manifest | None) -> list[tuple[str, str]]:
+def vector_categories(s: VectorSummaryView, manifest: Manifest | None) -> list[tuple[str, str]]:
     """(kind, phase) of each task vector: kind in VECTOR_KINDS, phase "sft", "rl" or "none"."""
     out = []
-    for plus, kind in zip(s["plus"], s["kinds"], strict=True):
+    for plus, kind in zip(s.plus, s.kinds, strict=True):
         spec = manifest.checkpoints.get(plus) if manifest is not None else None
-        if spec is not None and spec.kind == "oracle" or plus in s.get("oracles", []):
+        if spec is not None and spec.kind == "oracle" or plus in s.oracles:
             k = "oracle"
         else:
             k = "cumulative" if kind == "cumulative" else "stage"
@@ -75,7 +75,7 @@ def vector_categories(s: dict[str, Any], manifest: Manifest | None) -> list[tupl
     return out
 
 
-def vector_filter(s: dict[str, Any], manifest: Manifest | None, kinds: list[str] | None = None,
+def vector_filter(s: VectorSummaryView, manifest: Manifest | None, kinds: list[str] | None = None,
                   phases: list[str] | None = None) -> list[int]:
     """Indices of the task vectors whose kind is in ``kinds`` and phase in ``phases`` (None: all)."""
     cats = vector_categories(s, manifest)
@@ -142,8 +142,8 @@ def cosine_heatmap(labels: list[str], cos: np.ndarray, title: str, norms: np.nda
     return fig
 
 
-def _subset(s: dict[str, Any], keep: list[int] | None, cos: np.ndarray, norms: Any) -> tuple[list[str], Any, Any]:
-    labels = list(s["labels"])
+def _subset(s: VectorSummaryView, keep: list[int] | None, cos: np.ndarray, norms: Any) -> tuple[list[str], Any, Any]:
+    labels = list(s.labels)
     cos = np.asarray(cos)
     norms = np.asarray(norms) if norms is not None else None
     if keep is None:
@@ -152,40 +152,38 @@ def _subset(s: dict[str, Any], keep: list[int] | None, cos: np.ndarray, norms: A
     return [labels[i] for i in keep], cos[np.ix_(idx, idx)], (norms[idx] if norms is not None else None)
 
 
-def global_cosines_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None = None) -> go.Figure:
+def global_cosines_figure(s: VectorSummaryView, view: str = "all", keep: list[int] | None = None) -> go.Figure:
     """The cosine matrix of the task vectors ``keep`` (indices; None: all)."""
-    labels, cos, norms = _subset(s, keep, s["cos"], s.get("norm"))
+    labels, cos, norms = _subset(s, keep, s.cos, s.norm)
     if not labels:
         return _empty("No task vector matches the filter")
     return cosine_heatmap(labels, cos, f"Task-vector cosines ({_view_note(view)}, flattened; {len(labels)} vectors)",
                           norms)
 
 
-def layer_cosines_figure(s: dict[str, Any], index: int, view: str = "all", keep: list[int] | None = None) -> go.Figure:
+def layer_cosines_figure(s: VectorSummaryView, index: int, view: str = "all", keep: list[int] | None = None) -> go.Figure:
     """The cosine matrix of one layer block (``group_labels[index]``)."""
-    groups = s["group_labels"]
+    groups = s.group_labels
     if not groups:
         return _empty("No layer blocks in this view")
     index = max(0, min(int(index), len(groups) - 1))
-    norm_group = s.get("norm_group")
-    labels, cos, norms = _subset(s, keep, s["cos_group"][index],
-                                 np.asarray(norm_group)[index] if norm_group is not None else None)
+    labels, cos, norms = _subset(s, keep, s.cos_group[index], np.asarray(s.norm_group)[index])
     if not labels:
         return _empty("No task vector matches the filter")
     return cosine_heatmap(labels, cos, f"Task-vector cosines in {groups[index]} ({_view_note(view)})", norms)
 
 
-def layer_oracle_figure(s: dict[str, Any], oracle: int, view: str = "all", keep: list[int] | None = None) -> go.Figure:
+def layer_oracle_figure(s: VectorSummaryView, oracle: int, view: str = "all", keep: list[int] | None = None) -> go.Figure:
     """Cosine of every task vector (``keep``: indices; None: all) with one oracle direction, per layer
     block (vectors × layers); the height grows with the rows."""
-    labels, groups = list(s["labels"]), s["group_labels"]
-    if not s["oracles"]:
+    labels, groups = list(s.labels), s.group_labels
+    if not s.oracles:
         return _empty("No oracles in this run: oracle directions need checkpoints of kind oracle")
-    name = s["oracles"][max(0, min(int(oracle), len(s["oracles"]) - 1))]
-    idx = [i for i, (p, m) in enumerate(zip(s["plus"], s["minus"], strict=True)) if p == name and m == s["base"]]
+    name = s.oracles[max(0, min(int(oracle), len(s.oracles) - 1))]
+    idx = [i for i, (p, m) in enumerate(zip(s.plus, s.minus, strict=True)) if p == name and m == s.base]
     if not idx or not groups:
         return _empty(f"No direction for oracle {name}")
-    z = np.asarray(s["cos_group"])[:, :, idx[0]].T  # (V, G)
+    z = np.asarray(s.cos_group)[:, :, idx[0]].T  # (V, G)
     if keep is not None:
         z, labels = z[np.asarray(keep, dtype=int)], [labels[i] for i in keep]
     if not labels:
@@ -202,16 +200,16 @@ def layer_oracle_figure(s: dict[str, Any], oracle: int, view: str = "all", keep:
     return fig
 
 
-def distance_figure(s: dict[str, Any], view: str = "all") -> go.Figure:
+def distance_figure(s: VectorSummaryView, view: str = "all") -> go.Figure:
     """Distance of each checkpoint of the chain to each oracle: one line per oracle."""
-    names, on_chain = s["distance_checkpoints"], np.asarray(s["on_chain"], dtype=bool)
-    dist = np.asarray(s["distance"])
+    names, on_chain = s.distance_checkpoints, np.asarray(s.on_chain, dtype=bool)
+    dist = np.asarray(s.distance)
     fig = go.Figure()
-    if not s["oracles"] or not names:
+    if not s.oracles or not names:
         return _empty("No oracles in this run: distances to oracles need checkpoints of kind oracle")
     chain = [n for n, c in zip(names, on_chain, strict=True) if c]
     off = [n for n, c in zip(names, on_chain, strict=True) if not c]
-    for oi, (o, dom) in enumerate(zip(s["oracles"], s["oracle_domains"], strict=True)):
+    for oi, (o, dom) in enumerate(zip(s.oracles, s.oracle_domains, strict=True)):
         ys = dist[on_chain, oi]
         fig.add_trace(go.Scatter(x=chain, y=_clean(ys), mode="lines+markers", name=f"to {o} ({dom})",
                                  hovertemplate="%{x}<br>‖θ − θ_" + o + "‖ = %{y:.4g}<extra></extra>"))
@@ -236,24 +234,24 @@ def _empty(text: str) -> go.Figure:
 def _fig_cosines(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
     out = []
     for view in VIEWS:
-        s = load_summary(reader, VECTORS_KEY, view)
-        if s is not None and s["labels"]:
+        s = read_vectors_view(reader, view)
+        if s is not None and s.labels:
             out.append(("" if view == "all" else view, global_cosines_figure(s, view)))
     return out
 
 
 @register_figure("vectors/layer-cosines", "Cosine with each oracle direction, per layer", width=1000, height=560)
 def _fig_layer_oracle(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
-    s = load_summary(reader, VECTORS_KEY)
+    s = read_vectors_view(reader)
     if s is None:
         return []
-    return [(name, layer_oracle_figure(s, oi)) for oi, name in enumerate(s["oracles"])]
+    return [(name, layer_oracle_figure(s, oi)) for oi, name in enumerate(s.oracles)]
 
 
 @register_figure("vectors/distances", "Distance to each oracle along the chain", width=900, height=480)
 def _fig_distances(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
-    s = load_summary(reader, VECTORS_KEY)
-    if s is None or not s["oracles"]:
+    s = read_vectors_view(reader)
+    if s is None or not s.oracles:
         return []
     return [("", distance_figure(s))]
 

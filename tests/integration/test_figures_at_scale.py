@@ -9,7 +9,6 @@ from vectors_helpers import make_long_chain_run
 
 from aclarena.figures.vectors import (
     DISPLACEMENT_KEY,
-    VECTORS_KEY,
     axis_type,
     distinct_colours,
     global_cosines_figure,
@@ -20,6 +19,7 @@ from aclarena.figures.vectors import (
     vector_categories,
     vector_filter,
 )
+from aclarena.results.vectors import read_vectors_view
 from aclarena.store import ResultsStore, load_manifest
 
 
@@ -31,7 +31,7 @@ def long_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def summaries(long_run):
     with ResultsStore(long_run).reader() as r:
-        return load_summary(r, VECTORS_KEY), load_summary(r, DISPLACEMENT_KEY), load_manifest(long_run)
+        return read_vectors_view(r), load_summary(r, DISPLACEMENT_KEY), load_manifest(long_run)
 
 
 def test_vector_filter_by_kind_and_phase(summaries):
@@ -40,7 +40,7 @@ def test_vector_filter_by_kind_and_phase(summaries):
     assert sum(k == "stage" for k, _ in cats) == 40 and sum(k == "oracle" for k, _ in cats) == 8
     assert sum(k == "cumulative" for k, _ in cats) == len(cats) - 48 >= 39
     rl_oracles = vector_filter(s, m, ["oracle"], ["rl"])
-    assert [s["plus"][i] for i in rl_oracles] == [f"oracle-{d}-rl" for d in ("math", "search", "ecom", "if")]
+    assert [s.plus[i] for i in rl_oracles] == [f"oracle-{d}-rl" for d in ("math", "search", "ecom", "if")]
     assert len(vector_filter(s, m, ["stage", "oracle"], ["sft", "rl", "none"])) == 48
 
 

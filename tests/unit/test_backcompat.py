@@ -32,6 +32,9 @@ ARCHIVED = [
 ARCHIVED += [
     ("drift-signature", "0.1.0"),
     ("routing", "0.1.0"),
+    ("task-vector-gram", "0.1.0"),
+    ("task-vector-summary", "0.1.0"),
+    ("task-vector-pairs", "0.1.0"),
 ]
 
 

@@ -18,14 +18,20 @@ from make_flips import plain, setup
 
 
 def keep_groups(src: Path, dst: Path, root: str) -> None:
-    """Copy the file attributes of results.h5 ``src`` and its group ``root`` (every child, with attributes) into a
-    new results.h5 ``dst``."""
+    """Copy the file attributes of results.h5 ``src`` and its group ``root`` (every child, with attributes; the
+    groups above it with their attributes) into a new results.h5 ``dst``."""
     import h5py
 
     dst.unlink(missing_ok=True)
     with h5py.File(src, "r") as s, h5py.File(dst, "w") as d:
         d.attrs.update(s.attrs)
-        s.copy(s[root], d, name=root)
+        where = d
+        path = ""
+        for part in root.split("/")[:-1]:
+            path = f"{path}/{part}"
+            where = where.create_group(part)
+            where.attrs.update(s[path].attrs)
+        s.copy(s[root], where, name=root.split("/")[-1])
 
 
 def main() -> None:
