@@ -171,3 +171,22 @@ def test_a_new_major_version_is_written_once_registered_and_refused_by_the_old_r
 def test_an_upgrade_must_come_from_an_older_version():
     with pytest.raises(ValueError, match="not from an older version"):
         _v2({"0.2.0": FROM_0_1["0.1.0"]})
+
+
+# --- reading one part of a large result: one summary view of the archived task vectors ------------------------
+
+
+def test_one_view_read_alone_is_that_view_of_the_whole(tmp_path):
+    from aclarena.results import vectors
+
+    run, want = _archived("task-vector-summary", "0.1.0", tmp_path)
+    with ResultsStore(run).reader() as r:
+        whole = vectors.read_vectors_summary(r)
+        alone = {view: vectors.read_vectors_view(r, view) for view in vectors.VIEWS}
+        part = registry.read_part(r, vectors.SUMMARY_KEY, vectors.SUMMARY_TYPE, ["no-embeddings"])
+    assert whole is not None and set(whole.views) == set(vectors.VIEWS)
+    assert all(_as_json(alone[v]) == _as_json(whole.views[v]) for v in vectors.VIEWS)
+    assert list(part.views) == ["no-embeddings"] and part.fingerprint == whole.fingerprint
+    assert _as_json(whole) == json.dumps(want[vectors.SUMMARY_KEY], sort_keys=True)
+    with ResultsStore(run).reader() as r, pytest.raises(StoreError, match="holds a 'task-vector-summary' result"):
+        registry.read_part(r, vectors.SUMMARY_KEY, vectors.GRAM_TYPE, ["all"])
