@@ -35,6 +35,8 @@ ARCHIVED += [
     ("task-vector-gram", "0.1.0"),
     ("task-vector-summary", "0.1.0"),
     ("task-vector-pairs", "0.1.0"),
+    ("displacement-stats", "0.1.0"),
+    ("displacement-summary", "0.1.0"),
 ]
 
 
@@ -190,3 +192,27 @@ def test_one_view_read_alone_is_that_view_of_the_whole(tmp_path):
     assert _as_json(whole) == json.dumps(want[vectors.SUMMARY_KEY], sort_keys=True)
     with ResultsStore(run).reader() as r, pytest.raises(StoreError, match="holds a 'task-vector-summary' result"):
         registry.read_part(r, vectors.SUMMARY_KEY, vectors.GRAM_TYPE, ["all"])
+
+
+def test_a_displacement_summary_written_before_ratio_excluded_reads_and_writes_back_without_it(tmp_path):
+    """docs/store-format.md: ``ratio_excluded`` MAY be absent (summaries written before 2026-12-01)."""
+    import h5py
+
+    from aclarena.results import displacement
+
+    run, want = _archived("displacement-summary", "0.1.0", tmp_path)
+    with h5py.File(run / "results.h5", "r+") as f:
+        for view in displacement.VIEWS:
+            del f[f"{displacement.SUMMARY_KEY}/{view}/ratio_excluded"]
+    with ResultsStore(run).reader() as r:
+        got = displacement.read_displacement_summary(r)
+        alone = displacement.read_displacement_view(r, "no-embeddings")
+    assert got is not None and alone is not None and alone.ratio_excluded is None
+    assert all(v.ratio_excluded is None for v in got.views.values())
+    read_back, archived = plain(got.views["all"]), dict(want[displacement.SUMMARY_KEY]["views"]["all"])
+    assert read_back.pop("ratio_excluded") is None and archived.pop("ratio_excluded")
+    assert json.dumps(read_back, sort_keys=True) == json.dumps(archived, sort_keys=True)
+    displacement.write_displacement_summary(run, got)
+    with ResultsStore(run).reader() as r:
+        assert not r.has(f"{displacement.SUMMARY_KEY}/all/ratio_excluded")
+        assert _as_json(displacement.read_displacement_summary(r)) == _as_json(got)
