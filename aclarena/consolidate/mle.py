@@ -107,7 +107,6 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
     from aclarena.consolidate.serving import expert_parameters
     from aclarena.models.checkpoint import inspect
     from aclarena.models.tensors import checkpoint_fingerprint
-    from aclarena.store import Table
     from aclarena.store.manifest import CheckpointSpec
     from aclarena.train.data import arena_rl_data
     from aclarena.train.phases import run_rl
@@ -158,7 +157,7 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
                      meta={"name": name, "method": "mle", "domain": d},
                      peft_config=LoraConfig(task_type="CAUSAL_LM", **lora))
         outputs.append(Output(spec, {**settings, "parameters": expert_parameters(folder)}, time.perf_counter() - t0,
-                              data={"log": Table(log_table(res.log_history))}))
+                              log=log_table(res.log_history)))
     return outputs
 
 
@@ -239,7 +238,7 @@ def record_routes(job: Job, domains: Sequence[str]) -> None:
     from aclarena.consolidate.routers import FALLBACKS, build_router
     from aclarena.envs import SUITES
     from aclarena.errors import unknown_name
-    from aclarena.store import Json, ResultsStore
+    from aclarena.results.consolidation import MleRecord, write_consolidation
 
     suffix = job.lineage.suffix
     backbone = backbone_name(suffix)
@@ -260,8 +259,6 @@ def record_routes(job: Job, domains: Sequence[str]) -> None:
             else:
                 ckpt = backbone if fallback == "backbone" else None  # refuse: the suite is not served
             routes[name][suite] = {"expert": r.expert, "checkpoint": ckpt, "reason": r.reason}
-    ResultsStore(job.run_dir).write(
-        f"consolidate/{_stem(job)}{suffix}",
-        {"routes": Json(routes), "experts": Json({d: expert_name(job, d) for d in domains}), "backbone": Json(backbone)},
-        result_type="consolidation", attrs={"method": "mle", "replicate": job.lineage.replicate, "fallback": fallback,
-                                            "seed": job.seed}, overwrite=True)
+    write_consolidation(job.run_dir, MleRecord(
+        name=f"{_stem(job)}{suffix}", method="mle", replicate=job.lineage.replicate, seed=job.seed, fallback=fallback,
+        routes=routes, experts={d: expert_name(job, d) for d in domains}, backbone=backbone))

@@ -5,7 +5,7 @@ analyses that make results and the figures, dashboard and ``export`` that read t
 """
 
 # every result type registers itself when its module is imported: importing the package registers them all
-from aclarena.results import displacement, flips, orders, routing, signatures, vectors
+from aclarena.results import consolidation, displacement, flips, orders, routing, signatures, vectors
 from aclarena.results.registry import ResultType, Stored, read, register, registered, write
 
-__all__ = ["ResultType", "displacement", "flips", "orders", "Stored", "read", "register", "registered", "routing", "signatures", "vectors", "write"]
+__all__ = ["ResultType", "consolidation", "displacement", "flips", "orders", "Stored", "read", "register", "registered", "routing", "signatures", "vectors", "write"]

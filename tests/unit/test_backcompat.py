@@ -37,6 +37,7 @@ ARCHIVED += [
     ("task-vector-pairs", "0.1.0"),
     ("displacement-stats", "0.1.0"),
     ("displacement-summary", "0.1.0"),
+    ("consolidation", "0.1.0"),
 ]
 
 
@@ -216,3 +217,20 @@ def test_a_displacement_summary_written_before_ratio_excluded_reads_and_writes_b
     with ResultsStore(run).reader() as r:
         assert not r.has(f"{displacement.SUMMARY_KEY}/all/ratio_excluded")
         assert _as_json(displacement.read_displacement_summary(r)) == _as_json(got)
+
+
+def test_each_kind_of_consolidation_record_reads_back_as_its_kind(tmp_path):
+    from aclarena.results import consolidation as c
+
+    run, _ = _archived("consolidation", "0.1.0", tmp_path)
+    with ResultsStore(run).reader() as r:
+        kinds = {p.name: type(p) for p in c.list_consolidations(r)}
+        sdft, mle = c.read_consolidation(r, "sdft"), c.read_consolidation(r, "mle")
+        expert = c.read_consolidation(r, "mle-math")
+    assert kinds == {"sdft": c.CheckpointRecord, "merge-uniform": c.CheckpointRecord, "fix": c.RepairRecord,
+                     "mle": c.MleRecord, **{f"mle-{d}": c.CheckpointRecord for d in ("math", "search", "ecom", "if")}}
+    assert isinstance(expert, c.CheckpointRecord) and expert.log is not None
+    assert expert.log["step"].dtype == np.int64 and expert.log["loss"].dtype == np.float64 and expert.summary is None
+    assert isinstance(sdft, c.CheckpointRecord) and isinstance(sdft.summary, dict) and "kept" in sdft.summary
+    assert isinstance(mle, c.MleRecord) and mle.backbone == "sdft"
+    assert set(mle.experts) == {"math", "search", "ecom", "if"}
