@@ -254,6 +254,7 @@ def check_task_vectors(shape: Shape, k: int, workdir: Path) -> dict:
     from transformers import AutoModelForCausalLM
 
     from aclarena.cli import main
+    from aclarena.results.vectors import read_gram
     from aclarena.store import ResultsStore
     from aclarena.store.manifest import CheckpointSpec, Manifest, write_manifest
 
@@ -284,7 +285,8 @@ def check_task_vectors(shape: Shape, k: int, workdir: Path) -> dict:
     gram_s = time.perf_counter() - t0
     if code != 0:
         raise SystemExit(f"vectors failed with exit code {code}")
-    gram = ResultsStore(run).read("vectors/gram")["gram"]
+    with ResultsStore(run).reader() as r:
+        gram = read_gram(r).gram
     return {"checkpoints": k, "shape": shape.name, "bytes_total": sum(sizes), "write_s": round(write_s, 2),
             "vectors_s": round(gram_s, 2), "gb_per_s": round(sum(sizes) / gram_s / 1e9, 3),
             "gram_shape": list(getattr(gram, "shape", ()))}

@@ -135,6 +135,7 @@ def step_gram(folders: list[str]) -> dict:
     import io
 
     from aclarena.cli import main
+    from aclarena.results.vectors import read_gram
     from aclarena.store import ResultsStore
 
     run = write_manifest_for(folders)
@@ -142,7 +143,8 @@ def step_gram(folders: list[str]) -> dict:
         code = main(["vectors", "--run", str(run), "--force", "--json"])
     if code != 0:
         raise SystemExit(f"vectors failed with exit code {code}")
-    gram = ResultsStore(run).read("vectors/gram")["gram"].sum(axis=0)
+    with ResultsStore(run).reader() as r:
+        gram = read_gram(r).gram.sum(axis=0)
     return {"gram": gram.tolist()}
 
 

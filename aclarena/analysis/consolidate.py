@@ -78,16 +78,9 @@ def consolidate(
         if options is not None:
             raise AclarenaError("give the method's options either as an options object or as keywords, not both")
         options = options_for(method, settings)
-    from aclarena.consolidate.methods import (
-        RESULT_ROOT,
-        RESULT_TYPE,
-        RESULT_VERSION,
-        Job,
-        get_method,
-        run_method,
-    )
+    from aclarena.consolidate.methods import Job, get_method, run_method
     from aclarena.consolidate.sources import pick
-    from aclarena.store import Json, ResultsStore
+    from aclarena.results.consolidation import CheckpointRecord, write_consolidation
     from aclarena.store.manifest import manifest_path
     from aclarena.store.runlock import run_lock, update_manifest
 
@@ -95,7 +88,6 @@ def consolidate(
     manifest = manifest_or_load(run_dir, manifest)
     opts = check_options(chosen.name, options)
     lineages = pick(manifest, seeds)
-    store = ResultsStore(run_dir)
     run_path = Path(run_dir)
     result = ConsolidateResult(method=chosen.name)
     with progress(enabled=show_progress) as bar:
@@ -122,12 +114,10 @@ def consolidate(
                     _require_own_output(run_path, out)  # under this lock too), and the folder still this run's
                     manifest = update_manifest(run_path, add)
                     text = manifest_path(run_path).read_text(encoding="utf-8")
-                    data: dict[str, Any] = {"settings": Json(dict(out.settings))} | dict(out.data)
-                    store.write(f"{RESULT_ROOT}/{out.spec.name}", data, result_type=RESULT_TYPE,
-                                result_version=RESULT_VERSION,
-                                attrs={"method": chosen.name, "replicate": lin.replicate, "seed": seed,
-                                       "seconds": out.seconds, "reused": out.reused, "settings": dict(out.settings)},
-                                overwrite=True, manifest_text=text)
+                    write_consolidation(run_path, CheckpointRecord(
+                        name=out.spec.name, method=chosen.name, replicate=lin.replicate, seed=seed,
+                        seconds=out.seconds, reused=out.reused, settings=dict(out.settings), log=out.log,
+                        summary=out.summary), manifest_text=text)
                 result.outputs.append({"checkpoint": out.spec.name, "method": chosen.name,
                                        "replicate": lin.replicate, "seed": seed, "parent": out.spec.parent,
                                        "on": out.spec.on, "domain": out.spec.domain,

@@ -38,11 +38,20 @@ from aclarena.diagnostics.displacement import (
     summarize_displacement,
 )
 from aclarena.errors import AclarenaError
-from aclarena.store import CheckpointSpec, Json, Manifest, ResultsStore
+from aclarena.results.displacement import (
+    RESULT_VERSION,
+    STATS_KEY,
+    SUMMARY_KEY,
+    DisplacementStatsData,
+    DisplacementSummaryData,
+    DisplacementView,
+    read_displacement_stats,
+    write_displacement_stats,
+    write_displacement_summary,
+)
+from aclarena.store import CheckpointSpec, Manifest, ResultsStore
 
-RESULT_VERSION = "0.1.0"
-STATS_KEY = "displacement/stats"
-SUMMARY_KEY = "displacement/summary"
+#: each stored view, and whether it leaves the input embeddings and output head out
 VIEWS = {"all": False, "no-embeddings": True}
 DEFAULT_TOLERANCES = (0.0, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
 
@@ -139,7 +148,8 @@ def displacement(
                     "chunk": CHUNK_ELEMENTS}
         key = settings_hash(settings)
         if stored_fingerprint(store, STATS_KEY) == key and not force:
-            stats = store.read(STATS_KEY)
+            with store.reader() as r:
+                stats = read_displacement_stats(r)
             computed = False
         else:
             on_cols = [col[o] for o in plan.adapter_on]
@@ -167,18 +177,13 @@ def displacement(
             def stack(f: str, shape: tuple[int, ...], dtype: Any = np.float64) -> np.ndarray:
                 return np.stack([np.asarray(rows[t][f]) for t in tensors]) if tensors else np.zeros((0, *shape), dtype)
 
-            stats = {
-                "tensors": tensors, "children": children, "parents": parents, "tolerances": np.asarray(tolerances),
-                "numel": np.array([int(rows[t]["numel"]) for t in tensors], dtype=np.int64),
-                "sq_delta": stack("sq_delta", (n_p,)), "sq_parent": stack("sq_parent", (n_p,)),
-                "changed": stack("changed", (n_p, n_j), np.int64), "changed_bf16": stack("changed_bf16", (n_p, n_j), np.int64),
-                "max_abs": stack("max_abs", (n_p,)),
-            }
-            store.write(STATS_KEY, {**stats, "tensors": Json(tensors), "children": Json(children),
-                                    "parents": Json(parents), "settings": Json(settings)},
-                        result_type="displacement-stats", result_version=RESULT_VERSION,
-                        attrs={"fingerprint": key, "settings": settings}, overwrite=True)
-            writes.append(STATS_KEY)
+            stats = DisplacementStatsData(
+                tensors=tensors, children=children, parents=parents, tolerances=np.asarray(tolerances),
+                numel=np.array([int(rows[t]["numel"]) for t in tensors], dtype=np.int64),
+                sq_delta=stack("sq_delta", (n_p,)), sq_parent=stack("sq_parent", (n_p,)),
+                changed=stack("changed", (n_p, n_j), np.int64), changed_bf16=stack("changed_bf16", (n_p, n_j), np.int64),
+                max_abs=stack("max_abs", (n_p,)), settings=settings, fingerprint=key)
+            writes.append(write_displacement_stats(store, stats))
             finish_parts(store, "displacement")
             computed = True
     finally:
@@ -192,8 +197,8 @@ def displacement(
     summaries = {}
     for view, ex in VIEWS.items():
         summaries[view] = summarize_displacement(
-            stats["tensors"], stats["numel"], stats["sq_delta"], stats["sq_parent"], stats["changed"],
-            stats["changed_bf16"], tolerances, exclude_embeddings=ex)
+            stats.tensors, stats.numel, stats.sq_delta, stats.sq_parent, stats.changed, stats.changed_bf16, tolerances,
+            exclude_embeddings=ex)
     ratio_rows = {}
     for view, s in summaries.items():
         per, overall = sft_rl_ratios(list(s.norm), phases, stages)
@@ -203,33 +208,28 @@ def displacement(
                     "kinds": [s.kind for s in specs], "version": RESULT_VERSION, "ratio_rule": 2}
     sum_key = settings_hash(sum_settings)
     if stored_fingerprint(store, SUMMARY_KEY) != sum_key:
-        store.write(SUMMARY_KEY, {view: summary_data(s, children, parents, specs, *ratio_rows[view])
-                                  for view, s in summaries.items()},
-                    result_type="displacement-summary", result_version=RESULT_VERSION,
-                    attrs={"fingerprint": sum_key, "settings": sum_settings}, overwrite=True)
-        writes.append(SUMMARY_KEY)
+        payload = DisplacementSummaryData(views={view: summary_view(s, children, parents, specs, *ratio_rows[view])
+                                                 for view, s in summaries.items()},
+                                          settings=sum_settings, fingerprint=sum_key)
+        writes.append(write_displacement_summary(store, payload))
     return DisplacementResult(run=manifest.name, children=tuple(children), parents=tuple(parents),
                               specs=tuple(specs), computed=computed, summaries=summaries, ratios=ratio_rows,
                               writes=tuple(writes))
 
 
-def summary_data(s: DisplacementSummary, children: list[str], parents: list[str], specs: list[CheckpointSpec],
-                 per: list[PhaseRatio], overall: float, excluded: list[tuple[str, str]] | None = None) -> dict[str, Any]:
-    """A :class:`DisplacementSummary` as store elements."""
-    return {
-        "children": Json(children), "parents": Json(parents),
-        "phases": Json([sp.phase for sp in specs]), "kinds": Json([sp.kind for sp in specs]),
-        "domains": Json([sp.domain for sp in specs]),
-        "tolerances": np.asarray(s.tolerances, dtype=np.float64),
-        "norm": s.norm, "rel": s.rel, "changed_frac": s.changed_frac, "changed_frac_bf16": s.changed_frac_bf16,
-        "group_labels": Json(s.group_labels), "norm_group": s.norm_group, "rel_group": s.rel_group,
-        "changed_frac_group": s.changed_frac_group,
-        "tensor_labels": Json(s.tensor_labels), "norm_tensor": s.norm_tensor, "rel_tensor": s.rel_tensor,
-        "ratios": Json([{"stage": r.stage, "sft": r.sft, "rl": r.rl, "ratio": num(r.ratio), "pooled": r.pooled}
-                        for r in per]),
-        "overall_ratio": float(overall),
-        "ratio_excluded": Json([{"stage": st, "reason": why} for st, why in excluded or []]),
-    }
+def summary_view(s: DisplacementSummary, children: list[str], parents: list[str], specs: list[CheckpointSpec],
+                 per: list[PhaseRatio], overall: float, excluded: list[tuple[str, str]] | None = None) -> DisplacementView:
+    """A :class:`DisplacementSummary` as one stored view (:mod:`aclarena.results.displacement`)."""
+    return DisplacementView(
+        children=list(children), parents=list(parents), phases=[sp.phase for sp in specs],
+        kinds=[sp.kind for sp in specs], domains=[sp.domain for sp in specs],
+        tolerances=np.asarray(s.tolerances, dtype=np.float64), norm=s.norm, rel=s.rel, changed_frac=s.changed_frac,
+        changed_frac_bf16=s.changed_frac_bf16, group_labels=list(s.group_labels), norm_group=s.norm_group,
+        rel_group=s.rel_group, changed_frac_group=s.changed_frac_group, tensor_labels=list(s.tensor_labels),
+        norm_tensor=s.norm_tensor, rel_tensor=s.rel_tensor,
+        ratios=[{"stage": r.stage, "sft": r.sft, "rl": r.rl, "ratio": num(r.ratio), "pooled": r.pooled} for r in per],
+        overall_ratio=float(overall),
+        ratio_excluded=[{"stage": st, "reason": why} for st, why in excluded or []])
 
 
 def view_rows(s: DisplacementSummary, children: list[str], parents: list[str], specs: list[CheckpointSpec], by: str) -> list[dict[str, Any]]:

@@ -29,8 +29,6 @@ from aclarena.errors import AclarenaError
 from aclarena.store import Manifest
 from aclarena.store.manifest import CheckpointSpec
 
-RESULT_ROOT = "consolidate"
-
 
 @dataclass(frozen=True)
 class RepairOutput:
@@ -184,10 +182,9 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
     model), each output is an adapter on that model, repaired on the factors without densifying.
     """
     from aclarena.consolidate.checkpoint_merge import read_marker
-    from aclarena.consolidate.methods import RESULT_TYPE, RESULT_VERSION
     from aclarena.consolidate.repair import RepairSpec, adapter_root, repair_checkpoints
     from aclarena.models.checkpoint import inspect
-    from aclarena.store import Json, ResultsStore
+    from aclarena.results.consolidation import REPAIR_PREFIX, RepairRecord, write_consolidation
     from aclarena.store.manifest import manifest_path
     from aclarena.store.runlock import run_lock, update_manifest
 
@@ -228,7 +225,6 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
                                 "names no base ([run] base = ...): --select displacement")
         base_info = inspect(manifest.resolve(manifest.base), manifest, run_dir, _seen=seen)
         oracle_info = inspect(oracle_spec, manifest, run_dir, _seen=seen)
-    store = ResultsStore(run_dir)
     outputs: list[RepairOutput] = []
     writes: list[str] = []
     for out_name, spec in specs:
@@ -252,7 +248,6 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
                                     "layers": res.layers, "tensors_repaired": res.n_repaired,
                                     "energy_removed": res.energy_removed, "directions_kept": res.directions_kept,
                                     "notes": res.notes}
-        key = f"{RESULT_ROOT}/{out_name}"
         with run_lock(run_dir):  # the folder, its manifest entry and its record: one writer's, together
             marker = read_marker(folder) or {}
             if marker.get("fingerprint") != res.fingerprint:
@@ -260,10 +255,9 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
                                     "or settings) while this one ran; its output and record stand: rerun this one "
                                     "under another --name")
             update_manifest(run_dir, functools.partial(Manifest.add, spec=ck, replace_existing=True))
-            store.write(key, {"settings": Json(settings)}, result_type=RESULT_TYPE, result_version=RESULT_VERSION,
-                        attrs={"method": f"repair-{method}", "seconds": seconds, "reused": res.reused,
-                               "settings": settings},
-                        overwrite=True, manifest_text=manifest_path(run_dir).read_text(encoding="utf-8"))
+            key = write_consolidation(run_dir, RepairRecord(name=out_name, method=f"{REPAIR_PREFIX}{method}",
+                                                      seconds=seconds, reused=res.reused, settings=settings),
+                                manifest_text=manifest_path(run_dir).read_text(encoding="utf-8"))
         writes.append(key)
         outputs.append(RepairOutput(out_name, method, old_spec.name, new_spec.name, spec.identity(), res.n_repaired,
                                     res.n_tensors, res.energy_removed, res.directions_kept, res.layers, seconds,

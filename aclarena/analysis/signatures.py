@@ -50,9 +50,15 @@ from aclarena.diagnostics.signatures import (
 )
 from aclarena.diagnostics.token_drift import HighEntropy
 from aclarena.errors import AclarenaError
+from aclarena.results.signatures import (
+    SignatureData,
+    read_signature,
+    settings_of,
+    signature_key,
+    write_signatures,
+)
 from aclarena.results.tokens import read_scores_meta, reference_columns, row_offsets, scores_columns
-from aclarena.store import Json, Manifest, ResultsStore
-from aclarena.store.signatures import RESULT_TYPE, RESULT_VERSION, read_signature, settings_of, signature_key
+from aclarena.store import Manifest, ResultsStore
 
 DEFAULT_N = 32
 DEFAULT_MAX_NEW_TOKENS = 64
@@ -256,7 +262,7 @@ def signatures(
                 "level": float(level), "seed": seed}
     rows: list[dict[str, Any]] = []
     sigs: dict[tuple[str, str], DriftSignature] = {}
-    items: list[Any] = []
+    payloads: list[SignatureData] = []
     failed: list[str] = []
     for u in todo:
         for d in u.domains:
@@ -272,14 +278,11 @@ def signatures(
                 except TooFewPositions as e:
                     failed.append(f"{u.name} on {d} ({probe}): {e}")
                     continue
-                attrs = {"update": u.name, "kind": u.kind, "parent": u.parent, "child": u.child, "domain": d,
-                         "probe": probe, "settings": want, "seed": seed}
-                items.append((key, {"signature": Json(sig.to_dict())}, RESULT_TYPE, RESULT_VERSION, attrs))
+                payloads.append(_payload(u, d, probe, sig, want, seed))
             rows.append(_row(u, d, probe, sig, status))
             sigs[(u.name, d)] = sig
-    if items:
-        store.write_many(items, overwrite=True, manifest_text=text)
-        writes += [it[0] for it in items]
+    if payloads:
+        writes += write_signatures(store, payloads, manifest_text=text)
     if failed and strict:
         raise AclarenaError(f"no signature for {'; '.join(failed)}; raise -n (prompts per probe set) or "
                             f"--max-new-tokens, or leave that update out with --updates")
@@ -368,7 +371,17 @@ def _stored(store: ResultsStore, key: str, want: dict[str, Any]) -> DriftSignatu
     with store.reader() as r:
         if settings_of(r, key) != want:
             return None
-        return DriftSignature.from_dict(read_signature(r, key))
+        return DriftSignature.from_dict(read_signature(r, key).signature())
+
+
+def _payload(u: Update, domain: str, probe: str, sig: DriftSignature, made_with: dict[str, Any],
+             seed: int) -> SignatureData:
+    """The stored form of ``u``'s signature on ``domain`` (:mod:`aclarena.results.signatures`)."""
+    return SignatureData(update=u.name, kind=u.kind, parent=u.parent, child=u.child, domain=domain, probe=probe,
+                         seed=seed, values=sig.values, low=sig.low, high=sig.high, high_share=sig.high_share,
+                         first_k_share=sig.first_k_share, n_sequences=sig.n_sequences, n_positions=sig.n_positions,
+                         n_valid=sig.n_valid, n_high=sig.n_high, n_first_k=sig.n_first_k, settings=sig.settings,
+                         made_with=made_with)
 
 
 def _sign(store: ResultsStore, probe: str, child: str, high: HighEntropy, settings: Mapping[str, Any]) -> DriftSignature:

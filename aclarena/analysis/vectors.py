@@ -44,12 +44,24 @@ from aclarena.diagnostics.task_vectors import (
     summarize,
 )
 from aclarena.errors import AclarenaError
-from aclarena.store import Json, Manifest, ResultsStore, Table
+from aclarena.results.vectors import (
+    GRAM_KEY,
+    PAIRS_KEY,
+    RESULT_VERSION,
+    SUMMARY_KEY,
+    GramData,
+    PairView,
+    VectorPairsData,
+    VectorSummaryData,
+    VectorSummaryView,
+    read_gram,
+    write_gram,
+    write_vector_pairs,
+    write_vectors_summary,
+)
+from aclarena.store import Manifest, ResultsStore
 
-RESULT_VERSION = "0.1.0"
-GRAM_KEY = "vectors/gram"
-SUMMARY_KEY = "vectors/summary"
-PAIRS_KEY = "vectors/pairs"
+#: each stored view, and whether it leaves the input embeddings and output head out
 VIEWS = {"all": False, "no-embeddings": True}
 BY = ("global", "tensor", "layer")
 
@@ -246,19 +258,16 @@ def vectors(
                     "chunk": CHUNK_ELEMENTS}
         key = settings_hash(settings)
         if stored_fingerprint(store, GRAM_KEY) == key and not force:
-            data = store.read(GRAM_KEY)
-            grams = TensorGrams(basis, tuple(data["tensors"]), data["gram"], data["numel"])
+            with store.reader() as r:
+                stored_gram = read_gram(r)
+            grams = TensorGrams(basis, tuple(stored_gram.tensors), stored_gram.gram, stored_gram.numel)
             computed = False
         else:
             grams = gram_pass(plan, basis, store, key, save_every=save_every, show_progress=show_progress)
-            store.write(GRAM_KEY, {
-                "basis": Json(list(basis.names)), "kinds": Json(list(basis.kinds)), "on": Json(list(basis.on)),
-                "tensors": Json(list(grams.tensors)), "numel": grams.numel, "gram": grams.grams,
-                "settings": Json(settings),
-            }, result_type="task-vector-gram", result_version=RESULT_VERSION,
-                attrs={"fingerprint": key, "settings": settings}, overwrite=True,
-                manifest_text=text)
-            writes.append(GRAM_KEY)
+            writes.append(write_gram(store, GramData(basis=list(basis.names), kinds=list(basis.kinds),
+                                                     on=list(basis.on), tensors=list(grams.tensors),
+                                                     numel=grams.numel, gram=grams.grams, settings=settings,
+                                                     fingerprint=key), manifest_text=text))
             finish_parts(store, "vectors")
             computed = True
     finally:
@@ -273,29 +282,26 @@ def vectors(
                     "projected": projected, "notes": notes, "version": RESULT_VERSION}
     sum_key = settings_hash(sum_settings)
     if stored_fingerprint(store, SUMMARY_KEY) != sum_key:
-        store.write(SUMMARY_KEY, {view: summary_data(s) for view, s in summaries.items()},
-                    result_type="task-vector-summary", result_version=RESULT_VERSION,
-                    attrs={"fingerprint": sum_key, "settings": sum_settings}, overwrite=True,
-                    manifest_text=text)
-        writes.append(SUMMARY_KEY)
+        payload = VectorSummaryData(views={view: summary_view(s) for view, s in summaries.items()},
+                                    settings=sum_settings, fingerprint=sum_key)
+        writes.append(write_vectors_summary(store, payload, manifest_text=text))
     tvs: list[tuple[TaskVector, TaskVector]] = []
     if parsed:
         tvs = [(TaskVector(f"{a} - {b}", a, b, "pair"), TaskVector(f"{c} - {d}", c, d, "pair"))
                for (a, b), (c, d) in parsed]
         labels = [f"{x.label} : {y.label}" for x, y in tvs]
-        stored: dict[str, Any] = {"pairs": Table({"pair": labels, "a": [x.plus for x, _ in tvs],
-                                                  "b": [x.minus for x, _ in tvs], "c": [y.plus for _, y in tvs],
-                                                  "d": [y.minus for _, y in tvs]})}
+        columns = {"pair": labels, "a": [x.plus for x, _ in tvs], "b": [x.minus for x, _ in tvs],
+                   "c": [y.plus for _, y in tvs], "d": [y.minus for _, y in tvs]}
+        views: dict[str, PairView] = {}
         for view, ex in VIEWS.items():
             _, g = pair_cosines(grams, tvs, exclude_embeddings=ex)
             glabels, gl = pair_cosines(grams, tvs, by="layer", exclude_embeddings=ex)
-            stored[view] = {"cos": g[0], "group_labels": Json(glabels), "cos_group": gl}
+            views[view] = PairView(cos=g[0], group_labels=glabels, cos_group=gl)
         p_settings = {"gram": key, "pairs": labels}
         p_key = settings_hash(p_settings)
         if stored_fingerprint(store, PAIRS_KEY) != p_key:
-            store.write(PAIRS_KEY, stored, result_type="task-vector-pairs", result_version=RESULT_VERSION,
-                        attrs={"fingerprint": p_key, "settings": p_settings}, overwrite=True)
-            writes.append(PAIRS_KEY)
+            writes.append(write_vector_pairs(store, VectorPairsData(pairs=columns, views=views, settings=p_settings,
+                                                                    fingerprint=p_key)))
     return VectorsResult(run=manifest.name, base=base, checkpoints=tuple(basis.names), computed=computed,
                          summaries=summaries, grams=grams, pairs=tuple(tvs), writes=tuple(writes))
 
@@ -344,26 +350,19 @@ def study_vectors(manifest: Manifest, names: list[str]) -> tuple[list[TaskVector
     return vectors, oracles, chain, others, projected, notes
 
 
-def summary_data(s: TaskVectorSummary) -> dict[str, Any]:
-    """A :class:`TaskVectorSummary` as store elements (docs/store-format.md)."""
-    return {
-        "labels": Json([v.label for v in s.vectors]),
-        "kinds": Json([v.kind for v in s.vectors]),
-        "plus": Json([v.plus for v in s.vectors]), "minus": Json([v.minus for v in s.vectors]),
-        "base": s.base,
-        "cos": s.cos, "norm": s.norm,
-        "group_labels": Json(s.group_labels), "cos_group": s.cos_group, "norm_group": s.norm_group,
-        "layer_mean_cos": s.layer_mean_cos,
-        "tensor_labels": Json(s.tensor_labels), "cos_tensor": s.cos_tensor, "norm_tensor": s.norm_tensor,
-        "oracles": Json([o.name for o in s.oracles]), "oracle_domains": Json([o.domain for o in s.oracles]),
-        "oracle_norm": s.oracle_norm,
-        "distance_checkpoints": Json(s.distance_checkpoints), "on_chain": np.asarray(s.on_chain, dtype=bool),
-        "distance": s.distance, "distance_group": s.distance_group,
-        "projection_vectors": np.asarray(s.projection_vectors, dtype=np.int64),
-        "projection_cos": s.projection_cos, "projection_length": s.projection_length,
-        "projection_coef": s.projection_coef, "projection_cos_group": s.projection_cos_group,
-        "notes": Json(s.notes),
-    }
+def summary_view(s: TaskVectorSummary) -> VectorSummaryView:
+    """A :class:`TaskVectorSummary` as one stored view (:mod:`aclarena.results.vectors`)."""
+    return VectorSummaryView(
+        labels=[v.label for v in s.vectors], kinds=[v.kind for v in s.vectors], plus=[v.plus for v in s.vectors],
+        minus=[v.minus for v in s.vectors], base=s.base, cos=s.cos, norm=s.norm, group_labels=list(s.group_labels),
+        cos_group=s.cos_group, norm_group=s.norm_group, layer_mean_cos=s.layer_mean_cos,
+        tensor_labels=list(s.tensor_labels), cos_tensor=s.cos_tensor, norm_tensor=s.norm_tensor,
+        oracles=[o.name for o in s.oracles], oracle_domains=[o.domain for o in s.oracles], oracle_norm=s.oracle_norm,
+        distance_checkpoints=list(s.distance_checkpoints), on_chain=np.asarray(s.on_chain, dtype=bool),
+        distance=s.distance, distance_group=s.distance_group,
+        projection_vectors=np.asarray(s.projection_vectors, dtype=np.int64), projection_cos=s.projection_cos,
+        projection_length=s.projection_length, projection_coef=s.projection_coef,
+        projection_cos_group=s.projection_cos_group, notes=list(s.notes))
 
 
 def view_rows(s: TaskVectorSummary, by: str) -> tuple[list[str], Any, Any]:

@@ -3,7 +3,8 @@
 A method module (``aclarena.consolidate.<module>``) has ``run(job: Job) -> list[Output]``: it
 consolidates one replicate of the curriculum (:class:`~aclarena.consolidate.sources.Lineage`)
 into one or more checkpoints under ``<run>/checkpoints/`` and returns their manifest entries;
-``aclarena-diag consolidate`` adds them to the manifest and records each in results.h5.
+``aclarena-diag consolidate`` adds them to the manifest and records each in results.h5
+(:mod:`aclarena.results.consolidation`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,6 @@ from aclarena.errors import unknown_name
 from aclarena.store.manifest import CheckpointSpec, Manifest, check_name, output_folder
 
 CHECKPOINTS = "checkpoints"
-RESULT_ROOT = "consolidate"
-RESULT_TYPE = "consolidation"
-RESULT_VERSION = "0.1.0"
 
 
 @dataclass(frozen=True)
@@ -108,13 +106,15 @@ class Job:
 
 @dataclass(frozen=True)
 class Output:
-    """A consolidated checkpoint: its manifest entry and how it was made."""
+    """A consolidated checkpoint: its manifest entry and how it was made (``log``: the trainer's log history as
+    columns, ``summary``: what the method adds; see :class:`aclarena.results.consolidation.CheckpointRecord`)."""
 
     spec: CheckpointSpec
     settings: Mapping[str, Any]
     seconds: float
     reused: bool = False
-    data: Mapping[str, Any] = field(default_factory=dict)
+    log: dict[str, list[Any]] | None = None
+    summary: Any = None
     # a merge's fingerprint, as in its folder's marker: checked under the run lock before the record is written
     fingerprint: str | None = None
 

@@ -89,7 +89,6 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
     from aclarena.consolidate.serving import expert_parameters
     from aclarena.models.checkpoint import inspect
     from aclarena.models.tensors import checkpoint_fingerprint
-    from aclarena.store import Table
     from aclarena.store.manifest import CheckpointSpec
     from aclarena.train.data import arena_rl_data
     from aclarena.train.phases import run_rl
@@ -140,7 +139,7 @@ def train_experts(job: Job, domains: Sequence[str]) -> list[Output]:
                      meta={"name": name, "method": "mle", "domain": d},
                      peft_config=LoraConfig(task_type="CAUSAL_LM", **lora))
         outputs.append(Output(spec, {**settings, "parameters": expert_parameters(folder)}, time.perf_counter() - t0,
-                              data={"log": Table(log_table(res.log_history))}))
+                              log=log_table(res.log_history)))
     return outputs
 
 
@@ -181,8 +180,9 @@ def _success_signal(job: Job, domains: Sequence[str]) -> Any:
 def score_routers(job: Job, domains: Sequence[str]) -> list[str]:
     """Train and score every router of ``--routers``; write ``routing/<router>``; one note per router."""
     from aclarena.consolidate.contexts import evaluation_contexts, fingerprint, training_contexts
-    from aclarena.consolidate.router_eval import evaluate_router, write_report
+    from aclarena.consolidate.router_eval import evaluate_router
     from aclarena.consolidate.routers import build_router
+    from aclarena.results.routing import write_routing
     from aclarena.store import ResultsStore
 
     names = _routers(job)
@@ -197,14 +197,14 @@ def score_routers(job: Job, domains: Sequence[str]) -> list[str]:
         fit_s = time.perf_counter() - t0
         settings: dict[str, Any] = {"experts": list(domains), "train_n": ROUTER_TRAIN_N, "eval_n": ROUTER_EVAL_N,
                                     "seed": job.seed, "fit_seconds": round(fit_s, 3)}
-        extra: dict[str, Any] = {}
+        regret = None
         if name == "bandit":
             settings["reward"] = signal.source
             import numpy as np
 
-            extra["regret"] = np.asarray(router.log.regret, dtype=np.float64)  # type: ignore[attr-defined]
+            regret = np.asarray(router.log.regret, dtype=np.float64)  # type: ignore[attr-defined]
         report = evaluate_router(router, held, settings)
-        write_report(store, report, fingerprint=fingerprint(held), extra=extra)
+        write_routing(store, report.payload(fingerprint=fingerprint(held), regret=regret))
         parts = [f"{g.group} {g.accuracy:.2f}" for g in report.groups]
         notes.append(f"{name} router: " + ", ".join(parts))
     return notes
@@ -215,7 +215,7 @@ def record_routes(job: Job, domains: Sequence[str]) -> None:
     from aclarena.consolidate.contexts import env_context, training_contexts
     from aclarena.consolidate.routers import build_router
     from aclarena.envs import SUITES
-    from aclarena.store import Json, ResultsStore
+    from aclarena.results.consolidation import MleRecord, write_consolidation
 
     suffix = job.lineage.suffix
     backbone = backbone_name(suffix)
@@ -234,8 +234,6 @@ def record_routes(job: Job, domains: Sequence[str]) -> None:
             else:
                 ckpt = backbone if fallback == "backbone" else None  # refuse: the suite is not served
             routes[name][suite] = {"expert": r.expert, "checkpoint": ckpt, "reason": r.reason}
-    ResultsStore(job.run_dir).write(
-        f"consolidate/{_stem(job)}{suffix}",
-        {"routes": Json(routes), "experts": Json({d: expert_name(job, d) for d in domains}), "backbone": Json(backbone)},
-        result_type="consolidation", attrs={"method": "mle", "replicate": job.lineage.replicate, "fallback": fallback,
-                                            "seed": job.seed}, overwrite=True)
+    write_consolidation(job.run_dir, MleRecord(
+        name=f"{_stem(job)}{suffix}", method="mle", replicate=job.lineage.replicate, seed=job.seed, fallback=fallback,
+        routes=routes, experts={d: expert_name(job, d) for d in domains}, backbone=backbone))

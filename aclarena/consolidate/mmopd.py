@@ -38,7 +38,6 @@ def run(job: Job) -> list[Output]:
     from aclarena.consolidate.recipe import parse_trl, sizes
     from aclarena.models.checkpoint import inspect, require_same_tokenizer
     from aclarena.models.tensors import checkpoint_fingerprint
-    from aclarena.store import Json, Table
     from aclarena.store.manifest import CheckpointSpec
     from aclarena.train.phases import load_start, quiet, run_trainer
     from aclarena.train.progress import log_table
@@ -98,5 +97,5 @@ def run(job: Job) -> list[Output]:
     job.status(f"{name}: distilling {lin.end} from {', '.join(teacher_of.values())}")
     res = run_trainer(build, tok, folder, kind="distill", trl=overrides, seed=job.seed, fingerprint=fp,
                       meta={"name": name, "method": "mmopd"})
-    return [Output(spec, settings, time.perf_counter() - t0, data={"log": Table(log_table(res.log_history)),
-                                                                  "summary": Json({"prompts": len(rows)})})]
+    return [Output(spec, settings, time.perf_counter() - t0, log=log_table(res.log_history),
+                   summary={"prompts": len(rows)})]

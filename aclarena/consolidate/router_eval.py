@@ -1,8 +1,8 @@
-"""Scoring routers on labelled contexts, and writing their result to results.h5 (``routing/<router>``).
+"""Scoring routers on labelled contexts, and their result as results.h5 stores it (``routing/<router>``).
 
 The metrics are those of :mod:`aclarena.diagnostics.routing`; the contexts those of
-:mod:`aclarena.consolidate.contexts`; :mod:`aclarena.store.routing` reads the results back.
-docs/store-format.md lists the stored elements.
+:mod:`aclarena.consolidate.contexts`; :mod:`aclarena.results.routing` writes the results and reads them
+back. docs/store-format.md lists the stored elements.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import numpy as np
 from aclarena.consolidate.contexts import NONE, LabelledContext
 from aclarena.consolidate.routers import Route, Router
 from aclarena.diagnostics.routing import GroupAccuracy, accuracy_by_group, confusion_matrix, item_chance
-from aclarena.store.routing import RESULT_TYPE, RESULT_VERSION, ROOT, read_reports
+from aclarena.results.routing import DECISION_COLUMNS, RoutingData, routing_key
 
-__all__ = ["RESULT_TYPE", "RESULT_VERSION", "ROOT", "RouterReport", "evaluate_router", "read_reports", "report_data",
-           "write_report"]
+__all__ = ["RouterReport", "evaluate_router"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +43,20 @@ class RouterReport:
     def overall(self) -> float:
         n = sum(g.n for g in self.groups)
         return sum(g.correct for g in self.groups) / n if n else float("nan")
+
+    def payload(self, *, fingerprint: str, regret: np.ndarray | None = None) -> RoutingData:
+        """The stored form of this report (:mod:`aclarena.results.routing`): ``fingerprint`` of the contexts it was
+        scored on, and the bandit's ``regret`` per training round."""
+        g, d = self.groups, self.decisions
+        accuracy: dict[str, list[Any]] = {"type": [x.group for x in g], "n": [x.n for x in g],
+                                          "accuracy": [x.accuracy for x in g],
+                                          "abstain_rate": [x.abstain_rate for x in g], "chance": [x.chance for x in g],
+                                          "p_chance": [x.p_chance for x in g]}
+        decisions: dict[str, list[Any]] = {c: [row[i] for row in d] for i, c in enumerate(DECISION_COLUMNS)}
+        return RoutingData(router=self.router, fingerprint=fingerprint, overall=self.overall, seconds=self.seconds,
+                           settings=dict(self.settings), accuracy=accuracy, labels=list(self.labels),
+                           confusion=self.confusion, mixed=dict(self.mixed), decisions=decisions, regret=regret,
+                           key=routing_key(self.router))
 
 
 def evaluate_router(router: Router, contexts: Sequence[LabelledContext],
@@ -71,36 +84,3 @@ def evaluate_router(router: Router, contexts: Sequence[LabelledContext],
     decisions = tuple((c.kind, c.source, c.label, r.label, ok) for c, r, ok in zip(contexts, routes, correct, strict=True))
     return RouterReport(router=router.name, experts=experts, groups=tuple(groups), labels=labels, confusion=conf,
                         mixed=mixed, decisions=decisions, seconds=seconds, settings=dict(settings or {}))
-
-
-def report_data(report: RouterReport) -> dict[str, Any]:
-    """The report as store elements."""
-    from aclarena.store import Json, Table
-
-    g = report.groups
-    return {
-        "accuracy": Table({"type": [x.group for x in g], "n": np.array([x.n for x in g], dtype=np.int64),
-                           "accuracy": np.array([x.accuracy for x in g]),
-                           "abstain_rate": np.array([x.abstain_rate for x in g]),
-                           "chance": np.array([x.chance for x in g]),
-                           "p_chance": np.array([x.p_chance for x in g])}),
-        "labels": Json(list(report.labels)),
-        "confusion": report.confusion,
-        "mixed": Json(dict(report.mixed)),
-        "decisions": Table({"type": [d[0] for d in report.decisions], "source": [d[1] for d in report.decisions],
-                            "label": [d[2] for d in report.decisions], "routed": [d[3] for d in report.decisions],
-                            "correct": np.array([d[4] for d in report.decisions], dtype=bool)}),
-        "settings": Json(dict(report.settings)),
-    }
-
-
-def write_report(store: Any, report: RouterReport, *, fingerprint: str, extra: Mapping[str, Any] | None = None,
-                 manifest_text: str | None = None) -> str:
-    """Write ``routing/<router>``; returns the key."""
-    key = f"{ROOT}/{report.router}"
-    data = report_data(report) | dict(extra or {})
-    store.write(key, data, result_type=RESULT_TYPE, result_version=RESULT_VERSION,
-                attrs={"fingerprint": fingerprint, "router": report.router, "overall": report.overall,
-                       "seconds": report.seconds, "settings": dict(report.settings)},
-                overwrite=True, manifest_text=manifest_text)
-    return key

@@ -90,7 +90,6 @@ def run(job: Any) -> list[Any]:
     from aclarena.consolidate.recipe import parse_trl, sizes
     from aclarena.models.checkpoint import inspect
     from aclarena.models.tensors import checkpoint_fingerprint
-    from aclarena.store import Json, Table
     from aclarena.store.manifest import CheckpointSpec
     from aclarena.train.data import rejection_records
     from aclarena.train.phases import load_start, quiet, run_sft
@@ -147,4 +146,4 @@ def run(job: Any) -> list[Any]:
     res = run_sft(infos[start_name].location, order, folder, trl=trl, seed=job.seed, fingerprint=fp,
                   meta={"name": name, "method": "sdft", "data": data})
     return [Output(spec, {**settings, **data}, time.perf_counter() - t0,
-                   data={"log": Table(log_table(res.log_history)), "summary": Json(data)})]
+                   log=log_table(res.log_history), summary=data)]

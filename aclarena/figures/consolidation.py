@@ -26,6 +26,7 @@ from aclarena.figures.palette import DOMAIN_SERIES, KIND_COLORS, SERIES, TEMPLAT
 
 if TYPE_CHECKING:
     from aclarena.results.comparison import Comparison
+    from aclarena.results.routing import RoutingData
     from aclarena.store.manifest import Manifest
     from aclarena.store.results import StoreReader
 
@@ -115,23 +116,23 @@ def method_radar(cmp: Comparison, rows: Sequence[str] | None = None) -> go.Figur
     return fig
 
 
-def router_accuracy(reports: dict[str, dict[str, Any]]) -> go.Figure:
+def router_accuracy(reports: dict[str, RoutingData]) -> go.Figure:
     """Accuracy per context type, one bar group per router; chance as markers."""
     fig = go.Figure()
     types: list[str] = []
     for rep in reports.values():
-        for t in rep["accuracy"]["type"]:
+        for t in rep.accuracy["type"]:
             if t not in types:
                 types.append(t)
     for i, (name, rep) in enumerate(reports.items()):
-        acc = dict(zip(rep["accuracy"]["type"], rep["accuracy"]["accuracy"], strict=True))
-        abst = dict(zip(rep["accuracy"]["type"], rep["accuracy"]["abstain_rate"], strict=True))
+        acc = dict(zip(rep.accuracy["type"], rep.accuracy["accuracy"], strict=True))
+        abst = dict(zip(rep.accuracy["type"], rep.accuracy["abstain_rate"], strict=True))
         fig.add_bar(name=name, x=types, y=[_nan_none(acc.get(t, math.nan)) for t in types],
                     customdata=[_nan_none(abst.get(t, math.nan)) for t in types], marker_color=PALETTE[i % len(PALETTE)],
                     hovertemplate="%{x}: accuracy %{y:.2f}, no expert %{customdata:.2f}<extra>" + name + "</extra>")
     first = next(iter(reports.values()), None)
     if first is not None:
-        chance = dict(zip(first["accuracy"]["type"], first["accuracy"]["chance"], strict=True))
+        chance = dict(zip(first.accuracy["type"], first.accuracy["chance"], strict=True))
         fig.add_scatter(name="chance (random expert)", x=types, y=[chance.get(t) for t in types], mode="markers",
                         marker={"symbol": "line-ew-open", "size": 28, "color": "black"})
     fig.update_layout(barmode="group", template=TEMPLATE, title="Routing accuracy per context type", yaxis={"range": [0, 1.05],
@@ -139,10 +140,10 @@ def router_accuracy(reports: dict[str, dict[str, Any]]) -> go.Figure:
     return fig
 
 
-def confusion_heatmap(name: str, rep: dict[str, Any]) -> go.Figure:
+def confusion_heatmap(name: str, rep: RoutingData) -> go.Figure:
     """Rows: the right answer; columns: what the router chose (mixed contexts excluded)."""
-    labels = list(rep["labels"])
-    c = np.asarray(rep["confusion"], dtype=float)
+    labels = list(rep.labels)
+    c = np.asarray(rep.confusion, dtype=float)
     fig = go.Figure(go.Heatmap(z=c, x=labels, y=labels, text=c.astype(int), texttemplate="%{text}",
                                colorscale="Blues", hovertemplate="answer %{y}, routed %{x}: %{z}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", title="right answer")
@@ -221,7 +222,7 @@ def _repair(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, g
 
 @register_figure("router/accuracy", "Routing accuracy per context type", width=1000, height=520)
 def _router_accuracy(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
-    from aclarena.store.routing import read_reports
+    from aclarena.results.routing import read_reports
 
     reports = read_reports(reader)
     return [("", router_accuracy(reports))] if reports else []
@@ -229,6 +230,6 @@ def _router_accuracy(reader: StoreReader | None, manifest: Manifest) -> list[tup
 
 @register_figure("router/confusion", "Routing confusion matrix", width=560, height=480)
 def _router_confusion(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
-    from aclarena.store.routing import read_reports
+    from aclarena.results.routing import read_reports
 
     return [(name, confusion_heatmap(name, rep)) for name, rep in read_reports(reader).items()]

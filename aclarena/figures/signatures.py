@@ -1,7 +1,7 @@
 """Drift signatures of updates (``aclarena-diag signatures``): SFT phases, RL phases, stages and
 consolidations side by side, each measure with its bootstrap interval (the Tokens page).
 
-Reads ``signatures/<update>/<domain>`` (:mod:`aclarena.store.signatures`).
+Reads ``signatures/<update>/<domain>`` (:mod:`aclarena.results.signatures`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from aclarena.figures.palette import KIND_COLORS as _KINDS
 from aclarena.figures.palette import TEMPLATE
-from aclarena.store.signatures import list_signatures
+from aclarena.results.signatures import list_signatures
 
 if TYPE_CHECKING:
     from aclarena.store.results import StoreReader
@@ -35,13 +35,14 @@ def signature_rows(reader: StoreReader | None, kinds: list[str] | None = None) -
     """Stored signatures as flat rows (``<measure>``, ``<measure>_low``, ``<measure>_high``), optionally of some kinds."""
     out = []
     for s in list_signatures(reader):
-        if kinds and s["kind"] not in kinds:
+        if kinds and s.kind not in kinds:
             continue
-        row = {k: s[k] for k in ("update", "kind", "parent", "child", "domain", "n_sequences", "high_share",
-                                 "first_k_share")}
-        for m, v in s["values"].items():
-            row[m], row[f"{m}_low"], row[f"{m}_high"] = v, s["low"][m], s["high"][m]
-        row["first_k"] = s["settings"].get("first_k")
+        row: dict[str, Any] = {"update": s.update, "kind": s.kind, "parent": s.parent, "child": s.child,
+                               "domain": s.domain, "n_sequences": s.n_sequences, "high_share": s.high_share,
+                               "first_k_share": s.first_k_share}
+        for m, v in s.values.items():
+            row[m], row[f"{m}_low"], row[f"{m}_high"] = v, s.low[m], s.high[m]
+        row["first_k"] = s.settings.get("first_k")
         out.append(row)
     return out
 

@@ -1,7 +1,8 @@
 """Figures of the parameter-space diagnostics: task-vector cosines and distances, displacement.
 
-They read ``vectors/summary`` (written by ``aclarena-diag vectors``) and
-``displacement/summary`` (``aclarena-diag displacement``); each summary holds two views,
+They read ``vectors/summary`` (written by ``aclarena-diag vectors``; :mod:`aclarena.results.vectors`) and
+``displacement/summary`` (``aclarena-diag displacement``; :mod:`aclarena.results.displacement`), one view at a
+time; each summary holds two views,
 ``all`` (every floating weight) and ``no-embeddings`` (input embeddings and output head left
 out). docs/task-vectors.md says what the numbers mean.
 """
@@ -15,27 +16,19 @@ import plotly.graph_objects as go
 
 from aclarena.figures import register_figure
 from aclarena.figures.palette import PHASE_COLORS, SERIES, TEMPLATE
+from aclarena.results.displacement import read_displacement_view
+from aclarena.results.vectors import VIEWS, read_vectors_view
 
 if TYPE_CHECKING:
+    from aclarena.results.displacement import DisplacementView
+    from aclarena.results.vectors import VectorSummaryView
     from aclarena.store.manifest import Manifest
     from aclarena.store.results import StoreReader
 
-VECTORS_KEY = "vectors/summary"
-DISPLACEMENT_KEY = "displacement/summary"
-VIEWS = ("all", "no-embeddings")
 PALETTE = SERIES
 #: what the vectors page can show: stage updates (θ − θ_parent), cumulative updates (θ − θ_base), oracle directions
 VECTOR_KINDS = ("stage", "cumulative", "oracle")
 PHASES = ("sft", "rl", "none")
-
-
-def load_summary(reader: StoreReader | None, key: str, view: str = "all") -> dict[str, Any] | None:
-    """A stored summary view, or None when the run has none yet."""
-    if view not in VIEWS:
-        raise ValueError(f"`view` must be one of {', '.join(VIEWS)}, got {view!r}")
-    if reader is None or not reader.has(f"{key}/{view}"):
-        return None
-    return reader.read(f"{key}/{view}")
 
 
 def distinct_colours(n: int) -> list[str]:
@@ -61,12 +54,12 @@ def axis_type(*arrays: Any) -> str:
     return "log" if len(vals) > 1 and vals.max() / vals.min() >= 100 else "linear"
 
 
-def vector_categories(s: dict[str, Any], manifest: Manifest | None) -> list[tuple[str, str]]:
+def vector_categories(s: VectorSummaryView, manifest: Manifest | None) -> list[tuple[str, str]]:
     """(kind, phase) of each task vector: kind in VECTOR_KINDS, phase "sft", "rl" or "none"."""
     out = []
-    for plus, kind in zip(s["plus"], s["kinds"], strict=True):
+    for plus, kind in zip(s.plus, s.kinds, strict=True):
         spec = manifest.checkpoints.get(plus) if manifest is not None else None
-        if spec is not None and spec.kind == "oracle" or plus in s.get("oracles", []):
+        if spec is not None and spec.kind == "oracle" or plus in s.oracles:
             k = "oracle"
         else:
             k = "cumulative" if kind == "cumulative" else "stage"
@@ -75,7 +68,7 @@ def vector_categories(s: dict[str, Any], manifest: Manifest | None) -> list[tupl
     return out
 
 
-def vector_filter(s: dict[str, Any], manifest: Manifest | None, kinds: list[str] | None = None,
+def vector_filter(s: VectorSummaryView, manifest: Manifest | None, kinds: list[str] | None = None,
                   phases: list[str] | None = None) -> list[int]:
     """Indices of the task vectors whose kind is in ``kinds`` and phase in ``phases`` (None: all)."""
     cats = vector_categories(s, manifest)
@@ -142,8 +135,8 @@ def cosine_heatmap(labels: list[str], cos: np.ndarray, title: str, norms: np.nda
     return fig
 
 
-def _subset(s: dict[str, Any], keep: list[int] | None, cos: np.ndarray, norms: Any) -> tuple[list[str], Any, Any]:
-    labels = list(s["labels"])
+def _subset(s: VectorSummaryView, keep: list[int] | None, cos: np.ndarray, norms: Any) -> tuple[list[str], Any, Any]:
+    labels = list(s.labels)
     cos = np.asarray(cos)
     norms = np.asarray(norms) if norms is not None else None
     if keep is None:
@@ -152,40 +145,38 @@ def _subset(s: dict[str, Any], keep: list[int] | None, cos: np.ndarray, norms: A
     return [labels[i] for i in keep], cos[np.ix_(idx, idx)], (norms[idx] if norms is not None else None)
 
 
-def global_cosines_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None = None) -> go.Figure:
+def global_cosines_figure(s: VectorSummaryView, view: str = "all", keep: list[int] | None = None) -> go.Figure:
     """The cosine matrix of the task vectors ``keep`` (indices; None: all)."""
-    labels, cos, norms = _subset(s, keep, s["cos"], s.get("norm"))
+    labels, cos, norms = _subset(s, keep, s.cos, s.norm)
     if not labels:
         return _empty("No task vector matches the filter")
     return cosine_heatmap(labels, cos, f"Task-vector cosines ({_view_note(view)}, flattened; {len(labels)} vectors)",
                           norms)
 
 
-def layer_cosines_figure(s: dict[str, Any], index: int, view: str = "all", keep: list[int] | None = None) -> go.Figure:
+def layer_cosines_figure(s: VectorSummaryView, index: int, view: str = "all", keep: list[int] | None = None) -> go.Figure:
     """The cosine matrix of one layer block (``group_labels[index]``)."""
-    groups = s["group_labels"]
+    groups = s.group_labels
     if not groups:
         return _empty("No layer blocks in this view")
     index = max(0, min(int(index), len(groups) - 1))
-    norm_group = s.get("norm_group")
-    labels, cos, norms = _subset(s, keep, s["cos_group"][index],
-                                 np.asarray(norm_group)[index] if norm_group is not None else None)
+    labels, cos, norms = _subset(s, keep, s.cos_group[index], np.asarray(s.norm_group)[index])
     if not labels:
         return _empty("No task vector matches the filter")
     return cosine_heatmap(labels, cos, f"Task-vector cosines in {groups[index]} ({_view_note(view)})", norms)
 
 
-def layer_oracle_figure(s: dict[str, Any], oracle: int, view: str = "all", keep: list[int] | None = None) -> go.Figure:
+def layer_oracle_figure(s: VectorSummaryView, oracle: int, view: str = "all", keep: list[int] | None = None) -> go.Figure:
     """Cosine of every task vector (``keep``: indices; None: all) with one oracle direction, per layer
     block (vectors × layers); the height grows with the rows."""
-    labels, groups = list(s["labels"]), s["group_labels"]
-    if not s["oracles"]:
+    labels, groups = list(s.labels), s.group_labels
+    if not s.oracles:
         return _empty("No oracles in this run: oracle directions need checkpoints of kind oracle")
-    name = s["oracles"][max(0, min(int(oracle), len(s["oracles"]) - 1))]
-    idx = [i for i, (p, m) in enumerate(zip(s["plus"], s["minus"], strict=True)) if p == name and m == s["base"]]
+    name = s.oracles[max(0, min(int(oracle), len(s.oracles) - 1))]
+    idx = [i for i, (p, m) in enumerate(zip(s.plus, s.minus, strict=True)) if p == name and m == s.base]
     if not idx or not groups:
         return _empty(f"No direction for oracle {name}")
-    z = np.asarray(s["cos_group"])[:, :, idx[0]].T  # (V, G)
+    z = np.asarray(s.cos_group)[:, :, idx[0]].T  # (V, G)
     if keep is not None:
         z, labels = z[np.asarray(keep, dtype=int)], [labels[i] for i in keep]
     if not labels:
@@ -202,16 +193,16 @@ def layer_oracle_figure(s: dict[str, Any], oracle: int, view: str = "all", keep:
     return fig
 
 
-def distance_figure(s: dict[str, Any], view: str = "all") -> go.Figure:
+def distance_figure(s: VectorSummaryView, view: str = "all") -> go.Figure:
     """Distance of each checkpoint of the chain to each oracle: one line per oracle."""
-    names, on_chain = s["distance_checkpoints"], np.asarray(s["on_chain"], dtype=bool)
-    dist = np.asarray(s["distance"])
+    names, on_chain = s.distance_checkpoints, np.asarray(s.on_chain, dtype=bool)
+    dist = np.asarray(s.distance)
     fig = go.Figure()
-    if not s["oracles"] or not names:
+    if not s.oracles or not names:
         return _empty("No oracles in this run: distances to oracles need checkpoints of kind oracle")
     chain = [n for n, c in zip(names, on_chain, strict=True) if c]
     off = [n for n, c in zip(names, on_chain, strict=True) if not c]
-    for oi, (o, dom) in enumerate(zip(s["oracles"], s["oracle_domains"], strict=True)):
+    for oi, (o, dom) in enumerate(zip(s.oracles, s.oracle_domains, strict=True)):
         ys = dist[on_chain, oi]
         fig.add_trace(go.Scatter(x=chain, y=_clean(ys), mode="lines+markers", name=f"to {o} ({dom})",
                                  hovertemplate="%{x}<br>‖θ − θ_" + o + "‖ = %{y:.4g}<extra></extra>"))
@@ -236,24 +227,24 @@ def _empty(text: str) -> go.Figure:
 def _fig_cosines(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
     out = []
     for view in VIEWS:
-        s = load_summary(reader, VECTORS_KEY, view)
-        if s is not None and s["labels"]:
+        s = read_vectors_view(reader, view)
+        if s is not None and s.labels:
             out.append(("" if view == "all" else view, global_cosines_figure(s, view)))
     return out
 
 
 @register_figure("vectors/layer-cosines", "Cosine with each oracle direction, per layer", width=1000, height=560)
 def _fig_layer_oracle(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
-    s = load_summary(reader, VECTORS_KEY)
+    s = read_vectors_view(reader)
     if s is None:
         return []
-    return [(name, layer_oracle_figure(s, oi)) for oi, name in enumerate(s["oracles"])]
+    return [(name, layer_oracle_figure(s, oi)) for oi, name in enumerate(s.oracles)]
 
 
 @register_figure("vectors/distances", "Distance to each oracle along the chain", width=900, height=480)
 def _fig_distances(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
-    s = load_summary(reader, VECTORS_KEY)
-    if s is None or not s["oracles"]:
+    s = read_vectors_view(reader)
+    if s is None or not s.oracles:
         return []
     return [("", distance_figure(s))]
 
@@ -261,24 +252,24 @@ def _fig_distances(reader: StoreReader | None, manifest: Manifest) -> list[tuple
 # --- displacement --------------------------------------------------------------------------
 
 
-def _update_label(s: dict[str, Any], i: int) -> str:
-    return f"{s['children'][i]} ({s['phases'][i] or '-'})"
+def _update_label(s: DisplacementView, i: int) -> str:
+    return f"{s.children[i]} ({s.phases[i] or '-'})"
 
 
-def update_filter(s: dict[str, Any], kinds: list[str] | None = None, phases: list[str] | None = None) -> list[int]:
+def update_filter(s: DisplacementView, kinds: list[str] | None = None, phases: list[str] | None = None) -> list[int]:
     """Indices of the displacement updates whose kind ("stage", "oracle", ...) is in ``kinds`` and
     phase ("sft", "rl", "none") in ``phases`` (None: all)."""
-    return [i for i, (k, p) in enumerate(zip(s["kinds"], s["phases"], strict=True))
+    return [i for i, (k, p) in enumerate(zip(s.kinds, s.phases, strict=True))
             if (kinds is None or k in kinds) and (phases is None or (p or "none") in phases)]
 
 
-def stage_groups(s: dict[str, Any]) -> list[str]:
+def stage_groups(s: DisplacementView) -> list[str]:
     """The stage each update belongs to, so that a stage's SFT and RL updates share one x position.
 
     An RL update whose parent is an SFT update of the same domain joins that stage; oracles pair
     by domain ("oracle math"); a domain that recurs along the chain is numbered ("math #2").
     """
-    children, parents, domains, kinds = s["children"], s["parents"], s["domains"], s["kinds"]
+    children, parents, domains, kinds = s.children, s.parents, s.domains, s.kinds
     index = {c: i for i, c in enumerate(children)}
     group: list[str] = [""] * len(children)
     seen: dict[str, int] = {}
@@ -291,7 +282,7 @@ def stage_groups(s: dict[str, Any]) -> list[str]:
             group[i] = c
             continue
         p = index.get(parents[i])
-        if p is not None and kinds[p] == "stage" and domains[p] == domains[i] and s["phases"][p] != s["phases"][i] \
+        if p is not None and kinds[p] == "stage" and domains[p] == domains[i] and s.phases[p] != s.phases[i] \
                 and group[p]:
             group[i] = group[p]
             continue
@@ -300,33 +291,33 @@ def stage_groups(s: dict[str, Any]) -> list[str]:
     return group
 
 
-def sft_rl_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None = None) -> go.Figure:
+def sft_rl_figure(s: DisplacementView, view: str = "all", keep: list[int] | None = None) -> go.Figure:
     """‖Δθ‖₂ of each update, its stage's SFT and RL bars side by side (chains and oracles alike),
     coloured by phase; a log axis when the norms span two decades."""
     fig = go.Figure()
-    norm = np.asarray(s["norm"])
-    rel = np.asarray(s["rel"])
+    norm = np.asarray(s.norm)
+    rel = np.asarray(s.rel)
     stages = stage_groups(s)
-    keep = list(range(len(s["children"]))) if keep is None else keep
+    keep = list(range(len(s.children))) if keep is None else keep
     order = list(dict.fromkeys(stages[i] for i in keep))
     for phase in ("sft", "rl", None):
-        idx = [i for i in keep if s["phases"][i] == phase]
+        idx = [i for i in keep if s.phases[i] == phase]
         if not idx:
             continue
         fig.add_trace(go.Bar(
             x=[stages[i] for i in idx], y=_clean(norm[idx]), name=(phase or "no phase").upper(),
-            marker_color=PHASE_COLORS[phase], customdata=[[s["children"][i], _fmt(rel[i])] for i in idx],
+            marker_color=PHASE_COLORS[phase], customdata=[[s.children[i], _fmt(rel[i])] for i in idx],
             hovertemplate="%{customdata[0]}<br>‖Δθ‖₂ = %{y:.4g}<br>relative %{customdata[1]}<extra></extra>",
         ))
-    ratios = [r for r in s["ratios"] if r.get("ratio") is not None]
+    ratios = [r for r in s.ratios if r.get("ratio") is not None]
     note = "; ".join(f"{r['stage']}: SFT/RL {r['ratio']:.2f}×" for r in ratios[:8])
     if len(ratios) > 8:
         note += f"; … ({len(ratios)} stages)"
-    if s.get("overall_ratio") is not None and np.isfinite(s["overall_ratio"]):
-        note = (note + "; " if note else "") + f"mean SFT / mean RL {s['overall_ratio']:.2f}× (study (Qwen3-8B): 3–7×)"
-    elif "sft" in s["phases"] and "rl" in s["phases"]:
+    if np.isfinite(s.overall_ratio):
+        note = (note + "; " if note else "") + f"mean SFT / mean RL {s.overall_ratio:.2f}× (study (Qwen3-8B): 3–7×)"
+    elif "sft" in s.phases and "rl" in s.phases:
         note = (note + "; " if note else "") + "SFT/RL ratio: no stage has both an SFT and a non-zero RL update"
-    zero = [s["children"][i] for i in keep if not norm[i] > 0]
+    zero = [s.children[i] for i in keep if not norm[i] > 0]
     if zero:
         note += f"<br>zero updates (no bar): {', '.join(zero[:6])}" + (" …" if len(zero) > 6 else "")
     ytype = axis_type(norm[keep]) if keep else "linear"
@@ -345,9 +336,9 @@ def _fmt(x: float) -> str:
     return "-" if not np.isfinite(x) else f"{x:.3g}"
 
 
-def default_highlight(s: dict[str, Any], keep: list[int]) -> int | None:
+def default_highlight(s: DisplacementView, keep: list[int]) -> int | None:
     """The update drawn highlighted when none is chosen: the one that moved furthest (largest ‖Δθ‖₂)."""
-    norm = np.asarray(s["norm"], dtype=float)
+    norm = np.asarray(s.norm, dtype=float)
     finite = [i for i in keep if np.isfinite(norm[i])]
     return max(finite, key=lambda i: norm[i]) if finite else (keep[0] if keep else None)
 
@@ -359,42 +350,42 @@ def _faded(phase: str | None) -> str:
     return f"rgba({r}, {g}, {b}, 0.28)"
 
 
-def _highlighted(s: dict[str, Any], keep: list[int], highlight: int | None) -> int | None:
+def _highlighted(s: DisplacementView, keep: list[int], highlight: int | None) -> int | None:
     return highlight if highlight in keep else default_highlight(s, keep)
 
 
-def layer_profile_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None = None,
+def layer_profile_figure(s: DisplacementView, view: str = "all", keep: list[int] | None = None,
                          highlight: int | None = None) -> go.Figure:
     """Relative displacement ‖Δθ‖/‖θ_parent‖ per layer block: one highlighted update (``highlight``, an
-    index of ``s["children"]``; default the one that moved furthest) in its phase's colour, every other
+    index of ``s.children``; default the one that moved furthest) in its phase's colour, every other
     kept update a thin faded line of its phase (hover names it); log axis when the values span two
     decades. The legend has the highlighted update and one entry per phase, so it never outgrows the plot."""
     fig = go.Figure()
-    rel = np.asarray(s["rel_group"])  # (G, P)
-    keep = list(range(len(s["children"]))) if keep is None else keep
+    rel = np.asarray(s.rel_group)  # (G, P)
+    keep = list(range(len(s.children))) if keep is None else keep
     hl = _highlighted(s, keep, highlight)
     seen: set[str | None] = set()
     for i in keep:
         if i == hl:
             continue
-        phase = s["phases"][i]
+        phase = s.phases[i]
         fig.add_trace(go.Scatter(
-            x=s["group_labels"], y=_clean(rel[:, i]), mode="lines", name=f"other {(phase or 'no phase').upper()} "
+            x=s.group_labels, y=_clean(rel[:, i]), mode="lines", name=f"other {(phase or 'no phase').upper()} "
             "updates", legendgroup=f"other-{phase}", showlegend=phase not in seen,
             line=dict(color=_faded(phase), width=1.2, dash="solid" if phase != "rl" else "dot"),
-            hovertemplate=s["children"][i] + "<br>%{x}<br>‖Δθ‖/‖θ_parent‖ = %{y:.4g}<extra></extra>",
+            hovertemplate=s.children[i] + "<br>%{x}<br>‖Δθ‖/‖θ_parent‖ = %{y:.4g}<extra></extra>",
         ))
         seen.add(phase)
     if hl is not None:
-        phase = s["phases"][hl]
+        phase = s.phases[hl]
         fig.add_trace(go.Scatter(
-            x=s["group_labels"], y=_clean(rel[:, hl]), mode="lines+markers", name=_update_label(s, hl),
+            x=s.group_labels, y=_clean(rel[:, hl]), mode="lines+markers", name=_update_label(s, hl),
             line=dict(color=PHASE_COLORS.get(phase, PHASE_COLORS[None]), width=3.5), marker=dict(size=7),
-            hovertemplate=s["children"][hl] + "<br>%{x}<br>‖Δθ‖/‖θ_parent‖ = %{y:.4g}<extra></extra>",
+            hovertemplate=s.children[hl] + "<br>%{x}<br>‖Δθ‖/‖θ_parent‖ = %{y:.4g}<extra></extra>",
         ))
     ytype = axis_type(rel[:, keep]) if keep else "linear"
     fig.update_layout(title=f"Relative displacement per layer ({_view_note(view)}): "
-                            f"{s['children'][hl] if hl is not None else 'no update'} highlighted",
+                            f"{s.children[hl] if hl is not None else 'no update'} highlighted",
                       template=TEMPLATE, height=480, legend=dict(orientation="h", x=0, y=-0.22),
                       yaxis=dict(title="‖Δθ‖₂ / ‖θ_parent‖₂", type=ytype,
                                  **({"rangemode": "tozero"} if ytype == "linear" else {})),
@@ -402,33 +393,33 @@ def layer_profile_figure(s: dict[str, Any], view: str = "all", keep: list[int] |
     return fig
 
 
-def sparsity_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None = None,
+def sparsity_figure(s: DisplacementView, view: str = "all", keep: list[int] | None = None,
                     highlight: int | None = None) -> go.Figure:
     """Update sparsity (fraction of entries with |Δθ| ≤ tol) against the tolerance, exact (solid) and
     after bf16 rounding (dotted): the highlighted update in its phase's colour, the others faded."""
     fig = go.Figure()
-    tols = [("0" if t == 0 else f"{t:.0e}") for t in np.asarray(s["tolerances"])]
-    keep = list(range(len(s["children"]))) if keep is None else keep
+    tols = [("0" if t == 0 else f"{t:.0e}") for t in np.asarray(s.tolerances)]
+    keep = list(range(len(s.children))) if keep is None else keep
     hl = _highlighted(s, keep, highlight)
     seen: set[str | None] = set()
     for i in [*[k for k in keep if k != hl], *([hl] if hl is not None else [])]:
-        phase = s["phases"][i]
+        phase = s.phases[i]
         top = i == hl
-        for mode, key, dash in (("exact", "changed_frac", "solid"), ("bf16", "changed_frac_bf16", "dot")):
-            sp = 1.0 - np.asarray(s[key])[i]
+        for mode, changed, dash in (("exact", s.changed_frac, "solid"), ("bf16", s.changed_frac_bf16, "dot")):
+            sp = 1.0 - np.asarray(changed)[i]
             fig.add_trace(go.Scatter(
                 x=tols, y=_clean(sp), mode="lines+markers" if top else "lines",
                 name=f"{_update_label(s, i)} {mode}" if top else f"other {(phase or 'no phase').upper()} updates",
-                legendgroup=s["children"][i] if top else f"other-{phase}",
+                legendgroup=s.children[i] if top else f"other-{phase}",
                 showlegend=top or (mode == "exact" and phase not in seen),
                 line=dict(color=PHASE_COLORS.get(phase, PHASE_COLORS[None]) if top else _faded(phase),
                           width=3.5 if top else 1.2, dash=dash),
-                hovertemplate=s["children"][i] + f" ({mode})<br>tol %{{x}}<br>sparsity %{{y:.4f}}<extra></extra>",
+                hovertemplate=s.children[i] + f" ({mode})<br>tol %{{x}}<br>sparsity %{{y:.4f}}<extra></extra>",
             ))
         if not top:
             seen.add(phase)
     fig.update_layout(title=f"Update sparsity vs tolerance ({_view_note(view)}; dotted: after bf16 rounding): "
-                            f"{s['children'][hl] if hl is not None else 'no update'} highlighted",
+                            f"{s.children[hl] if hl is not None else 'no update'} highlighted",
                       template=TEMPLATE, height=500, legend=dict(orientation="h", x=0, y=-0.22),
                       xaxis=dict(title="tolerance on |Δθ|", type="category"), margin=dict(b=120),
                       yaxis=dict(title="fraction of entries with |Δθ| ≤ tol", range=[0, 1.02]))
@@ -437,17 +428,17 @@ def sparsity_figure(s: dict[str, Any], view: str = "all", keep: list[int] | None
 
 @register_figure("displacement/sft-rl", "Displacement per update, SFT vs RL", width=900, height=480)
 def _fig_sft_rl(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
-    s = load_summary(reader, DISPLACEMENT_KEY)
-    return [("", sft_rl_figure(s))] if s is not None and s["children"] else []
+    s = read_displacement_view(reader)
+    return [("", sft_rl_figure(s))] if s is not None and s.children else []
 
 
 @register_figure("displacement/layers", "Relative displacement per layer", width=1000, height=480)
 def _fig_layers(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
-    s = load_summary(reader, DISPLACEMENT_KEY)
-    return [("", layer_profile_figure(s))] if s is not None and s["children"] else []
+    s = read_displacement_view(reader)
+    return [("", layer_profile_figure(s))] if s is not None and s.children else []
 
 
 @register_figure("displacement/sparsity", "Update sparsity vs tolerance", width=900, height=520)
 def _fig_sparsity(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
-    s = load_summary(reader, DISPLACEMENT_KEY)
-    return [("", sparsity_figure(s))] if s is not None and s["children"] else []
+    s = read_displacement_view(reader)
+    return [("", sparsity_figure(s))] if s is not None and s.children else []

@@ -7,8 +7,18 @@ and chain of stages of :mod:`~aclarena.results.capability`). Torch-free.
 """
 
 # every result type registers itself when its module is imported: importing the package registers them all
-from aclarena.results import capability, flips, orders, tokens
+from aclarena.results import (
+    capability,
+    consolidation,
+    displacement,
+    flips,
+    orders,
+    routing,
+    signatures,
+    tokens,
+    vectors,
+)
 from aclarena.results.registry import ResultType, Stored, read, register, registered, write
 
-__all__ = ["ResultType", "capability", "flips", "orders", "Stored", "read", "register", "registered", "tokens",
-           "write"]
+__all__ = ["ResultType", "Stored", "capability", "consolidation", "displacement", "flips", "orders", "read", "register",
+           "registered", "routing", "signatures", "tokens", "vectors", "write"]

@@ -16,7 +16,7 @@ Torch-free: numpy and :mod:`aclarena.store` only.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -126,6 +126,23 @@ def read(reader: StoreReader, key: str, name: str) -> Any:
         raise StoreError(f"{reader.path}:{stored.key} holds a {found!r} result, not {name!r}; choose a {name} result")
     with reader.damaged(key):
         _parse(stored.version)
+        return rtype.decode(rtype.upgrade(stored, f"{reader.path}:"))
+
+
+def read_part(reader: StoreReader, key: str, name: str, parts: Sequence[str]) -> Any:
+    """Like :func:`read`, of the children ``parts`` of the group only (one view of a large result: the type's
+    ``decode`` reads the children it is given); a part not stored is left out."""
+    rtype = get(name)
+    attrs = reader.attrs(key)
+    found = attrs.get("result-type")
+    if found != name:
+        raise StoreError(f"{reader.path}:{key.strip('/')} holds a {found!r} result, not {name!r}; choose a {name} "
+                         "result")
+    with reader.damaged(key):
+        version = str(attrs.get("result-version", "0.1.0"))
+        _parse(version)
+        data = {p: reader.read(f"{key}/{p}") for p in parts if reader.has(f"{key}/{p}")}
+        stored = Stored(key=key.strip("/"), version=version, attrs=attrs, data=data)
         return rtype.decode(rtype.upgrade(stored, f"{reader.path}:"))
 
 

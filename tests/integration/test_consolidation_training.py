@@ -60,16 +60,16 @@ def test_sdft_then_mle_backbone_frozen_adapters_trained(run, cli):
         assert routes["rule"]["math/id"]["checkpoint"] == "mle-math"
         assert routes["rule"]["general"]["checkpoint"] == "sdft"  # no expert: the backbone serves it
         assert set(r.keys("routing")) == {"rule", "learned", "bandit"}
-        from aclarena.store.routing import read_reports
+        from aclarena.results.routing import read_reports
 
         reports = read_reports(r)
     # each router's accuracy is stored, and it beats a random expert on held-out contexts
     for name, rep in reports.items():
-        acc = rep["accuracy"]
+        acc = rep.accuracy
         i = acc["type"].index("held-out")
         assert acc["accuracy"][i] > acc["chance"][i], name
         assert acc["p_chance"][i] < 1e-3, name
-        assert 0.0 <= rep["attrs"]["overall"] <= 1.0
+        assert 0.0 <= rep.overall <= 1.0
     # eval includes the experts (adapters on the backbone)
     code, out, err = cli("eval", "--run", str(run), "--checkpoints", "mle-math,sdft", "--suites", "math/id", "-n", "2",
                          "--samples", "0", "--json")

@@ -3,23 +3,24 @@ colours, log axes and SFT/RL pairing."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from vectors_helpers import make_long_chain_run
 
 from aclarena.figures.vectors import (
-    DISPLACEMENT_KEY,
-    VECTORS_KEY,
     axis_type,
     distinct_colours,
     global_cosines_figure,
     layer_profile_figure,
-    load_summary,
     sft_rl_figure,
     stage_groups,
     vector_categories,
     vector_filter,
 )
+from aclarena.results.displacement import read_displacement_view
+from aclarena.results.vectors import read_vectors_view
 from aclarena.store import ResultsStore, load_manifest
 
 
@@ -31,7 +32,7 @@ def long_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def summaries(long_run):
     with ResultsStore(long_run).reader() as r:
-        return load_summary(r, VECTORS_KEY), load_summary(r, DISPLACEMENT_KEY), load_manifest(long_run)
+        return read_vectors_view(r), read_displacement_view(r), load_manifest(long_run)
 
 
 def test_vector_filter_by_kind_and_phase(summaries):
@@ -40,7 +41,7 @@ def test_vector_filter_by_kind_and_phase(summaries):
     assert sum(k == "stage" for k, _ in cats) == 40 and sum(k == "oracle" for k, _ in cats) == 8
     assert sum(k == "cumulative" for k, _ in cats) == len(cats) - 48 >= 39
     rl_oracles = vector_filter(s, m, ["oracle"], ["rl"])
-    assert [s["plus"][i] for i in rl_oracles] == [f"oracle-{d}-rl" for d in ("math", "search", "ecom", "if")]
+    assert [s.plus[i] for i in rl_oracles] == [f"oracle-{d}-rl" for d in ("math", "search", "ecom", "if")]
     assert len(vector_filter(s, m, ["stage", "oracle"], ["sft", "rl", "none"])) == 48
 
 
@@ -67,8 +68,8 @@ def test_colours_log_axes_and_paired_bars(summaries):
     profile = layer_profile_figure(d)  # one update highlighted (the furthest moved), the others faded by phase
     assert len(profile.data) == 48 and [t.line.width for t in profile.data].count(3.5) == 1
     top = profile.data[-1]
-    assert top.name.startswith(d["children"][int(np.nanargmax(d["norm"]))])
-    assert len({t.line.color for t in profile.data[:-1]}) == len({p for p in d["phases"]})
+    assert top.name.startswith(d.children[int(np.nanargmax(d.norm))])
+    assert len({t.line.color for t in profile.data[:-1]}) == len({p for p in d.phases})
     assert axis_type([1.0, 50.0]) == "linear" and axis_type([0.0, 1e-3, 1.0]) == "log"
     groups = stage_groups(d)
     bars = sft_rl_figure(d)
@@ -77,5 +78,5 @@ def test_colours_log_axes_and_paired_bars(summaries):
     assert "math" in sft.x and "math #2" in sft.x and "oracle math" in sft.x and "oracle if" in rl.x
     assert len(set(groups)) == 20 + 4
     # RL updates 100x smaller than SFT: the bars switch to a log axis
-    spread = {**d, "norm": np.where(np.array(d["phases"]) == "rl", np.asarray(d["norm"]) / 500, d["norm"])}
+    spread = dataclasses.replace(d, norm=np.where(np.array(d.phases) == "rl", np.asarray(d.norm) / 500, d.norm))
     assert bars.layout.yaxis.type == "linear" and sft_rl_figure(spread).layout.yaxis.type == "log"

@@ -8,9 +8,9 @@ import pytest
 from conftest import run_cli
 from tokens_helpers import PROMPTS, write_jsonl
 
+from aclarena.results.signatures import MEASURES, list_signatures
 from aclarena.store import ResultsStore
 from aclarena.store.manifest import CheckpointSpec, load_manifest, write_manifest
-from aclarena.store.signatures import MEASURES, list_signatures
 
 ARGS = ("-n", "10", "--max-new-tokens", "16", "--n-boot", "200", "--json")
 
@@ -37,12 +37,12 @@ def test_every_update_is_signed_on_its_parents_generations(signed):
             assert r[f"{m}_low"] <= r[m] <= r[f"{m}_high"], (r["update"], m)
         assert 0 < r["high_share"] < 0.2 and 0 < r["first_k_share"] <= 1
     with ResultsStore(run).reader() as rd:
-        stored = {s["update"]: s for s in list_signatures(rd)}
+        stored = {s.update: s for s in list_signatures(rd)}
         probes = set(rd.keys("probes"))
     assert {"base.math", "seq-math.search", "seq-search.ecom"} <= probes
     row = next(r for r in data["updates"] if r["update"] == "seq-math")
-    assert stored["seq-math"]["values"]["kl_share_high"] == row["kl_share_high"]
-    assert stored["seq-math"]["settings"]["first_k"] == 12
+    assert stored["seq-math"].values["kl_share_high"] == row["kl_share_high"]
+    assert stored["seq-math"].settings["first_k"] == 12
 
 
 def test_rerun_reads_back_and_the_python_api_agrees(signed, tmp_path):
@@ -98,7 +98,7 @@ def test_too_few_sequences_is_one_line_and_nothing_else_is_lost(signed, tmp_path
     assert code == 1 and len(err.strip().splitlines()) == 1
     assert "seq-if on if (seq-math.if): 3 sequences with scored positions; an interval needs at least 8" in err
     with ResultsStore(run).reader() as rd:  # the update that could be signed was written
-        assert "oracle-math" in {s["update"] for s in list_signatures(rd)}
+        assert "oracle-math" in {s.update for s in list_signatures(rd)}
     # the demo's and the study's way: the others kept, the one without a signature named, nothing raised
     from aclarena.analysis.signatures import signatures
 

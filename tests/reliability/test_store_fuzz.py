@@ -47,12 +47,13 @@ def _build(run: Path) -> None:
     write_result(run, hand_made_result())
     # a routing report of a real router and an MLE record (what `consolidate --method mle` writes)
     from aclarena.consolidate.contexts import evaluation_contexts
-    from aclarena.consolidate.router_eval import evaluate_router, write_report
+    from aclarena.consolidate.router_eval import evaluate_router
     from aclarena.consolidate.routers import RuleRouter
+    from aclarena.results.routing import write_routing
 
     experts = ("math", "search", "ecom", "if")
-    write_report(ResultsStore(run), evaluate_router(RuleRouter(experts), evaluation_contexts(experts, n=3, seed=1)),
-                 fingerprint="f")
+    report = evaluate_router(RuleRouter(experts), evaluation_contexts(experts, n=3, seed=1))
+    write_routing(run, report.payload(fingerprint="f"))
     routes = {"rule": {"math/id": {"expert": "math", "checkpoint": "mle-math", "reason": "tools"},
                        "if/id": {"expert": None, "checkpoint": "sdft", "reason": "no expert"},
                        "search/id": {"expert": None, "checkpoint": None, "reason": "refused"}}}
@@ -157,7 +158,7 @@ def _read_routing(r, figures: bool = True) -> None:
     """The Router page's and `export`'s readers (and figures), and `compare`'s MLE routes."""
     from aclarena.figures.consolidation import confusion_heatmap, router_accuracy
     from aclarena.results.comparison import read_mle_routes
-    from aclarena.store.routing import read_reports
+    from aclarena.results.routing import read_reports
 
     reports = read_reports(r)
     if reports and figures:

@@ -33,6 +33,16 @@ ARCHIVED = [
     ("token-scores", "0.1.0"),
     ("token-summary", "0.1.0"),
 ]
+ARCHIVED += [
+    ("drift-signature", "0.1.0"),
+    ("routing", "0.1.0"),
+    ("task-vector-gram", "0.1.0"),
+    ("task-vector-summary", "0.1.0"),
+    ("task-vector-pairs", "0.1.0"),
+    ("displacement-stats", "0.1.0"),
+    ("displacement-summary", "0.1.0"),
+    ("consolidation", "0.1.0"),
+]
 
 
 @pytest.mark.parametrize("version", sorted(p.name for p in ARCHIVES.iterdir() if p.is_dir() and p.name[0] == "v"))
@@ -168,3 +178,63 @@ def test_a_new_major_version_is_written_once_registered_and_refused_by_the_old_r
 def test_an_upgrade_must_come_from_an_older_version():
     with pytest.raises(ValueError, match="not from an older version"):
         _v2({"0.2.0": FROM_0_1["0.1.0"]})
+
+
+# --- reading one part of a large result: one summary view of the archived task vectors ------------------------
+
+
+def test_one_view_read_alone_is_that_view_of_the_whole(tmp_path):
+    from aclarena.results import vectors
+
+    run, want = _archived("task-vector-summary", "0.1.0", tmp_path)
+    with ResultsStore(run).reader() as r:
+        whole = vectors.read_vectors_summary(r)
+        alone = {view: vectors.read_vectors_view(r, view) for view in vectors.VIEWS}
+        part = registry.read_part(r, vectors.SUMMARY_KEY, vectors.SUMMARY_TYPE, ["no-embeddings"])
+    assert whole is not None and set(whole.views) == set(vectors.VIEWS)
+    assert all(_as_json(alone[v]) == _as_json(whole.views[v]) for v in vectors.VIEWS)
+    assert list(part.views) == ["no-embeddings"] and part.fingerprint == whole.fingerprint
+    assert _as_json(whole) == json.dumps(want[vectors.SUMMARY_KEY], sort_keys=True)
+    with ResultsStore(run).reader() as r, pytest.raises(StoreError, match="holds a 'task-vector-summary' result"):
+        registry.read_part(r, vectors.SUMMARY_KEY, vectors.GRAM_TYPE, ["all"])
+
+
+def test_a_displacement_summary_written_before_ratio_excluded_reads_and_writes_back_without_it(tmp_path):
+    """docs/store-format.md: ``ratio_excluded`` MAY be absent (summaries written before 2026-12-01)."""
+    import h5py
+
+    from aclarena.results import displacement
+
+    run, want = _archived("displacement-summary", "0.1.0", tmp_path)
+    with h5py.File(run / "results.h5", "r+") as f:
+        for view in displacement.VIEWS:
+            del f[f"{displacement.SUMMARY_KEY}/{view}/ratio_excluded"]
+    with ResultsStore(run).reader() as r:
+        got = displacement.read_displacement_summary(r)
+        alone = displacement.read_displacement_view(r, "no-embeddings")
+    assert got is not None and alone is not None and alone.ratio_excluded is None
+    assert all(v.ratio_excluded is None for v in got.views.values())
+    read_back, archived = plain(got.views["all"]), dict(want[displacement.SUMMARY_KEY]["views"]["all"])
+    assert read_back.pop("ratio_excluded") is None and archived.pop("ratio_excluded")
+    assert json.dumps(read_back, sort_keys=True) == json.dumps(archived, sort_keys=True)
+    displacement.write_displacement_summary(run, got)
+    with ResultsStore(run).reader() as r:
+        assert not r.has(f"{displacement.SUMMARY_KEY}/all/ratio_excluded")
+        assert _as_json(displacement.read_displacement_summary(r)) == _as_json(got)
+
+
+def test_each_kind_of_consolidation_record_reads_back_as_its_kind(tmp_path):
+    from aclarena.results import consolidation as c
+
+    run, _ = _archived("consolidation", "0.1.0", tmp_path)
+    with ResultsStore(run).reader() as r:
+        kinds = {p.name: type(p) for p in c.list_consolidations(r)}
+        sdft, mle = c.read_consolidation(r, "sdft"), c.read_consolidation(r, "mle")
+        expert = c.read_consolidation(r, "mle-math")
+    assert kinds == {"sdft": c.CheckpointRecord, "merge-uniform": c.CheckpointRecord, "fix": c.RepairRecord,
+                     "mle": c.MleRecord, **{f"mle-{d}": c.CheckpointRecord for d in ("math", "search", "ecom", "if")}}
+    assert isinstance(expert, c.CheckpointRecord) and expert.log is not None
+    assert expert.log["step"].dtype == np.int64 and expert.log["loss"].dtype == np.float64 and expert.summary is None
+    assert isinstance(sdft, c.CheckpointRecord) and isinstance(sdft.summary, dict) and "kept" in sdft.summary
+    assert isinstance(mle, c.MleRecord) and mle.backbone == "sdft"
+    assert set(mle.experts) == {"math", "search", "ecom", "if"}

@@ -17,7 +17,7 @@ def test_significant_digits_and_shares():
 
 def test_signatures_columns_hold_one_format_each(capsys):
     from aclarena.cli.signatures import _print
-    from aclarena.store.signatures import MEASURES
+    from aclarena.results.signatures import MEASURES
 
     def row(update, small):
         r = {"update": update, "kind": "rl", "domain": "math", "n_sequences": 10, "high_share": 0.06,

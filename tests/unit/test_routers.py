@@ -14,7 +14,7 @@ from aclarena.consolidate.contexts import (
     rename_tools,
     training_contexts,
 )
-from aclarena.consolidate.router_eval import evaluate_router, write_report
+from aclarena.consolidate.router_eval import evaluate_router
 from aclarena.consolidate.routers import (
     BanditRouter,
     LearnedRouter,
@@ -27,7 +27,7 @@ from aclarena.consolidate.routers import (
 )
 from aclarena.diagnostics.routing import binomial_tail, confusion_matrix, item_chance
 from aclarena.errors import AclarenaError
-from aclarena.store.routing import read_reports
+from aclarena.results.routing import read_reports, write_routing
 
 EXPERTS = ("math", "search", "ecom", "if")
 
@@ -148,14 +148,15 @@ def test_report_round_trips_through_the_store(tmp_path, routers, held_out):
 
     report = evaluate_router(routers["rule"], held_out, settings={"n": 12})
     store = ResultsStore(tmp_path)
-    write_report(store, report, fingerprint="abc")
+    write_routing(store, report.payload(fingerprint="abc"))
     with store.reader() as r:
         got = read_reports(r)["rule"]
-    assert got["labels"] == list(report.labels)
-    np.testing.assert_array_equal(got["confusion"], report.confusion)
-    assert got["accuracy"]["type"] == [g.group for g in report.groups]
-    assert got["accuracy"]["accuracy"] == pytest.approx([g.accuracy for g in report.groups])
-    assert got["attrs"]["fingerprint"] == "abc"
+    assert got.labels == list(report.labels)
+    np.testing.assert_array_equal(got.confusion, report.confusion)
+    assert got.accuracy["type"] == [g.group for g in report.groups]
+    assert got.accuracy["accuracy"] == pytest.approx([g.accuracy for g in report.groups])
+    assert got.fingerprint == "abc" and got.regret is None
+    assert got.decisions["correct"] == [d[4] for d in report.decisions]
 
 
 def test_route_label():

@@ -8,6 +8,7 @@ from typing import Any
 from dash import Dash, Input, Output, dcc, html
 
 from aclarena.dashboard.data import current_run, per_store, reader
+from aclarena.results.displacement import DisplacementView
 
 PAGE = {"path": "/displacement", "name": "Displacement", "order": 50}
 VIEW_OPTIONS = [{"label": "all weights", "value": "all"},
@@ -21,19 +22,19 @@ ALL_PHASES = ["sft", "rl", "none"]
 
 
 @per_store()
-def summary(run_dir: Path, view: str = "all") -> dict[str, Any] | None:
-    from aclarena.figures.vectors import DISPLACEMENT_KEY, load_summary
+def summary(run_dir: Path, view: str = "all") -> DisplacementView | None:
+    from aclarena.results.displacement import read_displacement_view
 
     with reader(run_dir) as r:
-        return load_summary(r, DISPLACEMENT_KEY, view)
+        return read_displacement_view(r, view)
 
 
-def _kept(s: dict[str, Any], kinds: list[str] | None, phases: list[str] | None) -> list[int]:
+def _kept(s: DisplacementView, kinds: list[str] | None, phases: list[str] | None) -> list[int]:
     from aclarena.figures.vectors import update_filter
 
     keep = update_filter(s, None, phases)
     if kinds is not None:
-        keep = [i for i in keep if (s["kinds"][i] if s["kinds"][i] in ("stage", "oracle") else "other") in kinds]
+        keep = [i for i in keep if (s.kinds[i] if s.kinds[i] in ("stage", "oracle") else "other") in kinds]
     return keep
 
 
@@ -49,9 +50,9 @@ def highlight_options(run_dir: Path, view: str, kinds: list[str] | None = None,
         return [], None
     keep = _kept(s, kinds, phases)
     hl = default_highlight(s, keep)
-    options = [{"label": f"{s['children'][i]} ({s['phases'][i] or 'no phase'})", "value": s["children"][i]}
+    options = [{"label": f"{s.children[i]} ({s.phases[i] or 'no phase'})", "value": s.children[i]}
                for i in keep]
-    return options, (s["children"][hl] if hl is not None else None)
+    return options, (s.children[hl] if hl is not None else None)
 
 
 @per_store()
@@ -66,7 +67,7 @@ def figures(run_dir: Path, view: str, kinds: list[str] | None = None,
     if s is None:
         return {}, {}, {}
     keep = _kept(s, kinds, phases)
-    hl = s["children"].index(highlight) if highlight in s["children"] else None
+    hl = s.children.index(highlight) if highlight in s.children else None
     return (sft_rl_figure(s, view, keep), layer_profile_figure(s, view, keep, hl),
             sparsity_figure(s, view, keep, hl))
 
@@ -92,7 +93,7 @@ def layout(**query: Any) -> html.Div:
         html.P("‖Δθ‖₂ of each update (θ − θ_parent) and its fraction of ‖θ_parent‖₂. Sparsity is the fraction of "
                "entries that moved by at most the tolerance; dotted curves round both weights to bf16 first, which "
                "hides small updates.", className="note"),
-        html.P(displacement_note(s), className="note", id="displacement-run-note"),
+        html.P(displacement_note(s.as_mapping()), className="note", id="displacement-run-note"),
         html.Div([html.Div([html.Label("weights"),
                             dcc.RadioItems(id="displacement-view", options=VIEW_OPTIONS, value=view, inline=True)]),
                   html.Div([html.Label("show"), dcc.Checklist(id="displacement-kinds", options=KIND_OPTIONS,
@@ -133,5 +134,5 @@ def register_callbacks(app: Dash, run_dir: Path) -> None:
         options, default = highlight_options(run_dir, view, kinds, phases)
         if hl not in [o["value"] for o in options]:
             hl = default
-        return (*figures(run_dir, view, kinds, phases, hl), displacement_note(s) if s is not None else "", options,
+        return (*figures(run_dir, view, kinds, phases, hl), displacement_note(s.as_mapping()) if s is not None else "", options,
                 hl)

@@ -8,13 +8,14 @@ from typing import Any
 from dash import Dash, Input, Output, dcc, html
 
 from aclarena.dashboard.data import current_run, per_store, reader
+from aclarena.results.routing import RoutingData
 
 PAGE = {"path": "/router", "name": "Router", "order": 61}
 
 
 @per_store()
-def reports(run_dir: Path) -> dict[str, dict[str, Any]]:
-    from aclarena.store.routing import read_reports
+def reports(run_dir: Path) -> dict[str, RoutingData]:
+    from aclarena.results.routing import read_reports
 
     with reader(run_dir) as r:
         return read_reports(r)
@@ -30,12 +31,12 @@ def router_content(run_dir: Path, router: str | None = None) -> dict[str, Any]:
         return {"empty": True}
     name = router if router in reps else next(iter(reps))
     rep = reps[name]
-    acc = rep["accuracy"]
+    acc = rep.accuracy
     rows = [{"type": t, "n": n, "accuracy": a, "abstain": ab, "chance": c}
             for t, n, a, ab, c in zip(acc["type"], acc["n"], acc["accuracy"], acc["abstain_rate"], acc["chance"],
                                       strict=True)]
     return {"empty": False, "routers": list(reps), "router": name, "accuracy": router_accuracy(reps),
-            "confusion": confusion_heatmap(name, rep), "rows": rows, "mixed": dict(rep["mixed"])}
+            "confusion": confusion_heatmap(name, rep), "rows": rows, "mixed": dict(rep.mixed)}
 
 
 def _table(c: dict[str, Any]) -> html.Table:

@@ -14,6 +14,7 @@ from typing import Any
 from dash import Dash, Input, Output, dcc, html
 
 from aclarena.dashboard.data import current_run, manifest, per_store, reader
+from aclarena.results.vectors import VectorSummaryView
 
 PAGE = {"path": "/vectors", "name": "Vectors", "order": 40}
 VIEW_OPTIONS = [{"label": "all weights", "value": "all"},
@@ -27,11 +28,11 @@ DEFAULT_PHASES = ["sft", "rl", "none"]
 
 
 @per_store()
-def summary(run_dir: Path, view: str = "all") -> dict[str, Any] | None:
-    from aclarena.figures.vectors import VECTORS_KEY, load_summary
+def summary(run_dir: Path, view: str = "all") -> VectorSummaryView | None:
+    from aclarena.results.vectors import read_vectors_view
 
     with reader(run_dir) as r:
-        return load_summary(r, VECTORS_KEY, view)
+        return read_vectors_view(r, view)
 
 
 def slider_marks(groups: list[str]) -> dict[int, str]:
@@ -40,7 +41,7 @@ def slider_marks(groups: list[str]) -> dict[int, str]:
     return {i: g.replace("layer.", "L") for i, g in enumerate(groups) if i % step == 0 or i == len(groups) - 1}
 
 
-def _keep(run_dir: Path, s: dict[str, Any], kinds: list[str] | None, phases: list[str] | None) -> list[int]:
+def _keep(run_dir: Path, s: VectorSummaryView, kinds: list[str] | None, phases: list[str] | None) -> list[int]:
     from aclarena.figures.vectors import vector_filter
 
     return vector_filter(s, manifest(run_dir), kinds, phases)
@@ -55,7 +56,7 @@ def view_figures(run_dir: Path, view: str, kinds: list[str] | None = None,
     s = summary(run_dir, view)
     if s is None:
         return {}, {}, 0, {}
-    groups = s["group_labels"]
+    groups = s.group_labels
     keep = _keep(run_dir, s, kinds, phases)
     return (global_cosines_figure(s, view, keep), distance_figure(s, view), max(0, len(groups) - 1),
             slider_marks(groups))
@@ -87,7 +88,7 @@ def _per_layer(figure: Any, run_dir: Path, view: str, index: int | None, kinds: 
     return figure(s, index or 0, view, _keep(run_dir, s, kinds, phases))
 
 
-def run_note(run_dir: Path, s: dict[str, Any]) -> str:
+def run_note(run_dir: Path, s: VectorSummaryView) -> str:
     """The run's cosines beside the study's (:func:`aclarena.diagnostics.run_notes.vectors_note`)."""
     from aclarena.diagnostics.run_notes import vectors_note
 
@@ -95,7 +96,7 @@ def run_note(run_dir: Path, s: dict[str, Any]) -> str:
     stages = [c.name for c in m if c.kind == "stage"]
     folder = {c.path: c.name for c in m if c.kind == "stage"}
     same = {c.name: folder[c.path] for c in m if c.kind == "oracle" and c.path in folder}  # oracle-math = seq-math
-    return vectors_note(s, {c.name: (c.domain, c.phase, c.kind) for c in m}, stages[-1] if stages else None, same)
+    return vectors_note(s.as_mapping(), {c.name: (c.domain, c.phase, c.kind) for c in m}, stages[-1] if stages else None, same)
 
 
 def layout(**query: Any) -> html.Div:
@@ -112,7 +113,7 @@ def layout(**query: Any) -> html.Div:
                                 id="vectors-empty")])
     heat, dist, gmax, marks = view_figures(run_dir, view, kinds, phases)
     layer = min(max(query_int(query, "layer") or 0, 0), gmax)
-    oracle = min(max(query_int(query, "oracle") or 0, 0), max(0, len(s["oracles"]) - 1))
+    oracle = min(max(query_int(query, "oracle") or 0, 0), max(0, len(s.oracles) - 1))
     return html.Div([
         html.H2("Task vectors"),
         html.P("Cosines of stage updates (θ − θ_parent), cumulative updates (θ − θ_base) and oracle directions "
@@ -135,12 +136,12 @@ def layout(**query: Any) -> html.Div:
         html.H3("Cosine with an oracle direction, per layer block"),
         html.Div([html.Label("oracle"), dcc.Dropdown(
             id="vectors-oracle", clearable=False, style={"minWidth": "16em"},
-            options=[{"label": o, "value": i} for i, o in enumerate(s["oracles"])],
+            options=[{"label": o, "value": i} for i, o in enumerate(s.oracles)],
             value=oracle)], className="controls"),
         dcc.Graph(id="vectors-layer-oracle", figure=oracle_figure(run_dir, view, oracle, kinds, phases)),
         html.H3("Distance to each oracle along the chain"),
         dcc.Graph(id="vectors-distances", figure=dist),
-        html.Ul([html.Li(n) for n in s["notes"]], id="vectors-notes", className="note"),
+        html.Ul([html.Li(n) for n in s.notes], id="vectors-notes", className="note"),
     ])
 
 
