@@ -107,24 +107,45 @@ def _check_tolerances(values: Sequence[float], text: str) -> tuple[float, ...]:
     return tuple(sorted(set(values)))
 
 
+@dataclass(frozen=True)
+class DisplacementOptions:
+    """How ``displacement`` runs (``aclarena-diag displacement``'s options, checked when made): the updates of
+    ``checkpoints`` only when given, the ``tolerances`` of the "barely moved" shares (``"0,1e-8"`` or numbers),
+    ``force`` redoes a pass whose inputs match, parts saved every ``save_every`` seconds."""
+
+    checkpoints: str | tuple[str, ...] | None = None
+    tolerances: str | tuple[float, ...] = DEFAULT_TOLERANCES
+    force: bool = False
+    save_every: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.checkpoints is not None and not isinstance(self.checkpoints, str):
+            object.__setattr__(self, "checkpoints", tuple(self.checkpoints))
+        if not self.save_every >= 0:
+            raise AclarenaError(f"--save-every must be >= 0 seconds, got {self.save_every}")
+        tol = self.tolerances
+        parsed = parse_tolerances(tol) if isinstance(tol, str) else \
+            _check_tolerances([float(t) for t in tol], ",".join(map(str, tol)))
+        object.__setattr__(self, "tolerances", tuple(parsed))
+
+
 def displacement(
     run_dir: RunPath,
+    options: DisplacementOptions | None = None,
     *,
-    checkpoints: str | Sequence[str] | None = None,
-    tolerances: str | Sequence[float] = DEFAULT_TOLERANCES,
-    force: bool = False,
-    save_every: float = 120.0,
     show_progress: bool = False,
     manifest: Manifest | None = None,
+    **settings: Any,
 ) -> DisplacementResult:
-    """Displacement of every update (checkpoint − parent) of the run in ``run_dir`` (of ``checkpoints``
-    only when given), written to the run's store; the pass is reused when its inputs match."""
-    if save_every < 0:
-        raise AclarenaError(f"--save-every must be >= 0 seconds, got {save_every}")
-    if isinstance(tolerances, str):
-        tolerances = parse_tolerances(tolerances)
-    else:
-        tolerances = _check_tolerances([float(t) for t in tolerances], ",".join(map(str, tolerances)))
+    """Displacement of every update (checkpoint − parent) of the run in ``run_dir`` (:class:`DisplacementOptions`,
+    or its fields as keywords), written to the run's store; the pass is reused when its inputs match."""
+    if settings:
+        if options is not None:
+            raise AclarenaError("give the options either as a DisplacementOptions or as keywords, not both")
+        options = DisplacementOptions(**settings)
+    o = options or DisplacementOptions()
+    checkpoints, force, save_every = o.checkpoints, o.force, o.save_every
+    tolerances = tuple(float(x) for x in o.tolerances)  # parsed when made
     manifest = manifest_or_load(run_dir, manifest)
     requested = ",".join(checkpoints) if checkpoints is not None and not isinstance(checkpoints, str) else checkpoints
     names = selection(manifest, requested)

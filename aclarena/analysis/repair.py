@@ -162,13 +162,54 @@ def _oracle_for(manifest: Manifest, new: CheckpointSpec) -> CheckpointSpec | Non
     return (same_seed or oracles)[0]
 
 
-def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
-           percents: str | float | Sequence[float] | None = None, modules: Sequence[str] | str = (),
-           layers: str | Sequence[int] | None = None, select: str | None = None, fraction: float = 0.25,
-           count: int | None = None, compute_dtype: str = "float32", force: bool = False,
+@dataclass(frozen=True)
+class RepairOptions:
+    """How ``repair`` repairs (``aclarena-diag repair``'s options, checked when made): the ``method`` and the
+    output ``name`` (svd-restore with several rank ``percents``: ``NAME-r<p>``), the ``modules`` (patterns),
+    layer-rollback's ``layers``, ``select``, ``fraction`` and ``count``, the ``compute_dtype`` and ``force``."""
+
+    method: str
+    name: str
+    percents: str | float | tuple[float, ...] | None = None
+    modules: str | tuple[str, ...] = ()
+    layers: str | tuple[int, ...] | None = None
+    select: str | None = None
+    fraction: float = 0.25
+    count: int | None = None
+    compute_dtype: str = "float32"
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise AclarenaError(f"--name must be a non-empty name, got {self.name!r}")
+        if isinstance(self.modules, str):
+            object.__setattr__(self, "modules", tuple(m.strip() for m in self.modules.split(",") if m.strip()))
+        else:
+            object.__setattr__(self, "modules", tuple(self.modules))
+        object.__setattr__(self, "layers", parse_layers(self.layers))
+        if self.method == "svd-restore":
+            object.__setattr__(self, "percents", parse_percents(25.0 if self.percents is None else self.percents))
+        elif self.percents is not None:
+            raise AclarenaError(f"--rank-percent is svd-restore's setting; {self.method} takes none")
+        self.specs()  # each output's RepairSpec checks the method's settings
+
+    def specs(self) -> list[tuple[str, Any]]:
+        """``(output name, RepairSpec)`` of every output (one per rank percent for svd-restore)."""
+        from aclarena.consolidate.repair import RepairSpec
+
+        percents: tuple[float | None, ...] = tuple(self.percents) if isinstance(self.percents, tuple) else (None,)
+        names = [self.name if len(percents) == 1 else f"{self.name}-r{p:g}" for p in percents]
+        layers = self.layers if isinstance(self.layers, tuple) else None  # parsed when made
+        return [(n, RepairSpec(self.method, percent=p, modules=tuple(self.modules), layers=layers, select=self.select,
+                               fraction=self.fraction, count=self.count, compute_dtype=self.compute_dtype))
+                for n, p in zip(names, percents, strict=True)]
+
+
+def repair(run_dir: RunPath, old: str, new: str, options: RepairOptions | None = None, *,
            manifest: Manifest | None = None, progress: Callable[[str], None] | None = None,
-           on_tensor: Callable[[int, int | None], None] | None = None) -> RepairRunResult:
-    """Repair NEW's update from OLD into new checkpoints of the run (one per rank percent for svd-restore).
+           on_tensor: Callable[[int, int | None], None] | None = None, **settings: Any) -> RepairRunResult:
+    """Repair NEW's update from OLD into new checkpoints of the run (one per rank percent for svd-restore):
+    :class:`RepairOptions`, or its fields as keywords (``method=..., name=...``).
 
     ``progress`` is called with a line per output checkpoint, ``on_tensor`` with (tensors done, tensors
     in all or None) after each tensor is written.
@@ -182,27 +223,23 @@ def repair(run_dir: RunPath, *, old: str, new: str, method: str, name: str,
     model), each output is an adapter on that model, repaired on the factors without densifying.
     """
     from aclarena.consolidate.checkpoint_merge import read_marker
-    from aclarena.consolidate.repair import RepairSpec, adapter_root, repair_checkpoints
+    from aclarena.consolidate.repair import adapter_root, repair_checkpoints
     from aclarena.models.checkpoint import inspect
     from aclarena.results.consolidation import REPAIR_PREFIX, RepairRecord, write_consolidation
     from aclarena.store.manifest import manifest_path
     from aclarena.store.runlock import run_lock, update_manifest
 
+    if settings:
+        if options is not None:
+            raise AclarenaError("give the options either as a RepairOptions or as keywords, not both")
+        options = RepairOptions(**settings)
+    if options is None:
+        raise AclarenaError("repair needs a method and an output name: RepairOptions(method=..., name=...)")
+    method, force = options.method, options.force
     run_dir = Path(run_dir)
     manifest = manifest_or_load(run_dir, manifest)
     old_spec, new_spec = manifest.resolve(old), manifest.resolve(new)
-    if isinstance(modules, str):
-        modules = tuple(m.strip() for m in modules.split(",") if m.strip())
-    layer_ids = parse_layers(layers)
-    if method == "svd-restore":
-        ps = parse_percents(25.0 if percents is None else percents)
-        plan: list[tuple[str, float | None]] = [(name if len(ps) == 1 else f"{name}-r{p:g}", p) for p in ps]
-    else:
-        if percents is not None:
-            raise AclarenaError(f"--rank-percent is svd-restore's setting; {method} takes none")
-        plan = [(name, None)]
-    specs = [(n, RepairSpec(method, percent=p, modules=tuple(modules), layers=layer_ids, select=select,
-                            fraction=fraction, count=count, compute_dtype=compute_dtype)) for n, p in plan]
+    specs = options.specs()
     for n, _ in specs:
         check_repair_name(n, manifest, run_dir, sources=(old_spec.name, new_spec.name))
     seen: dict[str, Any] = {}

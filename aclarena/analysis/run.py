@@ -94,37 +94,37 @@ class Run:
         those ``updates`` names) on their parents' generations: a
         :class:`~aclarena.analysis.signatures.SignaturesResult` (``.to_pandas()``). Options as
         ``aclarena-diag signatures``; None keeps its default."""
-        from aclarena.analysis import signatures as sig
+        from aclarena.analysis.signatures import SignaturesOptions, signatures
         from aclarena.models.loading import LoadOptions
 
-        return sig.signatures(
-            self.path, updates=updates, n=sig.DEFAULT_N if n is None else n,
-            max_new_tokens=sig.DEFAULT_MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens,
-            first_k=sig.DEFAULT_FIRST_K if first_k is None else first_k,
-            n_boot=sig.DEFAULT_N_BOOT if n_boot is None else n_boot, high=high, eps=eps, level=level,
-            seed=seed, batch_size=batch_size, force=force,
-            load=LoadOptions(dtype=dtype, device=device, allow_pickle=allow_pickle),
-            show_progress=show_progress, manifest=self.manifest)
+        given = {k: v for k, v in (("n", n), ("max_new_tokens", max_new_tokens), ("first_k", first_k),
+                                   ("n_boot", n_boot)) if v is not None}
+        options = SignaturesOptions(updates=updates if updates is None or isinstance(updates, str) else tuple(updates),
+                                    high=high, eps=eps, level=level, seed=seed, batch_size=batch_size, force=force,
+                                    load=LoadOptions(dtype=dtype, device=device, allow_pickle=allow_pickle), **given)
+        return signatures(self.path, options, show_progress=show_progress, manifest=self.manifest)
 
     def vectors(self, *, checkpoints: str | Sequence[str] | None = None, pairs: Sequence[str] = (),
                 force: bool = False, show_progress: bool = False) -> VectorsResult:
         """Task vectors of the run: a :class:`~aclarena.analysis.vectors.VectorsResult` (``.cosines()``)."""
-        from aclarena.analysis.vectors import vectors
+        from aclarena.analysis.vectors import VectorsOptions, vectors
 
-        return vectors(self.path, checkpoints=checkpoints, pairs=pairs, force=force, show_progress=show_progress,
-                       manifest=self.manifest)
+        options = VectorsOptions(checkpoints=checkpoints if checkpoints is None or isinstance(checkpoints, str)
+                                 else tuple(checkpoints), pairs=tuple(pairs), force=force)
+        return vectors(self.path, options, show_progress=show_progress, manifest=self.manifest)
 
     def displacement(self, *, checkpoints: str | Sequence[str] | None = None,
                      tolerances: str | Sequence[float] | None = None, force: bool = False,
                      show_progress: bool = False) -> DisplacementResult:
         """SFT vs RL parameter displacement: a :class:`~aclarena.analysis.displacement.DisplacementResult`
         (``tolerances`` default: 0, 1e-8, ..., 1e-3)."""
-        from aclarena.analysis.displacement import DEFAULT_TOLERANCES, displacement
+        from aclarena.analysis.displacement import DEFAULT_TOLERANCES, DisplacementOptions, displacement
 
-        if tolerances is None:
-            tolerances = DEFAULT_TOLERANCES
-        return displacement(self.path, checkpoints=checkpoints, tolerances=tolerances, force=force,
-                            show_progress=show_progress, manifest=self.manifest)
+        options = DisplacementOptions(
+            checkpoints=checkpoints if checkpoints is None or isinstance(checkpoints, str) else tuple(checkpoints),
+            tolerances=DEFAULT_TOLERANCES if tolerances is None else
+            tolerances if isinstance(tolerances, str) else tuple(tolerances), force=force)
+        return displacement(self.path, options, show_progress=show_progress, manifest=self.manifest)
 
     def eval(self, *, checkpoints: str | Sequence[str] | None = None, suites: str | None = None, n: int = 100,
              samples: int = 4, seeds: Sequence[int] = (0,), temperature: float = 1.0, top_p: float = 1.0,
@@ -190,10 +190,13 @@ class Run:
         """Repair what the stage from ``old`` to ``new`` forgot, from the two checkpoints (no training): a
         :class:`~aclarena.analysis.repair.RepairRunResult`; the outputs join the manifest as consolidated
         checkpoints. Options as ``aclarena-diag repair``."""
-        from aclarena.analysis.repair import repair
+        from aclarena.analysis.repair import RepairOptions, repair
 
-        result = repair(self.path, old=old, new=new, method=method, name=name, percents=percents, modules=modules,
-                        layers=layers, select=select, fraction=fraction, count=count, compute_dtype=compute_dtype,
-                        force=force)
+        options = RepairOptions(
+            method=method, name=name, percents=percents if percents is None or isinstance(percents, str | float | int)
+            else tuple(percents), modules=modules if isinstance(modules, str) else tuple(modules),
+            layers=layers if layers is None or isinstance(layers, str) else tuple(layers), select=select,
+            fraction=fraction, count=count, compute_dtype=compute_dtype, force=force)
+        result = repair(self.path, old, new, options)
         self.manifest = load_manifest(self.path)
         return result

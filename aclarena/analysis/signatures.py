@@ -50,6 +50,7 @@ from aclarena.diagnostics.signatures import (
 )
 from aclarena.diagnostics.token_drift import HighEntropy
 from aclarena.errors import AclarenaError
+from aclarena.models.loading import LoadOptions
 from aclarena.results.signatures import (
     SignatureData,
     read_signature,
@@ -209,45 +210,86 @@ def _arrays(store: ResultsStore, probe: str, child: str) -> dict[str, np.ndarray
     return out
 
 
+@dataclass(frozen=True)
+class SignaturesOptions:
+    """How ``signatures`` signs the updates (``aclarena-diag signatures``'s options, checked when made).
+
+    ``updates``: the update names (default: every SFT and RL phase, multi-phase stage and consolidation);
+    ``n`` prompts per missing probe set (greedy, ``max_new_tokens`` each); ``first_k`` the reply tokens that
+    count as a reply's start; ``high`` (``q=FRACTION`` or ``nats=THRESHOLD``) and ``eps`` as ``tokens``;
+    ``n_boot`` resamples of the sequences for ``level`` intervals, drawn with ``seed``; ``batch_size`` of
+    the scoring; ``force`` recomputes the signatures; ``load``: how checkpoints are loaded.
+    """
+
+    updates: str | tuple[str, ...] | None = None
+    n: int = DEFAULT_N
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    first_k: int = DEFAULT_FIRST_K
+    high: HighEntropy | str = "q=0.06"
+    eps: float = 0.05
+    n_boot: int = DEFAULT_N_BOOT
+    level: float = 0.95
+    seed: int = 0
+    batch_size: int = 8
+    force: bool = False
+    load: LoadOptions = field(default_factory=LoadOptions)
+
+    def __post_init__(self) -> None:
+        if self.updates is not None and not isinstance(self.updates, str):
+            object.__setattr__(self, "updates", tuple(self.updates))
+        if isinstance(self.high, str):
+            try:
+                object.__setattr__(self, "high", HighEntropy.parse(self.high))
+            except ValueError as e:
+                raise AclarenaError(f"--high: {e}") from None
+        for opt, value, low in (("-n", self.n, MIN_SEQUENCES), ("--first-k", self.first_k, 1),
+                                ("--n-boot", self.n_boot, 100), ("--max-new-tokens", self.max_new_tokens, 1),
+                                ("--batch-size", self.batch_size, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise AclarenaError(f"{opt} must be an integer >= {low}, got {value!r}")
+        if not (0 < self.level < 1):
+            raise AclarenaError(f"--level must be in (0, 1), got {self.level!r}")
+        if not (self.eps > 0):
+            raise AclarenaError(f"--eps must be > 0, got {self.eps!r}")
+
+    @property
+    def high_entropy(self) -> HighEntropy:
+        assert isinstance(self.high, HighEntropy)  # parsed when made
+        return self.high
+
+
 def signatures(
     run_dir: RunPath,
+    options: SignaturesOptions | None = None,
     *,
-    updates: str | Sequence[str] | None = None,
-    n: int = DEFAULT_N,
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-    first_k: int = DEFAULT_FIRST_K,
-    high: str = "q=0.06",
-    eps: float = 0.05,
-    n_boot: int = DEFAULT_N_BOOT,
-    level: float = 0.95,
-    seed: int = 0,
-    batch_size: int = 8,
-    force: bool = False,
-    load: Any = None,
     show_progress: bool = False,
     manifest: Manifest | None = None,
     strict: bool = True,
+    **settings: Any,
 ) -> SignaturesResult:
-    """Sign every update of the run (or those ``updates`` names); see the module docstring.
+    """Sign every update of the run (or ``options.updates``); see the module docstring and
+    :class:`SignaturesOptions` (or its fields as keywords).
 
-    ``n`` prompts per missing probe set (greedy, ``max_new_tokens`` each); ``first_k`` the reply
-    tokens that count as a reply's start; ``n_boot`` resamples of the sequences for ``level``
-    intervals. Scores and signatures already stored with the same settings are reused (``force``
-    recomputes the signatures; scores follow the ``tokens`` verb's reuse rule). ``strict=False``
-    (the demo's and the study's way) returns the signatures that could be computed and names each
-    update that has none in ``failed`` (e.g. an RL phase whose every group scored alike, so it did
-    not move: KL 0, no drift to locate) instead of raising.
+    Scores and signatures already stored with the same settings are reused (``force`` recomputes the
+    signatures; scores follow the ``tokens`` verb's reuse rule). ``strict=False`` (the demo's and the
+    study's way) returns the signatures that could be computed and names each update that has none in
+    ``failed`` (e.g. an RL phase whose every group scored alike, so it did not move: KL 0, no drift to
+    locate) instead of raising.
 
     Raises:
         AclarenaError: an update without a domain, a parent with no generations of the domain (no
             probe set and not an arena domain), too few positions for an interval: one line. The
             signatures that could be computed are written first.
     """
-    from aclarena.models.loading import LoadOptions
-
-    load = load or LoadOptions()
+    if settings:
+        if options is not None:
+            raise AclarenaError("give the options either as a SignaturesOptions or as keywords, not both")
+        options = SignaturesOptions(**settings)
+    o = options or SignaturesOptions()
+    updates, n, max_new_tokens, first_k, eps = o.updates, o.n, o.max_new_tokens, o.first_k, o.eps
+    n_boot, level, seed, batch_size, force, load = o.n_boot, o.level, o.seed, o.batch_size, o.force, o.load
+    parsed_high = o.high_entropy
     manifest = manifest_or_load(run_dir, manifest)
-    parsed_high = _check_options(high, n, first_k, n_boot, max_new_tokens, batch_size, level, eps)
     todo = resolve_updates(manifest, updates)
     store = ResultsStore(run_dir)
     _check_generations(store, todo, manifest)
@@ -290,22 +332,6 @@ def signatures(
                             warnings=tuple(dict.fromkeys(warnings)), writes=tuple(dict.fromkeys(writes)),
                             failed=tuple(failed), notes=tuple(notes))
 
-
-def _check_options(high: str, n: int, first_k: int, n_boot: int, max_new_tokens: int, batch_size: int,
-                   level: float, eps: float) -> HighEntropy:
-    try:
-        parsed = HighEntropy.parse(high)
-    except ValueError as e:
-        raise AclarenaError(f"--high: {e}") from None
-    for opt, value, low in (("-n", n, MIN_SEQUENCES), ("--first-k", first_k, 1), ("--n-boot", n_boot, 100),
-                            ("--max-new-tokens", max_new_tokens, 1), ("--batch-size", batch_size, 1)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise AclarenaError(f"{opt} must be an integer >= {low}, got {value!r}")
-    if not (0 < level < 1):
-        raise AclarenaError(f"--level must be in (0, 1), got {level!r}")
-    if not (eps > 0):
-        raise AclarenaError(f"--eps must be > 0, got {eps!r}")
-    return parsed
 
 
 def _check_generations(store: ResultsStore, todo: list[Update], manifest: Manifest) -> None:

@@ -220,24 +220,43 @@ def _check_by(by: str) -> str:
     return by
 
 
+@dataclass(frozen=True)
+class VectorsOptions:
+    """How ``vectors`` runs (``aclarena-diag vectors``'s options, checked when made): ``checkpoints`` limits
+    the pass (their parents and the base are added), ``pairs`` (``"A-B:C-D"``) adds those cosines,
+    ``force`` redoes a pass whose inputs match, an interrupted pass resumes from parts saved every
+    ``save_every`` seconds."""
+
+    checkpoints: str | tuple[str, ...] | None = None
+    pairs: tuple[str, ...] = ()
+    force: bool = False
+    save_every: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.checkpoints is not None and not isinstance(self.checkpoints, str):
+            object.__setattr__(self, "checkpoints", tuple(self.checkpoints))
+        object.__setattr__(self, "pairs", tuple(self.pairs))
+        if not self.save_every >= 0:
+            raise AclarenaError(f"--save-every must be >= 0 seconds, got {self.save_every}")
+
+
 def vectors(
     run_dir: RunPath,
+    options: VectorsOptions | None = None,
     *,
-    checkpoints: str | Sequence[str] | None = None,
-    pairs: Sequence[str] = (),
-    force: bool = False,
-    save_every: float = 120.0,
     show_progress: bool = False,
     manifest: Manifest | None = None,
+    **settings: Any,
 ) -> VectorsResult:
-    """Task vectors of the run in ``run_dir``: the Gram pass (reused when its inputs match), the summary
-    of every view and the cosines of ``pairs`` (``"A-B:C-D"``), written to the run's store.
-
-    ``checkpoints`` limits the pass (their parents and the base are added); an interrupted pass
-    resumes from parts saved every ``save_every`` seconds.
-    """
-    if save_every < 0:
-        raise AclarenaError(f"--save-every must be >= 0 seconds, got {save_every}")
+    """Task vectors of the run in ``run_dir`` (:class:`VectorsOptions`, or its fields as keywords): the Gram
+    pass (reused when its inputs match), the summary of every view and the cosines of the pairs, written to
+    the run's store."""
+    if settings:
+        if options is not None:
+            raise AclarenaError("give the options either as a VectorsOptions or as keywords, not both")
+        options = VectorsOptions(**settings)
+    o = options or VectorsOptions()
+    checkpoints, pairs, force, save_every = o.checkpoints, o.pairs, o.force, o.save_every
     manifest = manifest_or_load(run_dir, manifest)
     known = [s.name for s in manifest]
     parsed = [parse_pair(p, known) for p in pairs]

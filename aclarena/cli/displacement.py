@@ -56,11 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aclarena.analysis.displacement import displacement
+    from aclarena.analysis.displacement import DisplacementOptions, displacement
 
-    result = displacement(args.run, checkpoints=args.checkpoints, tolerances=args.tolerances, force=args.force,
-                          save_every=args.save_every, show_progress=progress_enabled(args),
-                          manifest=manifest_of(args))
+    options = DisplacementOptions(checkpoints=args.checkpoints, tolerances=args.tolerances, force=args.force,
+                                  save_every=args.save_every)
+    result = displacement(args.run, options, show_progress=progress_enabled(args), manifest=manifest_of(args))
     if args.json:
         print_json(result.to_dict(args.by, args.exclude_embeddings))
     else:

@@ -57,14 +57,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aclarena.analysis.repair import repair
+    from aclarena.analysis.repair import RepairOptions, repair
 
+    options = RepairOptions(method=args.method, name=args.name, percents=args.rank_percent, modules=args.modules,
+                            layers=args.layers, select=args.select, fraction=args.fraction, count=args.count,
+                            compute_dtype=args.compute_dtype, force=args.force)
     with progress(enabled=progress_enabled(args)) as bar:
         task = bar.add_task("repair", total=None, unit="tensors")
-        result = repair(args.run, old=args.old, new=args.new, method=args.method, name=args.name,
-                        percents=args.rank_percent, modules=args.modules, layers=args.layers, select=args.select,
-                        fraction=args.fraction, count=args.count, compute_dtype=args.compute_dtype, force=args.force,
-                        manifest=manifest_of(args),
+        result = repair(args.run, args.old, args.new, options, manifest=manifest_of(args),
                         progress=lambda text: bar.update(task, description=f"repair {text}", completed=0),
                         on_tensor=lambda done, total: bar.update(task, completed=done, total=total))
     if args.json:

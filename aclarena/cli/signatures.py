@@ -66,12 +66,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aclarena.analysis.signatures import signatures
+    from aclarena.analysis.signatures import SignaturesOptions, signatures
 
     given = {k: getattr(args, k) for k in ("n", "max_new_tokens", "first_k", "n_boot") if getattr(args, k) is not None}
-    result = signatures(args.run, updates=args.updates, high=args.high, eps=args.eps, level=args.level,
-                        seed=args.seed, batch_size=args.batch_size, force=args.force, load=load_options(args),
-                        show_progress=not args.json, manifest=manifest_of(args), **given)
+    options = SignaturesOptions(updates=args.updates, high=args.high, eps=args.eps, level=args.level, seed=args.seed,
+                                batch_size=args.batch_size, force=args.force, load=load_options(args), **given)
+    result = signatures(args.run, options, show_progress=not args.json, manifest=manifest_of(args))
     if args.json:
         print_json(result.to_dict())
     else:

@@ -50,10 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aclarena.analysis.vectors import vectors
+    from aclarena.analysis.vectors import VectorsOptions, vectors
 
-    result = vectors(args.run, checkpoints=args.checkpoints, pairs=args.pair, force=args.force,
-                     save_every=args.save_every, show_progress=progress_enabled(args), manifest=manifest_of(args))
+    options = VectorsOptions(checkpoints=args.checkpoints, pairs=tuple(args.pair), force=args.force,
+                             save_every=args.save_every)
+    result = vectors(args.run, options, show_progress=progress_enabled(args), manifest=manifest_of(args))
     if args.json:
         print_json(result.to_dict(args.by, args.exclude_embeddings))
     else:

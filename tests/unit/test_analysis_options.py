@@ -57,3 +57,31 @@ def test_eval_takes_the_options_or_keywords_not_both(tmp_path):
     assert EvalOptions(checkpoints=["a", "b"], seeds=[0, 1]).checkpoints == ("a", "b")
     with pytest.raises(AclarenaError, match="either as an EvalOptions or as keywords"):
         evaluate(tmp_path, EvalOptions(), n=5)
+
+
+@pytest.mark.parametrize(("cls", "fields", "needle"), [
+    ("aclarena.analysis.signatures:SignaturesOptions", {"level": 1.0}, "--level must be in"),
+    ("aclarena.analysis.signatures:SignaturesOptions", {"n_boot": 10}, "--n-boot must be an integer >= 100"),
+    ("aclarena.analysis.vectors:VectorsOptions", {"save_every": -1}, "--save-every must be >= 0"),
+    ("aclarena.analysis.displacement:DisplacementOptions", {"tolerances": "x"}, "--tolerances"),
+    ("aclarena.analysis.repair:RepairOptions", {"method": "svd-restore", "name": "fix", "percents": 0},
+     "percent"),
+    ("aclarena.analysis.repair:RepairOptions", {"method": "dg-hard", "name": "fix", "percents": 10},
+     "--rank-percent is svd-restore's setting"),
+    ("aclarena.analysis.repair:RepairOptions", {"method": "svd-restor", "name": "fix"}, "did you mean"),
+])
+def test_the_other_analyses_options_are_checked_when_made(cls, fields, needle):
+    import importlib
+
+    module, name = cls.split(":")
+    with pytest.raises(AclarenaError, match=needle) as e:
+        getattr(importlib.import_module(module), name)(**fields)
+    assert "\n" not in str(e.value)
+
+
+def test_repair_options_name_each_output():
+    from aclarena.analysis.repair import RepairOptions
+
+    names = [n for n, _ in RepairOptions(method="svd-restore", name="fix", percents="10,25").specs()]
+    assert names == ["fix-r10", "fix-r25"]
+    assert [n for n, _ in RepairOptions(method="dg-hard", name="fix", modules="q_proj, v_proj").specs()] == ["fix"]
