@@ -34,7 +34,6 @@ from aclarena.store.manifest import Manifest
 from aclarena.store.results import StoreReader
 
 _SUFFIX_RE = re.compile(r"-s(\d+)$")
-MLE_ROOT = "consolidate"
 
 
 def group_name(name: str) -> str:
@@ -125,29 +124,18 @@ def _row(matrix: CapabilityMatrix, label: str, role: str, method: str | None, me
 
 
 def read_mle_routes(reader: StoreReader | None) -> dict[str, dict[str, Any]]:
-    """``{mle record name: {"routes": {router: {suite: {...}}}, "replicate": r}}`` from ``consolidate/``."""
+    """``{mle record name: {"routes": {router: {suite: {...}}}, "replicate": r}}``: the MLE records of
+    ``consolidate/`` (:class:`~aclarena.results.consolidation.MleRecord`, read and checked by their type)."""
+    from aclarena.results.consolidation import ROOT, MleRecord, read_consolidation
+
     out: dict[str, dict[str, Any]] = {}
-    if reader is None or not reader.has(MLE_ROOT):
+    if reader is None or not reader.has(ROOT):
         return out
-    for name in reader.keys(MLE_ROOT):
-        key = f"{MLE_ROOT}/{name}"
-        if reader.has(f"{key}/routes"):
-            attrs = reader.attrs(key)
-            with reader.damaged(key):
-                routes = reader.read(f"{key}/routes")
-                # {router: {suite: {"expert": domain or null, "checkpoint": name, ...}}} (docs/store-format.md)
-                ok = isinstance(routes, dict) and all(
-                    isinstance(suites, dict) and all(
-                        isinstance(r, dict) and "checkpoint" in r  # null: refused (fallback refuse)
-                        and all(r.get(k) is None or isinstance(r[k], str) for k in ("checkpoint", "expert"))
-                        for r in suites.values())
-                    for suites in routes.values())
-                if not ok:
-                    raise ValueError("routes is not {router: {suite: {expert, checkpoint}}}")
-                replicate = attrs.get("replicate", 0)
-                if not (isinstance(replicate, int | np.integer) and not isinstance(replicate, bool) and replicate >= 0):
-                    raise ValueError(f"replicate is {str(replicate)[:20]!r}, not a non-negative integer")
-            out[name] = {"routes": routes, "replicate": int(replicate)}
+    for name in reader.keys(ROOT):
+        if reader.has(f"{ROOT}/{name}/routes"):  # only an MLE record has routes: the others are not read
+            record = read_consolidation(reader, name)
+            if isinstance(record, MleRecord):
+                out[name] = {"routes": record.routes, "replicate": record.replicate}
     return out
 
 
@@ -263,13 +251,15 @@ class RepairScoreRow:
 
 def lineage_of(reader: StoreReader | None, name: str) -> tuple[str, str] | None:
     """(from, to) of a repair recorded under ``consolidate/<name>``; None when there is none."""
-    key = f"{MLE_ROOT}/{name}/settings"
-    if reader is None or not reader.has(key):
+    from aclarena.results.consolidation import RepairRecord, consolidation_key, read_consolidation
+
+    if reader is None or not reader.has(consolidation_key(name)):
         return None
-    settings = reader.read(key)
-    if isinstance(settings, dict) and isinstance(settings.get("from"), str) and isinstance(settings.get("to"), str):
-        return settings["from"], settings["to"]
-    return None
+    record = read_consolidation(reader, name)
+    if not isinstance(record, RepairRecord):
+        return None
+    frm, to = record.settings.get("from"), record.settings.get("to")
+    return (frm, to) if isinstance(frm, str) and isinstance(to, str) else None
 
 
 def _items_of(reader: StoreReader | None, matrix: CapabilityMatrix, checkpoint: str, suite: str) -> dict[str, float] | None:
