@@ -28,21 +28,33 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aclarena.analysis import steps as analyses
-from aclarena.analysis.steps import Parts
+from aclarena.analysis.steps import (
+    Made,
+    Pair,
+    Parts,
+    made_by_consolidation,
+    pair_arg,
+    pair_cosines,
+    signed,
+    stage_norms,
+)
 from aclarena.analysis.study_findings import (
     cells_of,
     consolidation_rows,
     cosine_rows,
     findings,
-    finite_or_none,
     signature_rows,
 )
 from aclarena.analysis.study_validation import validation_report
 from aclarena.errors import AclarenaError
 from aclarena.train.naming import oracle_name, replicate_suffix, seq_name
+
+if TYPE_CHECKING:
+    from aclarena.analysis.eval import EvalResult
+    from aclarena.diagnostics.token_drift import DriftSummary
 
 FINDINGS_FILE = "findings.json"
 #: ``verb(name, verb, fn)``: run one step, recording a failure under ``name`` (see :func:`run_study`)
@@ -99,8 +111,9 @@ suffix = replicate_suffix
 
 
 def vector_pairs(stages: Sequence[str], replicates: int, names: set[str], base: str = "base", *,
-                 sdft: Mapping[int, Mapping[str, str]] | None = None) -> tuple[dict[int, str], dict[int, list[str]]]:
-    """The ``vectors --pair`` texts of the cosine rows, per replicate (docs/study.md defines them).
+                 sdft: Mapping[int, Mapping[str, str]] | None = None) -> tuple[dict[int, Pair], dict[int, list[Pair]]]:
+    """The ``vectors`` pairs of the cosine rows, per replicate (docs/study.md defines them; :func:`pair_arg`
+    writes them as ``--pair`` texts).
 
     * mix: ``θ_sdft − θ_base`` against ``θ_sdft-from-end − θ_end``: the same domain-balanced SFT on the
       oracles' rollouts (SDFT, the study's oracle-mix SFT) run from the base and from the sequential end;
@@ -109,14 +122,14 @@ def vector_pairs(stages: Sequence[str], replicates: int, names: set[str], base: 
     * unrelated: ``θ_oracle-a-sft − θ_base`` against ``θ_oracle-b-sft − θ_base`` for every pair of
       domains a != b: SFT on two different domains' data from the same start.
     """
-    mix: dict[int, str] = {}
-    unrelated: dict[int, list[str]] = {}
+    mix: dict[int, Pair] = {}
+    unrelated: dict[int, list[Pair]] = {}
     for r in range(replicates):
         end, made = seq_name(stages[-1], r), (sdft or {}).get(r, {})
         if made.get("base") in names and made.get("end") in names and end in names:
-            mix[r] = f"{made['base']} - {base}:{made['end']} - {end}"
+            mix[r] = ((made["base"], base), (made["end"], end))
         sft = [oracle_name(d, r, "sft") for d in stages if oracle_name(d, r, "sft") in names]
-        pairs = [f"{a} - {base}:{b} - {base}" for i, a in enumerate(sft) for b in sft[i + 1:]]
+        pairs = [((a, base), (b, base)) for i, a in enumerate(sft) for b in sft[i + 1:]]
         if pairs:
             unrelated[r] = pairs
     return mix, unrelated
@@ -211,7 +224,7 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     reps = list(range(seeds))
     run = str(out)
 
-    def evaluate() -> list[Any]:
+    def evaluate() -> list[EvalResult | None]:
         chain = [seq_name(d, r) for r in reps for d in stages if seq_name(d, r) in names]
         others = [c for r in reps for d in stages for c in (seq_name(d, r, "sft"), oracle_name(d, r)) if c in names]
         res = [verb("eval", "eval", functools.partial(analyses.eval_cells, run, ["base", *chain], "id,general", n))]
@@ -220,27 +233,27 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
         return res
 
     evals = part("eval", evaluate)
-    drift: dict[int, dict[str, Any]] = {}
+    drift: dict[int, DriftSummary] = {}
 
     part("tokens", lambda: _tokens(out, seeds, stages, names, n, verb, drift))
     disp = part("displacement", lambda: verb("displacement", "displacement", lambda: analyses.displacement(run)))
     seed_list = [cfg.seed + r for r in reps]
-    made: list[dict[str, Any]] = []
+    made: list[Made] = []
 
     if consolidations:
         evals += part("consolidate", lambda: _consolidate(run, n, seeds, stages, consolidations, verb, made))
     cells = cells_of(*evals)
-    rows = findings(seed_list, stages, cells, (disp or {}).get("updates", []), drift)
+    rows = findings(seed_list, stages, cells, {} if disp is None else stage_norms(disp), drift)
     rows += consolidation_rows(seed_list, stages, cells, made)
     if signatures:
         from aclarena.analysis.signatures import DEFAULT_N
 
         per_probe = DEFAULT_N if signature_n is None else signature_n
-        signed = part("signatures", lambda: verb("signatures", "signatures",
+        signed_ = part("signatures", lambda: verb("signatures", "signatures",
                                                  lambda: analyses.signatures(run, per_probe)))
-        rows += signature_rows(seed_list, stages, (signed or {}).get("updates", []), made)
-        if (signed or {}).get("failed"):  # those updates' values are null in their rows, and say why here
-            errors["signatures"] = "no signature for " + "; ".join(signed["failed"])
+        rows += signature_rows(seed_list, stages, [] if signed_ is None else signed(signed_), made)
+        if signed_ is not None and signed_.failed:  # those updates' values are null in their rows, and say why here
+            errors["signatures"] = "no signature for " + "; ".join(signed_.failed)
 
     if vectors:
         rows += part("vectors", lambda: _cosines(out, seeds, stages, seed_list, verb, errors))
@@ -256,7 +269,7 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
 
 
 def _tokens(out: Path, seeds: int, stages: Sequence[str], names: set[str], n: int, verb: Step,
-            drift: dict[int, dict[str, Any]]) -> None:
+            drift: dict[int, DriftSummary]) -> None:
     """Per replicate: freeze seq-math's generations, score the later checkpoints; seq-ecom's row into ``drift``."""
     from aclarena.probes.probe_set import list_probe_sets
     from aclarena.store import ResultsStore
@@ -271,24 +284,24 @@ def _tokens(out: Path, seeds: int, stages: Sequence[str], names: set[str], n: in
                                       functools.partial(analyses.probe, run, ref, "math", min(n, 32))) is None:
             continue
         data = verb(f"tokens{suffix(r)}", "tokens", functools.partial(analyses.tokens, run, ref))
-        for row in (data or {}).get("checkpoints", []):
-            if row.get("checkpoint") == seq_name("ecom", r):
-                drift[r] = row
+        after = None if data is None else data.summaries.get(seq_name("ecom", r))
+        if after is not None:
+            drift[r] = after
 
 
 def _consolidate(run: str, n: int, seeds: int, stages: Sequence[str], methods: Sequence[str], verb: Step,
-                 made: list[dict[str, Any]]) -> list[Any]:
+                 made: list[Made]) -> list[EvalResult | None]:
     """``consolidate --seeds N`` for each method (outputs appended to ``made``), then their in-domain scores."""
     for method in methods:
         res = verb(f"consolidate {method}", "consolidate",
                    functools.partial(analyses.consolidate, run, method, seeds=seeds))
-        made.extend((res or {}).get("outputs", []))
-    shared = [o["checkpoint"] for o in made if o["method"] != "mle"]
-    evals = []
+        made.extend([] if res is None else made_by_consolidation(res))
+    shared = [o.checkpoint for o in made if o.method != "mle"]
+    evals: list[EvalResult | None] = []
     if shared:
         evals.append(verb("eval consolidated", "eval", functools.partial(analyses.eval_cells, run, shared, "id", n)))
     for d in stages:  # an MLE expert answers the contexts routed to it: its own domain's suite
-        experts = [o["checkpoint"] for o in made if o["method"] == "mle" and o.get("domain") == d]
+        experts = [o.checkpoint for o in made if o.method == "mle" and o.domain == d]
         if experts:
             evals.append(verb(f"eval mle-{d}", "eval",
                               functools.partial(analyses.eval_cells, run, experts, f"{d}/id", n)))
@@ -305,8 +318,8 @@ def _cosines(out: Path, seeds: int, stages: Sequence[str], seed_list: Sequence[i
     for start in ("base", "end"):
         res = verb(f"sdft --start {start}", "consolidate",
                    functools.partial(analyses.consolidate, run, "sdft", seeds=seeds, start=start))
-        for o in (res or {}).get("outputs", []):  # made or reused: each replicate's output checkpoint
-            sdft.setdefault(int(o.get("replicate", 0)), {})[start] = o["checkpoint"]
+        for o in [] if res is None else made_by_consolidation(res):  # made or reused: each replicate's output
+            sdft.setdefault(o.replicate, {})[start] = o.checkpoint
     known = {c.name for c in load_manifest(out)}
     mix, unrelated = vector_pairs(stages, seeds, known, sdft=sdft)
     asked = [p for r in range(seeds) for p in ([mix[r]] if r in mix else []) + unrelated.get(r, [])]
@@ -314,11 +327,8 @@ def _cosines(out: Path, seeds: int, stages: Sequence[str], seed_list: Sequence[i
         errors["vectors"] = ("no pair to compare: SDFT from the base and from the end, and the oracles' SFT "
                              "phases, are missing (see the sdft steps' errors)")
         return cosine_rows(seed_list, {}, {})
-    data = verb("vectors", "vectors", functools.partial(analyses.vectors, run, asked))
-    got = {}
-    for row in (data or {}).get("pairs", []):
-        if row.get("group") == "all":
-            got[row["pair"].replace(" : ", ":")] = finite_or_none(row.get("cos"))
+    data = verb("vectors", "vectors", functools.partial(analyses.vectors, run, [pair_arg(p) for p in asked]))
+    got = {} if data is None else pair_cosines(data)
     return cosine_rows(seed_list, {r: got.get(p) for r, p in mix.items()},
                        {r: [got.get(p) for p in ps] for r, ps in unrelated.items()})
 
