@@ -42,6 +42,7 @@ from aclarena.analysis.steps import (
     stage_norms,
 )
 from aclarena.analysis.study_findings import (
+    Trained,
     cells_of,
     consolidation_rows,
     cosine_rows,
@@ -50,7 +51,7 @@ from aclarena.analysis.study_findings import (
 )
 from aclarena.analysis.study_validation import validation_report
 from aclarena.errors import AclarenaError
-from aclarena.train.naming import oracle_name, replicate_suffix, seq_name
+from aclarena.train.naming import replicate_suffix
 
 if TYPE_CHECKING:
     from aclarena.analysis.eval import EvalResult
@@ -110,7 +111,7 @@ suffix = replicate_suffix
 
 
 
-def vector_pairs(stages: Sequence[str], replicates: int, names: set[str], base: str = "base", *,
+def vector_pairs(stages: Sequence[str], replicates: int, trained: Trained, names: set[str], base: str = "base", *,
                  sdft: Mapping[int, Mapping[str, str]] | None = None) -> tuple[dict[int, Pair], dict[int, list[Pair]]]:
     """The ``vectors`` pairs of the cosine rows, per replicate (docs/study.md defines them; :func:`pair_arg`
     writes them as ``--pair`` texts).
@@ -125,10 +126,10 @@ def vector_pairs(stages: Sequence[str], replicates: int, names: set[str], base: 
     mix: dict[int, Pair] = {}
     unrelated: dict[int, list[Pair]] = {}
     for r in range(replicates):
-        end, made = seq_name(stages[-1], r), (sdft or {}).get(r, {})
+        end, made = trained.end("stage", stages[-1], r), (sdft or {}).get(r, {})
         if made.get("base") in names and made.get("end") in names and end in names:
-            mix[r] = ((made["base"], base), (made["end"], end))
-        sft = [oracle_name(d, r, "sft") for d in stages if oracle_name(d, r, "sft") in names]
+            mix[r] = ((made["base"], base), (made["end"], str(end)))
+        sft = [c for d in stages if (c := trained.sft_end("oracle", d, r)) in names]
         pairs = [((a, base), (b, base)) for i, a in enumerate(sft) for b in sft[i + 1:]]
         if pairs:
             unrelated[r] = pairs
@@ -220,13 +221,14 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
 
     trained = part("train", lambda: run_curriculum(cfg, out, seeds=seeds, show_progress=show_progress,
                                                    config_text=config_text))
-    names = {r.job.name for r in trained.records}
+    made_by = Trained.of(r.job for r in trained.records)
     reps = list(range(seeds))
     run = str(out)
 
     def evaluate() -> list[EvalResult | None]:
-        chain = [seq_name(d, r) for r in reps for d in stages if seq_name(d, r) in names]
-        others = [c for r in reps for d in stages for c in (seq_name(d, r, "sft"), oracle_name(d, r)) if c in names]
+        chain = [c for r in reps for d in stages if (c := made_by.end("stage", d, r)) is not None]
+        others = [c for r in reps for d in stages for c in (made_by.sft_end("stage", d, r), made_by.end("oracle", d, r))
+                  if c is not None]
         res = [verb("eval", "eval", functools.partial(analyses.eval_cells, run, ["base", *chain], "id,general", n))]
         if others:
             res.append(verb("eval", "eval", functools.partial(analyses.eval_cells, run, others, "id", n)))
@@ -235,7 +237,7 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     evals = part("eval", evaluate)
     drift: dict[int, DriftSummary] = {}
 
-    part("tokens", lambda: _tokens(out, seeds, stages, names, n, verb, drift))
+    part("tokens", lambda: _tokens(out, seeds, stages, made_by, n, verb, drift))
     disp = part("displacement", lambda: verb("displacement", "displacement", lambda: analyses.displacement(run)))
     seed_list = [cfg.seed + r for r in reps]
     made: list[Made] = []
@@ -243,20 +245,20 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     if consolidations:
         evals += part("consolidate", lambda: _consolidate(run, n, seeds, stages, consolidations, verb, made))
     cells = cells_of(*evals)
-    rows = findings(seed_list, stages, cells, {} if disp is None else stage_norms(disp), drift)
-    rows += consolidation_rows(seed_list, stages, cells, made)
+    rows = findings(seed_list, stages, made_by, cells, {} if disp is None else stage_norms(disp), drift)
+    rows += consolidation_rows(seed_list, stages, made_by, cells, made)
     if signatures:
         from aclarena.analysis.signatures import DEFAULT_N
 
         per_probe = DEFAULT_N if signature_n is None else signature_n
         signed_ = part("signatures", lambda: verb("signatures", "signatures",
                                                  lambda: analyses.signatures(run, per_probe)))
-        rows += signature_rows(seed_list, stages, [] if signed_ is None else signed(signed_), made)
+        rows += signature_rows(seed_list, stages, made_by, [] if signed_ is None else signed(signed_), made)
         if signed_ is not None and signed_.failed:  # those updates' values are null in their rows, and say why here
             errors["signatures"] = "no signature for " + "; ".join(signed_.failed)
 
     if vectors:
-        rows += part("vectors", lambda: _cosines(out, seeds, stages, seed_list, verb, errors))
+        rows += part("vectors", lambda: _cosines(out, seeds, stages, made_by, seed_list, verb, errors))
 
     report = None
     if validation:
@@ -268,23 +270,24 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     return result
 
 
-def _tokens(out: Path, seeds: int, stages: Sequence[str], names: set[str], n: int, verb: Step,
+def _tokens(out: Path, seeds: int, stages: Sequence[str], trained: Trained, n: int, verb: Step,
             drift: dict[int, DriftSummary]) -> None:
-    """Per replicate: freeze seq-math's generations, score the later checkpoints; seq-ecom's row into ``drift``."""
+    """Per replicate: freeze the math stage's generations, score the later checkpoints; the ecom stage's drift
+    into ``drift``."""
     from aclarena.probes.probe_set import list_probe_sets
     from aclarena.store import ResultsStore
 
     run = str(out)
     frozen = set(list_probe_sets(ResultsStore(out))) if (out / "results.h5").exists() else set()
     for r in range(seeds):
-        ref = seq_name("math", r)
-        if ref not in names or "ecom" not in stages:
+        ref, ecom = trained.end("stage", "math", r), trained.end("stage", "ecom", r)
+        if ref is None or "ecom" not in stages:
             continue
         if ref not in frozen and verb(f"probe{suffix(r)}", "probe",
                                       functools.partial(analyses.probe, run, ref, "math", min(n, 32))) is None:
             continue
         data = verb(f"tokens{suffix(r)}", "tokens", functools.partial(analyses.tokens, run, ref))
-        after = None if data is None else data.summaries.get(seq_name("ecom", r))
+        after = None if data is None or ecom is None else data.summaries.get(ecom)
         if after is not None:
             drift[r] = after
 
@@ -308,7 +311,7 @@ def _consolidate(run: str, n: int, seeds: int, stages: Sequence[str], methods: S
     return evals
 
 
-def _cosines(out: Path, seeds: int, stages: Sequence[str], seed_list: Sequence[int], verb: Step,
+def _cosines(out: Path, seeds: int, stages: Sequence[str], trained: Trained, seed_list: Sequence[int], verb: Step,
              errors: dict[str, str]) -> list[dict[str, Any]]:
     """SDFT (the oracle-mix SFT) from the base and from the end per replicate, one ``vectors`` pass, the rows."""
     from aclarena.store import load_manifest
@@ -321,7 +324,7 @@ def _cosines(out: Path, seeds: int, stages: Sequence[str], seed_list: Sequence[i
         for o in [] if res is None else made_by_consolidation(res):  # made or reused: each replicate's output
             sdft.setdefault(o.replicate, {})[start] = o.checkpoint
     known = {c.name for c in load_manifest(out)}
-    mix, unrelated = vector_pairs(stages, seeds, known, sdft=sdft)
+    mix, unrelated = vector_pairs(stages, seeds, trained, known, sdft=sdft)
     asked = [p for r in range(seeds) for p in ([mix[r]] if r in mix else []) + unrelated.get(r, [])]
     if not asked:
         errors["vectors"] = ("no pair to compare: SDFT from the base and from the end, and the oracles' SFT "

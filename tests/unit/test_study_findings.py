@@ -10,8 +10,34 @@ import pytest
 
 from aclarena.analysis.steps import Made, Signed
 from aclarena.analysis.study import StudyResult, write_findings
-from aclarena.analysis.study_findings import findings, mean_spread
+from aclarena.analysis.study_findings import Trained, findings, mean_spread
 from aclarena.diagnostics.signatures import DriftSignature
+from aclarena.train.naming import oracle_name, seq_name
+
+
+def trained(stages, replicates: int, rl_only: tuple[str, ...] = ()) -> Trained:
+    """The phases a ``--seeds`` study trains (SFT then RL per stage, but ``rl_only``), as the manifest records them."""
+    jobs = [SimpleNamespace(name="base", kind="base", domain=None, phase=None, parent=None, replicate=0)]
+    for r in range(replicates):
+        for kind, name in (("stage", seq_name), ("oracle", oracle_name)):
+            prev = "base"
+            for d in stages:
+                start = prev if kind == "stage" else "base"
+                if d not in rl_only:
+                    jobs.append(SimpleNamespace(name=name(d, r, "sft"), kind=kind, domain=d, phase="sft", parent=start,
+                                                replicate=r))
+                    start = name(d, r, "sft")
+                jobs.append(SimpleNamespace(name=name(d, r), kind=kind, domain=d, phase="rl", parent=start, replicate=r))
+                prev = name(d, r)
+    return Trained.of(jobs)
+
+
+def test_trained_checkpoints_are_found_by_kind_domain_phase_and_replicate():
+    t = trained(["math", "search"], 2, rl_only=("search",))
+    assert t.end("stage", "math") == "seq-math" and t.sft_end("stage", "math", 1) == "seq-math-sft-s1"
+    assert t.end("oracle", "search", 1) == "oracle-search-s1"
+    assert t.sft_end("stage", "search") is None  # no SFT phase before its RL
+    assert t.end("stage", "math", 2) is None and t.end("stage", "ecom") is None  # not trained
 
 
 def test_mean_spread_is_the_sample_std_over_finite_values():
@@ -31,7 +57,7 @@ def test_findings_rows_pair_each_seed_with_its_own_checkpoints():
              "seq-search-sft": 4.0, "seq-search": 0.0}  # GRPO without reward: no update
     drift = {0: SimpleNamespace(kl_share_high=0.09, barely_moved_low=0.23),
              1: SimpleNamespace(kl_share_high=0.11, barely_moved_low=float("nan"))}
-    rows = findings([0, 1], stages, cells, norms, drift)
+    rows = findings([0, 1], stages, trained(stages, 2), cells, norms, drift)
     by = {r["quantity"]: r for r in rows}
     before = by["math/id before the ecom stage (seq-search)"]
     after = by["math/id after the ecom stage (seq-ecom)"]
@@ -50,7 +76,7 @@ def test_findings_rows_pair_each_seed_with_its_own_checkpoints():
 
 
 def test_findings_json_is_strict(tmp_path):
-    rows = findings([0, 1], ["math"], {("seq-math", "math/id"): float("nan")}, {}, {})
+    rows = findings([0, 1], ["math"], trained(["math"], 2), {("seq-math", "math/id"): float("nan")}, {}, {})
     path = write_findings(StudyResult(out=tmp_path, seeds=[0, 1], rows=rows, part_times={"train": 1.0}),
                           command="aclarena-diag study --seeds 2")
     text = path.read_text()
@@ -75,7 +101,7 @@ def test_consolidation_rows_pair_each_seed_with_its_own_end_and_oracle():
              ("oracle-math", "math/id"): 0.60, ("oracle-math-s1", "math/id"): 0.40,
              ("mle-math", "math/id"): 0.55, ("mle-math-s1", "math/id"): 0.45,
              ("merge-uniform", "if/id"): 0.9}
-    rows = consolidation_rows([0, 1], STAGES, cells, made)
+    rows = consolidation_rows([0, 1], STAGES, trained(STAGES, 2), cells, made)
     by = {r["quantity"]: r for r in rows}
     assert by["math/id of the sequential end (seq-if)"]["values"] == [0.10, 0.20]
     assert by["math/id of the sequential end (seq-if)"]["study"] == "AIME26 10.21"
@@ -88,7 +114,7 @@ def test_consolidation_rows_pair_each_seed_with_its_own_end_and_oracle():
     assert by["if/id of merge-uniform minus oracle-if"]["values"] == [None, None]  # no oracle score: null
     assert by["math/id of mle (expert mle-math)"]["values"] == [0.55, 0.45]
     assert by["search/id of mle (expert mle-search)"]["values"] == [None, None]
-    assert consolidation_rows([0], STAGES, cells, []) == []
+    assert consolidation_rows([0], STAGES, trained(STAGES, 1), cells, []) == []
 
 
 def test_vector_pairs_and_cosine_rows():
@@ -99,11 +125,12 @@ def test_vector_pairs_and_cosine_rows():
     names = {"base", "seq-if", "seq-if-s1", "sdft", "sdft-from-end", "sdft-s1",  # seed 1 lacks sdft-from-end-s1
              "oracle-math-sft", "oracle-search-sft", "oracle-if-sft", "oracle-math-sft-s1", "oracle-if-sft-s1"}
     made = {0: {"base": "sdft", "end": "sdft-from-end"}, 1: {"base": "sdft-s1", "end": "sdft-from-end-s1"}}
-    mix, unrelated = vector_pairs(STAGES, 2, names, sdft=made)
+    mix, unrelated = vector_pairs(STAGES, 2, trained(STAGES, 2), names, sdft=made)
     assert mix == {0: (("sdft", "base"), ("sdft-from-end", "seq-if"))}
     assert pair_arg(mix[0]) == "sdft - base:sdft-from-end - seq-if"  # what `vectors --pair` is given
     # the outputs consolidate reported are used, whatever their names (e.g. `--name`)
-    named = vector_pairs(STAGES, 1, names | {"mix-a", "mix-b"}, sdft={0: {"base": "mix-a", "end": "mix-b"}})[0]
+    named = vector_pairs(STAGES, 1, trained(STAGES, 1), names | {"mix-a", "mix-b"},
+                         sdft={0: {"base": "mix-a", "end": "mix-b"}})[0]
     assert named == {0: (("mix-a", "base"), ("mix-b", "seq-if"))}
     assert [pair_arg(p) for p in unrelated[0]] == [
         "oracle-math-sft - base:oracle-search-sft - base", "oracle-math-sft - base:oracle-if-sft - base",
@@ -242,7 +269,7 @@ def test_signature_rows_pair_each_seed_with_its_own_updates_and_intervals():
               sig("consolidation", "merge-uniform-s1", "math", 0.07, 0.05, 0.09)]
     made = [Made("merge-uniform", "merge-uniform", 0), Made("merge-uniform-s1", "merge-uniform", 1),
             Made("mle-math", "mle", 0, "math")]
-    rows = signature_rows([0, 1], STAGES, signed, made)
+    rows = signature_rows([0, 1], STAGES, trained(STAGES, 2), signed, made)
     by = {r["quantity"]: r for r in rows}
     rl = by["math RL phase: share of KL at the top 6% entropy positions"]
     assert rl["values"] == [0.24, 0.30] and rl["mean"] == pytest.approx(0.27)
@@ -256,4 +283,4 @@ def test_signature_rows_pair_each_seed_with_its_own_updates_and_intervals():
     merge = by["merge-uniform on math: share of KL at the top 6% entropy positions"]
     assert merge["values"] == [None, 0.07]
     assert not any("mle" in q for q in by)
-    assert signature_rows([0], STAGES, [], made) == []
+    assert signature_rows([0], STAGES, trained(STAGES, 1), [], made) == []
