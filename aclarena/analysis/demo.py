@@ -16,9 +16,10 @@ shows and which it does not.
 Each step calls the analysis layer's function for the matching verb, with the verb's defaults
 (:mod:`aclarena.analysis.steps`: its typed result), so a rerun skips every finished phase and result; a step
 that fails is recorded in the summary's ``errors`` (the line the verb would print) and the other steps go
-on. Checkpoints are picked by the trained phases' manifest fields (kind, domain, parent), never by name. The summary (:func:`build_summary`), with the
-time of every phase and step, is stored in results.h5 under ``demo/summary`` and written to
-``summary.json`` in the run folder (plain JSON, for copying the numbers into a report exactly).
+on. Checkpoints are picked by the trained phases' manifest fields (kind, domain, parent), never by name.
+The summary (:func:`build_summary`), with the time of every phase and step, is stored in results.h5 under
+``demo/summary`` and written to ``summary.json`` in the run folder (plain JSON, for copying the numbers
+into a report exactly).
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
         steps[name] = steps.get(name, 0.0) + time.monotonic() - t0
         return data if error is None else Failed(error)
 
-    def evaluate(checkpoints: Sequence[str], suites: str) -> Any:
+    def evaluate(checkpoints: Sequence[str], suites: Any) -> Any:
         return analyses.eval_cells(run_dir, checkpoints, suites, n)
 
     # the in-domain suites of the curriculum's own domains (a quick run trains no e-commerce: its long episodes
@@ -302,7 +303,7 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
                                             f"evaluating {len(shared)} consolidated models on every suite")
     for o in made:
         if o.method == "mle":  # an MLE expert answers only the contexts routed to it: its own domain's suites
-            step("eval", "eval", functools.partial(evaluate, [o.checkpoint], str(o.domain)),
+            step("eval", "eval", functools.partial(evaluate, [o.checkpoint], o.domain),
                  f"evaluating {o.checkpoint} in its domain")
     results["compare"] = step("compare", "compare", lambda: analyses.compare(run_dir), "comparison table")
     return results
