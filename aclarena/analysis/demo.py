@@ -13,11 +13,13 @@ consolidates (the merges; SDFT, MLE and MMOPD with ``full``), repairs the stage 
 (svd-restore) and compares. :func:`findings` says, one line each, which of the study's findings this run
 shows and which it does not.
 
-Each step calls the analysis layer's function for the matching verb, with the verb's defaults, so a
-rerun skips every finished phase and result; a step that fails is recorded in the summary's ``errors``
-(the line the verb would print) and the other steps go on. The summary (:func:`build_summary`), with the
-time of every phase and step, is stored in results.h5 under ``demo/summary`` and written to
-``summary.json`` in the run folder (plain JSON, for copying the numbers into a report exactly).
+Each step calls the analysis layer's function for the matching verb, with the verb's defaults
+(:mod:`aclarena.analysis.steps`: its typed result), so a rerun skips every finished phase and result; a step
+that fails is recorded in the summary's ``errors`` (the line the verb would print) and the other steps go
+on. Checkpoints are picked by the trained phases' manifest fields (kind, domain, parent), never by name.
+The summary (:func:`build_summary`), with the time of every phase and step, is stored in results.h5 under
+``demo/summary`` and written to ``summary.json`` in the run folder (plain JSON, for copying the numbers
+into a report exactly).
 """
 
 from __future__ import annotations
@@ -35,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from aclarena.analysis import steps as analyses
-from aclarena.analysis.steps import attempt
+from aclarena.analysis._common import jsonable
+from aclarena.analysis.steps import Failed, Made, Pair, attempt, finite, made_by_consolidation, made_by_repair
 from aclarena.diagnostics.early_warning import drop_reachable_in
 from aclarena.errors import AclarenaError
-from aclarena.train.naming import oracle_name, seq_name
 
 # The study's numbers (design.md), printed beside the mini arena's.
 STUDY = {
@@ -50,7 +52,8 @@ STUDY = {
 }
 #: the suites whose change over the e-commerce stage the summary reports (the study's AIME and NQ, and MMLU)
 ECOM_SUITES = ("math/id", "search/id", "general")
-SEQ_MATH, SEQ_ECOM = seq_name("math"), seq_name("ecom")  # the token reference and the stage whose drop the demo tests
+#: the domains of the token reference's stage and of the stage whose drop the demo tests
+REF_DOMAIN, ECOM_DOMAIN = "math", "ecom"
 SUMMARY_KEY = "demo/summary"
 SUMMARY_FILE = "summary.json"
 #: the consolidations of every demo (seconds) and those ``full`` adds (they train)
@@ -210,8 +213,8 @@ def run_demo(
 
 def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], steps: dict[str, float], *,
               preset: str, n: int, full: bool, report: StepReport | None) -> dict[str, Any]:
-    """Every analysis step on the trained run, as plain data by step (``{"error": line}`` for a failed one);
-    each step's time is added to ``steps``."""
+    """Every analysis step on the trained run, its typed result by step (:class:`~aclarena.analysis.steps.Failed`
+    for a failed one); each step's time is added to ``steps``."""
     sft_ends = [r["name"] for r in rows if r["kind"] == "stage" and r["name"] not in stage_ends]
     oracles = [r["name"] for r in rows if r["kind"] == "oracle" and _is_stage_end(r["name"], rows)]
     results: dict[str, Any] = {}
@@ -221,9 +224,9 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
         with report(what) if report is not None else contextlib.nullcontext():
             data, error = attempt(verb, fn)
         steps[name] = steps.get(name, 0.0) + time.monotonic() - t0
-        return data if error is None else {"error": error}
+        return data if error is None else Failed(error)
 
-    def evaluate(checkpoints: Sequence[str], suites: str) -> dict[str, Any]:
+    def evaluate(checkpoints: Sequence[str], suites: Any) -> Any:
         return analyses.eval_cells(run_dir, checkpoints, suites, n)
 
     # the in-domain suites of the curriculum's own domains (a quick run trains no e-commerce: its long episodes
@@ -238,15 +241,16 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
     if oracles:
         results["eval_oracles"] = step("eval", "eval", lambda: evaluate(oracles, in_domain),
                                        f"evaluating {len(oracles)} oracles in domain")
-    if SEQ_MATH in stage_ends:
+    ref = stage_end_of(REF_DOMAIN, rows, stage_ends)
+    if ref is not None:
         from aclarena.probes.probe_set import list_probe_sets
         from aclarena.store import ResultsStore
 
-        if SEQ_MATH not in list_probe_sets(ResultsStore(run_dir)):  # a rerun keeps the frozen generations
-            results["probe"] = step("probe", "probe", lambda: analyses.probe(run_dir, SEQ_MATH, "math", sizes(preset)[1]),
-                                    "freezing seq-math's generations")
-        results["tokens"] = step("tokens", "tokens", lambda: analyses.tokens(run_dir, SEQ_MATH),
-                                 "token drift of later checkpoints on seq-math's generations")
+        if ref not in list_probe_sets(ResultsStore(run_dir)):  # a rerun keeps the frozen generations
+            results["probe"] = step("probe", "probe", lambda: analyses.probe(run_dir, ref, REF_DOMAIN, sizes(preset)[1]),
+                                    f"freezing {ref}'s generations")
+        results["tokens"] = step("tokens", "tokens", lambda: analyses.tokens(run_dir, ref),
+                                 f"token drift of later checkpoints on {ref}'s generations")
     # issue 31: every SFT and RL phase and stage signed on its parent's own generations (before the
     # consolidations exist, so only the chain's updates); analysis/signatures.py, docs/tokens.md section 8
     # the chain's updates only, named: a rerun (after the merges and the repair exist) reads them back instead of
@@ -264,42 +268,43 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
 
     t0 = time.monotonic()  # per-item pairs of every later stage's effect on each earlier skill (the store; no model)
     results["stage_effects"] = _stage_effects(run_dir, rows, stage_ends)
-    if SEQ_ECOM in stage_ends:
+    ecom = stage_end_of(ECOM_DOMAIN, rows, stage_ends)
+    if ecom is not None:
         try:
-            results["paired"] = paired_change(run_dir, _stage_parent_of(SEQ_ECOM, rows, stage_ends), SEQ_ECOM,
-                                              ECOM_SUITES)
+            results["paired"] = paired_change(run_dir, _stage_parent_of(ecom, rows, stage_ends), ecom, ECOM_SUITES)
         except AclarenaError as e:  # an unreadable matrix: the summary says so, the other steps go on
-            results["paired"] = {"error": str(e)}
+            results["paired"] = Failed(str(e))
     steps["forgetting"] = steps.get("forgetting", 0.0) + time.monotonic() - t0
-    if SEQ_ECOM in stage_ends:
+    if ecom is not None:
         # tiny: 6 items, the fewest whose total loss can pass Holm over the stage's 3 evaluations; mini: the
         # monitor's defaults (20 items every 10 steps could not reach significance over the 200-step ecom stage)
         lead_n, lead_every = (50, 5) if preset == "mini" else (6, 2)
-        results["lead_time"] = step("lead_time", "monitor", lambda: analyses.lead_time(run_dir, "ecom", lead_n, lead_every),
+        results["lead_time"] = step("lead_time", "monitor", lambda: analyses.lead_time(run_dir, ECOM_DOMAIN, lead_n,
+                                                                                        lead_every),
                                     "lead time of the drift warnings (retraining the ecom stage)")
     # consolidations, then the comparison table (docs/consolidation.md): the merges every time (seconds),
     # the methods that train (SDFT, MLE, MMOPD) with --full
     methods = list(MERGES) + (list(TRAINED) if full else [])
-    made: list[dict[str, Any]] = []
+    made: list[Made] = []
     for method in methods:
         r = step("consolidate", "consolidate", functools.partial(analyses.consolidate, run_dir, method),
                  f"consolidating ({method})")
-        made += (r or {}).get("outputs", [])
+        made += [] if r is None or isinstance(r, Failed) else made_by_consolidation(r)
     target = _repair_target(results["stage_effects"], rows, stage_ends)
     if target is not None:  # the stage that forgot most, repaired without data (docs/consolidation.md)
         old, new = target
         r = step("repair", "repair", functools.partial(analyses.repair, run_dir, old, new, f"repair-{new}",
                                                        REPAIR_PERCENT),
                  f"repairing {new} (svd-restore {REPAIR_PERCENT:g}% of its update from {old})")
-        made += [{"checkpoint": o["checkpoint"], "method": o["method"]} for o in (r or {}).get("outputs", [])]
-    shared = [o["checkpoint"] for o in made if o["method"] != "mle"]
+        made += [] if r is None or isinstance(r, Failed) else made_by_repair(r)
+    shared = [o.checkpoint for o in made if o.method != "mle"]
     if shared:
         results["eval_consolidated"] = step("eval", "eval", lambda: evaluate(shared, f"{in_domain},general"),
                                             f"evaluating {len(shared)} consolidated models on every suite")
     for o in made:
-        if o["method"] == "mle":  # an MLE expert answers only the contexts routed to it: its own domain's suites
-            step("eval", "eval", functools.partial(evaluate, [o["checkpoint"]], o["domain"]),
-                 f"evaluating {o['checkpoint']} in its domain")
+        if o.method == "mle":  # an MLE expert answers only the contexts routed to it: its own domain's suites
+            step("eval", "eval", functools.partial(evaluate, [o.checkpoint], o.domain),
+                 f"evaluating {o.checkpoint} in its domain")
     results["compare"] = step("compare", "compare", lambda: analyses.compare(run_dir), "comparison table")
     return results
 
@@ -329,8 +334,7 @@ def stage_oracle_pairs(rows: list[dict[str, Any]], stage_ends: list[str]) -> lis
             if o.get("same_as") == name:
                 continue
             out.append({"stage": name, "parent": parent, "domain": by_name[name]["domain"], "oracle": o["name"],
-                        "oracle_domain": o["domain"], "pair": f"{name}-{parent}:{o['name']}-{base}",
-                        "label": f"{name} - {parent} : {o['name']} - {base}"})
+                        "oracle_domain": o["domain"], "base": base, "pair": f"{name}-{parent}:{o['name']}-{base}"})
     return out
 
 
@@ -369,6 +373,24 @@ def _repair_target(effects: list[dict[str, Any]], rows: list[dict[str, Any]],
 # --- the summary -------------------------------------------------------------------------------------------
 
 
+def stage_end_of(domain: str, rows: list[dict[str, Any]], stage_ends: list[str]) -> str | None:
+    """The end of the chain's stage of ``domain`` (None when the curriculum has none)."""
+    by_name = {r["name"]: r for r in rows}
+    return next((e for e in stage_ends if by_name[e]["domain"] == domain), None)
+
+
+def oracle_of(domain: str, rows: list[dict[str, Any]]) -> str | None:
+    """The end of ``domain``'s single-task oracle (None when none was trained)."""
+    return next((r["name"] for r in rows if r["kind"] == "oracle" and r["domain"] == domain
+                 and _is_stage_end(r["name"], rows)), None)
+
+
+def _ok(results: dict[str, Any], key: str) -> Any:
+    """The result of step ``key``; None when it did not run or failed."""
+    v = results.get(key)
+    return None if isinstance(v, Failed) else v
+
+
 def _is_stage_end(name: str, rows: list[dict[str, Any]]) -> bool:
     """The last phase of its stage: no row of the same kind and domain has it as parent (the next
     stage's first phase has it as parent too, but another domain)."""
@@ -386,23 +408,22 @@ def _stage_parent_of(name: str, rows: list[dict[str, Any]], stage_ends: list[str
 
 
 def _cells(*evals: Any) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], list[float]]]:
-    """Each (checkpoint, suite) cell's greedy score and its 95% bootstrap interval over items."""
+    """Each (checkpoint, suite) cell's greedy score and its 95% bootstrap interval over items (of the ``eval``
+    results; a step that did not run or failed is None or :class:`~aclarena.analysis.steps.Failed`)."""
     out: dict[tuple[str, str], float] = {}
     ci: dict[tuple[str, str], list[float]] = {}
     for e in evals:
-        if not isinstance(e, dict):
+        if e is None or isinstance(e, Failed):
             continue
-        for c in e.get("cells", []):
-            if c.get("status") == "ok" and c.get("mean") is not None:
-                out[(c["checkpoint"], c["suite"])] = float(c["mean"])
-                if c.get("ci95") is not None:
-                    ci[(c["checkpoint"], c["suite"])] = [float(x) for x in c["ci95"]]
+        out |= e.scores()
+        ci |= e.intervals()
     return out, ci
 
 
 def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_ends: list[str],
                   steps: dict[str, float], total_s: float, preset: str, n: int) -> dict[str, Any]:
-    """The study's measurements as found on this run (plain data; printed and stored)."""
+    """The study's measurements as found on this run, from the steps' typed results (plain data; printed and
+    stored: the one place they become JSON)."""
     cells, ci = _cells(results.get("eval_chain"), results.get("eval_sft"), results.get("eval_oracles"),
                        results.get("eval_consolidated"))
     by_name = {r["name"]: r for r in rows}
@@ -412,69 +433,80 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
         d = by_name[name]["domain"]
         parent = _stage_parent_of(name, rows, stage_ends)
         suite = f"{d}/id"
+        oracle = oracle_of(d, rows)
         sft = next((r["name"] for r in rows if r["kind"] == "stage" and r["parent"] == parent
                     and r["domain"] == d and r["name"] != name), None)
         stages.append({"stage": name, "domain": d, "suite": suite, "parent": parent,
                        "parent_score": cells.get((parent, suite)), "score": cells.get((name, suite)),
                        "score_ci95": ci.get((name, suite)), "after_sft": cells.get((sft, suite)) if sft else None,
-                       "oracle": cells.get((oracle_name(d), suite)), "oracle_ci95": ci.get((oracle_name(d), suite)),
+                       "oracle": cells.get((oracle, suite)) if oracle else None,
+                       "oracle_ci95": ci.get((oracle, suite)) if oracle else None,
                        "general": cells.get((name, "general"))})
     ecom = None
-    if SEQ_ECOM in stage_ends:
-        before = _stage_parent_of(SEQ_ECOM, rows, stage_ends)
-        paired = results.get("paired") if isinstance(results.get("paired"), dict) else {}
-        ecom = {"before": before, "after": SEQ_ECOM,
-                **{s: {"before": cells.get((before, s)), "after": cells.get((SEQ_ECOM, s)),
-                       "before_ci95": ci.get((before, s)), "after_ci95": ci.get((SEQ_ECOM, s)),
-                       **{k: v for k, v in (paired or {}).get(s, {}).items() if k != "error"}}
+    after = stage_end_of(ECOM_DOMAIN, rows, stage_ends)
+    if after is not None:
+        before = _stage_parent_of(after, rows, stage_ends)
+        paired = _ok(results, "paired") or {}  # analysis.paired's counts by suite
+        ecom = {"before": before, "after": after,
+                **{s: {"before": cells.get((before, s)), "after": cells.get((after, s)),
+                       "before_ci95": ci.get((before, s)), "after_ci95": ci.get((after, s)),
+                       **{k: v for k, v in paired.get(s, {}).items() if k != "error"}}
                    for s in ECOM_SUITES}}
-    disp = results.get("displacement") if isinstance(results.get("displacement"), dict) else {}
-    sft_rl = [{"stage": r["stage"], "ratio": r.get("ratio"), "sft": r.get("sft"), "rl": r.get("rl")}
-              for r in (disp or {}).get("sft_rl", [])]
-    tok = results.get("tokens") if isinstance(results.get("tokens"), dict) else {}
-    drift = [{"checkpoint": r.get("checkpoint"), "kl_share_high": r.get("kl_share_high"),
-              "barely_moved_low": r.get("barely_moved_low"), "kl_mean": r.get("kl_mean")}
-             for r in (tok or {}).get("checkpoints", []) if r.get("kl_share_high") is not None]
-    forg = results.get("forgetting") if isinstance(results.get("forgetting"), dict) else {}
-    lead = results.get("lead_time") if isinstance(results.get("lead_time"), dict) else {}
+    disp = _ok(results, "displacement")
+    per, overall = ([], None) if disp is None else disp.sft_rl()[:2]
+    sft_rl = [{"stage": r.stage, "ratio": finite(r.ratio), "sft": finite(r.sft), "rl": finite(r.rl)} for r in per]
+    tok = _ok(results, "tokens")
+    drift = [{"checkpoint": name, "kl_share_high": finite(d.kl_share_high),
+              "barely_moved_low": finite(d.barely_moved_low), "kl_mean": finite(d.kl_mean)}
+             for name, d in (tok.summaries.items() if tok is not None else ()) if finite(d.kl_share_high) is not None]
+    forg = _ok(results, "forgetting")
+    lead = _ok(results, "lead_time") or {}  # the lead-time measurement is plain data (train.lead_time)
     phases = [{"name": r["name"], "status": r["status"], "steps": r["steps"], "time_s": r["time_s"]} for r in rows]
-    errors = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and "error" in v}
+    errors = {k: v.line for k, v in results.items() if isinstance(v, Failed)}
     effects = [{**e, "before_score": cells.get((e["before"], e["suite"])), "after_score": cells.get((e["stage"], e["suite"])),
                 "before_ci95": ci.get((e["before"], e["suite"])), "after_ci95": ci.get((e["stage"], e["suite"]))}
                for e in results.get("stage_effects") or []]
-    vec = results.get("vectors") if isinstance(results.get("vectors"), dict) else {}
-    cmp = results.get("compare") if isinstance(results.get("compare"), dict) and "rows" in results["compare"] else None
+    vec = _ok(results, "vectors")
+    compared = _ok(results, "compare")
+    cmp = None if compared is None else jsonable(compared.to_dict())
     summary = {
         "preset": preset, "eval_tasks_per_suite": n, "stages": stages, "ecom_effect": ecom,
         "base_general": cells.get(("base", "general")),
-        "sft_rl": sft_rl, "sft_rl_overall": (disp or {}).get("sft_rl_overall"),
-        "token_drift": {"high": (tok or {}).get("high"), "checkpoints": drift},
+        "sft_rl": sft_rl, "sft_rl_overall": None if disp is None else finite(overall),
+        "token_drift": {"high": None if tok is None else tok.high, "checkpoints": drift},
         "signatures": _signatures(results.get("signatures")),
-        "forgetting": (forg or {}).get("summary"), "phase_times": phases,
+        "forgetting": None if forg is None else dict(forg.metrics), "phase_times": phases,
         "lead_time": [{**{k: r.get(k) for k in ("domain", "predictor", "metric", "warn_step", "drop_step", "lead")},
-                       "drop_reachable": drop_reachable_in(lead or {}, r["domain"])} for r in (lead or {}).get("table", [])],
+                       "drop_reachable": drop_reachable_in(lead, r["domain"])} for r in lead.get("table", [])],
         "training_s": sum(p["time_s"] or 0.0 for p in phases), "step_times": steps, "total_s": total_s,
         "errors": errors, "study": STUDY, "comparison": cmp,
-        "stage_effects": effects, "oracle_cosines": oracle_cosines(vec or {}, results.get("vector_pairs") or []),
-        "repairs": (cmp or {}).get("repair_scores") or [],
+        "stage_effects": effects,
+        "oracle_cosines": oracle_cosines({} if vec is None else analyses.pair_cosines(vec),
+                                         results.get("vector_pairs") or []),
+        "repairs": [] if compared is None else jsonable([r.to_dict() for r in compared.repairs]),
     }
     summary["findings"] = findings(summary)
     return summary
 
 
-def oracle_cosines(vectors: dict[str, Any], pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each stage update's cosine with its own domain's oracle direction and with the other oracles' (the
-    ``vectors`` pairs of :func:`stage_oracle_pairs`); only stages with an oracle of their own domain."""
-    cos = {r["pair"]: r["cos"] for r in vectors.get("pairs", [])}
+def _pair_of(p: dict[str, Any]) -> Pair:
+    """The two differences of a :func:`stage_oracle_pairs` entry: the stage's update and the oracle's direction."""
+    return (p["stage"], p["parent"]), (p["oracle"], p["base"])
+
+
+def oracle_cosines(cos: dict[Pair, float | None], pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each stage update's cosine with its own domain's oracle direction and with the other oracles' (``cos``: the
+    ``vectors`` cosines of the pairs of :func:`stage_oracle_pairs`); only stages with an oracle of their own
+    domain."""
     out = []
     for stage in dict.fromkeys(p["stage"] for p in pairs):
         mine = [p for p in pairs if p["stage"] == stage]
         own = [p for p in mine if p["oracle_domain"] == p["domain"]]
-        if not own or own[0]["label"] not in cos:
+        if not own or _pair_of(own[0]) not in cos:
             continue
         out.append({"stage": stage, "update": f"{stage} - {own[0]['parent']}", "domain": own[0]["domain"],
-                    "oracle": own[0]["oracle"], "own": cos[own[0]["label"]],
-                    "others": {p["oracle"]: cos.get(p["label"]) for p in mine if p is not own[0]}})
+                    "oracle": own[0]["oracle"], "own": cos[_pair_of(own[0])],
+                    "others": {p["oracle"]: cos.get(_pair_of(p)) for p in mine if p is not own[0]}})
     return out
 
 
@@ -609,13 +641,14 @@ def _f_repair(s: dict[str, Any]) -> dict[str, Any]:
                     + ", ".join(parts))
 
 
-def _signatures(data: Any) -> dict[str, Any] | None:
-    """Issue 31: the summary's ``signatures`` block (None when the step did not run or failed)."""
-    if not isinstance(data, dict) or "updates" not in data:
+def _signatures(result: Any) -> dict[str, Any] | None:
+    """Issue 31: the summary's ``signatures`` block of the step's
+    :class:`~aclarena.analysis.signatures.SignaturesResult` (None when the step did not run or failed)."""
+    if result is None or isinstance(result, Failed):
         return None
     from aclarena.analysis.signatures import demo_block
 
-    return demo_block(data)
+    return demo_block(jsonable(result.to_dict()))
 
 
 def _store(out: Path, summary: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ score (``general``: 0.25, one of four options) is named in :attr:`EvalResult.war
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -64,6 +65,17 @@ class EvalResult:
     def to_pandas(self) -> Any:
         """DataFrame, one row per cell."""
         return frame(self.cells)
+
+    def scores(self) -> dict[tuple[str, str], float]:
+        """Each ok cell's greedy mean by ``(checkpoint, suite)`` (cells without a finite mean left out)."""
+        return {(c["checkpoint"], c["suite"]): float(c["mean"]) for c in self.cells
+                if c["status"] == "ok" and c["mean"] is not None and math.isfinite(c["mean"])}
+
+    def intervals(self) -> dict[tuple[str, str], list[float]]:
+        """Each scored cell's 95% bootstrap interval over items by ``(checkpoint, suite)``."""
+        scored = self.scores()
+        return {(c["checkpoint"], c["suite"]): [float(x) for x in c["ci95"]] for c in self.cells
+                if (c["checkpoint"], c["suite"]) in scored and c["ci95"] is not None}
 
     @property
     def errors(self) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from aclarena.analysis import steps as analyses
-from aclarena.analysis.steps import Parts, attempt
+from aclarena.analysis.steps import Pair, Parts, attempt, pair_arg, pair_cosines, signed, stage_norms
 from aclarena.diagnostics.orders import (
     OrderPlan,
     Prefix,
@@ -185,28 +185,28 @@ def _pair_diagnostics(run: str, pairs: Sequence[Prefix], reps: Sequence[int], ve
     """Per ordered pair and seed: cos, SFT/RL ratio, KL share at the top 6% (b's stage), McNemar p of a's drop."""
     from aclarena.analysis.paired import paired_change
 
-    disp = verb("displacement", "displacement", lambda: analyses.displacement(run)) or {}
-    norms = {u["checkpoint"]: u.get("norm") for u in disp.get("updates", []) if u.get("kind") == "stage"}
-    asked = {(p, r): f"{node_name(p[:1], r)} - base:{node_name(p, r)} - {node_name(p[:1], r)}"
-             for p in pairs for r in reps}
-    vec = verb("vectors", "vectors", functools.partial(analyses.vectors, run, list(asked.values()))) or {}
-    cos = {row["pair"]: row.get("cos") for row in vec.get("pairs", []) if row.get("group") == "all"}
+    disp = verb("displacement", "displacement", lambda: analyses.displacement(run))
+    norms = {} if disp is None else stage_norms(disp)
+    # per (pair, seed): a's update from the base and b's from a, each as its two checkpoints
+    asked: dict[tuple[Prefix, int], Pair] = {
+        (p, r): ((node_name(p[:1], r), "base"), (node_name(p, r), node_name(p[:1], r))) for p in pairs for r in reps}
+    vec = verb("vectors", "vectors", functools.partial(analyses.vectors, run, [pair_arg(x) for x in asked.values()]))
+    cos = {} if vec is None else pair_cosines(vec)
     updates = [f"{node_name(p[:1], r)}..{node_name(p, r)}" for p in pairs for r in reps]
-    sig = verb("signatures", "signatures",
-               functools.partial(analyses.signatures, run, SIGNATURE_N, updates)) or {}
-    kl = {(row.get("update"), row.get("domain")): row.get("kl_share_high") for row in sig.get("updates", [])}
+    sig = verb("signatures", "signatures", functools.partial(analyses.signatures, run, SIGNATURE_N, updates))
+    # b's stage signed on a's generations: by its parent and child checkpoints and the domain
+    kl = {} if sig is None else {(s.parent, s.child, s.domain): s.value("kl_share_high") for s in signed(sig)}
     out = []
     for p in pairs:
         a, b = p
         row: dict[str, Any] = {"first": a, "second": b, "cos": [], "sft_rl": [], "kl_share_high": [], "p_drop": [],
                                "lost": [], "gained": []}
         for r in reps:
-            x, y = asked[(p, r)].split(":")
-            row["cos"].append(_num(cos.get(f"{x} : {y}")))
+            row["cos"].append(_num(cos.get(asked[(p, r)])))
             sft, rl = norms.get(node_name(p, r, "sft")), norms.get(node_name(p, r))
             row["sft_rl"].append(_num(sft / rl) if isinstance(sft, int | float) and isinstance(rl, int | float) and rl
                                  else None)
-            row["kl_share_high"].append(_num(kl.get((f"{node_name(p[:1], r)}..{node_name(p, r)}", b))))
+            row["kl_share_high"].append(_num(kl.get((node_name(p[:1], r), node_name(p, r), b))))
             pc, err = attempt("flips", functools.partial(paired_change, run, node_name(p[:1], r), node_name(p, r),
                                                          [f"{a}/id"]))
             got = (pc or {}).get(f"{a}/id", {})

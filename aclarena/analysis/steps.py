@@ -1,24 +1,44 @@
-"""The analyses the demo and the study run, each with its verb's defaults, as plain data.
+"""The analyses the demo and the study run, each with its verb's defaults, as typed results.
 
-Each function calls the analysis layer's function of one verb and returns what that verb prints
-with ``--json`` (:func:`~aclarena.analysis._common.jsonable` of the result's ``to_dict()``); a
+Each function calls the analysis layer's function of one verb and returns that analysis's own result
+(:class:`~aclarena.analysis.eval.EvalResult`, :class:`~aclarena.analysis.tokens.TokenDrift`, ...); a
 result the verb would exit 1 on (error cells in the matrix, NaN logits) raises
 :class:`~aclarena.errors.AclarenaError` with the verb's line. :func:`attempt` turns a failed step
-into the line the verb would end with, so that one failed step does not stop the others.
+into the line the verb would end with, so that one failed step does not stop the others; the demo
+records such a step as :class:`Failed`.
+
+The typed views at the end (:class:`Signed`, :class:`Made`, :func:`pair_cosines`, :func:`stage_norms`)
+read the results whose modules keep their records as rows (signatures, consolidations) or as arrays
+(vectors, displacement), so that the demo and the study read attributes, never another verb's JSON keys
+or display labels.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aclarena.analysis._common import RunPath, jsonable
 from aclarena.errors import AclarenaError
+
+if TYPE_CHECKING:
+    from aclarena.analysis.compare import CompareResult
+    from aclarena.analysis.consolidate import ConsolidateResult
+    from aclarena.analysis.displacement import DisplacementResult
+    from aclarena.analysis.eval import EvalResult
+    from aclarena.analysis.forgetting import ForgettingResult
+    from aclarena.analysis.repair import RepairRunResult
+    from aclarena.analysis.signatures import SignaturesResult
+    from aclarena.analysis.tokens import TokenDrift
+    from aclarena.analysis.vectors import VectorsResult
+    from aclarena.diagnostics.signatures import DriftSignature
+    from aclarena.probes.probe_set import ProbeSet
 
 T = TypeVar("T")
 
@@ -39,6 +59,12 @@ def attempt(verb: str, fn: Callable[[], T]) -> tuple[T | None, str | None]:
     except Exception as e:  # noqa: BLE001 (a failed step is recorded by the caller; the other steps go on)
         return None, error_line(verb, e)
 
+
+@dataclass(frozen=True)
+class Failed:
+    """A step that failed: the line its verb would end with."""
+
+    line: str
 
 
 @dataclass
@@ -81,7 +107,7 @@ def write_report(path: Path, data: Any) -> Path:
     return path
 
 
-def eval_cells(run_dir: RunPath, checkpoints: Sequence[str], suites: str, n: int) -> dict[str, Any]:
+def eval_cells(run_dir: RunPath, checkpoints: Sequence[str], suites: str, n: int) -> EvalResult:
     """``eval --checkpoints ... --suites ... -n N --samples 0 --seeds 0``: greedy only, one task draw."""
     from aclarena.analysis.eval import evaluate
 
@@ -89,20 +115,19 @@ def eval_cells(run_dir: RunPath, checkpoints: Sequence[str], suites: str, n: int
     error = result.error_message()
     if error is not None:  # as the verb: the matrix is stored, the step failed
         raise AclarenaError(error)
-    return jsonable(result.to_dict())
+    return result
 
 
-def probe(run_dir: RunPath, ref: str, domain: str, n: int) -> dict[str, Any]:
+def probe(run_dir: RunPath, ref: str, domain: str, n: int) -> ProbeSet:
     """``probe --ref REF --domain D -n N --max-new-tokens 64``: freeze ``ref``'s greedy generations."""
-    from aclarena.analysis.probe import describe, freeze_probe
+    from aclarena.analysis.probe import freeze_probe
     from aclarena.probes.generation import GenerationSettings
 
-    frozen = freeze_probe(run_dir, ref, domain=domain, n=n,
-                          settings=GenerationSettings(max_new_tokens=64, temperature=0.0, seed=0, batch_size=8))
-    return jsonable(describe(frozen))
+    return freeze_probe(run_dir, ref, domain=domain, n=n,
+                        settings=GenerationSettings(max_new_tokens=64, temperature=0.0, seed=0, batch_size=8))
 
 
-def tokens(run_dir: RunPath, ref: str) -> dict[str, Any]:
+def tokens(run_dir: RunPath, ref: str) -> TokenDrift:
     """``tokens --ref REF``: drift of the checkpoints after ``ref`` on its probe set."""
     from aclarena.analysis.tokens import tokens as score
 
@@ -110,65 +135,153 @@ def tokens(run_dir: RunPath, ref: str) -> dict[str, Any]:
     flagged = result.flagged_message()
     if flagged is not None:  # as the verb: the scores are stored, the step failed
         raise AclarenaError(flagged)
-    return jsonable(result.to_dict())
+    return result
 
 
-def signatures(run_dir: RunPath, n: int, updates: Sequence[str] | None = None) -> dict[str, Any]:
+def signatures(run_dir: RunPath, n: int, updates: Sequence[str] | None = None) -> SignaturesResult:
     """``signatures -n N [--updates ...]``: every SFT and RL phase and stage (or ``updates``) signed on its parent's
     own generations; an update without a signature (e.g. an RL phase that did not move) is named in ``failed``,
     the others kept."""
     from aclarena.analysis.signatures import signatures as sign
 
-    return jsonable(sign(run_dir, n=n, updates=updates, show_progress=False, strict=False).to_dict())
+    return sign(run_dir, n=n, updates=updates, show_progress=False, strict=False)
 
 
-def vectors(run_dir: RunPath, pairs: Sequence[str] = ()) -> dict[str, Any]:
+def vectors(run_dir: RunPath, pairs: Sequence[str] = ()) -> VectorsResult:
     """``vectors [--pair A-B:C-D ...]``: task vectors (global view, embeddings included)."""
     from aclarena.analysis.vectors import vectors as measure
 
-    return jsonable(measure(run_dir, pairs=list(pairs)).to_dict())
+    return measure(run_dir, pairs=list(pairs))
 
 
-def displacement(run_dir: RunPath) -> dict[str, Any]:
+def displacement(run_dir: RunPath) -> DisplacementResult:
     """``displacement``: SFT vs RL displacement (global view, the default tolerances)."""
     from aclarena.analysis.displacement import DEFAULT_TOLERANCES
     from aclarena.analysis.displacement import displacement as measure
 
-    return jsonable(measure(run_dir, tolerances=DEFAULT_TOLERANCES).to_dict())
+    return measure(run_dir, tolerances=DEFAULT_TOLERANCES)
 
 
-def forgetting(run_dir: RunPath) -> dict[str, Any]:
+def forgetting(run_dir: RunPath) -> ForgettingResult:
     """``forgetting``: the continual-learning metrics of the capability matrix."""
     from aclarena.analysis.forgetting import forgetting as measure
 
-    return jsonable(measure(run_dir).to_dict())
+    return measure(run_dir)
 
 
 def lead_time(run_dir: RunPath, stage: str, n: int, eval_every: int) -> dict[str, Any]:
-    """``monitor --lead-time --stage S -n N --eval-every M``: retrain ``stage`` with the monitor."""
+    """``monitor --lead-time --stage S -n N --eval-every M``: retrain ``stage`` with the monitor (its result is
+    plain data: :func:`~aclarena.train.lead_time.measure_lead_time`'s, as JSON carries it)."""
     from aclarena.train.lead_time import LeadTimeSettings, measure_lead_time
 
     return jsonable(measure_lead_time(run_dir, LeadTimeSettings(stage=stage, n=n, eval_every=eval_every)))
 
 
-def consolidate(run_dir: RunPath, method: str, *, seeds: int = 1, start: str | None = None) -> dict[str, Any]:
+def consolidate(run_dir: RunPath, method: str, *, seeds: int = 1, start: str | None = None) -> ConsolidateResult:
     """``consolidate --method M [--seeds N] [--start FROM]``, the other options the verb's defaults."""
     from aclarena.analysis.consolidate import consolidate as run
     from aclarena.consolidate.options import options_for
 
     options = options_for(method) if start is None else options_for(method, start=start)
-    return jsonable(run(run_dir, method, seeds=seeds, options=options).to_dict())
+    return run(run_dir, method, seeds=seeds, options=options)
 
 
-def repair(run_dir: RunPath, old: str, new: str, name: str, percent: float) -> dict[str, Any]:
+def repair(run_dir: RunPath, old: str, new: str, name: str, percent: float) -> RepairRunResult:
     """``repair --from OLD --to NEW --method svd-restore --rank-percent P --name NAME``."""
     from aclarena.analysis.repair import repair as run
 
-    return jsonable(run(run_dir, old=old, new=new, method="svd-restore", name=name, percents=percent).to_dict())
+    return run(run_dir, old=old, new=new, method="svd-restore", name=name, percents=percent)
 
 
-def compare(run_dir: RunPath) -> dict[str, Any]:
+def compare(run_dir: RunPath) -> CompareResult:
     """``compare``: the study-shaped comparison table (rule router, greedy scores)."""
     from aclarena.analysis.compare import compare as table
 
-    return jsonable(table(run_dir).to_dict())
+    return table(run_dir)
+
+
+# --- typed views of the results that keep their records as rows or arrays -------------------------------------
+
+
+def finite(v: Any) -> float | None:
+    """``v`` as a float, None when missing or not finite (what JSON carries)."""
+    if v is None:
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+@dataclass(frozen=True)
+class Signed:
+    """One update signed on one domain (:func:`signed`): the update as ``signatures`` names it, its kind (``sft``,
+    ``rl``, ``stage``, ``consolidation``), parent, child, domain and its
+    :class:`~aclarena.diagnostics.signatures.DriftSignature`."""
+
+    update: str
+    kind: str
+    parent: str
+    child: str
+    domain: str
+    signature: DriftSignature
+
+    def value(self, measure: str) -> float | None:
+        return finite(self.signature.values.get(measure))
+
+    def interval(self, measure: str) -> tuple[float | None, float | None]:
+        return finite(self.signature.low.get(measure)), finite(self.signature.high.get(measure))
+
+
+def signed(result: SignaturesResult) -> list[Signed]:
+    """Every signed (update, domain) of ``result``, in its order."""
+    return [Signed(r["update"], r["kind"], r["parent"], r["child"], r["domain"],
+                   result.signatures[(r["update"], r["domain"])]) for r in result.rows]
+
+
+@dataclass(frozen=True)
+class Made:
+    """One checkpoint a consolidation or a repair made (or reused): its name, method, replicate and, for an MLE
+    expert, its domain."""
+
+    checkpoint: str
+    method: str
+    replicate: int = 0
+    domain: str | None = None
+
+
+def made_by_consolidation(result: ConsolidateResult) -> list[Made]:
+    return [Made(o["checkpoint"], o["method"], int(o.get("replicate") or 0), o.get("domain"))
+            for o in result.outputs]
+
+
+def made_by_repair(result: RepairRunResult) -> list[Made]:
+    return [Made(o.checkpoint, o.method) for o in result.outputs]
+
+
+#: an update or task vector as its two checkpoints: ``(plus, minus)``, ``θ_plus − θ_minus``
+Difference = tuple[str, str]
+#: two differences whose cosine ``vectors --pair`` measures
+Pair = tuple[Difference, Difference]
+
+
+def pair_arg(pair: Pair) -> str:
+    """``vectors --pair``'s text of ``pair``: ``A - B:C - D``."""
+    (a, b), (c, d) = pair
+    return f"{a} - {b}:{c} - {d}"
+
+
+def pair_cosines(result: VectorsResult) -> dict[Pair, float | None]:
+    """The cosine of each asked pair of differences over all weights (the global view), by the checkpoints of its
+    two differences."""
+    from aclarena.diagnostics.task_vectors import pair_cosines as cosines
+
+    if not result.pairs:
+        return {}
+    _, cos = cosines(result.grams, list(result.pairs), by="global")
+    return {((x.plus, x.minus), (y.plus, y.minus)): finite(cos[0, j]) for j, (x, y) in enumerate(result.pairs)}
+
+
+def stage_norms(result: DisplacementResult) -> dict[str, float | None]:
+    """‖Δθ‖₂ over all weights of each chain checkpoint's update from its parent, by checkpoint."""
+    s = result.summary()
+    return {c: finite(s.norm[i]) for i, (c, spec) in enumerate(zip(result.children, result.specs, strict=True))
+            if spec.kind == "stage"}

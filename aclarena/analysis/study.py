@@ -28,21 +28,34 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aclarena.analysis import steps as analyses
-from aclarena.analysis.steps import Parts
+from aclarena.analysis.steps import (
+    Made,
+    Pair,
+    Parts,
+    made_by_consolidation,
+    pair_arg,
+    pair_cosines,
+    signed,
+    stage_norms,
+)
 from aclarena.analysis.study_findings import (
+    Trained,
     cells_of,
     consolidation_rows,
     cosine_rows,
     findings,
-    finite_or_none,
     signature_rows,
 )
 from aclarena.analysis.study_validation import validation_report
 from aclarena.errors import AclarenaError
-from aclarena.train.naming import oracle_name, replicate_suffix, seq_name
+from aclarena.train.naming import replicate_suffix
+
+if TYPE_CHECKING:
+    from aclarena.analysis.eval import EvalResult
+    from aclarena.diagnostics.token_drift import DriftSummary
 
 FINDINGS_FILE = "findings.json"
 #: ``verb(name, verb, fn)``: run one step, recording a failure under ``name`` (see :func:`run_study`)
@@ -98,9 +111,10 @@ suffix = replicate_suffix
 
 
 
-def vector_pairs(stages: Sequence[str], replicates: int, names: set[str], base: str = "base", *,
-                 sdft: Mapping[int, Mapping[str, str]] | None = None) -> tuple[dict[int, str], dict[int, list[str]]]:
-    """The ``vectors --pair`` texts of the cosine rows, per replicate (docs/study.md defines them).
+def vector_pairs(stages: Sequence[str], replicates: int, trained: Trained, names: set[str], base: str = "base", *,
+                 sdft: Mapping[int, Mapping[str, str]] | None = None) -> tuple[dict[int, Pair], dict[int, list[Pair]]]:
+    """The ``vectors`` pairs of the cosine rows, per replicate (docs/study.md defines them; :func:`pair_arg`
+    writes them as ``--pair`` texts).
 
     * mix: ``θ_sdft − θ_base`` against ``θ_sdft-from-end − θ_end``: the same domain-balanced SFT on the
       oracles' rollouts (SDFT, the study's oracle-mix SFT) run from the base and from the sequential end;
@@ -109,14 +123,14 @@ def vector_pairs(stages: Sequence[str], replicates: int, names: set[str], base: 
     * unrelated: ``θ_oracle-a-sft − θ_base`` against ``θ_oracle-b-sft − θ_base`` for every pair of
       domains a != b: SFT on two different domains' data from the same start.
     """
-    mix: dict[int, str] = {}
-    unrelated: dict[int, list[str]] = {}
+    mix: dict[int, Pair] = {}
+    unrelated: dict[int, list[Pair]] = {}
     for r in range(replicates):
-        end, made = seq_name(stages[-1], r), (sdft or {}).get(r, {})
+        end, made = trained.end("stage", stages[-1], r), (sdft or {}).get(r, {})
         if made.get("base") in names and made.get("end") in names and end in names:
-            mix[r] = f"{made['base']} - {base}:{made['end']} - {end}"
-        sft = [oracle_name(d, r, "sft") for d in stages if oracle_name(d, r, "sft") in names]
-        pairs = [f"{a} - {base}:{b} - {base}" for i, a in enumerate(sft) for b in sft[i + 1:]]
+            mix[r] = ((made["base"], base), (made["end"], str(end)))
+        sft = [c for d in stages if (c := trained.sft_end("oracle", d, r)) in names]
+        pairs = [((a, base), (b, base)) for i, a in enumerate(sft) for b in sft[i + 1:]]
         if pairs:
             unrelated[r] = pairs
     return mix, unrelated
@@ -207,43 +221,44 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
 
     trained = part("train", lambda: run_curriculum(cfg, out, seeds=seeds, show_progress=show_progress,
                                                    config_text=config_text))
-    names = {r.job.name for r in trained.records}
+    made_by = Trained.of(r.job for r in trained.records)
     reps = list(range(seeds))
     run = str(out)
 
-    def evaluate() -> list[Any]:
-        chain = [seq_name(d, r) for r in reps for d in stages if seq_name(d, r) in names]
-        others = [c for r in reps for d in stages for c in (seq_name(d, r, "sft"), oracle_name(d, r)) if c in names]
+    def evaluate() -> list[EvalResult | None]:
+        chain = [c for r in reps for d in stages if (c := made_by.end("stage", d, r)) is not None]
+        others = [c for r in reps for d in stages for c in (made_by.sft_end("stage", d, r), made_by.end("oracle", d, r))
+                  if c is not None]
         res = [verb("eval", "eval", functools.partial(analyses.eval_cells, run, ["base", *chain], "id,general", n))]
         if others:
             res.append(verb("eval", "eval", functools.partial(analyses.eval_cells, run, others, "id", n)))
         return res
 
     evals = part("eval", evaluate)
-    drift: dict[int, dict[str, Any]] = {}
+    drift: dict[int, DriftSummary] = {}
 
-    part("tokens", lambda: _tokens(out, seeds, stages, names, n, verb, drift))
+    part("tokens", lambda: _tokens(out, seeds, stages, made_by, n, verb, drift))
     disp = part("displacement", lambda: verb("displacement", "displacement", lambda: analyses.displacement(run)))
     seed_list = [cfg.seed + r for r in reps]
-    made: list[dict[str, Any]] = []
+    made: list[Made] = []
 
     if consolidations:
         evals += part("consolidate", lambda: _consolidate(run, n, seeds, stages, consolidations, verb, made))
     cells = cells_of(*evals)
-    rows = findings(seed_list, stages, cells, (disp or {}).get("updates", []), drift)
-    rows += consolidation_rows(seed_list, stages, cells, made)
+    rows = findings(seed_list, stages, made_by, cells, {} if disp is None else stage_norms(disp), drift)
+    rows += consolidation_rows(seed_list, stages, made_by, cells, made)
     if signatures:
         from aclarena.analysis.signatures import DEFAULT_N
 
         per_probe = DEFAULT_N if signature_n is None else signature_n
-        signed = part("signatures", lambda: verb("signatures", "signatures",
+        signed_ = part("signatures", lambda: verb("signatures", "signatures",
                                                  lambda: analyses.signatures(run, per_probe)))
-        rows += signature_rows(seed_list, stages, (signed or {}).get("updates", []), made)
-        if (signed or {}).get("failed"):  # those updates' values are null in their rows, and say why here
-            errors["signatures"] = "no signature for " + "; ".join(signed["failed"])
+        rows += signature_rows(seed_list, stages, made_by, [] if signed_ is None else signed(signed_), made)
+        if signed_ is not None and signed_.failed:  # those updates' values are null in their rows, and say why here
+            errors["signatures"] = "no signature for " + "; ".join(signed_.failed)
 
     if vectors:
-        rows += part("vectors", lambda: _cosines(out, seeds, stages, seed_list, verb, errors))
+        rows += part("vectors", lambda: _cosines(out, seeds, stages, made_by, seed_list, verb, errors))
 
     report = None
     if validation:
@@ -255,47 +270,48 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     return result
 
 
-def _tokens(out: Path, seeds: int, stages: Sequence[str], names: set[str], n: int, verb: Step,
-            drift: dict[int, dict[str, Any]]) -> None:
-    """Per replicate: freeze seq-math's generations, score the later checkpoints; seq-ecom's row into ``drift``."""
+def _tokens(out: Path, seeds: int, stages: Sequence[str], trained: Trained, n: int, verb: Step,
+            drift: dict[int, DriftSummary]) -> None:
+    """Per replicate: freeze the math stage's generations, score the later checkpoints; the ecom stage's drift
+    into ``drift``."""
     from aclarena.probes.probe_set import list_probe_sets
     from aclarena.store import ResultsStore
 
     run = str(out)
     frozen = set(list_probe_sets(ResultsStore(out))) if (out / "results.h5").exists() else set()
     for r in range(seeds):
-        ref = seq_name("math", r)
-        if ref not in names or "ecom" not in stages:
+        ref, ecom = trained.end("stage", "math", r), trained.end("stage", "ecom", r)
+        if ref is None or "ecom" not in stages:
             continue
         if ref not in frozen and verb(f"probe{suffix(r)}", "probe",
                                       functools.partial(analyses.probe, run, ref, "math", min(n, 32))) is None:
             continue
         data = verb(f"tokens{suffix(r)}", "tokens", functools.partial(analyses.tokens, run, ref))
-        for row in (data or {}).get("checkpoints", []):
-            if row.get("checkpoint") == seq_name("ecom", r):
-                drift[r] = row
+        after = None if data is None or ecom is None else data.summaries.get(ecom)
+        if after is not None:
+            drift[r] = after
 
 
 def _consolidate(run: str, n: int, seeds: int, stages: Sequence[str], methods: Sequence[str], verb: Step,
-                 made: list[dict[str, Any]]) -> list[Any]:
+                 made: list[Made]) -> list[EvalResult | None]:
     """``consolidate --seeds N`` for each method (outputs appended to ``made``), then their in-domain scores."""
     for method in methods:
         res = verb(f"consolidate {method}", "consolidate",
                    functools.partial(analyses.consolidate, run, method, seeds=seeds))
-        made.extend((res or {}).get("outputs", []))
-    shared = [o["checkpoint"] for o in made if o["method"] != "mle"]
-    evals = []
+        made.extend([] if res is None else made_by_consolidation(res))
+    shared = [o.checkpoint for o in made if o.method != "mle"]
+    evals: list[EvalResult | None] = []
     if shared:
         evals.append(verb("eval consolidated", "eval", functools.partial(analyses.eval_cells, run, shared, "id", n)))
     for d in stages:  # an MLE expert answers the contexts routed to it: its own domain's suite
-        experts = [o["checkpoint"] for o in made if o["method"] == "mle" and o.get("domain") == d]
+        experts = [o.checkpoint for o in made if o.method == "mle" and o.domain == d]
         if experts:
             evals.append(verb(f"eval mle-{d}", "eval",
                               functools.partial(analyses.eval_cells, run, experts, f"{d}/id", n)))
     return evals
 
 
-def _cosines(out: Path, seeds: int, stages: Sequence[str], seed_list: Sequence[int], verb: Step,
+def _cosines(out: Path, seeds: int, stages: Sequence[str], trained: Trained, seed_list: Sequence[int], verb: Step,
              errors: dict[str, str]) -> list[dict[str, Any]]:
     """SDFT (the oracle-mix SFT) from the base and from the end per replicate, one ``vectors`` pass, the rows."""
     from aclarena.store import load_manifest
@@ -305,20 +321,17 @@ def _cosines(out: Path, seeds: int, stages: Sequence[str], seed_list: Sequence[i
     for start in ("base", "end"):
         res = verb(f"sdft --start {start}", "consolidate",
                    functools.partial(analyses.consolidate, run, "sdft", seeds=seeds, start=start))
-        for o in (res or {}).get("outputs", []):  # made or reused: each replicate's output checkpoint
-            sdft.setdefault(int(o.get("replicate", 0)), {})[start] = o["checkpoint"]
+        for o in [] if res is None else made_by_consolidation(res):  # made or reused: each replicate's output
+            sdft.setdefault(o.replicate, {})[start] = o.checkpoint
     known = {c.name for c in load_manifest(out)}
-    mix, unrelated = vector_pairs(stages, seeds, known, sdft=sdft)
+    mix, unrelated = vector_pairs(stages, seeds, trained, known, sdft=sdft)
     asked = [p for r in range(seeds) for p in ([mix[r]] if r in mix else []) + unrelated.get(r, [])]
     if not asked:
         errors["vectors"] = ("no pair to compare: SDFT from the base and from the end, and the oracles' SFT "
                              "phases, are missing (see the sdft steps' errors)")
         return cosine_rows(seed_list, {}, {})
-    data = verb("vectors", "vectors", functools.partial(analyses.vectors, run, asked))
-    got = {}
-    for row in (data or {}).get("pairs", []):
-        if row.get("group") == "all":
-            got[row["pair"].replace(" : ", ":")] = finite_or_none(row.get("cos"))
+    data = verb("vectors", "vectors", functools.partial(analyses.vectors, run, [pair_arg(p) for p in asked]))
+    got = {} if data is None else pair_cosines(data)
     return cosine_rows(seed_list, {r: got.get(p) for r, p in mix.items()},
                        {r: [got.get(p) for p in ps] for r, ps in unrelated.items()})
 

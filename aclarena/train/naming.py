@@ -63,6 +63,13 @@ def phase_names(prefix: str, stage: Stage, replicate: int = 0) -> list[str]:
             + [checkpoint_name(prefix, stage.domain, replicate)])
 
 
+def seed0_name(name: str, replicate: int) -> str:
+    """The name replicate 0 gives what replicate ``replicate`` named ``name`` (``merge-uniform-s1`` ->
+    ``merge-uniform``): the label of a checkpoint over seeds; a name without the suffix is its own."""
+    sfx = replicate_suffix(replicate)
+    return name[: -len(sfx)] if sfx and name.endswith(sfx) else name
+
+
 REPLICATE_RE = re.compile(r"^(?P<stem>.+)-s(?P<r>[1-9][0-9]*)$")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from aclarena.train.naming import oracle_name, phase_names, replicate_groups, seq_name
+from aclarena.train.naming import oracle_name, phase_names, replicate_groups, seed0_name, seq_name
 
 ROOT = Path(__file__).resolve().parents[2] / "aclarena"
 # an f-string that spells a chain or oracle checkpoint: f"seq-{d}...", f"oracle-{d}..."
@@ -33,6 +33,8 @@ def test_names_of_phases_replicates_and_oracles():
     assert phase_names("oracle", _Stage("math", ["rl"])) == [oracle_name("math")]
     groups = replicate_groups([seq_name("math", r) for r in range(3)])
     assert groups == {"seq-math": ["seq-math", "seq-math-s1", "seq-math-s2"]}
+    assert seed0_name("merge-uniform-s1", 1) == seed0_name("merge-uniform", 0) == "merge-uniform"
+    assert seed0_name("mix-s1", 2) == "mix-s1"  # only its own replicate's suffix is dropped
 
 
 def test_analysis_builds_no_chain_or_oracle_name_itself():

@@ -1,15 +1,33 @@
-"""The demo's summary from plain rows and verb results (no model): stage ends, parents, ecom effect, JSON."""
+"""The demo's summary from plain rows and the steps' typed results (no model): stage ends, parents, ecom effect,
+JSON."""
 
 from __future__ import annotations
 
 import json
-import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from aclarena.analysis import steps
 from aclarena.analysis.demo import _is_stage_end, _plain, _store, build_summary
+from aclarena.analysis.displacement import DisplacementResult
+from aclarena.analysis.eval import EvalResult
+from aclarena.analysis.signatures import SignaturesResult
+from aclarena.analysis.steps import Failed
+from aclarena.diagnostics.displacement import PhaseRatio
 
 DOMAINS = ("math", "search", "ecom", "if")
+
+
+def _eval(cells: list[dict[str, Any]]) -> EvalResult:
+    """An ``eval`` step's result holding ``cells`` (checkpoint, suite, status, mean, ci95)."""
+    return EvalResult(settings={}, settings_id="s", checkpoints=[], suites=[], skipped=0,
+                      cells=[{"ci95": None, **c} for c in cells])
+
+
+def _signed(rows: list[dict[str, Any]], settings: dict[str, Any] | None = None) -> SignaturesResult:
+    return SignaturesResult(run_dir=Path("run"), settings=settings or {}, rows=tuple(rows), signatures={})
 
 
 def rows() -> list[dict]:
@@ -43,10 +61,11 @@ def test_summary_scores_parents_and_ecom_effect(tmp_path):
              ("seq-math-sft", "math/id"): 0.12, ("seq-ecom", "ecom/id"): float("nan")}
     cells = [{"checkpoint": c, "suite": s, "status": "ok", "mean": m} for (c, s), m in score.items()]
     cells[1]["ci95"] = [0.08, 0.21]  # seq-math on math/id
-    results = {"eval_chain": {"cells": cells},
+    results = {"eval_chain": _eval(cells),
                "paired": {"search/id": {"lost": 3, "gained": 1, "n": 20, "p_drop": 0.3125},
                           "general": {"error": "'seq-search' has no capability cell on suite 'general'"}},
-               "displacement": {"sft_rl": [{"stage": "math", "ratio": 4.0, "sft": 2.0, "rl": 0.5}]}}
+               "displacement": DisplacementResult(run="r", children=(), parents=(), specs=(), computed=False,
+                                                  summaries={}, ratios={"all": ([PhaseRatio("math", 2.0, 0.5)], 4.0, [])})}
     s = build_summary(rs, results, ends, {"train": 1.0}, 2.0, "mini", 50)
     by = {r["stage"]: r for r in s["stages"]}
     assert [by[e]["parent"] for e in ends] == ["base", "seq-math", "seq-search", "seq-ecom"]
@@ -59,10 +78,10 @@ def test_summary_scores_parents_and_ecom_effect(tmp_path):
     assert s["ecom_effect"]["search/id"] == {"before": 0.1, "after": 0.05, **nothing, "lost": 3, "gained": 1,
                                              "n": 20, "p_drop": 0.3125}
     assert "lost" not in s["ecom_effect"]["general"]  # a suite that could not be paired has no counts
-    assert s["sft_rl"][0]["ratio"] == 4.0
-    assert math.isnan(by["seq-ecom"]["score"])
+    assert s["sft_rl"] == [{"stage": "math", "ratio": 4.0, "sft": 2.0, "rl": 0.5}] and s["sft_rl_overall"] == 4.0
+    assert by["seq-ecom"]["score"] is None  # a NaN mean is no score (as JSON carries it)
     plain = _plain(s)
-    assert plain["stages"][2]["score"] is None  # NaN is no JSON value
+    assert plain["stages"][2]["score"] is None
     _store(tmp_path, s)
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk == json.loads(json.dumps(plain))
@@ -80,17 +99,17 @@ def test_summary_lead_time_rows_say_when_no_drop_could_be_significant():
 
 
 def test_summary_carries_the_phase_signatures(capsys):
-    """Issue 31: the signatures step's JSON becomes the summary's `signatures` block, and is printed."""
+    """Issue 31: the signatures step's result becomes the summary's `signatures` block, and is printed."""
     from aclarena.cli.demo import print_summary
 
     ci = {m: 0.5 for m in ("kl_share_high", "barely_moved_low", "kl_share_first_k", "concentration_area")}
     row = {"update": "seq-math", "kind": "rl", "domain": "math", "n_sequences": 32, "high_share": 0.06,
            "first_k_share": 0.4, **ci, **{f"{m}_low": 0.4 for m in ci}, **{f"{m}_high": 0.7 for m in ci}}
-    data = {"settings": {"first_k": 12}, "updates": [row]}
-    s = build_summary(rows(), {"signatures": data}, ["seq-math"], {}, 1.0, "mini", 10)
+    s = build_summary(rows(), {"signatures": _signed([row], {"first_k": 12})}, ["seq-math"], {}, 1.0, "mini", 10)
     (got,) = s["signatures"]["updates"]
     assert got["kl_share_high"] == [0.5, 0.4, 0.7] and got["kind"] == "rl" and got["first_k_share"] == 0.4
-    assert build_summary(rows(), {"signatures": {"error": "x"}}, ["seq-math"], {}, 1.0, "mini", 10)["signatures"] is None
+    failed = build_summary(rows(), {"signatures": Failed("x")}, ["seq-math"], {}, 1.0, "mini", 10)
+    assert failed["signatures"] is None and failed["errors"] == {"signatures": "x"}
     print_summary(_plain(s), "runs/demo")
     assert "0.50 [0.40, 0.70]" in capsys.readouterr().out
 
@@ -141,39 +160,42 @@ def test_forgetting_is_shown_only_for_a_significant_partial_drop():
              for c, m in (("seq-math", 0.44), ("seq-search", 0.22))]
     effect = {"stage": "seq-search", "before": "seq-math", "suite": "math/id", "lost": 13, "gained": 2, "n": 50,
               "p_drop": 0.0037}
-    f = _findings({"eval_chain": {"cells": cells}, "stage_effects": [effect]})["forgetting"]
+    f = _findings({"eval_chain": _eval(cells), "stage_effects": [effect]})["forgetting"]
     assert f["shown"] is True and "0.44 -> 0.22" in f["line"] and "13 items lost, 2 gained of 50" in f["line"]
-    weak = _findings({"eval_chain": {"cells": cells}, "stage_effects": [{**effect, "p_drop": 0.2}]})["forgetting"]
+    weak = _findings({"eval_chain": _eval(cells), "stage_effects": [{**effect, "p_drop": 0.2}]})["forgetting"]
     assert weak["shown"] is False and weak["line"].startswith("no later stage lowers")
     cells[1]["mean"] = 0.0  # erased: significant, but nothing is left
-    erased = _findings({"eval_chain": {"cells": cells}, "stage_effects": [effect]})["forgetting"]
+    erased = _findings({"eval_chain": _eval(cells), "stage_effects": [effect]})["forgetting"]
     assert erased["shown"] is False and "(it erases it)" in erased["line"]
 
 
 def test_rl_signature_finding_needs_every_rl_phase_above_three_times_chance():
     ups = [_sig("seq-math-sft", "sft", (0.06, 0.05, 0.07)), _sig("seq-math", "rl", (0.23, 0.13, 0.43)),
            _sig("seq-search", "rl", (0.93, 0.68, 0.97))]
-    f = _findings({"signatures": {"settings": {}, "updates": ups}})["rl_drift_concentrated"]
+    f = _findings({"signatures": _signed(ups)})["rl_drift_concentrated"]
     assert f["shown"] is False and f["line"].startswith("seq-math not above 3x chance")
     assert "SFT seq-math-sft 0.06 [0.05, 0.07]" in f["line"]  # the SFT phases beside them
     ups[1] = _sig("seq-math", "rl", (0.40, 0.19, 0.6))  # 0.19 > 3 x 0.06
-    assert _findings({"signatures": {"settings": {}, "updates": ups}})["rl_drift_concentrated"]["shown"] is True
+    assert _findings({"signatures": _signed(ups)})["rl_drift_concentrated"]["shown"] is True
 
 
-def test_oracle_pairs_skip_the_reused_oracle_and_cosines_compare_own_with_others():
+def test_oracle_pairs_skip_the_reused_oracle_and_cosines_compare_own_with_others(monkeypatch):
     from aclarena.analysis.demo import stage_oracle_pairs
 
     pairs = stage_oracle_pairs(_two_stage_rows(), ["seq-math", "seq-search"])
     assert [p["pair"] for p in pairs] == ["seq-math-base:oracle-search-base", "seq-search-seq-math:oracle-math-base",
                                           "seq-search-seq-math:oracle-search-base"]
-    vec = {"pairs": [{"pair": p["label"], "group": "all", "cos": c} for p, c in zip(pairs, (0.01, -0.06, 0.27), strict=True)]}
+    # the vectors step's cosines by the checkpoints of the two differences (steps.pair_cosines of its result)
+    monkeypatch.setattr(steps, "pair_cosines", lambda result: result)
+    vec = {((p["stage"], p["parent"]), (p["oracle"], p["base"])): c
+           for p, c in zip(pairs, (0.01, -0.06, 0.27), strict=True)}
     s = build_summary(_two_stage_rows(), {"vectors": vec, "vector_pairs": pairs}, ["seq-math", "seq-search"], {},
                       1.0, "quick", 50)
     assert s["oracle_cosines"] == [{"stage": "seq-search", "update": "seq-search - seq-math", "domain": "search",
                                     "oracle": "oracle-search", "own": 0.27, "others": {"oracle-math": -0.06}}]
     f = s["findings"][3]
     assert f["shown"] is True and "cos 0.27 with oracle-search, -0.06 with oracle-math" in f["line"]
-    vec["pairs"][2]["cos"] = -0.1  # farther from its own oracle than from another's: not shown, and said
+    vec[(("seq-search", "seq-math"), ("oracle-search", "base"))] = -0.1  # farther from its own oracle than from another's: not shown, and said
     s = build_summary(_two_stage_rows(), {"vectors": vec, "vector_pairs": pairs}, ["seq-math", "seq-search"], {},
                       1.0, "quick", 50)
     assert s["findings"][3]["shown"] is False

@@ -4,11 +4,40 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
+from aclarena.analysis.steps import Made, Signed
 from aclarena.analysis.study import StudyResult, write_findings
-from aclarena.analysis.study_findings import findings, mean_spread
+from aclarena.analysis.study_findings import Trained, findings, mean_spread
+from aclarena.diagnostics.signatures import DriftSignature
+from aclarena.train.naming import oracle_name, seq_name
+
+
+def trained(stages, replicates: int, rl_only: tuple[str, ...] = ()) -> Trained:
+    """The phases a ``--seeds`` study trains (SFT then RL per stage, but ``rl_only``), as the manifest records them."""
+    jobs = [SimpleNamespace(name="base", kind="base", domain=None, phase=None, parent=None, replicate=0)]
+    for r in range(replicates):
+        for kind, name in (("stage", seq_name), ("oracle", oracle_name)):
+            prev = "base"
+            for d in stages:
+                start = prev if kind == "stage" else "base"
+                if d not in rl_only:
+                    jobs.append(SimpleNamespace(name=name(d, r, "sft"), kind=kind, domain=d, phase="sft", parent=start,
+                                                replicate=r))
+                    start = name(d, r, "sft")
+                jobs.append(SimpleNamespace(name=name(d, r), kind=kind, domain=d, phase="rl", parent=start, replicate=r))
+                prev = name(d, r)
+    return Trained.of(jobs)
+
+
+def test_trained_checkpoints_are_found_by_kind_domain_phase_and_replicate():
+    t = trained(["math", "search"], 2, rl_only=("search",))
+    assert t.end("stage", "math") == "seq-math" and t.sft_end("stage", "math", 1) == "seq-math-sft-s1"
+    assert t.end("oracle", "search", 1) == "oracle-search-s1"
+    assert t.sft_end("stage", "search") is None  # no SFT phase before its RL
+    assert t.end("stage", "math", 2) is None and t.end("stage", "ecom") is None  # not trained
 
 
 def test_mean_spread_is_the_sample_std_over_finite_values():
@@ -24,15 +53,11 @@ def test_findings_rows_pair_each_seed_with_its_own_checkpoints():
              ("seq-search-s1", "math/id"): 0.7, ("seq-ecom-s1", "math/id"): 0.3,
              ("seq-search", "search/id"): 0.4, ("seq-ecom", "search/id"): 0.2,
              ("seq-math", "math/id"): 0.6, ("oracle-math", "math/id"): 0.6, ("oracle-math-s1", "math/id"): 0.8}
-    updates = [{"checkpoint": "seq-math-sft", "kind": "stage", "norm": 30.0},
-               {"checkpoint": "seq-math", "kind": "stage", "norm": 6.0},
-               {"checkpoint": "seq-math-sft-s1", "kind": "stage", "norm": 20.0},
-               {"checkpoint": "seq-math-s1", "kind": "stage", "norm": 5.0},
-               {"checkpoint": "seq-search-sft", "kind": "stage", "norm": 4.0},
-               {"checkpoint": "seq-search", "kind": "stage", "norm": 0.0},  # GRPO without reward: no update
-               {"checkpoint": "oracle-math-sft", "kind": "oracle", "norm": 99.0}]
-    drift = {0: {"kl_share_high": 0.09, "barely_moved_low": 0.23}, 1: {"kl_share_high": 0.11, "barely_moved_low": None}}
-    rows = findings([0, 1], stages, cells, updates, drift)
+    norms = {"seq-math-sft": 30.0, "seq-math": 6.0, "seq-math-sft-s1": 20.0, "seq-math-s1": 5.0,
+             "seq-search-sft": 4.0, "seq-search": 0.0}  # GRPO without reward: no update
+    drift = {0: SimpleNamespace(kl_share_high=0.09, barely_moved_low=0.23),
+             1: SimpleNamespace(kl_share_high=0.11, barely_moved_low=float("nan"))}
+    rows = findings([0, 1], stages, trained(stages, 2), cells, norms, drift)
     by = {r["quantity"]: r for r in rows}
     before = by["math/id before the ecom stage (seq-search)"]
     after = by["math/id after the ecom stage (seq-ecom)"]
@@ -51,7 +76,7 @@ def test_findings_rows_pair_each_seed_with_its_own_checkpoints():
 
 
 def test_findings_json_is_strict(tmp_path):
-    rows = findings([0, 1], ["math"], {("seq-math", "math/id"): float("nan")}, [], {})
+    rows = findings([0, 1], ["math"], trained(["math"], 2), {("seq-math", "math/id"): float("nan")}, {}, {})
     path = write_findings(StudyResult(out=tmp_path, seeds=[0, 1], rows=rows, part_times={"train": 1.0}),
                           command="aclarena-diag study --seeds 2")
     text = path.read_text()
@@ -69,16 +94,14 @@ STAGES = ["math", "search", "ecom", "if"]
 def test_consolidation_rows_pair_each_seed_with_its_own_end_and_oracle():
     from aclarena.analysis.study_findings import consolidation_rows
 
-    made = [{"checkpoint": "merge-uniform", "method": "merge-uniform", "replicate": 0},
-            {"checkpoint": "merge-uniform-s1", "method": "merge-uniform", "replicate": 1},
-            {"checkpoint": "mle-math", "method": "mle", "replicate": 0, "domain": "math"},
-            {"checkpoint": "mle-math-s1", "method": "mle", "replicate": 1, "domain": "math"}]
+    made = [Made("merge-uniform", "merge-uniform", 0), Made("merge-uniform-s1", "merge-uniform", 1),
+            Made("mle-math", "mle", 0, "math"), Made("mle-math-s1", "mle", 1, "math")]
     cells = {("merge-uniform", "math/id"): 0.30, ("merge-uniform-s1", "math/id"): 0.50,
              ("seq-if", "math/id"): 0.10, ("seq-if-s1", "math/id"): 0.20,
              ("oracle-math", "math/id"): 0.60, ("oracle-math-s1", "math/id"): 0.40,
              ("mle-math", "math/id"): 0.55, ("mle-math-s1", "math/id"): 0.45,
              ("merge-uniform", "if/id"): 0.9}
-    rows = consolidation_rows([0, 1], STAGES, cells, made)
+    rows = consolidation_rows([0, 1], STAGES, trained(STAGES, 2), cells, made)
     by = {r["quantity"]: r for r in rows}
     assert by["math/id of the sequential end (seq-if)"]["values"] == [0.10, 0.20]
     assert by["math/id of the sequential end (seq-if)"]["study"] == "AIME26 10.21"
@@ -91,24 +114,28 @@ def test_consolidation_rows_pair_each_seed_with_its_own_end_and_oracle():
     assert by["if/id of merge-uniform minus oracle-if"]["values"] == [None, None]  # no oracle score: null
     assert by["math/id of mle (expert mle-math)"]["values"] == [0.55, 0.45]
     assert by["search/id of mle (expert mle-search)"]["values"] == [None, None]
-    assert consolidation_rows([0], STAGES, cells, []) == []
+    assert consolidation_rows([0], STAGES, trained(STAGES, 1), cells, []) == []
 
 
 def test_vector_pairs_and_cosine_rows():
+    from aclarena.analysis.steps import pair_arg
     from aclarena.analysis.study import vector_pairs
     from aclarena.analysis.study_findings import cosine_rows
 
     names = {"base", "seq-if", "seq-if-s1", "sdft", "sdft-from-end", "sdft-s1",  # seed 1 lacks sdft-from-end-s1
              "oracle-math-sft", "oracle-search-sft", "oracle-if-sft", "oracle-math-sft-s1", "oracle-if-sft-s1"}
     made = {0: {"base": "sdft", "end": "sdft-from-end"}, 1: {"base": "sdft-s1", "end": "sdft-from-end-s1"}}
-    mix, unrelated = vector_pairs(STAGES, 2, names, sdft=made)
-    assert mix == {0: "sdft - base:sdft-from-end - seq-if"}
+    mix, unrelated = vector_pairs(STAGES, 2, trained(STAGES, 2), names, sdft=made)
+    assert mix == {0: (("sdft", "base"), ("sdft-from-end", "seq-if"))}
+    assert pair_arg(mix[0]) == "sdft - base:sdft-from-end - seq-if"  # what `vectors --pair` is given
     # the outputs consolidate reported are used, whatever their names (e.g. `--name`)
-    named = vector_pairs(STAGES, 1, names | {"mix-a", "mix-b"}, sdft={0: {"base": "mix-a", "end": "mix-b"}})[0]
-    assert named == {0: "mix-a - base:mix-b - seq-if"}
-    assert unrelated[0] == ["oracle-math-sft - base:oracle-search-sft - base", "oracle-math-sft - base:oracle-if-sft - base",
-                            "oracle-search-sft - base:oracle-if-sft - base"]
-    assert unrelated[1] == ["oracle-math-sft-s1 - base:oracle-if-sft-s1 - base"]
+    named = vector_pairs(STAGES, 1, trained(STAGES, 1), names | {"mix-a", "mix-b"},
+                         sdft={0: {"base": "mix-a", "end": "mix-b"}})[0]
+    assert named == {0: (("mix-a", "base"), ("mix-b", "seq-if"))}
+    assert [pair_arg(p) for p in unrelated[0]] == [
+        "oracle-math-sft - base:oracle-search-sft - base", "oracle-math-sft - base:oracle-if-sft - base",
+        "oracle-search-sft - base:oracle-if-sft - base"]
+    assert unrelated[1] == [(("oracle-math-sft-s1", "base"), ("oracle-if-sft-s1", "base"))]
     rows = cosine_rows([0, 1], {0: 0.8}, {0: [0.1, 0.2, 0.3], 1: [0.5]})
     mix_row, unrel = rows
     assert mix_row["values"] == [0.8, None] and mix_row["study"].startswith("0.77")
@@ -228,20 +255,21 @@ def test_signature_rows_pair_each_seed_with_its_own_updates_and_intervals():
     from aclarena.analysis.study_findings import signature_rows
 
     def sig(kind, child, domain, share, low, high):
-        return {"update": child, "kind": kind, "child": child, "domain": domain,
-                "kl_share_high": share, "kl_share_high_low": low, "kl_share_high_high": high,
-                "barely_moved_low": 0.9, "barely_moved_low_low": 0.8, "barely_moved_low_high": 0.95,
-                "kl_share_first_k": 0.3, "kl_share_first_k_low": 0.2, "kl_share_first_k_high": 0.4}
+        signature = DriftSignature(values={"kl_share_high": share, "barely_moved_low": 0.9, "kl_share_first_k": 0.3},
+                                   low={"kl_share_high": low, "barely_moved_low": 0.8, "kl_share_first_k": 0.2},
+                                   high={"kl_share_high": high, "barely_moved_low": 0.95, "kl_share_first_k": 0.4},
+                                   high_share=0.06, first_k_share=0.5, n_sequences=8, n_positions=100, n_valid=100,
+                                   n_high=6, n_first_k=50)
+        return Signed(child, kind, "parent", child, domain, signature)
 
     signed = [sig("sft", "seq-math-sft", "math", 0.05, 0.03, 0.08),
               sig("rl", "seq-math", "math", 0.24, 0.16, 0.45),
               sig("rl", "seq-math-s1", "math", 0.30, 0.20, 0.40),
               sig("stage", "seq-math", "search", 0.99, 0.9, 1.0),     # a stage row of another domain: not math's
               sig("consolidation", "merge-uniform-s1", "math", 0.07, 0.05, 0.09)]
-    made = [{"checkpoint": "merge-uniform", "method": "merge-uniform", "replicate": 0},
-            {"checkpoint": "merge-uniform-s1", "method": "merge-uniform", "replicate": 1},
-            {"checkpoint": "mle-math", "method": "mle", "replicate": 0, "domain": "math"}]
-    rows = signature_rows([0, 1], STAGES, signed, made)
+    made = [Made("merge-uniform", "merge-uniform", 0), Made("merge-uniform-s1", "merge-uniform", 1),
+            Made("mle-math", "mle", 0, "math")]
+    rows = signature_rows([0, 1], STAGES, trained(STAGES, 2), signed, made)
     by = {r["quantity"]: r for r in rows}
     rl = by["math RL phase: share of KL at the top 6% entropy positions"]
     assert rl["values"] == [0.24, 0.30] and rl["mean"] == pytest.approx(0.27)
@@ -255,4 +283,4 @@ def test_signature_rows_pair_each_seed_with_its_own_updates_and_intervals():
     merge = by["merge-uniform on math: share of KL at the top 6% entropy positions"]
     assert merge["values"] == [None, 0.07]
     assert not any("mle" in q for q in by)
-    assert signature_rows([0], STAGES, [], made) == []
+    assert signature_rows([0], STAGES, trained(STAGES, 1), [], made) == []
