@@ -239,7 +239,7 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
         results["eval_oracles"] = step("eval", "eval", lambda: evaluate(oracles, in_domain),
                                        f"evaluating {len(oracles)} oracles in domain")
     if SEQ_MATH in stage_ends:
-        from aclarena.probes.probe_set import list_probe_sets
+        from aclarena.results.probes import list_probe_sets
         from aclarena.store import ResultsStore
 
         if SEQ_MATH not in list_probe_sets(ResultsStore(run_dir)):  # a rerun keeps the frozen generations

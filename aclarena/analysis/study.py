@@ -258,7 +258,7 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
 def _tokens(out: Path, seeds: int, stages: Sequence[str], names: set[str], n: int, verb: Step,
             drift: dict[int, dict[str, Any]]) -> None:
     """Per replicate: freeze seq-math's generations, score the later checkpoints; seq-ecom's row into ``drift``."""
-    from aclarena.probes.probe_set import list_probe_sets
+    from aclarena.results.probes import list_probe_sets
     from aclarena.store import ResultsStore
 
     run = str(out)
