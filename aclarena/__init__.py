@@ -54,8 +54,8 @@ _LAZY = {
     "run_curriculum": "aclarena.train.curriculum",
     "DriftMonitorCallback": "aclarena.train.callbacks",
     "MetricRule": "aclarena.diagnostics.early_warning",
-    "read_probe_set": "aclarena.probes.probe_set",
-    "ProbeSet": "aclarena.probes.probe_set",
+    "read_probe_set": "aclarena.results.probes",
+    "ProbeSet": "aclarena.results.probes",
     "Manifest": "aclarena.store.manifest",
     "CheckpointSpec": "aclarena.store.manifest",
     "ResultsStore": "aclarena.store.results",
@@ -114,7 +114,7 @@ if TYPE_CHECKING:
     from aclarena.consolidate.options import ConsolidateOptions
     from aclarena.diagnostics.early_warning import MetricRule
     from aclarena.errors import AclarenaError
-    from aclarena.probes.probe_set import ProbeSet, read_probe_set
+    from aclarena.results.probes import ProbeSet, read_probe_set
     from aclarena.store.manifest import CheckpointSpec, Manifest
     from aclarena.store.results import ResultsStore
     from aclarena.train.callbacks import DriftMonitorCallback

@@ -89,7 +89,7 @@ def main() -> None:
             if res.returncode:
                 raise SystemExit(f"{label}: {res.stderr}")
             stores[label] = store_contents(run_dir, "tokens")
-        from aclarena.probes.probe_set import read_probe_set
+        from aclarena.results.probes import read_probe_set
         from aclarena.store import ResultsStore
 
         probe = read_probe_set(ResultsStore(template), "ref", with_text=False)

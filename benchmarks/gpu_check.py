@@ -168,7 +168,7 @@ def plan(args: argparse.Namespace) -> dict:
 def synthetic_probe(n: int, length: int, scored_fraction: float, vocab: int, seed: int = 0):
     import numpy as np
 
-    from aclarena.probes.probe_set import ProbeSet
+    from aclarena.results.probes import ProbeSet
 
     rng = np.random.default_rng(seed)
     ids, masks = [], []

@@ -61,7 +61,7 @@ def build_models():
 def make_probe():
     import numpy as np
 
-    from aclarena.probes.probe_set import ProbeSet
+    from aclarena.results.probes import ProbeSet
 
     rng = np.random.default_rng(0)
     ids = [rng.integers(0, VOCAB, SEQ).astype(np.int32) for _ in range(BATCH)]
@@ -269,8 +269,8 @@ def build_big_store(run: Path, n_seq: int = 256, seq_len: int = 1024, n_ckpt: in
 
     from aclarena.analysis.tokens import reference_payload, scores_payload
     from aclarena.diagnostics.token_drift import summarize_drift
-    from aclarena.probes.probe_set import ProbeSet, write_probe_set
     from aclarena.probes.teacher_forcing import ReferenceStats, TokenScores
+    from aclarena.results.probes import ProbeSet, write_probe_set
     from aclarena.results.tokens import ScoresMeta, TokenSummaryData, write_token_results
     from aclarena.store import ResultsStore
     from aclarena.store.manifest import CheckpointSpec, Manifest, write_manifest

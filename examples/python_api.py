@@ -19,7 +19,7 @@ import torch
 import aclarena as acl
 from aclarena.analysis.probe import make_probe
 from aclarena.models.tiny import build_model, save_checkpoint, tiny_config, train_tokenizer
-from aclarena.probes.probe_set import write_probe_set
+from aclarena.results.probes import write_probe_set
 from aclarena.store import CheckpointSpec, Manifest, write_manifest
 
 root = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()) / "run"

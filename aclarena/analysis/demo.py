@@ -243,7 +243,7 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
                                        f"evaluating {len(oracles)} oracles in domain")
     ref = stage_end_of(REF_DOMAIN, rows, stage_ends)
     if ref is not None:
-        from aclarena.probes.probe_set import list_probe_sets
+        from aclarena.results.probes import list_probe_sets
         from aclarena.store import ResultsStore
 
         if ref not in list_probe_sets(ResultsStore(run_dir)):  # a rerun keeps the frozen generations

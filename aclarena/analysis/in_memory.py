@@ -2,7 +2,7 @@
 
 :func:`token_drift` scores ``model`` teacher-forced on a probe set (frozen sequences of the
 ``reference`` model) and summarizes where it moved, as ``aclarena-diag tokens`` does for the
-checkpoints of a run. The probe set is a :class:`~aclarena.probes.probe_set.ProbeSet` or prompts,
+checkpoints of a run. The probe set is a :class:`~aclarena.results.probes.ProbeSet` or prompts,
 which the reference completes first (greedy, with its tokenizer).
 """
 
@@ -17,8 +17,8 @@ import numpy as np
 from aclarena.diagnostics.token_drift import DriftSummary, HighEntropy, high_entropy_mask, summarize_drift
 from aclarena.errors import AclarenaError
 from aclarena.probes.generation import GenerationSettings, generate_probe_set, model_max_length
-from aclarena.probes.probe_set import ProbeSet
 from aclarena.probes.teacher_forcing import TokenScores, score
+from aclarena.results.probes import ProbeSet
 
 Prompt = str | Mapping[str, Any]
 

@@ -209,8 +209,8 @@ def freeze_probe(
     other ranks None.
     """
     from aclarena.analysis._common import manifest_or_load
-    from aclarena.probes.probe_set import list_probe_sets, write_probe_set
     from aclarena.progress import quiet_libraries
+    from aclarena.results.probes import list_probe_sets, write_probe_set
     from aclarena.store import ResultsStore
     from aclarena.store.manifest import check_name
 

@@ -132,8 +132,9 @@ def score_prompt(run_dir: str | os.PathLike[str], text: str | None, reference: s
     manifest); :class:`PromptRefused` (one line) for an empty prompt, a model that is too large or
     has no weights, or a prompt of a single token."""
     from aclarena.models.loading import load_tokenizer
-    from aclarena.probes.probe_set import ProbeSet, token_pieces
+    from aclarena.probes.probe_set import token_pieces
     from aclarena.probes.teacher_forcing import score
+    from aclarena.results.probes import ProbeSet
     from aclarena.store.manifest import load_manifest
 
     if text is None or not text.strip():

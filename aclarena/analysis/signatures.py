@@ -338,7 +338,7 @@ def _check_generations(store: ResultsStore, todo: list[Update], manifest: Manife
     """Before any model loads: a domain per update, and generations (or prompts to make them: the run's own
     suites of the domain, or an arena domain) per parent."""
     from aclarena.envs import DOMAINS
-    from aclarena.probes.probe_set import list_probe_sets
+    from aclarena.results.probes import list_probe_sets
 
     have = set(list_probe_sets(store)) if store.exists() else set()
     for u in todo:
@@ -363,7 +363,7 @@ def _score(run_dir: RunPath, store: ResultsStore, manifest: Manifest, todo: list
     from aclarena.analysis.probe import make_probe
     from aclarena.analysis.tokens import tokens
     from aclarena.probes.generation import GenerationSettings
-    from aclarena.probes.probe_set import list_probe_sets, write_probe_set
+    from aclarena.results.probes import list_probe_sets, write_probe_set
 
     have = set(list_probe_sets(store)) if store.exists() else set()
     groups: dict[str, tuple[str, str, list[str]]] = {}

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from aclarena.analysis.tokens import TokenDrift
     from aclarena.analysis.vectors import VectorsResult
     from aclarena.diagnostics.signatures import DriftSignature
-    from aclarena.probes.probe_set import ProbeSet
+    from aclarena.results.probes import ProbeSet
 
 T = TypeVar("T")
 

@@ -274,7 +274,7 @@ def _tokens(out: Path, seeds: int, stages: Sequence[str], trained: Trained, n: i
             drift: dict[int, DriftSummary]) -> None:
     """Per replicate: freeze the math stage's generations, score the later checkpoints; the ecom stage's drift
     into ``drift``."""
-    from aclarena.probes.probe_set import list_probe_sets
+    from aclarena.results.probes import list_probe_sets
     from aclarena.store import ResultsStore
 
     run = str(out)

@@ -32,13 +32,6 @@ from aclarena.models import loading
 from aclarena.models.checkpoint import CheckpointInfo, inspect, require_same_tokenizer
 from aclarena.models.loading import LoadOptions
 from aclarena.models.tensors import weights_fingerprint
-from aclarena.probes.probe_set import (
-    ProbeSet,
-    list_probe_sets,
-    read_probe_set,
-    require_probe_digest,
-    write_probe_set,
-)
 from aclarena.probes.teacher_forcing import (
     STATUS_BEYOND_CONTEXT,
     BatchPlan,
@@ -49,6 +42,13 @@ from aclarena.probes.teacher_forcing import (
 )
 from aclarena.progress import progress, quiet_libraries
 from aclarena.results import tokens as stored
+from aclarena.results.probes import (
+    ProbeSet,
+    list_probe_sets,
+    read_probe_set,
+    require_probe_digest,
+    write_probe_set,
+)
 from aclarena.results.tokens import (
     ScoresMeta,
     TokenReferenceData,

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from aclarena.results.probes import probe_key
 from aclarena.results.tokens import read_summary, reference_columns, row_offsets, scores_columns
-from aclarena.store.token_keys import probe_key
 
 if TYPE_CHECKING:
     from aclarena.figures.tokens import TokenView

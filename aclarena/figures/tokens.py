@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 
 from aclarena.figures import register_figure
 from aclarena.figures.palette import SERIES, TEMPLATE
+from aclarena.results.probes import probe_key
 from aclarena.results.tokens import (
     list_checkpoints,
     list_probes,
@@ -34,7 +35,6 @@ from aclarena.results.tokens import (
     sequence_values,
     summary_rows,
 )
-from aclarena.store.token_keys import probe_key
 
 if TYPE_CHECKING:
     from aclarena.store.manifest import Manifest

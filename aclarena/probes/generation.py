@@ -19,7 +19,8 @@ import numpy as np
 from aclarena.errors import AclarenaError
 from aclarena.models.arch import context_length
 from aclarena.models.chat import cut_reply, render_prompt, reply_stopping, stop_token_ids
-from aclarena.probes.probe_set import ProbeSet, token_pieces, vocab_strings
+from aclarena.probes.probe_set import token_pieces, vocab_strings
+from aclarena.results.probes import ProbeSet
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -179,7 +179,8 @@ def replay_probe(tokenizer: Any, replays: Sequence[Swapper], *, name: str = "fli
     """The exact token ids each replay saw and generated, as a probe set: one sequence per turn
     (its context, then its generated tokens, which are the scored positions). Returns the probe
     set and, per replay, the indices of its sequences (turns in order)."""
-    from aclarena.probes.probe_set import ProbeSet, token_pieces, vocab_strings
+    from aclarena.probes.probe_set import token_pieces, vocab_strings
+    from aclarena.results.probes import ProbeSet
 
     ids: list[np.ndarray] = []
     masks: list[np.ndarray] = []

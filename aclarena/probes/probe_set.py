@@ -1,224 +1,35 @@
-"""Probe sets: a reference checkpoint's frozen sequences and the positions that get scored.
+"""Making probe sets: prompt and trace files, chat-template tokenization and token texts.
 
-A probe set holds, per sequence, the token ids of prompt and response and a ``scored``
-mask: ``scored[t]`` is True when token ``t`` was produced by the model itself (an
-assistant turn), so that teacher-forced scoring compares checkpoints only where the model
-decides. Prompts, system and user turns and tool observations are context, never scored,
-even when a multi-turn agent trace interleaves them with assistant turns.
-
-Probe sets come from :mod:`.generation` (the reference generates on prompts) or from
-existing conversations (:func:`probe_set_from_conversations`, used by ``--from-traces``
-and by the arena's rollouts), tokenized with the reference's chat template. They are
-stored under ``probes/<name>`` in results.h5 (docs/store-format.md).
+A probe set (:class:`~aclarena.results.probes.ProbeSet`: a reference checkpoint's frozen sequences and
+the positions that get scored) comes from :mod:`.generation` (the reference generates on prompts) or
+from existing conversations (:func:`probe_set_from_conversations`, used by ``--from-traces`` and by the
+arena's rollouts), tokenized with the reference's chat template here. Its payload, its place in
+results.h5 (``probes/<name>``) and its writer and reader are :mod:`aclarena.results.probes`
+(docs/store-format.md).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from aclarena import jsonl
-from aclarena.errors import AclarenaError, unknown_name
-from aclarena.results.tokens import tokens_key
-from aclarena.store import Json, Ragged, ResultsStore
-from aclarena.store.token_keys import PROBES, probe_key
+from aclarena.errors import AclarenaError
+from aclarena.results.probes import ProbeSet
 
 if TYPE_CHECKING:
     from transformers import BatchEncoding, PreTrainedTokenizerBase
 
-    from aclarena.store import StoreReader
-
-PROBE_RESULT_TYPE = "probe-set"
-PROBE_RESULT_VERSION = "0.1.0"
 ROLES = ("system", "user", "assistant", "tool")
 _GENERATION_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 
-@dataclass(frozen=True)
-class ProbeSet:
-    """Frozen sequences of a reference checkpoint and the positions scored on them.
-
-    Attributes:
-        name: the probe set's name (its key under ``probes/``).
-        reference: the manifest name of the checkpoint whose sequences these are.
-        ids: per sequence, int token ids of prompt and response.
-        scored: per sequence, a bool mask of the same length: True where the model
-            generated the token (never the first token, which has no prediction).
-        texts: per sequence, the decoded text.
-        token_text: per sequence, each token's text (their concatenation is the text).
-        sources: per sequence, what it was made from (prompt, messages, tools).
-        settings: how the set was made (source, generation settings, tokenizer).
-        warnings: what was changed on the way (truncations), one line each.
-        vocab: the text of every token id (shows top alternatives without a tokenizer).
-    """
-
-    name: str
-    reference: str
-    ids: list[np.ndarray]
-    scored: list[np.ndarray]
-    texts: list[str]
-    token_text: list[list[str]]
-    sources: list[Any]
-    settings: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    vocab: list[str] | None = None
-
-    def __post_init__(self) -> None:
-        n = len(self.ids)
-        if n == 0:
-            raise AclarenaError(f"probe set {self.name!r} has no sequences; give at least one prompt or trace")
-        for what in ("scored", "texts", "token_text", "sources"):
-            if len(getattr(self, what)) != n:
-                raise ValueError(f"probe set {self.name!r}: {what} has {len(getattr(self, what))} entries for {n} sequences")
-        for i, (ids, mask, pieces) in enumerate(zip(self.ids, self.scored, self.token_text, strict=True)):
-            if len(ids) != len(mask) or len(ids) != len(pieces):
-                raise ValueError(f"probe set {self.name!r}: sequence {i} has {len(ids)} ids, {len(mask)} mask entries "
-                                 f"and {len(pieces)} token texts")
-            if len(mask) and bool(mask[0]):
-                raise ValueError(f"probe set {self.name!r}: sequence {i} scores its first token, which has no prediction")
-        if self.n_scored == 0:
-            raise AclarenaError(
-                f"probe set {self.name!r} has no scored tokens (no assistant tokens in any sequence); "
-                "give traces with assistant turns or prompts to generate from"
-            )
-
-    @property
-    def n_sequences(self) -> int:
-        return len(self.ids)
-
-    @property
-    def n_tokens(self) -> int:
-        return int(sum(len(x) for x in self.ids))
-
-    @property
-    def n_scored(self) -> int:
-        return int(sum(int(np.count_nonzero(m)) for m in self.scored))
-
-    @property
-    def max_length(self) -> int:
-        return max(len(x) for x in self.ids)
-
-    def positions(self, i: int) -> np.ndarray:
-        """Indices ``t`` of the scored tokens of sequence ``i`` (predicted from position ``t - 1``)."""
-        return np.flatnonzero(np.asarray(self.scored[i], dtype=bool))
-
-    def scored_offsets(self) -> np.ndarray:
-        """Row offsets of the per-position arrays: sequence ``i``'s scores are ``[o[i]:o[i+1]]``."""
-        counts = [int(np.count_nonzero(m)) for m in self.scored]
-        out = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=out[1:])
-        return out
-
-    @property
-    def digest(self) -> str:
-        """A hash of ids and masks: scores made on another probe set are never reused."""
-        h = hashlib.sha256()
-        for ids, mask in zip(self.ids, self.scored, strict=True):
-            h.update(np.asarray(ids, dtype=np.int64).tobytes())
-            h.update(b"|")
-            h.update(np.asarray(mask, dtype=np.bool_).tobytes())
-            h.update(b"#")
-        return h.hexdigest()[:16]
-
-    # --- store ---------------------------------------------------------------------------
-    def to_store(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """``(data, attrs)`` for :meth:`ResultsStore.write`."""
-        data: dict[str, Any] = {
-            "ids": Ragged.from_rows([np.asarray(x, dtype=np.int32) for x in self.ids], dtype=np.int32),
-            "scored": Ragged.from_rows([np.asarray(m, dtype=bool) for m in self.scored], dtype=bool),
-            "token_text": [printable(p) for pieces in self.token_text for p in pieces],
-            "text": [printable(t) for t in self.texts],
-            "source": Json(list(self.sources)),
-            "settings": Json(dict(self.settings)),
-            "warnings": Json(list(self.warnings)),
-        }
-        if self.vocab is not None:
-            data["vocab"] = [printable(v) for v in self.vocab]
-        attrs = {
-            "reference": self.reference,
-            "n_sequences": self.n_sequences,
-            "n_tokens": self.n_tokens,
-            "n_scored": self.n_scored,
-            "digest": self.digest,
-            "source_kind": str(self.settings.get("source", "")),
-        }
-        return data, attrs
-
-
-def list_probe_sets(store: ResultsStore) -> list[str]:
-    if not store.exists():
-        return []
-    with store.reader() as r:
-        return r.keys(PROBES) if r.has(PROBES) else []
-
-
-def write_probe_set(store: ResultsStore, probe: ProbeSet, *, overwrite: bool = False,
-                    manifest_text: str | None = None) -> None:
-    """Store a probe set; replacing one drops its token results in the same atomic step (scores of
-    other sequences must never sit beside the new ones, not even after a kill)."""
-    data, attrs = probe.to_store()
-    store.write_many([(probe_key(probe.name), data, PROBE_RESULT_TYPE, PROBE_RESULT_VERSION, attrs)],
-                     overwrite=overwrite, manifest_text=manifest_text,
-                     drop=[tokens_key(probe.name)] if overwrite else [])
-
-
-def require_probe_digest(name: str, digest: str) -> Callable[[StoreReader], None]:
-    """A store-write precondition: the probe set ``name`` is still the one (``digest``) the results
-    were computed on (``probe --force`` may have replaced it while ``tokens`` ran)."""
-
-    def check(reader: StoreReader) -> None:
-        key = probe_key(name)
-        now = reader.attrs(key).get("digest") if reader.has(key) else None
-        if now != digest:
-            raise AclarenaError(f"probe set {name!r} was replaced while these scores were computed (by probe "
-                                "--force?); nothing was written: rerun tokens")
-
-    return check
-
-
-def read_probe_set(store: ResultsStore, name: str, *, with_text: bool = True) -> ProbeSet:
-    """Read ``probes/<name>``; unknown names fail with the known ones and a did-you-mean."""
-    known = list_probe_sets(store)
-    if name not in known:
-        raise unknown_name("probe set", name, known, hint="make one with `aclarena-diag probe --ref NAME`")
-    key = probe_key(name)
-    with store.reader() as r, r.damaged(key):
-        attrs = r.attrs(key)
-        ids = r.read(f"{key}/ids")
-        scored = r.read(f"{key}/scored")
-        offsets = ids.offsets
-        if with_text:
-            flat = r.read(f"{key}/token_text")
-            token_text = [flat[int(offsets[i]):int(offsets[i + 1])] for i in range(ids.n_rows)]
-            texts = r.read(f"{key}/text")
-            vocab = r.read(f"{key}/vocab") if r.has(f"{key}/vocab") else None
-        else:
-            token_text = [[""] * len(row) for row in ids.rows()]
-            texts = [""] * ids.n_rows
-            vocab = None
-        sources = r.read(f"{key}/source")
-        settings = r.read(f"{key}/settings")
-        warnings = r.read(f"{key}/warnings")
-        return ProbeSet(
-            name=name, reference=str(attrs["reference"]), ids=[np.asarray(x) for x in ids.rows()],
-            scored=[np.asarray(x, dtype=bool) for x in scored.rows()], texts=list(texts), token_text=token_text,
-            sources=list(sources), settings=dict(settings), warnings=list(warnings), vocab=vocab,
-        )
-
-
 # --- prompt and trace files -----------------------------------------------------------------
-
-
-def printable(text: str) -> str:
-    """HDF5 strings cannot hold NUL: show it as the NUL symbol (U+2400)."""
-    return text.replace("\x00", "\u2400")
 
 
 def _line_error(path: Path, lineno: int, what: str) -> AclarenaError:

@@ -52,7 +52,7 @@ from aclarena.probes.model_parts import (
     output_head,
     verify_head,
 )
-from aclarena.probes.probe_set import ProbeSet
+from aclarena.results.probes import ProbeSet
 
 if TYPE_CHECKING:
     import torch

@@ -13,6 +13,7 @@ from aclarena.results import (
     displacement,
     flips,
     orders,
+    probes,
     routing,
     signatures,
     tokens,
@@ -20,5 +21,5 @@ from aclarena.results import (
 )
 from aclarena.results.registry import ResultType, Stored, read, register, registered, write
 
-__all__ = ["ResultType", "Stored", "capability", "consolidation", "displacement", "flips", "orders", "read", "register",
+__all__ = ["ResultType", "Stored", "capability", "consolidation", "displacement", "flips", "orders", "probes", "read", "register",
            "registered", "routing", "signatures", "tokens", "vectors", "write"]

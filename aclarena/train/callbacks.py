@@ -1,7 +1,7 @@
 """Training-time early warning: :class:`DriftMonitorCallback`, a ``transformers.TrainerCallback``.
 
 While a new stage trains, the monitor scores probe sets of earlier capabilities (frozen
-reference generations, :mod:`aclarena.probes.probe_set`) teacher-forced with the current
+reference generations, :mod:`aclarena.results.probes`) teacher-forced with the current
 weights, at the start and every ``every_n_steps`` steps, and turns the scores into a few
 scalars per probe set (:data:`METRICS`):
 
@@ -52,7 +52,7 @@ from aclarena.diagnostics.monitor_metrics import (
 from aclarena.diagnostics.token_drift import HighEntropy
 from aclarena.distributed import process_group_size
 from aclarena.errors import AclarenaError, StoreError, did_you_mean
-from aclarena.probes.probe_set import ProbeSet
+from aclarena.results.probes import ProbeSet
 from aclarena.store.monitor_series import (
     EVENT_COLUMNS,
     SESSION_COLUMNS,
@@ -115,7 +115,8 @@ def check_tokenizer(probe: ProbeSet, tokenizer: Any, vocab_size: int | None) -> 
         if got is not None:
             return
     if tokenizer is not None and probe.vocab is not None:
-        from aclarena.probes.probe_set import printable, vocab_strings
+        from aclarena.probes.probe_set import vocab_strings
+        from aclarena.results.probes import printable
 
         mine = [printable(v) for v in vocab_strings(tokenizer, len(probe.vocab))]
         theirs = [printable(v) for v in probe.vocab]  # stored probe sets hold printable text

@@ -75,7 +75,7 @@ def domain_probe(run_dir: str | os.PathLike[str], checkpoint: str, folder: str |
     from aclarena.models.chat import choose_prompt_format, has_template
     from aclarena.models.tokenizer_files import tokenizer_fingerprint
     from aclarena.probes.generation import GenerationSettings, generate_probe_set, model_max_length
-    from aclarena.probes.probe_set import list_probe_sets, read_probe_set, write_probe_set
+    from aclarena.results.probes import list_probe_sets, read_probe_set, write_probe_set
     from aclarena.store import ResultsStore
     from aclarena.train.phase_record import read_marker
     from aclarena.train.phases import load_start
@@ -136,7 +136,7 @@ def monitor_factory(cfg: CurriculumConfig, out: str | os.PathLike[str], jobs: Se
     monitored = set(spec.stages) if spec.stages is not None else set(order[1:])
 
     def factory(job: Job) -> list[Any]:
-        from aclarena.probes.probe_set import read_probe_set
+        from aclarena.results.probes import read_probe_set
         from aclarena.store import ResultsStore
         from aclarena.train.callbacks import DriftMonitorCallback
         from aclarena.train.phase_record import finished

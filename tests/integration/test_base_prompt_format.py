@@ -196,7 +196,7 @@ def test_a_tool_domain_is_played_as_text_turns_without_a_template(tokenizer):
 
 
 def test_a_base_without_a_template_goes_through_eval_flips_and_probe(fixture_run, tokenizer, tmp_path, cli):
-    from aclarena.probes.probe_set import read_probe_set
+    from aclarena.results.probes import read_probe_set
     from aclarena.store import ResultsStore
 
     _base_run(fixture_run, tokenizer)

@@ -320,7 +320,7 @@ def test_a_checkpoint_that_makes_two_probe_sets_is_loaded_once(tiny, tmp_path, m
     """The curriculum's monitor makes the earlier domain's probe and RL's Razor probe from the same checkpoint
     (seq-math for the search stage): one load for both."""
     import aclarena.train.phases as phases
-    from aclarena.probes.probe_set import read_probe_set
+    from aclarena.results.probes import read_probe_set
     from aclarena.store import ResultsStore
     from aclarena.train.monitor import domain_probe
 

@@ -147,7 +147,7 @@ def test_bad_monitor_input_through_train(run, tmp_path):
     from monitor_helpers import make_probe
 
     from aclarena.models.tiny import build_model, save_checkpoint, tiny_config
-    from aclarena.probes.probe_set import write_probe_set
+    from aclarena.results.probes import write_probe_set
     from aclarena.store import ResultsStore
 
     # a probe set made with another tokenizer than the run's

@@ -139,7 +139,7 @@ def test_token_drift_in_memory_equals_the_runs(probed_run):
     from transformers import AutoModelForCausalLM
 
     import aclarena as acl
-    from aclarena.probes.probe_set import read_probe_set
+    from aclarena.results.probes import read_probe_set
 
     run = acl.Run(probed_run)
     stored = run.tokens(ref="seq-math")

@@ -131,7 +131,7 @@ def test_tokens_page_shows_sft_and_rl_side_by_side(signed):
 def test_domain_prompts_come_from_the_runs_own_suites_first(signed, tmp_path):
     """Issue 49: a stage of domain `math` was probed on the mini arena's math prompts though the manifest had its
     own `math` suites; the run's suites come first (in-domain ones), and a note names the source."""
-    from aclarena.probes.probe_set import read_probe_set
+    from aclarena.results.probes import read_probe_set
     from aclarena.store.manifest import SuiteSpec
 
     assert "probe set base.math: base's generations on prompts from the mini arena's math/id tasks" in signed[1]["notes"]

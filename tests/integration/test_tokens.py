@@ -27,8 +27,9 @@ from tokens_helpers import (
 
 from aclarena.diagnostics.token_drift import pair_stats
 from aclarena.models.loading import load_model
-from aclarena.probes.probe_set import read_probe_set, tokenize_conversation
+from aclarena.probes.probe_set import tokenize_conversation
 from aclarena.probes.teacher_forcing import STATUS_BEYOND_CONTEXT, STATUS_NONFINITE, reference_outputs, score
+from aclarena.results.probes import read_probe_set
 from aclarena.results.tokens import reference_key, scores_key, summary_key
 from aclarena.store import Ragged, ResultsStore
 from aclarena.store.manifest import CheckpointSpec, Manifest, load_manifest, write_manifest

@@ -12,7 +12,7 @@ from tokens_helpers import make_token_run
 from aclarena.dashboard.pages import tokens as page
 from aclarena.figures import build_figures
 from aclarena.figures.tokens import sequence_tokens
-from aclarena.probes.probe_set import read_probe_set
+from aclarena.results.probes import read_probe_set
 from aclarena.results.tokens import list_checkpoints, list_probes, reference_key, scores_key, summary_rows
 from aclarena.store import ResultsStore
 from aclarena.store.manifest import load_manifest

@@ -9,10 +9,9 @@ import pytest
 from distributed_helpers import file_hash
 from reliability_helpers import VERB_ARGV, fill
 
-from aclarena.probes.probe_set import read_probe_set, write_probe_set
+from aclarena.results.probes import probe_key, read_probe_set, write_probe_set
 from aclarena.results.tokens import tokens_key
 from aclarena.store import ResultsStore
-from aclarena.store.token_keys import probe_key
 
 
 def _probe_and_score(run, tmp_path, cli):

@@ -25,7 +25,7 @@ def _mark_version(run: Path, key: str, version: str) -> None:
 
 def test_a_probe_set_of_a_newer_major_version_is_refused(fixture_run, tmp_path, cli):
     """Before: `tokens` scored a probe set whose layout it does not know, silently."""
-    from aclarena.store.token_keys import probe_key
+    from aclarena.results.probes import probe_key
 
     code, _, err = cli(*fill(VERB_ARGV["probe"], fixture_run, tmp_path))
     assert code == 0, err

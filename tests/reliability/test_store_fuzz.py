@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from aclarena.errors import AclarenaError
 from aclarena.figures.flips import distributions_figure, divergence_figure, recovery_figure
-from aclarena.probes.probe_set import ProbeSet, read_probe_set, write_probe_set
 from aclarena.results.capability import load_matrix, read_cell, read_cells, read_items
 from aclarena.results.flips import list_flips, read_flips_data
+from aclarena.results.probes import ProbeSet, read_probe_set, write_probe_set
 from aclarena.store import Json, Ragged, ResultsStore, Table
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,

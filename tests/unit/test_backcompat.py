@@ -42,6 +42,7 @@ ARCHIVED += [
     ("displacement-stats", "0.1.0"),
     ("displacement-summary", "0.1.0"),
     ("consolidation", "0.1.0"),
+    ("probe-set", "0.1.0"),
 ]
 
 

@@ -306,7 +306,7 @@ def test_monitor_section_errors_name_the_line(section, line, match):
 
 
 def _probe(name="p"):
-    from aclarena.probes.probe_set import ProbeSet
+    from aclarena.results.probes import ProbeSet
 
     ids = [np.array([1, 2, 3, 4])]
     return ProbeSet(name=name, reference="ref", ids=ids, scored=[np.array([False, False, True, True])], texts=["x"],
