@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from consolidation_helpers import write_cells
 
-from aclarena.store import Json, ResultsStore, load_manifest, write_manifest
+from aclarena.results.consolidation import MleRecord, write_consolidation
+from aclarena.store import ResultsStore, load_manifest, write_manifest
 from aclarena.store.manifest import CheckpointSpec
 
 
@@ -149,8 +150,8 @@ def test_mle_row_uses_the_routed_expert_of_each_suite(fixture_run, cli):
     routes = {"rule": {"math/id": {"expert": "math", "checkpoint": "mle-math"},
                        "search/id": {"expert": None, "checkpoint": "seq-search"},
                        "general": {"expert": None, "checkpoint": "seq-search"}}}
-    ResultsStore(fixture_run).write("consolidate/mle", {"routes": Json(routes)}, result_type="consolidation",
-                                    attrs={"replicate": 0})
+    write_consolidation(fixture_run, MleRecord(name="mle", method="mle", replicate=0, seed=0, fallback="backbone",
+                                               routes=routes, experts={"math": "mle-math"}, backbone="seq-search"))
     code, out, err = cli("compare", "--run", str(fixture_run), "--json")
     assert code == 0, err
     row = next(r for r in json.loads(out)["rows"] if r["role"] == "mle")
