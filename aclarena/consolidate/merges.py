@@ -35,6 +35,7 @@ from aclarena.consolidate.options import MergeDareOptions, MergeOptions, MergeTA
 from aclarena.errors import AclarenaError
 from aclarena.store.manifest import CheckpointSpec
 from aclarena.store.runlock import run_lock
+from aclarena.train.naming import consolidated_name, lambda_name
 
 MERGE_OF = {"merge-uniform": "uniform", "merge-ta": "task_arithmetic", "merge-ties": "ties", "merge-dare": "dare"}
 
@@ -83,17 +84,13 @@ def _prefix(job: Job, tag: str) -> str:
     return f"{job.options.METHOD}{tag}" if prefix is None else str(prefix)
 
 
-def _lambda_name(prefix: str, lam: float) -> str:
-    return f"{prefix}-l{lam:g}"
-
-
 def output_names(job: Job) -> list[str]:
     """The checkpoints this merge writes (checked by :func:`~aclarena.consolidate.methods.run_method` before any)."""
     _, tag = source_names(job)
     prefix = _prefix(job, tag)
-    stems = ([_lambda_name(prefix, lam) for lam in _lambdas(job)] if MERGE_OF[job.options.METHOD] == "task_arithmetic"
+    stems = ([lambda_name(prefix, lam) for lam in _lambdas(job)] if MERGE_OF[job.options.METHOD] == "task_arithmetic"
              else [prefix])
-    return [stem + job.lineage.suffix for stem in stems]
+    return [consolidated_name(stem, job.lineage.suffix) for stem in stems]
 
 
 def run(job: Job) -> list[Output]:
@@ -128,7 +125,7 @@ def run(job: Job) -> list[Output]:
                   for i in [*infos, *start_infos] if i.source == "adapter"}
     k = len(infos)
     if kind == "task_arithmetic":
-        plans = [(_lambda_name(prefix, lam), MergeSpec(kind, lam=lam)) for lam in _lambdas(job)]
+        plans = [(lambda_name(prefix, lam), MergeSpec(kind, lam=lam)) for lam in _lambdas(job)]
     elif kind == "ties":
         assert isinstance(job.options, MergeTiesOptions)
         lam = 1.0 if job.options.lam is None else job.options.lam  # λ = 0 is valid (the base itself)
@@ -141,7 +138,7 @@ def run(job: Job) -> list[Output]:
         plans = [(prefix, MergeSpec(kind))]
     outputs = []
     for stem, spec in plans:
-        name = stem + job.lineage.suffix
+        name = consolidated_name(stem, job.lineage.suffix)
         job.status(f"{name}: {spec.method} of {', '.join(names)}")
         t0 = time.perf_counter()
         res = merge_checkpoints(infos, spec, job.folder(name), base=base, starts=start_infos, force=job.force,
@@ -165,14 +162,14 @@ def _merge_adapters(job: Job, kind: str, specs: list[CheckpointSpec], prefix: st
     assert on is not None and kind in ("uniform", "task_arithmetic")
     k = len(specs)
     plans = ([(prefix, 1.0 / k)] if kind == "uniform" else
-             [(_lambda_name(prefix, lam), lam) for lam in _lambdas(job)])
+             [(lambda_name(prefix, lam), lam) for lam in _lambdas(job)])
     outputs = []
     infos = [inspect(s, job.manifest, job.run_dir) for s in specs]
     for info in infos:  # an adapter that does not belong on its model: one line, before any model is loaded
         info.require_loadable()
     folders = [(i.name, i.location) for i in infos]
     for stem, w in plans:
-        name = stem + job.lineage.suffix
+        name = consolidated_name(stem, job.lineage.suffix)
         t0 = time.perf_counter()
         base_model = load_model(on, job.manifest, job.run_dir)
         merge_lora_adapters(base_model, folders, [w] * k, job.folder(name))

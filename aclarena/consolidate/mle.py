@@ -23,6 +23,7 @@ from aclarena.consolidate.methods import Job, Output
 from aclarena.consolidate.options import MLEOptions
 from aclarena.errors import AclarenaError
 from aclarena.models.arch import context_length
+from aclarena.train import naming
 
 ROUTER_TRAIN_N = 60
 ROUTER_EVAL_N = 20
@@ -34,11 +35,11 @@ def _stem(job: Job) -> str:
 
 def expert_name(job: Job, domain: str) -> str:
     """``--name``-``domain`` (default ``mle-<domain>``), with the replicate's suffix."""
-    return f"{_stem(job)}-{domain}{job.lineage.suffix}"
+    return naming.expert_name(_stem(job), domain, job.lineage.suffix)
 
 
 def backbone_name(suffix: str) -> str:
-    return f"sdft{suffix}"
+    return naming.consolidated_name(naming.SDFT_BACKBONE, suffix)
 
 
 def output_names(job: Job) -> list[str]:
@@ -54,7 +55,7 @@ def run(job: Job) -> list[Output]:
     if foreign:
         raise AclarenaError(f"MLE routes by the arena environments' contexts; domain {foreign[0]!r} has no environment "
                             f"in the arena (known: {', '.join(DOMAINS)})")
-    routes = _stem(job) + job.lineage.suffix
+    routes = naming.consolidated_name(_stem(job), job.lineage.suffix)
     if job.options.name is not None and routes in job.manifest:
         raise AclarenaError(f"--name {job.options.name}: MLE records its routes under consolidate/{routes}, the "
                             f"record of the checkpoint {routes!r}; give another --name")
@@ -235,5 +236,5 @@ def record_routes(job: Job, domains: Sequence[str]) -> None:
                 ckpt = backbone if fallback == "backbone" else None  # refuse: the suite is not served
             routes[name][suite] = {"expert": r.expert, "checkpoint": ckpt, "reason": r.reason}
     write_consolidation(job.run_dir, MleRecord(
-        name=f"{_stem(job)}{suffix}", method="mle", replicate=job.lineage.replicate, seed=job.seed, fallback=fallback,
+        name=naming.consolidated_name(_stem(job), suffix), method="mle", replicate=job.lineage.replicate, seed=job.seed, fallback=fallback,
         routes=routes, experts={d: expert_name(job, d) for d in domains}, backbone=backbone))

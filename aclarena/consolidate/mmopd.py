@@ -19,6 +19,7 @@ from typing import Any
 from aclarena.consolidate.methods import Job, Output
 from aclarena.consolidate.options import MMOPDOptions
 from aclarena.errors import AclarenaError, CheckpointError
+from aclarena.train.naming import consolidated_name
 
 
 def _teachers(job: Job) -> str:
@@ -28,7 +29,8 @@ def _teachers(job: Job) -> str:
 
 def output_names(job: Job) -> list[str]:
     """The checkpoint this replicate writes: ``--name`` or ``mmopd`` (``mmopd-stage-teachers`` with stage teachers)."""
-    return [job.stem("mmopd" if _teachers(job) == "oracle" else "mmopd-stage-teachers") + job.lineage.suffix]
+    return [consolidated_name(job.stem("mmopd" if _teachers(job) == "oracle" else "mmopd-stage-teachers"),
+                              job.lineage.suffix)]
 
 
 def run(job: Job) -> list[Output]:

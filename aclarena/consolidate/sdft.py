@@ -23,6 +23,7 @@ from typing import Any
 
 from aclarena.consolidate.options import SDFTOptions
 from aclarena.errors import AclarenaError
+from aclarena.train.naming import consolidated_name
 
 
 def balanced_order(by_domain: Mapping[str, Sequence[dict[str, Any]]], batch_size: int, n_batches: int,
@@ -77,7 +78,7 @@ def _start(job: Any) -> str:
 
 def output_names(job: Any) -> list[str]:
     """The checkpoint this replicate writes: ``--name`` or ``sdft`` (``sdft-from-end`` with ``--start end``)."""
-    return [job.stem("sdft" if _start(job) == "base" else "sdft-from-end") + job.lineage.suffix]
+    return [consolidated_name(job.stem("sdft" if _start(job) == "base" else "sdft-from-end"), job.lineage.suffix)]
 
 
 def run(job: Any) -> list[Any]:

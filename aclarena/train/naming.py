@@ -8,6 +8,9 @@
   the base with that domain's stage recipe.
 * With ``--seeds N``, replicate ``r`` >= 1 of the curriculum appends ``-s<r>`` to every name
   but ``base``, which all replicates share (``seq-math-s1``, ``oracle-if-sft-s2``).
+* Consolidations (docs/consolidation.md): ``--name`` or the method's own stem with the replicate's
+  suffix (``sdft-s1``); task arithmetic one per λ (``merge-ta-l0.5``); MLE one expert per domain
+  (``mle-math``) on the SDFT output of its replicate (``sdft``, the backbone).
 """
 
 from __future__ import annotations
@@ -54,6 +57,25 @@ def seq_name(domain: str, replicate: int = 0, phase: str | None = None) -> str:
 def oracle_name(domain: str, replicate: int = 0, phase: str | None = None) -> str:
     """The single-task oracle's checkpoint of ``domain``: ``oracle-if``, ``oracle-if-sft-s2``."""
     return checkpoint_name(ORACLE, domain, replicate, phase)
+
+
+#: the MLE experts' backbone: the SDFT output of their replicate, under SDFT's own name
+SDFT_BACKBONE = "sdft"
+
+
+def consolidated_name(stem: str, suffix: str = "") -> str:
+    """A consolidation's output: ``stem`` (``--name`` or the method's own) with the replicate's ``suffix``."""
+    return f"{stem}{suffix}"
+
+
+def lambda_name(prefix: str, lam: float) -> str:
+    """Task arithmetic's output for one λ of its sweep: ``merge-ta-l0.5``."""
+    return f"{prefix}-l{lam:g}"
+
+
+def expert_name(stem: str, domain: str, suffix: str = "") -> str:
+    """An MLE expert: ``mle-math``, ``mle-math-s1``."""
+    return f"{stem}-{domain}{suffix}"
 
 
 def phase_names(prefix: str, stage: Stage, replicate: int = 0) -> list[str]:

@@ -6,7 +6,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from aclarena.train.naming import oracle_name, phase_names, replicate_groups, seed0_name, seq_name
+from aclarena.train.naming import (
+    consolidated_name,
+    expert_name,
+    lambda_name,
+    oracle_name,
+    phase_names,
+    replicate_groups,
+    seed0_name,
+    seq_name,
+)
 
 ROOT = Path(__file__).resolve().parents[2] / "aclarena"
 # an f-string that spells a chain or oracle checkpoint: f"seq-{d}...", f"oracle-{d}..."
@@ -35,9 +44,19 @@ def test_names_of_phases_replicates_and_oracles():
     assert groups == {"seq-math": ["seq-math", "seq-math-s1", "seq-math-s2"]}
     assert seed0_name("merge-uniform-s1", 1) == seed0_name("merge-uniform", 0) == "merge-uniform"
     assert seed0_name("mix-s1", 2) == "mix-s1"  # only its own replicate's suffix is dropped
+    assert consolidated_name("sdft", "-s1") == "sdft-s1" and lambda_name("merge-ta", 0.5) == "merge-ta-l0.5"
+    assert expert_name("mle", "math", "-s2") == "mle-math-s2"
 
 
 def test_analysis_builds_no_chain_or_oracle_name_itself():
     found = [f"{p.relative_to(ROOT.parent)}:{i}" for p in sorted((ROOT / "analysis").rglob("*.py"))
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if BUILT.search(line)]
     assert found == [], f"build the name with aclarena.train.naming.seq_name / oracle_name: {found}"
+
+
+def test_consolidation_methods_name_their_outputs_through_naming():
+    """The methods' output names (sdft-s1, merge-ta-l0.5, mle-math) come from aclarena.train.naming too."""
+    suffixed = re.compile(r"""(f["'][^"']*\{[^}]*suffix\}|\+ *job\.lineage\.suffix)""")
+    found = [f"{p.relative_to(ROOT.parent)}:{i}" for p in sorted((ROOT / "consolidate").rglob("*.py"))
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if suffixed.search(line)]
+    assert found == [], f"build the name with aclarena.train.naming: {found}"
