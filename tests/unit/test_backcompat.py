@@ -43,6 +43,7 @@ ARCHIVED += [
     ("displacement-summary", "0.1.0"),
     ("consolidation", "0.1.0"),
     ("probe-set", "0.1.0"),
+    ("train-log", "0.1.0"),
 ]
 
 
