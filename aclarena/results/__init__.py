@@ -12,6 +12,7 @@ from aclarena.results import (
     consolidation,
     displacement,
     flips,
+    lead_time,
     orders,
     probes,
     routing,
@@ -22,5 +23,5 @@ from aclarena.results import (
 )
 from aclarena.results.registry import ResultType, Stored, read, register, registered, write
 
-__all__ = ["ResultType", "Stored", "capability", "consolidation", "displacement", "flips", "orders", "probes",
+__all__ = ["ResultType", "Stored", "capability", "consolidation", "displacement", "flips", "lead_time", "orders", "probes",
            "read", "register", "registered", "routing", "signatures", "tokens", "train_log", "vectors", "write"]

@@ -44,6 +44,7 @@ ARCHIVED += [
     ("consolidation", "0.1.0"),
     ("probe-set", "0.1.0"),
     ("train-log", "0.1.0"),
+    ("monitor-lead-time", "0.1.0"),
 ]
 
 
