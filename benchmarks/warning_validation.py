@@ -227,13 +227,14 @@ def main(argv: list[str] | None = None) -> int:
         name = f"{condition}-s{seed}"
         run = args.out / name
         if args.judge_only:
+            from aclarena.results.lead_time import lead_time_key, read_lead_time
             from aclarena.store import ResultsStore
-            from aclarena.store.monitor_series import LEAD_KEY
 
-            key = f"{LEAD_KEY}/{CONDITIONS[condition]['stage']}/result"
+            key = lead_time_key(CONDITIONS[condition]['stage'])
             store = ResultsStore(run)
             if store.exists() and store.has(key):
-                results[name] = store.read(key)
+                with store.reader() as r:
+                    results[name] = read_lead_time(r, key).result
             continue
         args.out.mkdir(parents=True, exist_ok=True)
         try:  # one measuring process per cell: several passes can share the list (each skips the cells taken)

@@ -232,6 +232,6 @@ def _series(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, g
 
 @register_figure("monitor/lead-time", "Lead time of the drift warnings", width=900, height=520)
 def _lead(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
-    from aclarena.store.monitor_series import lead_time_results
+    from aclarena.results.lead_time import lead_time_results
 
     return [(stage, lead_time_figure(result)) for stage, result in lead_time_results(reader).items()]

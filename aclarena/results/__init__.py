@@ -12,14 +12,16 @@ from aclarena.results import (
     consolidation,
     displacement,
     flips,
+    lead_time,
     orders,
     probes,
     routing,
     signatures,
     tokens,
+    train_log,
     vectors,
 )
 from aclarena.results.registry import ResultType, Stored, read, register, registered, write
 
-__all__ = ["ResultType", "Stored", "capability", "consolidation", "displacement", "flips", "orders", "probes", "read", "register",
-           "registered", "routing", "signatures", "tokens", "vectors", "write"]
+__all__ = ["ResultType", "Stored", "capability", "consolidation", "displacement", "flips", "lead_time", "orders", "probes",
+           "read", "register", "registered", "routing", "signatures", "tokens", "train_log", "vectors", "write"]

@@ -21,19 +21,14 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from aclarena.errors import AclarenaError, StoreError, did_you_mean
 from aclarena.store.series import SeriesReader, SeriesWriter
 
-if TYPE_CHECKING:
-    from aclarena.store.results import StoreReader
-
 PREFIX = "monitor/"
-#: results.h5 group of the lead-time tables (``monitor/lead-time/<stage>``).
-LEAD_KEY = "monitor/lead-time"
 #: Label prefix of the phases that ``monitor --lead-time`` retrains (``lead-time/seq-ecom-sft``): a
 #: second recording of the phase ``seq-ecom-sft``, not another phase.
 LEAD_LABEL_PREFIX = "lead-time/"
@@ -111,18 +106,6 @@ def monitor_phases(reader: SeriesReader) -> dict[str, list[str]]:
     latest = {phase_of(label): k for k, label in enumerate(labels)}
     return {p: sorted(phases[p], key=lambda lab: lab.startswith(LEAD_LABEL_PREFIX))
             for p in sorted(phases, key=latest.__getitem__)}
-
-
-def lead_time_results(reader: StoreReader | None) -> dict[str, dict[str, Any]]:
-    """The stored ``monitor --lead-time`` results of a results.h5 reader, by stage ({} when none)."""
-    if reader is None or not reader.has(LEAD_KEY):
-        return {}
-    out: dict[str, dict[str, Any]] = {}
-    for stage in reader.keys(LEAD_KEY):
-        key = f"{LEAD_KEY}/{stage}/result"
-        if reader.has(key):
-            out[stage] = reader.read(key)
-    return out
 
 
 def load_monitor(reader: SeriesReader, label: str) -> MonitorView:

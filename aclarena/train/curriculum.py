@@ -11,7 +11,8 @@ order into a run folder:
 * ``aclarena.toml``: the manifest, rewritten after every phase with kind, domain, phase, parent
   and seed of every finished checkpoint (entries the user added are kept);
 * ``results.h5``: ``train/<name>`` per phase: the trainer's log history (loss, reward, entropy,
-  KL when trl computes it...) as a table, the settings, the time and the steps;
+  KL when trl computes it...) as a table, the settings, the time and the steps
+  (:mod:`aclarena.results.train_log`);
 * ``curriculum.toml``: a copy of the config the run was started with.
 
 An oracle whose fingerprint equals its stage's (the first stage's, trained from the base with the
@@ -43,8 +44,6 @@ from aclarena.train.plan import Job, plan
 CHECKPOINTS = "checkpoints"
 WORK = "work"
 CONFIG_COPY = "curriculum.toml"
-LOG_TYPE = "train-log"
-LOG_VERSION = "0.1.0"
 
 
 @dataclass
@@ -312,7 +311,8 @@ def run_job(cfg: CurriculumConfig, job: Job, out: Path, folders: dict[str, str],
 
 def _register(cfg: CurriculumConfig, out: Path, records: list[PhaseRecord], folders: dict[str, str]) -> None:
     """Write the manifest entries and the train logs of every finished job (idempotent)."""
-    from aclarena.store import Json, ResultsStore, Table
+    from aclarena.results.train_log import TrainLog, stored_checkpoints, write_train_logs
+    from aclarena.store import ResultsStore
     from aclarena.store.manifest import CheckpointSpec, Manifest, load_manifest, manifest_path, write_manifest
     from aclarena.store.runlock import run_lock
     from aclarena.train.progress import log_table
@@ -334,8 +334,8 @@ def _register(cfg: CurriculumConfig, out: Path, records: list[PhaseRecord], fold
         if manifest.to_toml() != before:
             write_manifest(manifest, out)
     store = ResultsStore(out)
-    have = set(store.keys("train")) if store.exists() and store.has("train") else set()
-    items = []
+    have = stored_checkpoints(store)
+    logs = []
     for rec in records:
         r = rec.result
         if rec.status in ("external", "reused") or r is None or rec.job.name in have:
@@ -343,33 +343,11 @@ def _register(cfg: CurriculumConfig, out: Path, records: list[PhaseRecord], fold
         j = rec.job
         settings = {"spec": j.spec.identity() if j.spec else cfg.base.identity(), "seed": j.seed,
                     "fingerprint": j.fingerprint}
-        attrs = {"checkpoint": j.name, "kind": j.kind, "domain": j.domain or "", "phase": j.phase or "pretrain",
-                 "parent": j.parent or "", "seed": j.seed, "steps": r.steps, "time_s": r.time_s,
-                 "resumed_from_step": -1 if r.resumed_from_step is None else r.resumed_from_step,
-                 "fingerprint": j.fingerprint}
-        data = {"log": Table(log_table(r.log_history)), "settings": Json(settings)}
         report = (r.meta or {}).get("data")
-        if isinstance(report, dict):  # rejection sampling: samples kept and where it fell back to experts
-            data["data"] = Json(report)
-            attrs |= {"data_kept": int(report.get("kept", 0)), "data_fallback_tasks": int(report.get("fallback_tasks", 0))}
-        items.append((f"train/{j.name}", data, LOG_TYPE, LOG_VERSION, attrs))
-    if items:
-        store.write_many(items, overwrite=True, manifest_text=path.read_text(encoding="utf-8"))
-
-
-def read_train_logs(run_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
-    """``{checkpoint: {"attrs": ..., "log": {column: values}}}`` of every phase stored by ``train``."""
-    from aclarena.store import ResultsStore
-
-    store = ResultsStore(run_dir)
-    if not store.exists() or not store.has("train"):
-        return {}
-    out: dict[str, dict[str, Any]] = {}
-    with store.reader() as r:
-        for name in r.keys("train"):
-            attrs = r.attrs(f"train/{name}")
-            if attrs.get("result-type") != LOG_TYPE:
-                continue
-            table = r.read(f"train/{name}/log")
-            out[name] = {"attrs": attrs, "log": dict(table.columns)}
-    return out
+        logs.append(TrainLog(checkpoint=j.name, kind=j.kind, domain=j.domain or "", phase=j.phase or "pretrain",
+                             parent=j.parent or "", seed=j.seed, steps=r.steps, time_s=r.time_s,
+                             resumed_from_step=-1 if r.resumed_from_step is None else r.resumed_from_step,
+                             fingerprint=j.fingerprint, log=log_table(r.log_history), settings=settings,
+                             data=report if isinstance(report, dict) else None))
+    if logs:
+        write_train_logs(store, logs, manifest_text=path.read_text(encoding="utf-8"))

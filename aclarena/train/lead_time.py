@@ -55,12 +55,18 @@ from aclarena.diagnostics.early_warning import (
 )
 from aclarena.diagnostics.monitor_metrics import default_rules
 from aclarena.errors import AclarenaError
-from aclarena.store.monitor_series import LEAD_KEY, LEAD_LABEL_PREFIX
+from aclarena.results.lead_time import (
+    RESULT_VERSION,
+    LeadTimeData,
+    lead_time_key,
+    read_lead_time,
+    table_columns,
+    write_lead_time,
+)
+from aclarena.store.monitor_series import LEAD_LABEL_PREFIX
 from aclarena.train.callbacks import DriftMonitorCallback, MonitorStore
 from aclarena.train.plan import Job, plan
 
-LEAD_TYPE = "monitor-lead-time"
-LEAD_VERSION = "0.1.0"
 MAX_ITEMS = 512
 #: (predictor, metric) rows of the table, in order.
 PREDICTORS = (
@@ -312,7 +318,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
                       force: bool = False, show_progress: bool = False) -> dict[str, Any]:
     """Retrain ``settings.stage`` of the curriculum in ``run_dir`` with the monitor and the ground
     truth, compute the lead-time table, store it and return it (see the module docstring)."""
-    from aclarena.store import Json, ResultsStore, Table
+    from aclarena.store import ResultsStore
     from aclarena.train.config import load_config
     from aclarena.train.curriculum import (
         CHECKPOINTS,
@@ -385,12 +391,13 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     identity = {"settings": settings.identity(), "every_n_steps": every, "drop_test": "mcnemar-holm",
                 "razor": True,
                 "rules": {k: v.to_dict() for k, v in rules.items()}, "probe_n": probe_n, "probe_tokens": probe_tokens,
-                "phases": [jobs[n].fingerprint for n in names], "version": LEAD_VERSION}
+                "phases": [jobs[n].fingerprint for n in names], "version": RESULT_VERSION}
     fp = _fingerprint(identity)
     store = ResultsStore(run)
-    key = f"{LEAD_KEY}/{settings.stage}{suffix}"
+    key = lead_time_key(settings.stage, suffix)
     if not force and store.exists() and store.has(key) and store.attrs(key).get("fingerprint") == fp:
-        return store.read(f"{key}/result")
+        with store.reader() as reader:
+            return read_lead_time(reader, key).result
 
     quiet()
     suites = {f"{d}/id": d for d, _ in earlier}
@@ -457,16 +464,10 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
                             "monitor_checks_s": sum(sum(m.check_seconds) for m in monitors),
                             "ground_truth_s": sum(sum(g.seconds) for g in gts)}})
     manifest = run / "aclarena.toml"
-    store.write(key, {"table": Table(_columns(result["table"])), "result": Json(result), "settings": Json(identity)},
-                result_type=LEAD_TYPE, result_version=LEAD_VERSION, attrs={"fingerprint": fp, "stage": settings.stage},
-                overwrite=True, manifest_text=manifest.read_text(encoding="utf-8") if manifest.is_file() else None)
+    write_lead_time(store, key, LeadTimeData(stage=settings.stage, fingerprint=fp, result=result,
+                                             table=table_columns(result["table"]), settings=identity),
+                    manifest_text=manifest.read_text(encoding="utf-8") if manifest.is_file() else None)
     return result
-
-
-def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    cols = ("domain", "predictor", "metric", "rule", "warn_step", "drop_step", "lead")
-    return {c: [(-1 if r[c] is None else r[c]) if c in ("warn_step", "drop_step", "lead") else str(r[c]) for r in rows]
-            for c in cols}
 
 
 def _rule_text(rule: MetricRule) -> str:

@@ -210,17 +210,15 @@ def write_two_recordings(run: Path) -> None:
 def store_lead_time(run: Path) -> dict:
     """The lead-time result of the retrain, computed and stored as ``monitor --lead-time`` does."""
     from aclarena.diagnostics.monitor_metrics import default_rules
-    from aclarena.store import ResultsStore
-    from aclarena.store.encoding import Json, Table
-    from aclarena.store.monitor_series import LEAD_KEY
-    from aclarena.train.lead_time import LEAD_TYPE, LEAD_VERSION, _columns, lead_time_table
+    from aclarena.results.lead_time import LeadTimeData, lead_time_key, table_columns, write_lead_time
+    from aclarena.train.lead_time import lead_time_table
 
     result = lead_time_table(run, [f"lead-time/{LABEL}"], offsets=[0], suites={SUITE: "math"}, rules=default_rules())
     result.update({"stage": "ecom", "phases": [LABEL], "steps": 6, "settings": {"eval_every": 2, "n": N_ITEMS,
                                                                                   "alpha": 0.05}})
-    ResultsStore(run).write(f"{LEAD_KEY}/ecom", {"table": Table(_columns(result["table"])), "result": Json(result)},
-                            result_type=LEAD_TYPE, result_version=LEAD_VERSION, overwrite=True,
-                            manifest_text=(run / "aclarena.toml").read_text(encoding="utf-8"))
+    write_lead_time(run, lead_time_key("ecom"), LeadTimeData(stage="ecom", fingerprint="", result=result,
+                                                             table=table_columns(result["table"])),
+                    manifest_text=(run / "aclarena.toml").read_text(encoding="utf-8"))
     return result
 
 

@@ -61,10 +61,13 @@ def test_lead_time_one_command(run):
     assert cost["monitor_checks_s"] > 0 and cost["ground_truth_s"] > 0 and res["time_s"] > 0
     # the scratch retraining left no checkpoint behind, and the run's own checkpoints are untouched
     assert not (run / "work" / "lead-time").exists()
+    from aclarena.results.lead_time import lead_time_key, read_lead_time
     from aclarena.store import ResultsStore
 
-    stored = ResultsStore(run).read("monitor/lead-time/ecom/result")
-    assert stored["table"] == table
+    with ResultsStore(run).reader() as r:
+        stored = read_lead_time(r, lead_time_key("ecom"))
+    assert stored.result["table"] == table and stored.stage == "ecom"
+    assert stored.table["lead"] == [-1 if row["lead"] is None else row["lead"] for row in table]
 
     # the same settings: read back from results.h5, not measured again; the table prints
     again = cli(run, "--lead-time", "--stage", "ecom", "-n", "6", "--eval-every", "2", "--every", "1")

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from train_helpers import TINY, changed, marker_mtimes, weights
 
+from aclarena.results.train_log import read_train_logs
 from aclarena.store import ResultsStore, load_manifest
 from aclarena.train.config import load_config
-from aclarena.train.curriculum import read_train_logs, run_curriculum
+from aclarena.train.curriculum import run_curriculum
 from aclarena.train.plan import plan
 
 pytestmark = pytest.mark.slow
@@ -71,15 +72,16 @@ def test_every_phase_trains_and_is_registered(tiny_run):
 
 def test_train_logs_in_the_store(tiny_run):
     out, result = tiny_run
-    logs = read_train_logs(out)
+    with ResultsStore(out).reader() as r:
+        logs = read_train_logs(r)
     trained = [r.job.name for r in result.records if r.status == "trained"]
     assert sorted(logs) == sorted(trained)
     for name in trained:
-        attrs, log = logs[name]["attrs"], logs[name]["log"]
+        stored, log = logs[name], logs[name].log
         rec = next(r for r in result.records if r.job.name == name)
-        assert attrs["steps"] == rec.result.steps > 0
-        assert attrs["time_s"] > 0
-        assert attrs["parent"] == (rec.job.parent or "")
+        assert stored.steps == rec.result.steps > 0
+        assert stored.time_s > 0
+        assert stored.parent == (rec.job.parent or "")
         assert "loss" in log and len(log["step"]) == len(log["loss"]) > 0
         assert max(log["step"]) <= rec.result.steps
         if rec.job.phase == "rl":

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from train_helpers import REPO, cli_env, marker_mtimes, run_train, small_config, train_cmd
 
-from aclarena.store import load_manifest
-from aclarena.train.curriculum import read_train_logs
+from aclarena.results.train_log import read_train_logs
+from aclarena.store import ResultsStore, load_manifest
 
 
 @pytest.mark.slow
@@ -68,9 +68,10 @@ def test_sigkill_in_the_middle_of_rl_then_rerun_finishes(tmp_path):
     after = marker_mtimes(out)
     assert {k: after[k] for k in finished_before} == finished_before  # finished phases were not redone
     assert "seq-math" in after
-    log = read_train_logs(out)["seq-math"]
-    assert log["attrs"]["resumed_from_step"] == saved
-    assert max(log["log"]["step"]) == 6
+    with ResultsStore(out).reader() as r:
+        log = read_train_logs(r)["seq-math"]
+    assert log.resumed_from_step == saved
+    assert max(log.log["step"]) == 6
     assert {s.name for s in load_manifest(out)} == {"base", "seq-math-sft", "seq-math"}
 
     again = run_train(config, out, "--json")

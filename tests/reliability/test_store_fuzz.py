@@ -534,3 +534,40 @@ def test_monitor_session_settings_that_are_not_an_object(tmp_path, raw):
         view = load_monitor(r, "a")
     assert view.sessions == 1 and view.settings == {}
     assert view.settings.get("every_n_steps", "?") == "?"
+
+
+@pytest.fixture(scope="module")
+def log_template(tmp_path_factory) -> Path:
+    """The archived training logs and lead-time result (tests/data/archives/results/train-log-*,
+    monitor-lead-time-*), both in one store."""
+    archives = Path(__file__).resolve().parents[1] / "data" / "archives" / "results"
+    run = tmp_path_factory.mktemp("log-fuzz") / "run"
+    run.mkdir()
+    shutil.copyfile(archives / "train-log-0.1.0" / "results.h5", run / "results.h5")
+    with h5py.File(run / "results.h5", "r+") as dst, \
+            h5py.File(archives / "monitor-lead-time-0.1.0" / "results.h5", "r") as src:
+        dst.create_group("monitor")
+        src.copy(src["monitor/lead-time"], dst["monitor"], name="lead-time")
+    return run / "results.h5"
+
+
+@FUZZ
+@given(st.sampled_from(["train", "monitor"]), st.lists(MUTATION, min_size=1, max_size=3))
+def test_the_train_log_and_lead_time_readers_answer_or_say_one_line(log_template, tmp_path_factory, prefix, ops):
+    """The training logs and the lead-time results damaged where they lie: their readers (the Monitor page's,
+    `export`'s, a rerun's), one line or the data."""
+    from aclarena.figures.monitor import lead_time_rows
+    from aclarena.results import lead_time, train_log
+
+    run = tmp_path_factory.mktemp("logs")
+    shutil.copyfile(log_template, run / "results.h5")
+    _mutate(run / "results.h5", ops, prefix=prefix)
+    try:
+        with ResultsStore(run).reader() as r:
+            for log in train_log.read_train_logs(r).values():
+                assert isinstance(log.settings, dict) and all(len(v) == len(log.log["step"]) for v in log.log.values())
+            for result in lead_time.lead_time_results(r).values():
+                assert isinstance(lead_time_rows(result), list)
+    except AclarenaError as e:
+        msg = str(e).strip()
+        assert msg and "\n" not in msg, msg

@@ -43,6 +43,8 @@ ARCHIVED += [
     ("displacement-summary", "0.1.0"),
     ("consolidation", "0.1.0"),
     ("probe-set", "0.1.0"),
+    ("train-log", "0.1.0"),
+    ("monitor-lead-time", "0.1.0"),
 ]
 
 

@@ -158,7 +158,7 @@ def lead_time_section(run_dir: Path, phase: str | None = None) -> list[Any]:
     """The stored ``monitor --lead-time`` tables and figures (results.h5), or the command that makes one."""
     from aclarena.dashboard.data import manifest, reader
     from aclarena.figures.monitor import LEAD_COLUMNS, lead_time_caption, lead_time_figure, lead_time_rows
-    from aclarena.store.monitor_series import lead_time_results
+    from aclarena.results.lead_time import lead_time_results
 
     with reader(run_dir) as r:
         results = lead_time_results(r)
