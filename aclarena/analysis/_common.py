@@ -5,13 +5,27 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from aclarena.errors import AclarenaError
 from aclarena.store.manifest import Manifest, load_manifest, manifest_path
 
 RunPath = str | os.PathLike[str]
+
+OptionsT = TypeVar("OptionsT")
+
+
+def options_of(cls: type[OptionsT], options: OptionsT | None, settings: dict[str, Any]) -> OptionsT:
+    """An analysis's options: ``options``, or ``cls`` made from its fields given as keywords (checked as the class
+    checks them), or ``cls``'s defaults; both at once is one line."""
+    if settings:
+        if options is not None:
+            article = "an" if cls.__name__[0] in "AEIOU" else "a"
+            raise AclarenaError(f"give the options either as {article} {cls.__name__} or as keywords, not both")
+        return cls(**settings)
+    return options if options is not None else cls()
 
 
 def manifest_or_load(run_dir: RunPath, manifest: Manifest | None) -> Manifest:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from aclarena.analysis._common import RunPath, frame, manifest_or_load, num
+from aclarena.analysis._common import RunPath, frame, manifest_or_load, num, options_of
 from aclarena.analysis.passes import (
     CHUNK_ELEMENTS,
     finish_parts,
@@ -139,11 +139,7 @@ def displacement(
 ) -> DisplacementResult:
     """Displacement of every update (checkpoint − parent) of the run in ``run_dir`` (:class:`DisplacementOptions`,
     or its fields as keywords), written to the run's store; the pass is reused when its inputs match."""
-    if settings:
-        if options is not None:
-            raise AclarenaError("give the options either as a DisplacementOptions or as keywords, not both")
-        options = DisplacementOptions(**settings)
-    o = options or DisplacementOptions()
+    o = options_of(DisplacementOptions, options, settings)
     checkpoints, force, save_every = o.checkpoints, o.force, o.save_every
     tolerances = tuple(float(x) for x in o.tolerances)  # parsed when made
     manifest = manifest_or_load(run_dir, manifest)

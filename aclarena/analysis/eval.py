@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, overload
 
-from aclarena.analysis._common import RunPath, frame, manifest_or_load, manifest_text
+from aclarena.analysis._common import RunPath, frame, manifest_or_load, manifest_text, options_of
 from aclarena.distributed import World
 from aclarena.distributed import world as world_of
 from aclarena.errors import AclarenaError, unknown_name
@@ -206,11 +206,7 @@ def evaluate(
     :func:`aclarena.distributed.world`; ``aclarena-diag eval`` under torchrun) the ranks share each suite's
     episodes and rank 0 writes the cells and gets the result, the other ranks None; without one, one process
     does it all."""
-    if settings:
-        if options is not None:
-            raise AclarenaError("give the options either as an EvalOptions or as keywords, not both")
-        options = EvalOptions(**settings)
-    o = options or EvalOptions()
+    o = options_of(EvalOptions, options, settings)
     if world is None:
         with world_of(o.device) as w:
             out = _evaluate(run_dir, o, w, show_progress, manifest)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aclarena.analysis._common import RunPath, frame, manifest_or_load
+from aclarena.analysis._common import RunPath, frame, manifest_or_load, options_of
 from aclarena.errors import AclarenaError
 from aclarena.store import Manifest
 from aclarena.store.manifest import CheckpointSpec
@@ -229,12 +229,9 @@ def repair(run_dir: RunPath, old: str, new: str, options: RepairOptions | None =
     from aclarena.store.manifest import manifest_path
     from aclarena.store.runlock import run_lock, update_manifest
 
-    if settings:
-        if options is not None:
-            raise AclarenaError("give the options either as a RepairOptions or as keywords, not both")
-        options = RepairOptions(**settings)
-    if options is None:
+    if options is None and not settings:
         raise AclarenaError("repair needs a method and an output name: RepairOptions(method=..., name=...)")
+    options = options_of(RepairOptions, options, settings)
     method, force = options.method, options.force
     run_dir = Path(run_dir)
     manifest = manifest_or_load(run_dir, manifest)

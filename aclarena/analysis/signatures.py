@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from aclarena.analysis._common import RunPath, frame, manifest_or_load
+from aclarena.analysis._common import RunPath, frame, manifest_or_load, options_of
 from aclarena.diagnostics.signatures import (
     DEFAULT_FIRST_K,
     DEFAULT_N_BOOT,
@@ -281,11 +281,7 @@ def signatures(
             probe set and not an arena domain), too few positions for an interval: one line. The
             signatures that could be computed are written first.
     """
-    if settings:
-        if options is not None:
-            raise AclarenaError("give the options either as a SignaturesOptions or as keywords, not both")
-        options = SignaturesOptions(**settings)
-    o = options or SignaturesOptions()
+    o = options_of(SignaturesOptions, options, settings)
     updates, n, max_new_tokens, first_k, eps = o.updates, o.n, o.max_new_tokens, o.first_k, o.eps
     n_boot, level, seed, batch_size, force, load = o.n_boot, o.level, o.seed, o.batch_size, o.force, o.load
     parsed_high = o.high_entropy

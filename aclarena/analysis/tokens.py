@@ -22,7 +22,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from aclarena.analysis._common import RunPath, frame, manifest_or_load
+from aclarena.analysis._common import RunPath, frame, manifest_or_load, options_of
 from aclarena.analysis.probe import make_probe
 from aclarena.diagnostics.token_drift import DriftSummary, HighEntropy, high_entropy_mask, summarize_drift
 from aclarena.distributed import World, merge_rows
@@ -323,11 +323,7 @@ def tokens(
     :func:`aclarena.distributed.world`; ``aclarena-diag tokens`` under torchrun) the ranks share the
     batches and rank 0 gets the result, the other ranks None; without one, one process does it all.
     """
-    if settings:
-        if options is not None:
-            raise AclarenaError("give the options either as a TokensOptions or as keywords, not both")
-        options = TokensOptions(**settings)
-    o = options or TokensOptions()
+    o = options_of(TokensOptions, options, settings)
     if world is None:
         with world_of(o.load.device) as w:
             out = _tokens(run_dir, ref, o, w, show_progress, manifest)

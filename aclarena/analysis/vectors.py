@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from aclarena.analysis._common import RunPath, frame, manifest_or_load, manifest_text, num, nums
+from aclarena.analysis._common import RunPath, frame, manifest_or_load, manifest_text, num, nums, options_of
 from aclarena.analysis.passes import (
     CHUNK_ELEMENTS,
     Plan,
@@ -251,11 +251,7 @@ def vectors(
     """Task vectors of the run in ``run_dir`` (:class:`VectorsOptions`, or its fields as keywords): the Gram
     pass (reused when its inputs match), the summary of every view and the cosines of the pairs, written to
     the run's store."""
-    if settings:
-        if options is not None:
-            raise AclarenaError("give the options either as a VectorsOptions or as keywords, not both")
-        options = VectorsOptions(**settings)
-    o = options or VectorsOptions()
+    o = options_of(VectorsOptions, options, settings)
     checkpoints, pairs, force, save_every = o.checkpoints, o.pairs, o.force, o.save_every
     manifest = manifest_or_load(run_dir, manifest)
     known = [s.name for s in manifest]
