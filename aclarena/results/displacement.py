@@ -117,12 +117,8 @@ def read_displacement_summary(reader: StoreReader | None) -> DisplacementSummary
 
 def read_displacement_view(reader: StoreReader | None, view: str = "all") -> DisplacementView | None:
     """One view of the stored summary, read alone (None when the run has none yet)."""
-    if view not in VIEWS:
-        raise ValueError(f"`view` must be one of {', '.join(VIEWS)}, got {view!r}")
-    if reader is None or not reader.has(f"{SUMMARY_KEY}/{view}"):
-        return None
-    data: DisplacementSummaryData = registry.read_part(reader, SUMMARY_KEY, SUMMARY_TYPE, [view])
-    return data.views[view]
+    got: DisplacementView | None = registry.read_view(reader, SUMMARY_KEY, SUMMARY_TYPE, view, VIEWS)
+    return got
 
 
 def write_displacement_stats(store: ResultsStore | str | os.PathLike[str], payload: DisplacementStatsData, *,

@@ -129,6 +129,16 @@ def read(reader: StoreReader, key: str, name: str) -> Any:
         return rtype.decode(rtype.upgrade(stored, f"{reader.path}:"))
 
 
+def read_view(reader: StoreReader | None, key: str, name: str, view: str, views: Sequence[str]) -> Any:
+    """One view (a child named in ``views``) of the summary at ``key``, read alone through :func:`read_part`:
+    the payload's ``views[view]``, or None when the run has none yet."""
+    if view not in views:
+        raise ValueError(f"`view` must be one of {', '.join(views)}, got {view!r}")
+    if reader is None or not reader.has(f"{key}/{view}"):
+        return None
+    return read_part(reader, key, name, [view]).views[view]
+
+
 def read_part(reader: StoreReader, key: str, name: str, parts: Sequence[str]) -> Any:
     """Like :func:`read`, of the children ``parts`` of the group only (one view of a large result: the type's
     ``decode`` reads the children it is given); a part not stored is left out."""

@@ -147,12 +147,8 @@ def read_vectors_summary(reader: StoreReader | None) -> VectorSummaryData | None
 
 def read_vectors_view(reader: StoreReader | None, view: str = "all") -> VectorSummaryView | None:
     """One view of the stored summary, read alone (None when the run has none yet)."""
-    if view not in VIEWS:
-        raise ValueError(f"`view` must be one of {', '.join(VIEWS)}, got {view!r}")
-    if reader is None or not reader.has(f"{SUMMARY_KEY}/{view}"):
-        return None
-    data: VectorSummaryData = registry.read_part(reader, SUMMARY_KEY, SUMMARY_TYPE, [view])
-    return data.views[view]
+    got: VectorSummaryView | None = registry.read_view(reader, SUMMARY_KEY, SUMMARY_TYPE, view, VIEWS)
+    return got
 
 
 def read_vector_pairs(reader: StoreReader | None) -> VectorPairsData | None:
