@@ -16,12 +16,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from make_flips import ROOT, plain, setup
+from archive_common import ROOT, keep_groups, plain, setup
 
 
 def main() -> None:
     setup()
-    import h5py
     from fixtures import make_run, make_tokenizer
 
     from aclarena.cli import main as cli
@@ -47,10 +46,7 @@ def main() -> None:
                     "gsm8k=math/id"])
         assert code == 0, code
         out.mkdir(exist_ok=True)
-        (out / "results.h5").unlink(missing_ok=True)
-        with h5py.File(run / "results.h5", "r") as src, h5py.File(out / "results.h5", "w") as dst:
-            dst.attrs.update(src.attrs)
-            src.copy(src[capability.ROOT], dst, name=capability.ROOT)
+        keep_groups(run / "results.h5", out / "results.h5", capability.ROOT)
     with ResultsStore(out).reader() as r:
         expected = {c.key: plain(capability.read_cell(r, c.key)) for c in capability.read_cells(r)}
     (out / "expected.json").write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")

@@ -15,8 +15,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from make_flips import ROOT, plain, setup
-from make_signatures import keep_groups
+from archive_common import ROOT, keep_groups, plain, setup
 
 
 def main() -> None:

@@ -7,44 +7,12 @@ version; the folder is committed and never rewritten, and tests/unit/test_backco
 reading it. Usage (from the repository root): python tests/data/archives/results/make_flips.py
 """
 
-import dataclasses
 import json
-import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-ROOT = Path(__file__).resolve().parents[4]
-
-
-def plain(x: Any) -> Any:
-    """A payload as JSON-able data (dataclasses as dicts, arrays as lists)."""
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {f.name: plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
-    if isinstance(x, dict):
-        return {str(k): plain(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [plain(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
-
-
-def setup() -> None:
-    """The tests' import path, offline hub, quiet progress and pinned CPU kernels (as tests/conftest.py)."""
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("ACLARENA_PROGRESS_INTERVAL", "0")
-    from aclarena.reproducibility import pin_cpu_kernels
-
-    pin_cpu_kernels()
+from archive_common import plain, setup
 
 
 def main() -> None:

@@ -13,12 +13,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from make_flips import plain, setup
+from archive_common import keep_groups, plain, setup
 
 
 def main() -> None:
     setup()
-    import h5py
     from train_helpers import small_config
 
     from aclarena.cli import main as cli
@@ -34,12 +33,7 @@ def main() -> None:
                     "--seeds", "1", "-n", "2"])
         assert code == 0, code
         out.mkdir(exist_ok=True)
-        (out / "results.h5").unlink(missing_ok=True)
-        with h5py.File(run / "results.h5", "r") as src, h5py.File(out / "results.h5", "w") as dst:
-            dst.attrs.update(src.attrs)
-            parent = dst.create_group("orders")
-            parent.attrs.update(src["orders"].attrs)
-            src.copy(src[orders.STORE_KEY], parent, name=orders.STORE_KEY.split("/")[1])
+        keep_groups(run / "results.h5", out / "results.h5", orders.STORE_KEY)
     with ResultsStore(out).reader() as r:
         expected = {orders.STORE_KEY: plain(orders.read_orders(r))}
     (out / "expected.json").write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")

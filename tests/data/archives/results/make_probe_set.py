@@ -13,12 +13,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from make_flips import plain, setup
+from archive_common import keep_groups, plain, setup
 
 
 def main() -> None:
     setup()
-    import h5py
     from fixtures import make_tokenizer
     from tokens_helpers import make_token_run
 
@@ -32,12 +31,7 @@ def main() -> None:
         assert keys and all(k.startswith(f"{probes.PROBES}/") for k in keys), keys
         out = Path(__file__).parent / f"{probes.RESULT_TYPE}-{probes.RESULT_VERSION}"
         out.mkdir(exist_ok=True)
-        (out / "results.h5").unlink(missing_ok=True)
-        with h5py.File(run / "results.h5", "r") as src, h5py.File(out / "results.h5", "w") as dst:
-            dst.attrs.update(src.attrs)
-            dst.create_group(probes.PROBES).attrs.update(src[probes.PROBES].attrs)
-            for key in keys:
-                src.copy(src[key], dst[probes.PROBES], name=key.split("/", 1)[1])
+        keep_groups(run / "results.h5", out / "results.h5", keys)
         with ResultsStore(out).reader() as r:
             expected = {key: plain(read(r, key, probes.RESULT_TYPE)) for key in keys}
         (out / "expected.json").write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")

@@ -14,24 +14,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from make_flips import plain, setup
-
-
-def keep_groups(src: Path, dst: Path, root: str) -> None:
-    """Copy the file attributes of results.h5 ``src`` and its group ``root`` (every child, with attributes; the
-    groups above it with their attributes) into a new results.h5 ``dst``."""
-    import h5py
-
-    dst.unlink(missing_ok=True)
-    with h5py.File(src, "r") as s, h5py.File(dst, "w") as d:
-        d.attrs.update(s.attrs)
-        where = d
-        path = ""
-        for part in root.split("/")[:-1]:
-            path = f"{path}/{part}"
-            where = where.create_group(part)
-            where.attrs.update(s[path].attrs)
-        s.copy(s[root], where, name=root.split("/")[-1])
+from archive_common import keep_groups, plain, setup
 
 
 def main() -> None:

@@ -14,12 +14,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from make_flips import plain, setup
+from archive_common import keep_groups, plain, setup
 
 
 def main() -> None:
     setup()
-    import h5py
     from fixtures import make_tokenizer
     from tokens_helpers import make_token_run
 
@@ -36,18 +35,7 @@ def main() -> None:
         for rtype, keys in sorted(by_type.items()):
             out = Path(__file__).parent / f"{rtype}-{tokens.RESULT_VERSION}"
             out.mkdir(exist_ok=True)
-            (out / "results.h5").unlink(missing_ok=True)
-            with h5py.File(run / "results.h5", "r") as src, h5py.File(out / "results.h5", "w") as dst:
-                dst.attrs.update(src.attrs)
-                for key in keys:
-                    parent_key = key.rsplit("/", 1)[0]
-                    if parent_key not in dst:  # the plain dict groups between the root and the result
-                        parts = parent_key.split("/")
-                        for i in range(1, len(parts) + 1):
-                            k = "/".join(parts[:i])
-                            if k not in dst:
-                                dst.create_group(k).attrs.update(src[k].attrs)
-                    src.copy(src[key], dst[parent_key], name=key.rsplit("/", 1)[1])
+            keep_groups(run / "results.h5", out / "results.h5", keys)
             with ResultsStore(out).reader() as r:
                 expected = {key: plain(read(r, key, rtype)) for key in keys}
             (out / "expected.json").write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")

@@ -14,8 +14,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from make_flips import plain, setup
-from make_signatures import keep_groups
+from archive_common import keep_groups, plain, setup
 
 
 def main() -> None:
