@@ -13,6 +13,7 @@ from aclarena.results import (
     displacement,
     flips,
     lead_time,
+    monitor_series,
     orders,
     probes,
     routing,
@@ -23,5 +24,6 @@ from aclarena.results import (
 )
 from aclarena.results.registry import ResultType, Stored, read, register, registered, write
 
-__all__ = ["ResultType", "Stored", "capability", "consolidation", "displacement", "flips", "lead_time", "orders", "probes",
-           "read", "register", "registered", "routing", "signatures", "tokens", "train_log", "vectors", "write"]
+__all__ = ["ResultType", "Stored", "capability", "consolidation", "displacement", "flips", "lead_time", "monitor_series",
+           "orders", "probes", "read", "register", "registered", "routing", "signatures", "tokens", "train_log", "vectors",
+           "write"]
