@@ -41,6 +41,7 @@ from aclarena.analysis._common import jsonable
 from aclarena.analysis.steps import Failed, Made, Pair, attempt, finite, made_by_consolidation, made_by_repair
 from aclarena.diagnostics.early_warning import drop_reachable_in
 from aclarena.errors import AclarenaError
+from aclarena.train.naming import repair_name
 
 # The study's numbers (design.md), printed beside the mini arena's.
 STUDY = {
@@ -293,7 +294,7 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
     target = _repair_target(results["stage_effects"], rows, stage_ends)
     if target is not None:  # the stage that forgot most, repaired without data (docs/consolidation.md)
         old, new = target
-        r = step("repair", "repair", functools.partial(analyses.repair, run_dir, old, new, f"repair-{new}",
+        r = step("repair", "repair", functools.partial(analyses.repair, run_dir, old, new, repair_name(new),
                                                        REPAIR_PERCENT),
                  f"repairing {new} (svd-restore {REPAIR_PERCENT:g}% of its update from {old})")
         made += [] if r is None or isinstance(r, Failed) else made_by_repair(r)
