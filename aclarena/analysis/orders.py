@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from aclarena.analysis import steps as analyses
-from aclarena.analysis.steps import Pair, Parts, attempt, pair_arg, pair_cosines, signed, stage_norms
+from aclarena.analysis._common import Pair, num
+from aclarena.analysis.steps import Parts, attempt, pair_arg
 from aclarena.diagnostics.orders import (
     OrderPlan,
     Prefix,
@@ -190,49 +191,37 @@ def _pair_diagnostics(run: str, pairs: Sequence[Prefix], reps: Sequence[int], ve
     from aclarena.analysis.paired import paired_change
 
     disp = verb("displacement", "displacement", lambda: analyses.displacement(run))
-    norms = {} if disp is None else stage_norms(disp)
+    norms = {} if disp is None else disp.stage_norms()
     # per (pair, seed): a's update from the base and b's from a, each as its two checkpoints
     asked: dict[tuple[Prefix, int], Pair] = {
         (p, r): ((order_node_name(p[:1], r), "base"), (order_node_name(p, r), order_node_name(p[:1], r))) for p in pairs for r in reps}
     vec = verb("vectors", "vectors", functools.partial(analyses.vectors, run, [pair_arg(x) for x in asked.values()]))
-    cos = {} if vec is None else pair_cosines(vec)
+    cos = {} if vec is None else vec.asked_cosines()
     updates = [f"{order_node_name(p[:1], r)}..{order_node_name(p, r)}" for p in pairs for r in reps]
     sig = verb("signatures", "signatures", functools.partial(analyses.signatures, run, SIGNATURE_N, updates))
     # b's stage signed on a's generations: by its parent and child checkpoints and the domain
-    kl = {} if sig is None else {(s.parent, s.child, s.domain): s.value("kl_share_high") for s in signed(sig)}
+    kl = {} if sig is None else {(s.parent, s.child, s.domain): s.value("kl_share_high") for s in sig.signed()}
     out = []
     for p in pairs:
         a, b = p
         row: dict[str, Any] = {"first": a, "second": b, "cos": [], "sft_rl": [], "kl_share_high": [], "p_drop": [],
                                "lost": [], "gained": []}
         for r in reps:
-            row["cos"].append(_num(cos.get(asked[(p, r)])))
+            row["cos"].append(num(cos.get(asked[(p, r)])))
             sft, rl = norms.get(order_node_name(p, r, "sft")), norms.get(order_node_name(p, r))
-            row["sft_rl"].append(_num(sft / rl) if isinstance(sft, int | float) and isinstance(rl, int | float) and rl
+            row["sft_rl"].append(num(sft / rl) if isinstance(sft, int | float) and isinstance(rl, int | float) and rl
                                  else None)
-            row["kl_share_high"].append(_num(kl.get((order_node_name(p[:1], r), order_node_name(p, r), b))))
+            row["kl_share_high"].append(num(kl.get((order_node_name(p[:1], r), order_node_name(p, r), b))))
             pc, err = attempt("flips", functools.partial(paired_change, run, order_node_name(p[:1], r), order_node_name(p, r),
                                                          [f"{a}/id"]))
             got = (pc or {}).get(f"{a}/id", {})
             if err or "error" in got:
                 errors[f"mcnemar {a}->{b}{'' if not r else f' seed {r}'}"] = err or got["error"]
-            row["p_drop"].append(_num(got.get("p_drop")))
+            row["p_drop"].append(num(got.get("p_drop")))
             row["lost"].append(got.get("lost"))
             row["gained"].append(got.get("gained"))
         out.append(row)
     return out
-
-
-def _num(v: Any) -> float | None:
-    import math
-
-    if v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def write_orders(result: OrderStudy, *, command: str) -> Path:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aclarena.analysis._common import RunPath, frame, manifest_or_load, options_of
+from aclarena.analysis._common import Made, RunPath, frame, manifest_or_load, options_of
 from aclarena.errors import AclarenaError
 from aclarena.results.consolidation import REPAIR_PREFIX
 from aclarena.store import Manifest
@@ -70,6 +70,10 @@ class RepairRunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"outputs": [o.row() for o in self.outputs]}
+
+    def made(self) -> list[Made]:
+        """Each repaired checkpoint, typed (its name and method)."""
+        return [Made(o.checkpoint, o.method) for o in self.outputs]
 
 
 def check_repair_name(name: str, manifest: Manifest, run_dir: RunPath, *, sources: Sequence[str] = ()) -> None:

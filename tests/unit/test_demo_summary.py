@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from aclarena.analysis import steps
 from aclarena.analysis.demo import _is_stage_end, _plain, _store, build_summary
 from aclarena.analysis.displacement import DisplacementResult
 from aclarena.analysis.eval import EvalResult
@@ -179,25 +179,24 @@ def test_rl_signature_finding_needs_every_rl_phase_above_three_times_chance():
     assert _findings({"signatures": _signed(ups)})["rl_drift_concentrated"]["shown"] is True
 
 
-def test_oracle_pairs_skip_the_reused_oracle_and_cosines_compare_own_with_others(monkeypatch):
+def test_oracle_pairs_skip_the_reused_oracle_and_cosines_compare_own_with_others():
     from aclarena.analysis.demo import stage_oracle_pairs
 
     pairs = stage_oracle_pairs(_two_stage_rows(), ["seq-math", "seq-search"])
     assert [p["pair"] for p in pairs] == ["seq-math-base:oracle-search-base", "seq-search-seq-math:oracle-math-base",
                                           "seq-search-seq-math:oracle-search-base"]
-    # the vectors step's cosines by the checkpoints of the two differences (steps.pair_cosines of its result)
-    monkeypatch.setattr(steps, "pair_cosines", lambda result: result)
+    # the vectors step's cosines by the checkpoints of the two differences (VectorsResult.asked_cosines)
     vec = {((p["stage"], p["parent"]), (p["oracle"], p["base"])): c
            for p, c in zip(pairs, (0.01, -0.06, 0.27), strict=True)}
-    s = build_summary(_two_stage_rows(), {"vectors": vec, "vector_pairs": pairs}, ["seq-math", "seq-search"], {},
-                      1.0, "quick", 50)
+    s = build_summary(_two_stage_rows(), {"vectors": SimpleNamespace(asked_cosines=lambda: vec),
+                                          "vector_pairs": pairs}, ["seq-math", "seq-search"], {}, 1.0, "quick", 50)
     assert s["oracle_cosines"] == [{"stage": "seq-search", "update": "seq-search - seq-math", "domain": "search",
                                     "oracle": "oracle-search", "own": 0.27, "others": {"oracle-math": -0.06}}]
     f = s["findings"][3]
     assert f["shown"] is True and "cos 0.27 with oracle-search, -0.06 with oracle-math" in f["line"]
     vec[(("seq-search", "seq-math"), ("oracle-search", "base"))] = -0.1  # farther from its own oracle than from another's: not shown, and said
-    s = build_summary(_two_stage_rows(), {"vectors": vec, "vector_pairs": pairs}, ["seq-math", "seq-search"], {},
-                      1.0, "quick", 50)
+    s = build_summary(_two_stage_rows(), {"vectors": SimpleNamespace(asked_cosines=lambda: vec),
+                                          "vector_pairs": pairs}, ["seq-math", "seq-search"], {}, 1.0, "quick", 50)
     assert s["findings"][3]["shown"] is False
 
 
