@@ -82,7 +82,8 @@ class DemoSummaryData:
             if not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds:
                 raise ValueError(f"demo summary's {key} is a {type(value).__name__}, not "
                                  f"{' or '.join(k.__name__ for k in kinds)}")
-        return cls(**{k: data.get(k) for k in KINDS})
+        values: dict[str, Any] = {k: data.get(k) for k in KINDS}
+        return cls(**values)
 
 
 _NUMBER = (int, float)
