@@ -18,8 +18,8 @@ Each step calls the analysis layer's function for the matching verb, with the ve
 that fails is recorded in the summary's ``errors`` (the line the verb would print) and the other steps go
 on. Checkpoints are picked by the trained phases' manifest fields (kind, domain, parent), never by name.
 The summary (:func:`build_summary`), with the time of every phase and step, is stored in results.h5 under
-``demo/summary`` and written to ``summary.json`` in the run folder (plain JSON, for copying the numbers
-into a report exactly).
+``demo/summary`` (:mod:`aclarena.results.demo`) and written to ``summary.json`` in the run folder (plain JSON,
+for copying the numbers into a report exactly).
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ STUDY = {
 ECOM_SUITES = ("math/id", "search/id", "general")
 #: the domains of the token reference's stage and of the stage whose drop the demo tests
 REF_DOMAIN, ECOM_DOMAIN = "math", "ecom"
-SUMMARY_KEY = "demo/summary"
 SUMMARY_FILE = "summary.json"
 #: the consolidations of every demo (seconds) and those ``full`` adds (they train)
 MERGES = ("merge-uniform", "merge-ties")
@@ -653,10 +652,11 @@ def _signatures(result: Any) -> dict[str, Any] | None:
 
 
 def _store(out: Path, summary: dict[str, Any]) -> None:
-    from aclarena.store import Json, ResultsStore
+    from aclarena.results.demo import DemoSummaryData, write_demo_summary
 
-    summary = _plain(summary)
-    ResultsStore(out).write(SUMMARY_KEY, {"summary": Json(summary)}, result_type="demo-summary", overwrite=True)
+    payload = DemoSummaryData.from_json(_plain(summary))
+    write_demo_summary(out, payload)
+    summary = payload.to_json()  # the same keys and values: summary.json holds what the store holds
     # written whole, then renamed: a reader never sees half a file
     tmp = out / "summary.json.tmp"
     try:

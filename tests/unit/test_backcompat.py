@@ -45,6 +45,7 @@ ARCHIVED += [
     ("probe-set", "0.1.0"),
     ("train-log", "0.1.0"),
     ("monitor-lead-time", "0.1.0"),
+    ("demo-summary", "0.1.0"),
 ]
 
 

@@ -3,6 +3,7 @@ JSON."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -85,6 +86,51 @@ def test_summary_scores_parents_and_ecom_effect(tmp_path):
     _store(tmp_path, s)
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk == json.loads(json.dumps(plain))
+
+
+def _full_summary() -> dict[str, Any]:
+    """A summary as ``run_demo`` stores it: build_summary's keys, then the seed and made_by."""
+    s = _plain(build_summary(rows(), {"signatures": Failed("x")}, ["seq-math", "seq-search"], {"train": 1.5}, 2.0,
+                             "mini", 50))
+    return {**s, "seed": 0, "made_by": {"command": "aclarena-diag demo --preset mini --seed 0 -n 50"}}
+
+
+def test_the_stored_summary_reads_back_with_the_same_keys_in_the_same_order(tmp_path):
+    from aclarena.results.demo import KINDS, STORE_KEY, DemoSummaryData, read_demo_summary
+    from aclarena.store import Json, ResultsStore
+
+    assert list(KINDS) == [f.name for f in dataclasses.fields(DemoSummaryData)]
+    for s in (_full_summary(), {k: v for k, v in _full_summary().items() if k not in ("seed", "made_by")}):
+        _store(tmp_path, s)
+        with ResultsStore(tmp_path).reader() as r:
+            got = read_demo_summary(r)
+            assert r.attrs(STORE_KEY)["result-type"] == "demo-summary"
+            stored = r.read(f"{STORE_KEY}/summary")
+        assert got is not None and list(got.to_json()) == list(s) and got.to_json() == s
+        assert got.preset == "mini" and got.eval_tasks_per_suite == 50 and got.errors == {"signatures": "x"}
+        assert (tmp_path / "summary.json").read_text() == json.dumps(s, indent=1) + "\n"
+        assert json.dumps(stored) == json.dumps(s)  # the store's element holds the file's JSON, key for key
+    (tmp_path / "other").mkdir()
+    other = ResultsStore(tmp_path / "other")  # a store without a demo summary
+    other.write("x", {"summary": Json(s)}, result_type="t")
+    with other.reader() as r:
+        assert read_demo_summary(r) is None and read_demo_summary(None) is None
+
+
+@pytest.mark.parametrize("change,why", [({"findings": None}, "findings is a NoneType, not list"),
+                                         ({"eval_tasks_per_suite": "50"}, "eval_tasks_per_suite is a str"),
+                                         ({"seed": True}, "seed is a bool"),
+                                         ({"stages": "DROP"}, "no stages")])
+def test_a_stored_summary_of_the_wrong_shape_is_one_line(tmp_path, change, why):
+    from aclarena.errors import StoreError
+    from aclarena.results.demo import STORE_KEY, read_demo_summary
+    from aclarena.store import Json, ResultsStore
+
+    s = {k: v for k, v in {**_full_summary(), **change}.items() if v != "DROP"}
+    ResultsStore(tmp_path).write(STORE_KEY, {"summary": Json(s)}, result_type="demo-summary")
+    with ResultsStore(tmp_path).reader() as r, pytest.raises(StoreError, match="is damaged") as e:
+        read_demo_summary(r)
+    assert why in str(e.value) and STORE_KEY in str(e.value) and "\n" not in str(e.value)
 
 
 def test_summary_lead_time_rows_say_when_no_drop_could_be_significant():
