@@ -29,6 +29,7 @@ import functools
 import json
 import math
 import os
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -205,7 +206,8 @@ def run_demo(
     summary["seed"] = cfg.seed
     from aclarena.reproducibility import made_by
 
-    cmd = f"aclarena-diag demo --preset {preset} --seed {cfg.seed} -n {n}" + (" --full" if full else "")
+    cmd = (f"aclarena-diag demo --preset {preset} --seed {cfg.seed} -n {n}" + (" --full" if full else "")
+           + "".join(f" --trl {shlex.quote(t)}" for t in trl))  # the whole recipe: --trl changes the training
     summary["made_by"] = made_by(cmd)  # docs/results/demo.json is this file: its tables cite the command
     _store(out, summary)
     return DemoResult(out=out, summary=summary, phases=rows)
