@@ -18,7 +18,8 @@ def truth(prefix: tuple[str, ...], d: str, r: int) -> float:
 
 def synthetic_study(design: str = "pairs", seeds: int = 3) -> dict[str, Any]:
     """What orders.json holds for ``design`` over :data:`D3` with accuracies from :func:`truth`."""
-    from aclarena.diagnostics.orders import design_orders, node_name, order_findings, plan_orders
+    from aclarena.diagnostics.orders import design_orders, order_findings, plan_orders
+    from aclarena.train.naming import order_node_name as node_name
 
     orders = design_orders(design, D3)
     pairs = design_orders("pairs", D3)
@@ -26,7 +27,7 @@ def synthetic_study(design: str = "pairs", seeds: int = 3) -> dict[str, Any]:
     reps = list(range(seeds))
     acc = {(p, d, r): truth(p, d, r) for p in ((), *plan.nodes) for d in D3 for r in reps}
     return {"design": design, "domains": D3, "orders": [list(o) for o in orders], "seeds": reps,
-            "plan": plan.to_dict(), "cells": {node_name(p): {d: [acc[(p, d, r)] for r in reps] for d in D3}
+            "plan": plan.to_dict(node_name), "cells": {node_name(p): {d: [acc[(p, d, r)] for r in reps] for d in D3}
                                               for p in ((), *plan.nodes)},
             "findings": order_findings(acc, orders, D3, plan.nodes, reps), "pairs": [], "predictors": {},
             "part_times": {}, "errors": {}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -15,6 +16,10 @@ from aclarena.store.manifest import Manifest, load_manifest, manifest_path
 RunPath = str | os.PathLike[str]
 
 OptionsT = TypeVar("OptionsT")
+#: an update or task vector as its two checkpoints: ``(plus, minus)``, ``θ_plus − θ_minus``
+Difference = tuple[str, str]
+#: two differences whose cosine ``vectors --pair`` measures
+Pair = tuple[Difference, Difference]
 
 
 def options_of(cls: type[OptionsT], options: OptionsT | None, settings: dict[str, Any]) -> OptionsT:
@@ -42,9 +47,23 @@ def manifest_text(run_dir: RunPath) -> str | None:
 
 
 def num(x: Any) -> float | None:
-    """A float, with NaN/inf as None (strict JSON)."""
+    """A float, with None, NaN and inf as None (strict JSON)."""
+    if x is None:
+        return None
     x = float(x)
     return x if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class Made:
+    """One checkpoint a consolidation or a repair made (or reused): its name, method, replicate and, for an MLE
+    expert, its domain (:meth:`ConsolidateResult.made <aclarena.analysis.consolidate.ConsolidateResult.made>`,
+    :meth:`RepairRunResult.made <aclarena.analysis.repair.RepairRunResult.made>`)."""
+
+    checkpoint: str
+    method: str
+    replicate: int = 0
+    domain: str | None = None
 
 
 def nums(a: Any) -> list[Any]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aclarena.analysis._common import RunPath, frame, manifest_or_load
+from aclarena.analysis._common import Made, RunPath, frame, manifest_or_load
 from aclarena.consolidate.options import ConsolidateOptions, check_options, options_for
 from aclarena.errors import AclarenaError
 from aclarena.progress import progress
@@ -40,6 +40,11 @@ class ConsolidateResult:
     @property
     def checkpoints(self) -> list[str]:
         return [o["checkpoint"] for o in self.outputs]
+
+    def made(self) -> list[Made]:
+        """Each output, typed: checkpoint, method, replicate and an MLE expert's domain."""
+        return [Made(o["checkpoint"], o["method"], int(o.get("replicate") or 0), o.get("domain"))
+                for o in self.outputs]
 
 
 def _require_own_output(run_dir: Path, out: Any) -> None:

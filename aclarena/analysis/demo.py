@@ -18,8 +18,8 @@ Each step calls the analysis layer's function for the matching verb, with the ve
 that fails is recorded in the summary's ``errors`` (the line the verb would print) and the other steps go
 on. Checkpoints are picked by the trained phases' manifest fields (kind, domain, parent), never by name.
 The summary (:func:`build_summary`), with the time of every phase and step, is stored in results.h5 under
-``demo/summary`` and written to ``summary.json`` in the run folder (plain JSON, for copying the numbers
-into a report exactly).
+``demo/summary`` (:mod:`aclarena.results.demo`) and written to ``summary.json`` in the run folder (plain JSON,
+for copying the numbers into a report exactly).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import functools
 import json
 import math
 import os
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -37,10 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from aclarena.analysis import steps as analyses
-from aclarena.analysis._common import jsonable
-from aclarena.analysis.steps import Failed, Made, Pair, attempt, finite, made_by_consolidation, made_by_repair
+from aclarena.analysis._common import Made, Pair, jsonable, num
+from aclarena.analysis.steps import Failed, attempt
 from aclarena.diagnostics.early_warning import drop_reachable_in
 from aclarena.errors import AclarenaError
+from aclarena.train.naming import repair_name
 
 # The study's numbers (design.md), printed beside the mini arena's.
 STUDY = {
@@ -54,7 +56,6 @@ STUDY = {
 ECOM_SUITES = ("math/id", "search/id", "general")
 #: the domains of the token reference's stage and of the stage whose drop the demo tests
 REF_DOMAIN, ECOM_DOMAIN = "math", "ecom"
-SUMMARY_KEY = "demo/summary"
 SUMMARY_FILE = "summary.json"
 #: the consolidations of every demo (seconds) and those ``full`` adds (they train)
 MERGES = ("merge-uniform", "merge-ties")
@@ -205,7 +206,8 @@ def run_demo(
     summary["seed"] = cfg.seed
     from aclarena.reproducibility import made_by
 
-    cmd = f"aclarena-diag demo --preset {preset} --seed {cfg.seed} -n {n}" + (" --full" if full else "")
+    cmd = (f"aclarena-diag demo --preset {preset} --seed {cfg.seed} -n {n}" + (" --full" if full else "")
+           + "".join(f" --trl {shlex.quote(t)}" for t in trl))  # the whole recipe: --trl changes the training
     summary["made_by"] = made_by(cmd)  # docs/results/demo.json is this file: its tables cite the command
     _store(out, summary)
     return DemoResult(out=out, summary=summary, phases=rows)
@@ -289,14 +291,14 @@ def _analyses(run_dir: str, rows: list[dict[str, Any]], stage_ends: list[str], s
     for method in methods:
         r = step("consolidate", "consolidate", functools.partial(analyses.consolidate, run_dir, method),
                  f"consolidating ({method})")
-        made += [] if r is None or isinstance(r, Failed) else made_by_consolidation(r)
+        made += [] if r is None or isinstance(r, Failed) else r.made()
     target = _repair_target(results["stage_effects"], rows, stage_ends)
     if target is not None:  # the stage that forgot most, repaired without data (docs/consolidation.md)
         old, new = target
-        r = step("repair", "repair", functools.partial(analyses.repair, run_dir, old, new, f"repair-{new}",
+        r = step("repair", "repair", functools.partial(analyses.repair, run_dir, old, new, repair_name(new),
                                                        REPAIR_PERCENT),
                  f"repairing {new} (svd-restore {REPAIR_PERCENT:g}% of its update from {old})")
-        made += [] if r is None or isinstance(r, Failed) else made_by_repair(r)
+        made += [] if r is None or isinstance(r, Failed) else r.made()
     shared = [o.checkpoint for o in made if o.method != "mle"]
     if shared:
         results["eval_consolidated"] = step("eval", "eval", lambda: evaluate(shared, f"{in_domain},general"),
@@ -454,11 +456,11 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
                    for s in ECOM_SUITES}}
     disp = _ok(results, "displacement")
     per, overall = ([], None) if disp is None else disp.sft_rl()[:2]
-    sft_rl = [{"stage": r.stage, "ratio": finite(r.ratio), "sft": finite(r.sft), "rl": finite(r.rl)} for r in per]
+    sft_rl = [{"stage": r.stage, "ratio": num(r.ratio), "sft": num(r.sft), "rl": num(r.rl)} for r in per]
     tok = _ok(results, "tokens")
-    drift = [{"checkpoint": name, "kl_share_high": finite(d.kl_share_high),
-              "barely_moved_low": finite(d.barely_moved_low), "kl_mean": finite(d.kl_mean)}
-             for name, d in (tok.summaries.items() if tok is not None else ()) if finite(d.kl_share_high) is not None]
+    drift = [{"checkpoint": name, "kl_share_high": num(d.kl_share_high),
+              "barely_moved_low": num(d.barely_moved_low), "kl_mean": num(d.kl_mean)}
+             for name, d in (tok.summaries.items() if tok is not None else ()) if num(d.kl_share_high) is not None]
     forg = _ok(results, "forgetting")
     lead = _ok(results, "lead_time") or {}  # the lead-time measurement is plain data (train.lead_time)
     phases = [{"name": r["name"], "status": r["status"], "steps": r["steps"], "time_s": r["time_s"]} for r in rows]
@@ -472,7 +474,7 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
     summary = {
         "preset": preset, "eval_tasks_per_suite": n, "stages": stages, "ecom_effect": ecom,
         "base_general": cells.get(("base", "general")),
-        "sft_rl": sft_rl, "sft_rl_overall": None if disp is None else finite(overall),
+        "sft_rl": sft_rl, "sft_rl_overall": None if disp is None else num(overall),
         "token_drift": {"high": None if tok is None else tok.high, "checkpoints": drift},
         "signatures": _signatures(results.get("signatures")),
         "forgetting": None if forg is None else dict(forg.metrics), "phase_times": phases,
@@ -481,7 +483,7 @@ def build_summary(rows: list[dict[str, Any]], results: dict[str, Any], stage_end
         "training_s": sum(p["time_s"] or 0.0 for p in phases), "step_times": steps, "total_s": total_s,
         "errors": errors, "study": STUDY, "comparison": cmp,
         "stage_effects": effects,
-        "oracle_cosines": oracle_cosines({} if vec is None else analyses.pair_cosines(vec),
+        "oracle_cosines": oracle_cosines({} if vec is None else vec.asked_cosines(),
                                          results.get("vector_pairs") or []),
         "repairs": [] if compared is None else jsonable([r.to_dict() for r in compared.repairs]),
     }
@@ -652,10 +654,11 @@ def _signatures(result: Any) -> dict[str, Any] | None:
 
 
 def _store(out: Path, summary: dict[str, Any]) -> None:
-    from aclarena.store import Json, ResultsStore
+    from aclarena.results.demo import DemoSummaryData, write_demo_summary
 
-    summary = _plain(summary)
-    ResultsStore(out).write(SUMMARY_KEY, {"summary": Json(summary)}, result_type="demo-summary", overwrite=True)
+    payload = DemoSummaryData.from_json(_plain(summary))
+    write_demo_summary(out, payload)
+    summary = payload.to_json()  # the same keys and values: summary.json holds what the store holds
     # written whole, then renamed: a reader never sees half a file
     tmp = out / "summary.json.tmp"
     try:

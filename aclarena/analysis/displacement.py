@@ -73,6 +73,12 @@ class DisplacementResult:
     def summary(self, exclude_embeddings: bool = False) -> DisplacementSummary:
         return self.summaries["no-embeddings" if exclude_embeddings else "all"]
 
+    def stage_norms(self) -> dict[str, float | None]:
+        """‖Δθ‖₂ over all weights of each chain checkpoint's update from its parent, by checkpoint."""
+        s = self.summary()
+        return {c: num(s.norm[i]) for i, (c, spec) in enumerate(zip(self.children, self.specs, strict=True))
+                if spec.kind == "stage"}
+
     def sft_rl(self, exclude_embeddings: bool = False) -> tuple[list[PhaseRatio], float, list[tuple[str, str]]]:
         """Per stage its SFT/RL ratio; the overall ratio pooled over the stages with both phases and a non-zero RL
         update (NaN without one); and the stages left out of it, each with the reason."""

@@ -30,18 +30,19 @@ from pathlib import Path
 from typing import Any
 
 from aclarena.analysis import steps as analyses
-from aclarena.analysis.steps import Pair, Parts, attempt, pair_arg, pair_cosines, signed, stage_norms
+from aclarena.analysis._common import Pair, num
+from aclarena.analysis.steps import Parts, attempt, pair_arg
 from aclarena.diagnostics.orders import (
     OrderPlan,
     Prefix,
     design_orders,
-    node_name,
     order_findings,
     plan_orders,
     predictor_report,
 )
 from aclarena.errors import AclarenaError
 from aclarena.results.orders import OrderStudyData, write_orders_result
+from aclarena.train.naming import order_node_name
 
 ORDERS_FILE = "orders.json"
 #: stages (over every seed) a design may train without ``--yes``: the mini arena's pairs with 3 seeds
@@ -61,9 +62,13 @@ class OrderSetup:
     todo_stages: int
     todo_steps: int | None
 
+    def plan_json(self) -> dict[str, Any]:
+        """The plan as JSON, with its checkpoints' names."""
+        return self.plan.to_dict(order_node_name)
+
     def lines(self) -> list[str]:
         steps = "" if self.todo_steps is None else f", {self.todo_steps} training steps"
-        return [*self.plan.lines(), f"still to train in this run folder: {self.todo_stages} stages{steps}"]
+        return [*self.plan.lines(order_node_name), f"still to train in this run folder: {self.todo_stages} stages{steps}"]
 
 
 @dataclass
@@ -87,7 +92,7 @@ class OrderStudy:
     def to_json(self) -> dict[str, Any]:
         return {"design": self.setup.spec, "domains": self.setup.domains,
                 "orders": [list(o) for o in self.setup.orders], "seeds": self.seeds,
-                "plan": self.setup.plan.to_dict(), "cells": self.cells, "findings": self.findings,
+                "plan": self.setup.plan_json(), "cells": self.cells, "findings": self.findings,
                 "pairs": self.pairs, "predictors": self.predictors, "part_times": self.part_times,
                 "errors": self.errors}
 
@@ -119,7 +124,7 @@ def prepare(cfg: Any, out: str | os.PathLike[str], spec: str, seeds: int, *, max
 
 def _prefix_of(job: Any, plan: OrderPlan) -> Prefix:
     for p in plan.nodes:
-        if job.name in (node_name(p, job.replicate), node_name(p, job.replicate, job.phase)):
+        if job.name in (order_node_name(p, job.replicate), order_node_name(p, job.replicate, job.phase)):
             return p
     raise AssertionError(job.name)
 
@@ -132,7 +137,7 @@ def accuracies(cells: dict[tuple[str, str], float], plan: OrderPlan, domains: Se
     for r in range(plan.seeds):
         for p in ((), *plan.nodes):
             for d in domains:
-                v = cells.get((node_name(p, r), f"{d}/id"))
+                v = cells.get((order_node_name(p, r), f"{d}/id"))
                 if v is not None:
                     acc[(p, d, r)] = v
     return acc
@@ -156,7 +161,7 @@ def run_orders(cfg: Any, out: str | os.PathLike[str], spec: str, *, seeds: int, 
     times, errors, part, verb = parts.times, parts.errors, parts.part, parts.verb
 
     part("train", lambda: train_orders(cfg, out, plan, show_progress=show_progress, config_text=config_text))
-    names = ["base", *(node_name(p, r) for r in range(seeds) for p in plan.nodes)]
+    names = ["base", *(order_node_name(p, r) for r in range(seeds) for p in plan.nodes)]
     suites = ",".join(f"{d}/id" for d in domains)
     ev = part("eval", lambda: verb("eval", "eval", functools.partial(analyses.eval_cells, run, names, suites, n)))
     from aclarena.analysis.study_findings import cells_of
@@ -173,7 +178,7 @@ def run_orders(cfg: Any, out: str | os.PathLike[str], spec: str, *, seeds: int, 
         inter = {(r["first"], r["second"]): r["values"] for r in found["matrix"]["pairs"]}
         feats = {(r["first"], r["second"]): {f: r[f] for f in FEATURES} for r in rows}
         report = predictor_report(feats, inter)
-    table = {node_name(p): {d: [acc.get((p, d, r)) for r in reps] for d in domains} for p in ((), *plan.nodes)}
+    table = {order_node_name(p): {d: [acc.get((p, d, r)) for r in reps] for d in domains} for p in ((), *plan.nodes)}
     result = OrderStudy(out=out, setup=setup, seeds=[cfg.seed + r for r in reps], cells=table, findings=found,
                         pairs=rows, predictors=report, part_times=times, errors=errors)
     write_orders(result, command=command or f"aclarena-diag study --orders {spec} --run {out} --seeds {seeds} -n {n}")
@@ -186,49 +191,37 @@ def _pair_diagnostics(run: str, pairs: Sequence[Prefix], reps: Sequence[int], ve
     from aclarena.analysis.paired import paired_change
 
     disp = verb("displacement", "displacement", lambda: analyses.displacement(run))
-    norms = {} if disp is None else stage_norms(disp)
+    norms = {} if disp is None else disp.stage_norms()
     # per (pair, seed): a's update from the base and b's from a, each as its two checkpoints
     asked: dict[tuple[Prefix, int], Pair] = {
-        (p, r): ((node_name(p[:1], r), "base"), (node_name(p, r), node_name(p[:1], r))) for p in pairs for r in reps}
+        (p, r): ((order_node_name(p[:1], r), "base"), (order_node_name(p, r), order_node_name(p[:1], r))) for p in pairs for r in reps}
     vec = verb("vectors", "vectors", functools.partial(analyses.vectors, run, [pair_arg(x) for x in asked.values()]))
-    cos = {} if vec is None else pair_cosines(vec)
-    updates = [f"{node_name(p[:1], r)}..{node_name(p, r)}" for p in pairs for r in reps]
+    cos = {} if vec is None else vec.asked_cosines()
+    updates = [f"{order_node_name(p[:1], r)}..{order_node_name(p, r)}" for p in pairs for r in reps]
     sig = verb("signatures", "signatures", functools.partial(analyses.signatures, run, SIGNATURE_N, updates))
     # b's stage signed on a's generations: by its parent and child checkpoints and the domain
-    kl = {} if sig is None else {(s.parent, s.child, s.domain): s.value("kl_share_high") for s in signed(sig)}
+    kl = {} if sig is None else {(s.parent, s.child, s.domain): s.value("kl_share_high") for s in sig.signed()}
     out = []
     for p in pairs:
         a, b = p
         row: dict[str, Any] = {"first": a, "second": b, "cos": [], "sft_rl": [], "kl_share_high": [], "p_drop": [],
                                "lost": [], "gained": []}
         for r in reps:
-            row["cos"].append(_num(cos.get(asked[(p, r)])))
-            sft, rl = norms.get(node_name(p, r, "sft")), norms.get(node_name(p, r))
-            row["sft_rl"].append(_num(sft / rl) if isinstance(sft, int | float) and isinstance(rl, int | float) and rl
+            row["cos"].append(num(cos.get(asked[(p, r)])))
+            sft, rl = norms.get(order_node_name(p, r, "sft")), norms.get(order_node_name(p, r))
+            row["sft_rl"].append(num(sft / rl) if isinstance(sft, int | float) and isinstance(rl, int | float) and rl
                                  else None)
-            row["kl_share_high"].append(_num(kl.get((node_name(p[:1], r), node_name(p, r), b))))
-            pc, err = attempt("flips", functools.partial(paired_change, run, node_name(p[:1], r), node_name(p, r),
+            row["kl_share_high"].append(num(kl.get((order_node_name(p[:1], r), order_node_name(p, r), b))))
+            pc, err = attempt("flips", functools.partial(paired_change, run, order_node_name(p[:1], r), order_node_name(p, r),
                                                          [f"{a}/id"]))
             got = (pc or {}).get(f"{a}/id", {})
             if err or "error" in got:
                 errors[f"mcnemar {a}->{b}{'' if not r else f' seed {r}'}"] = err or got["error"]
-            row["p_drop"].append(_num(got.get("p_drop")))
+            row["p_drop"].append(num(got.get("p_drop")))
             row["lost"].append(got.get("lost"))
             row["gained"].append(got.get("gained"))
         out.append(row)
     return out
-
-
-def _num(v: Any) -> float | None:
-    import math
-
-    if v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def write_orders(result: OrderStudy, *, command: str) -> Path:

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aclarena.analysis._common import RunPath, frame, manifest_or_load, options_of
+from aclarena.analysis._common import Made, RunPath, frame, manifest_or_load, options_of
 from aclarena.errors import AclarenaError
+from aclarena.results.consolidation import REPAIR_PREFIX
 from aclarena.store import Manifest
 from aclarena.store.manifest import CheckpointSpec
 
@@ -70,6 +71,10 @@ class RepairRunResult:
     def to_dict(self) -> dict[str, Any]:
         return {"outputs": [o.row() for o in self.outputs]}
 
+    def made(self) -> list[Made]:
+        """Each repaired checkpoint, typed (its name and method)."""
+        return [Made(o.checkpoint, o.method) for o in self.outputs]
+
 
 def check_repair_name(name: str, manifest: Manifest, run_dir: RunPath, *, sources: Sequence[str] = ()) -> None:
     """Refuse an output name before anything is written: not a manifest name, one of the sources, or the name of
@@ -85,7 +90,7 @@ def check_repair_name(name: str, manifest: Manifest, run_dir: RunPath, *, source
         raise AclarenaError(f"--name {name!r} is one of the checkpoints being repaired; give the output a new name")
     output_folder(run_dir, name, what="--name", manifest=manifest)
     existing = manifest.checkpoints.get(name)
-    if existing is not None and not (existing.kind == "consolidated" and (existing.method or "").startswith("repair-")):
+    if existing is not None and not (existing.kind == "consolidated" and (existing.method or "").startswith(REPAIR_PREFIX)):
         raise AclarenaError(f"--name {name!r} is taken: the manifest has it (kind {existing.kind}"
                             f"{f', method {existing.method}' if existing.method else ''}); give the repair another --name")
     folder = Path(run_dir) / "checkpoints" / name
@@ -225,7 +230,7 @@ def repair(run_dir: RunPath, old: str, new: str, options: RepairOptions | None =
     from aclarena.consolidate.checkpoint_merge import read_marker
     from aclarena.consolidate.repair import adapter_root, repair_checkpoints
     from aclarena.models.checkpoint import inspect
-    from aclarena.results.consolidation import REPAIR_PREFIX, RepairRecord, write_consolidation
+    from aclarena.results.consolidation import RepairRecord, write_consolidation
     from aclarena.store.manifest import manifest_path
     from aclarena.store.runlock import run_lock, update_manifest
 
@@ -277,7 +282,7 @@ def repair(run_dir: RunPath, old: str, new: str, options: RepairOptions | None =
                                  lock=functools.partial(run_lock, run_dir), on_tensor=tick, on=on_info, infos=infos)
         seconds = time.perf_counter() - t0
         ck = CheckpointSpec(name=out_name, path=f"checkpoints/{out_name}", kind="consolidated",
-                            method=f"repair-{method}", parent=new_spec.name, seed=new_spec.seed, on=root)
+                            method=f"{REPAIR_PREFIX}{method}", parent=new_spec.name, seed=new_spec.seed, on=root)
         settings = res.lineage() | {"oracle": oracle_spec.name if oracle_spec is not None else None,
                                     "layers": res.layers, "tensors_repaired": res.n_repaired,
                                     "energy_removed": res.energy_removed, "directions_kept": res.directions_kept,

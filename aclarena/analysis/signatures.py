@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from aclarena.analysis._common import RunPath, frame, manifest_or_load, options_of
+from aclarena.analysis._common import RunPath, frame, manifest_or_load, num, options_of
 from aclarena.diagnostics.signatures import (
     DEFAULT_FIRST_K,
     DEFAULT_N_BOOT,
@@ -162,6 +162,26 @@ def resolve_updates(manifest: Manifest, which: str | Sequence[str] | None = None
 
 
 @dataclass(frozen=True)
+class Signed:
+    """One update signed on one domain (:meth:`SignaturesResult.signed`): the update as ``signatures`` names it,
+    its kind (``sft``, ``rl``, ``stage``, ``consolidation``), parent, child, domain and its
+    :class:`~aclarena.diagnostics.signatures.DriftSignature`."""
+
+    update: str
+    kind: str
+    parent: str
+    child: str
+    domain: str
+    signature: DriftSignature
+
+    def value(self, measure: str) -> float | None:
+        return num(self.signature.values.get(measure))
+
+    def interval(self, measure: str) -> tuple[float | None, float | None]:
+        return num(self.signature.low.get(measure)), num(self.signature.high.get(measure))
+
+
+@dataclass(frozen=True)
 class SignaturesResult:
     """The drift signatures of a run's updates.
 
@@ -182,6 +202,11 @@ class SignaturesResult:
     def to_pandas(self) -> Any:
         """DataFrame, one row per (update, domain)."""
         return frame(self.rows)
+
+    def signed(self) -> list[Signed]:
+        """Every signed (update, domain), in order, typed."""
+        return [Signed(r["update"], r["kind"], r["parent"], r["child"], r["domain"],
+                       self.signatures[(r["update"], r["domain"])]) for r in self.rows]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data: what ``aclarena-diag signatures --json`` prints."""

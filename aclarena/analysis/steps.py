@@ -7,16 +7,14 @@ result the verb would exit 1 on (error cells in the matrix, NaN logits) raises
 into the line the verb would end with, so that one failed step does not stop the others; the demo
 records such a step as :class:`Failed`.
 
-The typed views at the end (:class:`Signed`, :class:`Made`, :func:`pair_cosines`, :func:`stage_norms`)
-read the results whose modules keep their records as rows (signatures, consolidations) or as arrays
-(vectors, displacement), so that the demo and the study read attributes, never another verb's JSON keys
-or display labels.
+The demo and the study read these results through their typed accessors (``SignaturesResult.signed()``,
+``ConsolidateResult.made()``, ``RepairRunResult.made()``, ``VectorsResult.asked_cosines()``,
+``DisplacementResult.stage_norms()``), never another verb's JSON keys or display labels.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from aclarena.analysis._common import RunPath, jsonable
+from aclarena.analysis._common import Pair, RunPath, jsonable
 from aclarena.errors import AclarenaError
 
 if TYPE_CHECKING:
@@ -37,7 +35,6 @@ if TYPE_CHECKING:
     from aclarena.analysis.signatures import SignaturesResult
     from aclarena.analysis.tokens import TokenDrift
     from aclarena.analysis.vectors import VectorsResult
-    from aclarena.diagnostics.signatures import DriftSignature
     from aclarena.results.probes import ProbeSet
 
 T = TypeVar("T")
@@ -200,88 +197,7 @@ def compare(run_dir: RunPath) -> CompareResult:
     return table(run_dir)
 
 
-# --- typed views of the results that keep their records as rows or arrays -------------------------------------
-
-
-def finite(v: Any) -> float | None:
-    """``v`` as a float, None when missing or not finite (what JSON carries)."""
-    if v is None:
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
-@dataclass(frozen=True)
-class Signed:
-    """One update signed on one domain (:func:`signed`): the update as ``signatures`` names it, its kind (``sft``,
-    ``rl``, ``stage``, ``consolidation``), parent, child, domain and its
-    :class:`~aclarena.diagnostics.signatures.DriftSignature`."""
-
-    update: str
-    kind: str
-    parent: str
-    child: str
-    domain: str
-    signature: DriftSignature
-
-    def value(self, measure: str) -> float | None:
-        return finite(self.signature.values.get(measure))
-
-    def interval(self, measure: str) -> tuple[float | None, float | None]:
-        return finite(self.signature.low.get(measure)), finite(self.signature.high.get(measure))
-
-
-def signed(result: SignaturesResult) -> list[Signed]:
-    """Every signed (update, domain) of ``result``, in its order."""
-    return [Signed(r["update"], r["kind"], r["parent"], r["child"], r["domain"],
-                   result.signatures[(r["update"], r["domain"])]) for r in result.rows]
-
-
-@dataclass(frozen=True)
-class Made:
-    """One checkpoint a consolidation or a repair made (or reused): its name, method, replicate and, for an MLE
-    expert, its domain."""
-
-    checkpoint: str
-    method: str
-    replicate: int = 0
-    domain: str | None = None
-
-
-def made_by_consolidation(result: ConsolidateResult) -> list[Made]:
-    return [Made(o["checkpoint"], o["method"], int(o.get("replicate") or 0), o.get("domain"))
-            for o in result.outputs]
-
-
-def made_by_repair(result: RepairRunResult) -> list[Made]:
-    return [Made(o.checkpoint, o.method) for o in result.outputs]
-
-
-#: an update or task vector as its two checkpoints: ``(plus, minus)``, ``θ_plus − θ_minus``
-Difference = tuple[str, str]
-#: two differences whose cosine ``vectors --pair`` measures
-Pair = tuple[Difference, Difference]
-
-
 def pair_arg(pair: Pair) -> str:
     """``vectors --pair``'s text of ``pair``: ``A - B:C - D``."""
     (a, b), (c, d) = pair
     return f"{a} - {b}:{c} - {d}"
-
-
-def pair_cosines(result: VectorsResult) -> dict[Pair, float | None]:
-    """The cosine of each asked pair of differences over all weights (the global view), by the checkpoints of its
-    two differences."""
-    from aclarena.diagnostics.task_vectors import pair_cosines as cosines
-
-    if not result.pairs:
-        return {}
-    _, cos = cosines(result.grams, list(result.pairs), by="global")
-    return {((x.plus, x.minus), (y.plus, y.minus)): finite(cos[0, j]) for j, (x, y) in enumerate(result.pairs)}
-
-
-def stage_norms(result: DisplacementResult) -> dict[str, float | None]:
-    """‖Δθ‖₂ over all weights of each chain checkpoint's update from its parent, by checkpoint."""
-    s = result.summary()
-    return {c: finite(s.norm[i]) for i, (c, spec) in enumerate(zip(result.children, result.specs, strict=True))
-            if spec.kind == "stage"}

@@ -31,16 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aclarena.analysis import steps as analyses
-from aclarena.analysis.steps import (
-    Made,
-    Pair,
-    Parts,
-    made_by_consolidation,
-    pair_arg,
-    pair_cosines,
-    signed,
-    stage_norms,
-)
+from aclarena.analysis._common import Made, Pair
+from aclarena.analysis.steps import Parts, pair_arg
 from aclarena.analysis.study_findings import (
     Trained,
     cells_of,
@@ -245,7 +237,7 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     if consolidations:
         evals += part("consolidate", lambda: _consolidate(run, n, seeds, stages, consolidations, verb, made))
     cells = cells_of(*evals)
-    rows = findings(seed_list, stages, made_by, cells, {} if disp is None else stage_norms(disp), drift)
+    rows = findings(seed_list, stages, made_by, cells, {} if disp is None else disp.stage_norms(), drift)
     rows += consolidation_rows(seed_list, stages, made_by, cells, made)
     if signatures:
         from aclarena.analysis.signatures import DEFAULT_N
@@ -253,7 +245,7 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
         per_probe = DEFAULT_N if signature_n is None else signature_n
         signed_ = part("signatures", lambda: verb("signatures", "signatures",
                                                  lambda: analyses.signatures(run, per_probe)))
-        rows += signature_rows(seed_list, stages, made_by, [] if signed_ is None else signed(signed_), made)
+        rows += signature_rows(seed_list, stages, made_by, [] if signed_ is None else signed_.signed(), made)
         if signed_ is not None and signed_.failed:  # those updates' values are null in their rows, and say why here
             errors["signatures"] = "no signature for " + "; ".join(signed_.failed)
 
@@ -298,7 +290,7 @@ def _consolidate(run: str, n: int, seeds: int, stages: Sequence[str], methods: S
     for method in methods:
         res = verb(f"consolidate {method}", "consolidate",
                    functools.partial(analyses.consolidate, run, method, seeds=seeds))
-        made.extend([] if res is None else made_by_consolidation(res))
+        made.extend([] if res is None else res.made())
     shared = [o.checkpoint for o in made if o.method != "mle"]
     evals: list[EvalResult | None] = []
     if shared:
@@ -321,7 +313,7 @@ def _cosines(out: Path, seeds: int, stages: Sequence[str], trained: Trained, see
     for start in ("base", "end"):
         res = verb(f"sdft --start {start}", "consolidate",
                    functools.partial(analyses.consolidate, run, "sdft", seeds=seeds, start=start))
-        for o in [] if res is None else made_by_consolidation(res):  # made or reused: each replicate's output
+        for o in [] if res is None else res.made():  # made or reused: each replicate's output
             sdft.setdefault(o.replicate, {})[start] = o.checkpoint
     known = {c.name for c in load_manifest(out)}
     mix, unrelated = vector_pairs(stages, seeds, trained, known, sdft=sdft)
@@ -331,7 +323,7 @@ def _cosines(out: Path, seeds: int, stages: Sequence[str], trained: Trained, see
                              "phases, are missing (see the sdft steps' errors)")
         return cosine_rows(seed_list, {}, {})
     data = verb("vectors", "vectors", functools.partial(analyses.vectors, run, [pair_arg(p) for p in asked]))
-    got = {} if data is None else pair_cosines(data)
+    got = {} if data is None else data.asked_cosines()
     return cosine_rows(seed_list, {r: got.get(p) for r, p in mix.items()},
                        {r: [got.get(p) for p in ps] for r, ps in unrelated.items()})
 

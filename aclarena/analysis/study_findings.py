@@ -16,12 +16,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from aclarena.analysis._common import num
 from aclarena.diagnostics.signatures import DEFAULT_FIRST_K
 from aclarena.train.naming import oracle_name, seed0_name, seq_name
 
 if TYPE_CHECKING:
+    from aclarena.analysis._common import Made
     from aclarena.analysis.eval import EvalResult
-    from aclarena.analysis.steps import Made, Signed
+    from aclarena.analysis.signatures import Signed
 
 
 class Phase(Protocol):
@@ -149,18 +151,10 @@ def finding_row(finding: str, quantity: str, study: str | None, values: Sequence
     """One findings row; ``intervals``: per seed, that seed's own interval ``[low, high]`` (or None)."""
     m, s = mean_spread(values)
     row: dict[str, Any] = {"finding": finding, "quantity": quantity, "study": study,
-                           "values": [finite_or_none(v) for v in values], "mean": m, "spread": s, "digits": digits}
+                           "values": [num(v) for v in values], "mean": m, "spread": s, "digits": digits}
     if intervals is not None:
-        row["intervals"] = [None if iv is None else [finite_or_none(iv[0]), finite_or_none(iv[1])] for iv in intervals]
+        row["intervals"] = [None if iv is None else [num(iv[0]), num(iv[1])] for iv in intervals]
     return row
-
-
-
-def finite_or_none(v: Any) -> float | None:
-    if v is None:
-        return None
-    v = float(v)
-    return v if math.isfinite(v) else None
 
 
 
@@ -183,7 +177,7 @@ def findings(seeds: Sequence[int], stages: Sequence[str], trained: Trained, cell
         stages: the curriculum's domains in order.
         trained: the checkpoints of every replicate, by kind, domain and phase.
         cells: (checkpoint, suite) -> greedy accuracy.
-        norms: chain checkpoint -> ‖Δθ‖ of its update (:func:`aclarena.analysis.steps.stage_norms`).
+        norms: chain checkpoint -> ‖Δθ‖ of its update (:meth:`aclarena.analysis.displacement.DisplacementResult.stage_norms`).
         drift: replicate -> the token drift (``kl_share_high``, ``barely_moved_low``) of the
             checkpoint after the ecom stage, on that replicate's seq-math generations.
     """
@@ -234,14 +228,14 @@ def _cell(cells: Mapping[tuple[str, str], float], checkpoint: str | None, suite:
 
 def _drift(drift: Mapping[int, TokenDriftRow], r: int, measure: str) -> float | None:
     row = drift.get(r)
-    return None if row is None else finite_or_none(getattr(row, measure))
+    return None if row is None else num(getattr(row, measure))
 
 
 def signature_rows(seeds: Sequence[int], stages: Sequence[str], trained: Trained, signed: Sequence[Signed],
                    made: Sequence[Made] = ()) -> list[dict[str, Any]]:
     """The drift signature of each phase, stage and consolidation, per seed with its interval (pure).
 
-    ``signed``: the signed updates (:func:`aclarena.analysis.steps.signed`: update, kind, child, domain,
+    ``signed``: the signed updates (:meth:`aclarena.analysis.signatures.SignaturesResult.signed`: update, kind, child, domain,
     each measure's value and interval). Per domain and update kind (the SFT phase into ``seq-<d>-sft``, the RL phase
     into ``seq-<d>``, the whole stage ``..seq-<d>``), each of :data:`SIGNATURE_ROWS`; per consolidation
     in ``made`` (a shared-weight output), the KL share at the top 6% on each domain. A row's
@@ -290,7 +284,7 @@ def consolidation_rows(seeds: Sequence[int], stages: Sequence[str], trained: Tra
                        cells: dict[tuple[str, str], float], made: Sequence[Made]) -> list[dict[str, Any]]:
     """Each consolidation against the sequential end and the oracles, per domain (pure).
 
-    ``made``: the consolidations' outputs (:class:`~aclarena.analysis.steps.Made`: checkpoint, method,
+    ``made``: the consolidations' outputs (:class:`~aclarena.analysis._common.Made`: checkpoint, method,
     replicate, domain). A shared-weight
     output (``merge-uniform-s1``) is scored on every domain's in-domain suite; MLE on domain ``d``
     is its expert ``mle-d`` on ``d/id``. Per (consolidation, domain): its score, and its score minus

@@ -16,7 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from aclarena.analysis._common import RunPath, frame, manifest_or_load, manifest_text, num, nums, options_of
+from aclarena.analysis._common import (
+    Pair,
+    RunPath,
+    frame,
+    manifest_or_load,
+    manifest_text,
+    num,
+    nums,
+    options_of,
+)
 from aclarena.analysis.passes import (
     CHUNK_ELEMENTS,
     Plan,
@@ -96,6 +105,14 @@ class VectorsResult:
                                      exclude_embeddings=exclude_embeddings)
         return [{"pair": lab, "group": gl, "cos": float(gcos[gi, j])}
                 for j, lab in enumerate(labels) for gi, gl in enumerate(glabels)]
+
+    def asked_cosines(self) -> dict[Pair, float | None]:
+        """The cosine of each asked pair of differences over all weights (the global view), by the checkpoints of
+        its two differences (None where not finite)."""
+        if not self.pairs:
+            return {}
+        _, cos = pair_cosines(self.grams, list(self.pairs), by="global")
+        return {((x.plus, x.minus), (y.plus, y.minus)): num(cos[0, j]) for j, (x, y) in enumerate(self.pairs)}
 
     def cosines(self, exclude_embeddings: bool = False) -> Any:
         """DataFrame: the cosine of every pair of task vectors over all weights flattened (square)."""

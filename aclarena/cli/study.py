@@ -176,7 +176,7 @@ def run_orders_cli(args: argparse.Namespace, cfg: Any, path: Path) -> int:
     if args.dry_run:
         setup = prepare(cfg, args.run, args.orders, args.seeds, max_stages=max_stages, check_budget=False)
         if args.json:
-            print_json({**setup.plan.to_dict(), "todo_stages": setup.todo_stages, "todo_steps": setup.todo_steps,
+            print_json({**setup.plan_json(), "todo_stages": setup.todo_stages, "todo_steps": setup.todo_steps,
                         "max_stages": max_stages})
             return 0
         print("\n".join(setup.lines()))

@@ -13,11 +13,7 @@ from dataclasses import dataclass, field
 from aclarena.errors import AclarenaError
 from aclarena.results.capability import stage_chains
 from aclarena.store.manifest import Manifest
-
-
-def replicate_suffix(replicate: int) -> str:
-    """``""`` for the first replicate, ``-s<r>`` after (the training core's convention)."""
-    return f"-s{replicate}" if replicate else ""
+from aclarena.train.naming import replicate_suffix
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,15 +128,6 @@ def design_orders(spec: str, domains: Sequence[str]) -> list[Prefix]:
 # --- the plan: a prefix tree per seed ---------------------------------------------------------------------
 
 
-def node_name(prefix: Prefix, replicate: int = 0, phase: str | None = None) -> str:
-    """Checkpoint name of the end of ``prefix`` (``ord-math-search``), its SFT phase (``ord-math-search-sft``),
-    replicate ``r`` >= 1 suffixed ``-s<r>``; ``()`` is ``base`` (shared by every replicate)."""
-    if not prefix:
-        return "base"
-    name = "ord-" + "-".join(prefix) + (f"-{phase}" if phase else "")
-    return name + (f"-s{replicate}" if replicate else "")
-
-
 @dataclass(frozen=True)
 class OrderPlan:
     """The stages an order study trains: ``nodes`` (every distinct non-empty prefix, parents first), per
@@ -161,20 +152,22 @@ class OrderPlan:
         """The prefixes that more than one order starts with, and those orders."""
         return [(p, self.users[p]) for p in self.nodes if len(self.users[p]) > 1]
 
-    def lines(self) -> list[str]:
-        """The plan in words (``study --orders ... --dry-run``)."""
+    def lines(self, name: Callable[[Prefix], str]) -> list[str]:
+        """The plan in words (``study --orders ... --dry-run``), each prefix's checkpoint called ``name(prefix)``
+        (:func:`aclarena.train.naming.order_node_name`)."""
         out = [f"{len(self.orders)} orders x {self.seeds} seeds: {self.stages} stages to train "
                f"({len(self.nodes)} per seed; {self.unshared_stages} without sharing prefixes)"]
         out += ["  order " + " -> ".join(o) for o in self.orders]
         out.append("stages per seed (parent -> stage):")
-        out += [f"  {node_name(p[:-1])} -> {node_name(p)}" + (f"   shared by {len(self.users[p])} orders"
+        out += [f"  {name(p[:-1])} -> {name(p)}" + (f"   shared by {len(self.users[p])} orders"
                                                              if len(self.users[p]) > 1 else "") for p in self.nodes]
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, name: Callable[[Prefix], str]) -> dict[str, Any]:
+        """The plan as JSON, each prefix's checkpoint called ``name(prefix)``."""
         return {"orders": [list(o) for o in self.orders], "seeds": self.seeds, "stages": self.stages,
                 "stages_per_seed": len(self.nodes), "unshared_stages": self.unshared_stages,
-                "nodes": [{"prefix": list(p), "name": node_name(p), "parent": node_name(p[:-1]),
+                "nodes": [{"prefix": list(p), "name": name(p), "parent": name(p[:-1]),
                            "orders": len(self.users[p])} for p in self.nodes],
                 "shared": [{"prefix": list(p), "orders": [list(o) for o in os_]} for p, os_ in self.shared()]}
 

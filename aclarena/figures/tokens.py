@@ -25,6 +25,7 @@ from aclarena.figures import register_figure
 from aclarena.figures.palette import SERIES, TEMPLATE
 from aclarena.results.probes import probe_key
 from aclarena.results.tokens import (
+    DIST_FIELDS,
     list_checkpoints,
     list_probes,
     read_summary,
@@ -112,7 +113,7 @@ def sequence_tokens(reader: StoreReader, probe: str, seq: int, checkpoint: str |
     texts = [t.decode() if isinstance(t, bytes) else str(t)
              for t in reader.slice(f"{pkey}/token_text", slice(int(o[0]), int(o[1])))]
     scored = reader.slice(f"{pkey}/scored/values", slice(int(o[0]), int(o[1]))).tolist()
-    ref = sequence_values(reader, probe, None, ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs"), seq)
+    ref = sequence_values(reader, probe, None, DIST_FIELDS, seq)
     ck: dict[str, list[Any]] = {}
     if checkpoint is not None:
         ck = sequence_values(reader, probe, checkpoint,

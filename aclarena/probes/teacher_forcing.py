@@ -53,6 +53,7 @@ from aclarena.probes.model_parts import (
     verify_head,
 )
 from aclarena.results.probes import ProbeSet
+from aclarena.results.tokens import DIST_FIELDS
 
 if TYPE_CHECKING:
     import torch
@@ -308,8 +309,7 @@ def reference_outputs(
                 ran += 1
                 hidden.append(h.clone())
                 targets.append(tgt)
-                out: dict[str, list[torch.Tensor]] = {key: [] for key in ("entropy", "logprob", "top1", "topk_ids",
-                                                                          "topk_logprobs")}
+                out: dict[str, list[torch.Tensor]] = {key: [] for key in DIST_FIELDS}
                 for s in range(0, h.shape[0], cs):
                     n = min(cs, h.shape[0] - s)
                     head.into(h[s:s + n], buffers.ws.zr[:n], buffers.tmp_rows(head, n))
@@ -499,9 +499,6 @@ class _ReferenceSide:
         return hidden_states(self.model, ids, mask, pos)[rows, cols], ok
 
 
-_SCORE_KEYS = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs")
-
-
 def _score_batch(res: TokenScores, index: np.ndarray, hc: Any, hr: Any, tgt: Any, ok: np.ndarray, ok_ref: np.ndarray,
                  head: OutputHead, ref_head: OutputHead, buffers: _Buffers, cs: int, k: int, *,
                  ref_topk: bool) -> None:
@@ -517,14 +514,14 @@ def _score_batch(res: TokenScores, index: np.ndarray, hc: Any, hr: Any, tgt: Any
         sel_t = torch.as_tensor(sel, device=device)
         hc, tgt = hc[sel_t], tgt[sel_t]
         hr = hr[torch.as_tensor(sel, device=hr.device)]
-    parts: dict[str, list[torch.Tensor]] = {key: [] for key in (*_SCORE_KEYS, "kl", "js")}
-    ref_parts: dict[str, list[torch.Tensor]] = {key: [] for key in _SCORE_KEYS}
+    parts: dict[str, list[torch.Tensor]] = {key: [] for key in (*DIST_FIELDS, "kl", "js")}
+    ref_parts: dict[str, list[torch.Tensor]] = {key: [] for key in DIST_FIELDS}
     for s in range(0, hc.shape[0], cs):
         n = min(cs, hc.shape[0] - s)
         ref_head.into(hr[s:s + n].to(ref_head.weight.device), ws.zr[:n], buffers.tmp_rows(ref_head, n))
         head.into(hc[s:s + n], ws.zc[:n], buffers.tmp_rows(head, n))
         ps = ws.pair_stats(n, tgt[s:s + n], k, ref_topk=ref_topk)
-        for key in _SCORE_KEYS:
+        for key in DIST_FIELDS:
             parts[key].append(getattr(ps.ckpt, key))
             if ref_topk:
                 ref_parts[key].append(getattr(ps.ref, key))

@@ -10,6 +10,7 @@ and chain of stages of :mod:`~aclarena.results.capability`). Torch-free.
 from aclarena.results import (
     capability,
     consolidation,
+    demo,
     displacement,
     flips,
     lead_time,
@@ -24,6 +25,6 @@ from aclarena.results import (
 )
 from aclarena.results.registry import ResultType, Stored, read, register, registered, write
 
-__all__ = ["ResultType", "Stored", "capability", "consolidation", "displacement", "flips", "lead_time", "monitor_series",
-           "orders", "probes", "read", "register", "registered", "routing", "signatures", "tokens", "train_log", "vectors",
-           "write"]
+__all__ = ["ResultType", "Stored", "capability", "consolidation", "demo", "displacement", "flips", "lead_time",
+           "monitor_series", "orders", "probes", "read", "register", "registered", "routing", "signatures", "tokens",
+           "train_log", "vectors", "write"]

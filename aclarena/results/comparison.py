@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from aclarena.results.capability import DOMAIN_ORDER, CapabilityMatrix, stage_chains
+from aclarena.results.consolidation import REPAIR_PREFIX
 from aclarena.store.manifest import Manifest
 from aclarena.store.results import StoreReader
 
@@ -319,7 +320,7 @@ def repair_scores(reader: StoreReader | None, matrix: CapabilityMatrix, manifest
                 rows.append(row)
         return rows
     for spec in manifest:
-        if spec.kind != "consolidated" or not (spec.method or "").startswith("repair-"):
+        if spec.kind != "consolidated" or not (spec.method or "").startswith(REPAIR_PREFIX):
             continue
         lin = lineage_of(reader, spec.name)
         if lin is None or lin[0] not in manifest or lin[1] not in manifest:

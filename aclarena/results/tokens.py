@@ -42,8 +42,10 @@ SCORES_TYPE = "token-scores"
 SUMMARY_TYPE = "token-summary"
 RESULT_VERSION = "0.1.0"
 # the ragged arrays of each type, in the order they are written (docs/store-format.md); every row is a sequence
-REFERENCE_FIELDS = ("position", "token", "entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "status")
-SCORE_FIELDS = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "kl", "js", "status")
+#: a next-token distribution's statistics at each scored position, the reference's and every checkpoint's
+DIST_FIELDS = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs")
+REFERENCE_FIELDS = ("position", "token", *DIST_FIELDS, "status")
+SCORE_FIELDS = (*DIST_FIELDS, "kl", "js", "status")
 _TOPK = ("topk_ids", "topk_logprobs")
 
 

@@ -71,6 +71,7 @@ from aclarena.results.monitor_series import (
     bench_name,
 )
 from aclarena.train.callbacks import DriftMonitorCallback
+from aclarena.train.naming import continued_name
 from aclarena.train.plan import Job, plan
 
 #: (predictor, metric) rows of the table, in order.
@@ -378,7 +379,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     for n in chosen:  # the phases retrained, chained from the stage start (renamed when they start elsewhere)
         job = jobs[n]
         if job.parent != parent:
-            new = f"cont-{n}" if settings.same_domain else n
+            new = continued_name(n) if settings.same_domain else n
             job = dataclasses.replace(job, name=new, parent=parent,
                                       fingerprint=_fingerprint({"of": job.fingerprint, "parent": parent}))
             jobs[job.name] = job

@@ -17,6 +17,7 @@ import numpy as np
 
 from aclarena.distributed import process_group_size
 from aclarena.errors import AclarenaError
+from aclarena.results.tokens import DIST_FIELDS
 
 
 def sharding_of(model: Any, args: Any) -> str | None:
@@ -68,7 +69,7 @@ _SCORE_KEYS = {"kl": np.nan, "js": np.nan, "logprob": np.nan, "top1": -1, "statu
 
 
 
-_REF_KEYS = ("entropy", "logprob", "top1", "topk_ids", "topk_logprobs", "status")
+_REF_KEYS = (*DIST_FIELDS, "status")
 
 
 

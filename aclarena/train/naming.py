@@ -8,6 +8,9 @@
   the base with that domain's stage recipe.
 * With ``--seeds N``, replicate ``r`` >= 1 of the curriculum appends ``-s<r>`` to every name
   but ``base``, which all replicates share (``seq-math-s1``, ``oracle-if-sft-s2``).
+* The order study (``study --orders``): ``ord-<d1>-<d2>...`` ends the prefix ``d1 -> d2 -> ...`` of an order
+  (``ord-math-search``, its SFT end ``ord-math-search-sft``, ``-s<r>`` per replicate).
+* The demo's repair ``repair-<stage>``; ``monitor --lead-time --same-domain``'s phases ``cont-<phase>``.
 * Consolidations (docs/consolidation.md): ``--name`` or the method's own stem with the replicate's
   suffix (``sdft-s1``); task arithmetic one per λ (``merge-ta-l0.5``); MLE one expert per domain
   (``mle-math``) on the SDFT output of its replicate (``sdft``, the backbone).
@@ -76,6 +79,29 @@ def lambda_name(prefix: str, lam: float) -> str:
 def expert_name(stem: str, domain: str, suffix: str = "") -> str:
     """An MLE expert: ``mle-math``, ``mle-math-s1``."""
     return f"{stem}-{domain}{suffix}"
+
+
+def repair_name(stage: str) -> str:
+    """The demo's training-free repair of ``stage``: ``repair-seq-search``."""
+    return f"repair-{stage}"
+
+
+#: the order study's checkpoints: ``ord-<domain>-<domain>...`` (the prefix of the order they end)
+ORDER = "ord"
+
+
+def order_node_name(prefix: Sequence[str], replicate: int = 0, phase: str | None = None) -> str:
+    """The order study's checkpoint at the end of ``prefix`` (``ord-math-search``), its ``phase`` when that
+    is not the stage's last (``ord-math-search-sft``), replicate ``r`` >= 1 suffixed ``-s<r>``; the empty
+    prefix is ``base`` (shared by every replicate)."""
+    if not prefix:
+        return "base"
+    return checkpoint_name(ORDER, "-".join(prefix), replicate, phase)
+
+
+def continued_name(phase: str) -> str:
+    """``monitor --lead-time --same-domain``'s retrained phase ``phase``, continued from elsewhere: ``cont-<phase>``."""
+    return f"cont-{phase}"
 
 
 def phase_names(prefix: str, stage: Stage, replicate: int = 0) -> list[str]:

@@ -6,7 +6,7 @@ starts with it. Phase seeds are those of :func:`aclarena.train.plan.phase_seed` 
 domain and the phase kind, not the position), and fingerprints chain through the parents as in
 :func:`aclarena.train.plan.plan`, so a finished node is reused by a rerun or by a second design
 trained into the same folder (``--orders pairs`` then ``--orders latin``). Names:
-:func:`aclarena.diagnostics.orders.node_name` (``ord-math-search-sft``, ``ord-math-search``, ``-s<r>`` for
+:func:`aclarena.train.naming.order_node_name` (``ord-math-search-sft``, ``ord-math-search``, ``-s<r>`` for
 replicate ``r`` >= 1).
 """
 
@@ -16,9 +16,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from aclarena.diagnostics.orders import OrderPlan, node_name
+from aclarena.diagnostics.orders import OrderPlan
 from aclarena.train.config import CurriculumConfig
 from aclarena.train.curriculum import CHECKPOINTS, CurriculumRun, PhaseRecord, train_jobs
+from aclarena.train.naming import order_node_name
 from aclarena.train.plan import Job, _fp, phase_seed, plan
 
 
@@ -31,10 +32,10 @@ def order_jobs(cfg: CurriculumConfig, order_plan: OrderPlan) -> list[Job]:
         run_seed = cfg.seed + r
         for prefix in order_plan.nodes:
             stage = cfg.stage(prefix[-1])
-            parent = node_name(prefix[:-1], r)
+            parent = order_node_name(prefix[:-1], r)
             kinds = [p.kind for p in stage.phases]
             for i, spec in enumerate(stage.phases):
-                name = node_name(prefix, r, None if i == len(kinds) - 1 else spec.kind)
+                name = order_node_name(prefix, r, None if i == len(kinds) - 1 else spec.kind)
                 seed = phase_seed(run_seed, stage.domain, spec.kind)
                 fp = _fp({"spec": spec.identity(), "seed": seed, "parent": fps[parent]})
                 jobs.append(Job(name=name, kind="stage", domain=stage.domain, phase=spec.kind, parent=parent,

@@ -20,6 +20,9 @@ def test_quick_demo_at_toy_size_names_every_finding(tmp_path, cli):
     assert code == 0, err
     s = json.loads(stdout)["summary"]
     assert s["preset"] == "quick" and s["seed"] == 0 and s["eval_tasks_per_suite"] == 4
+    # the command it records makes this run again: the --trl overrides too
+    assert s["made_by"]["command"] == ("aclarena-diag demo --preset quick --seed 0 -n 4 --trl sft.max_steps=2 "
+                                       "--trl rl.max_steps=1")
     assert [r["stage"] for r in s["stages"]] == ["seq-math", "seq-search"]
     # the curriculum's own suites only: no e-commerce or IF evaluation in a run that trains neither
     assert s["comparison"]["in_domain"] == ["math/id", "search/id"]

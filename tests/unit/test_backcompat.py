@@ -45,6 +45,7 @@ ARCHIVED += [
     ("probe-set", "0.1.0"),
     ("train-log", "0.1.0"),
     ("monitor-lead-time", "0.1.0"),
+    ("demo-summary", "0.1.0"),
     ("monitor-series", "0.1.0"),  # series.h5 as written before the type's attributes (unversioned: 0.1.0)
 ]
 # the types kept in series.h5 (rows appended while training runs, not written whole), with their payloads

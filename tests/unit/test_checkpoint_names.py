@@ -8,18 +8,23 @@ from pathlib import Path
 
 from aclarena.train.naming import (
     consolidated_name,
+    continued_name,
     expert_name,
     lambda_name,
     oracle_name,
+    order_node_name,
     phase_names,
+    repair_name,
     replicate_groups,
     seed0_name,
     seq_name,
 )
 
 ROOT = Path(__file__).resolve().parents[2] / "aclarena"
-# an f-string that spells a chain or oracle checkpoint: f"seq-{d}...", f"oracle-{d}..."
-BUILT = re.compile(r"""f["'](?:seq|oracle)-\{""")
+NAMING = ROOT / "train" / "naming.py"
+# a string that spells a checkpoint name of the run: f"seq-{d}...", f"oracle-{d}...", "ord-" + ..., the
+# replicate's suffix f"-s{r}", the demo's repair f"repair-{stage}", a retrained phase f"cont-{phase}"
+BUILT = re.compile(r"""f["'](?:seq|oracle|ord|repair|cont)-\{|["'](?:seq|oracle|ord)-["'] *\+|f["'][^"']*-s\{""")
 
 
 class _Phase:
@@ -46,12 +51,25 @@ def test_names_of_phases_replicates_and_oracles():
     assert seed0_name("mix-s1", 2) == "mix-s1"  # only its own replicate's suffix is dropped
     assert consolidated_name("sdft", "-s1") == "sdft-s1" and lambda_name("merge-ta", 0.5) == "merge-ta-l0.5"
     assert expert_name("mle", "math", "-s2") == "mle-math-s2"
+    assert order_node_name(()) == "base" and order_node_name((), 2) == "base"
+    assert order_node_name(("math", "search")) == "ord-math-search"
+    assert order_node_name(("math", "search"), 1, "sft") == "ord-math-search-sft-s1"
+    assert repair_name("seq-search") == "repair-seq-search" and continued_name("seq-ecom-sft") == "cont-seq-ecom-sft"
 
 
-def test_analysis_builds_no_chain_or_oracle_name_itself():
-    found = [f"{p.relative_to(ROOT.parent)}:{i}" for p in sorted((ROOT / "analysis").rglob("*.py"))
+def test_no_checkpoint_name_is_built_outside_naming():
+    """Issue 48: "no string-built checkpoint name outside train/naming.py", over the whole package."""
+    found = [f"{p.relative_to(ROOT.parent)}:{i}" for p in sorted(ROOT.rglob("*.py")) if p != NAMING
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if BUILT.search(line)]
-    assert found == [], f"build the name with aclarena.train.naming.seq_name / oracle_name: {found}"
+    assert found == [], f"build the name with aclarena.train.naming: {found}"
+
+
+def test_the_name_pattern_finds_what_it_forbids():
+    """The check above would catch the builders it forbids (so an empty list means something)."""
+    built = ['f"seq-{d}"', "f'oracle-{domain}-sft'", '"ord-" + "-".join(p)', 'name + f"-s{replicate}"',
+             'f"repair-{new}"', 'f"cont-{n}"']
+    assert all(BUILT.search(s) for s in built)
+    assert not any(BUILT.search(s) for s in ['f"{prefix}-{domain}"', '"seq-math"', 'f"fig-{name}"'])
 
 
 def test_consolidation_methods_name_their_outputs_through_naming():

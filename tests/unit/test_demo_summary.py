@@ -3,13 +3,14 @@ JSON."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from aclarena.analysis import steps
 from aclarena.analysis.demo import _is_stage_end, _plain, _store, build_summary
 from aclarena.analysis.displacement import DisplacementResult
 from aclarena.analysis.eval import EvalResult
@@ -85,6 +86,51 @@ def test_summary_scores_parents_and_ecom_effect(tmp_path):
     _store(tmp_path, s)
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk == json.loads(json.dumps(plain))
+
+
+def _full_summary() -> dict[str, Any]:
+    """A summary as ``run_demo`` stores it: build_summary's keys, then the seed and made_by."""
+    s = _plain(build_summary(rows(), {"signatures": Failed("x")}, ["seq-math", "seq-search"], {"train": 1.5}, 2.0,
+                             "mini", 50))
+    return {**s, "seed": 0, "made_by": {"command": "aclarena-diag demo --preset mini --seed 0 -n 50"}}
+
+
+def test_the_stored_summary_reads_back_with_the_same_keys_in_the_same_order(tmp_path):
+    from aclarena.results.demo import KINDS, STORE_KEY, DemoSummaryData, read_demo_summary
+    from aclarena.store import Json, ResultsStore
+
+    assert list(KINDS) == [f.name for f in dataclasses.fields(DemoSummaryData)]
+    for s in (_full_summary(), {k: v for k, v in _full_summary().items() if k not in ("seed", "made_by")}):
+        _store(tmp_path, s)
+        with ResultsStore(tmp_path).reader() as r:
+            got = read_demo_summary(r)
+            assert r.attrs(STORE_KEY)["result-type"] == "demo-summary"
+            stored = r.read(f"{STORE_KEY}/summary")
+        assert got is not None and list(got.to_json()) == list(s) and got.to_json() == s
+        assert got.preset == "mini" and got.eval_tasks_per_suite == 50 and got.errors == {"signatures": "x"}
+        assert (tmp_path / "summary.json").read_text() == json.dumps(s, indent=1) + "\n"
+        assert json.dumps(stored) == json.dumps(s)  # the store's element holds the file's JSON, key for key
+    (tmp_path / "other").mkdir()
+    other = ResultsStore(tmp_path / "other")  # a store without a demo summary
+    other.write("x", {"summary": Json(s)}, result_type="t")
+    with other.reader() as r:
+        assert read_demo_summary(r) is None and read_demo_summary(None) is None
+
+
+@pytest.mark.parametrize("change,why", [({"findings": None}, "findings is a NoneType, not list"),
+                                         ({"eval_tasks_per_suite": "50"}, "eval_tasks_per_suite is a str"),
+                                         ({"seed": True}, "seed is a bool"),
+                                         ({"stages": "DROP"}, "no stages")])
+def test_a_stored_summary_of_the_wrong_shape_is_one_line(tmp_path, change, why):
+    from aclarena.errors import StoreError
+    from aclarena.results.demo import STORE_KEY, read_demo_summary
+    from aclarena.store import Json, ResultsStore
+
+    s = {k: v for k, v in {**_full_summary(), **change}.items() if v != "DROP"}
+    ResultsStore(tmp_path).write(STORE_KEY, {"summary": Json(s)}, result_type="demo-summary")
+    with ResultsStore(tmp_path).reader() as r, pytest.raises(StoreError, match="is damaged") as e:
+        read_demo_summary(r)
+    assert why in str(e.value) and STORE_KEY in str(e.value) and "\n" not in str(e.value)
 
 
 def test_summary_lead_time_rows_say_when_no_drop_could_be_significant():
@@ -179,25 +225,24 @@ def test_rl_signature_finding_needs_every_rl_phase_above_three_times_chance():
     assert _findings({"signatures": _signed(ups)})["rl_drift_concentrated"]["shown"] is True
 
 
-def test_oracle_pairs_skip_the_reused_oracle_and_cosines_compare_own_with_others(monkeypatch):
+def test_oracle_pairs_skip_the_reused_oracle_and_cosines_compare_own_with_others():
     from aclarena.analysis.demo import stage_oracle_pairs
 
     pairs = stage_oracle_pairs(_two_stage_rows(), ["seq-math", "seq-search"])
     assert [p["pair"] for p in pairs] == ["seq-math-base:oracle-search-base", "seq-search-seq-math:oracle-math-base",
                                           "seq-search-seq-math:oracle-search-base"]
-    # the vectors step's cosines by the checkpoints of the two differences (steps.pair_cosines of its result)
-    monkeypatch.setattr(steps, "pair_cosines", lambda result: result)
+    # the vectors step's cosines by the checkpoints of the two differences (VectorsResult.asked_cosines)
     vec = {((p["stage"], p["parent"]), (p["oracle"], p["base"])): c
            for p, c in zip(pairs, (0.01, -0.06, 0.27), strict=True)}
-    s = build_summary(_two_stage_rows(), {"vectors": vec, "vector_pairs": pairs}, ["seq-math", "seq-search"], {},
-                      1.0, "quick", 50)
+    s = build_summary(_two_stage_rows(), {"vectors": SimpleNamespace(asked_cosines=lambda: vec),
+                                          "vector_pairs": pairs}, ["seq-math", "seq-search"], {}, 1.0, "quick", 50)
     assert s["oracle_cosines"] == [{"stage": "seq-search", "update": "seq-search - seq-math", "domain": "search",
                                     "oracle": "oracle-search", "own": 0.27, "others": {"oracle-math": -0.06}}]
     f = s["findings"][3]
     assert f["shown"] is True and "cos 0.27 with oracle-search, -0.06 with oracle-math" in f["line"]
     vec[(("seq-search", "seq-math"), ("oracle-search", "base"))] = -0.1  # farther from its own oracle than from another's: not shown, and said
-    s = build_summary(_two_stage_rows(), {"vectors": vec, "vector_pairs": pairs}, ["seq-math", "seq-search"], {},
-                      1.0, "quick", 50)
+    s = build_summary(_two_stage_rows(), {"vectors": SimpleNamespace(asked_cosines=lambda: vec),
+                                          "vector_pairs": pairs}, ["seq-math", "seq-search"], {}, 1.0, "quick", 50)
     assert s["findings"][3]["shown"] is False
 
 

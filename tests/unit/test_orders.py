@@ -11,7 +11,6 @@ from aclarena.diagnostics.orders import (
     design_orders,
     forgetting_events,
     harm_by_stage,
-    node_name,
     order_findings,
     order_scores,
     pairwise_prediction,
@@ -21,6 +20,7 @@ from aclarena.diagnostics.orders import (
     williams_square,
 )
 from aclarena.errors import AclarenaError
+from aclarena.train.naming import order_node_name
 
 D4 = ["math", "search", "ecom", "if"]
 
@@ -85,13 +85,7 @@ def test_prefix_sharing_counts() -> None:
     assert explicit.stages == 2 * 6 and explicit.unshared_stages == 2 * 8
     assert dict(explicit.shared()) == {("math",): (("math", "search", "ecom"), ("math", "search", "if")),
                                        ("math", "search"): (("math", "search", "ecom"), ("math", "search", "if"))}
-    assert "12 stages to train" in explicit.lines()[0]
-
-
-def test_node_names() -> None:
-    assert node_name(()) == "base" and node_name((), 2) == "base"
-    assert node_name(("math", "search")) == "ord-math-search"
-    assert node_name(("math", "search"), 1, "sft") == "ord-math-search-sft-s1"
+    assert "12 stages to train" in explicit.lines(order_node_name)[0]
 
 
 def test_t_interval() -> None:

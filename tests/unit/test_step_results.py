@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from aclarena.analysis._common import Made
 from aclarena.analysis.consolidate import ConsolidateResult
 from aclarena.analysis.eval import EvalResult
 from aclarena.analysis.repair import RepairOutput, RepairRunResult
 from aclarena.analysis.signatures import SignaturesResult
-from aclarena.analysis.steps import Made, made_by_consolidation, made_by_repair, pair_arg, signed
+from aclarena.analysis.steps import pair_arg
 from aclarena.diagnostics.signatures import DriftSignature
 
 
@@ -32,7 +33,7 @@ def test_signed_updates_carry_their_signature_by_update_and_domain():
                          n_first_k=40)
     row = {"update": "a..b", "kind": "stage", "parent": "a", "child": "b", "domain": "math", "kl_share_high": 0.3}
     result = SignaturesResult(run_dir=Path("run"), settings={}, rows=(row,), signatures={("a..b", "math"): sig})
-    (s,) = signed(result)
+    (s,) = result.signed()
     assert (s.update, s.kind, s.parent, s.child, s.domain) == ("a..b", "stage", "a", "b", "math")
     assert s.value("kl_share_high") == pytest.approx(0.3) and s.interval("kl_share_high") == (0.2, None)
     assert s.value("barely_moved_low") is None  # not measured
@@ -42,9 +43,9 @@ def test_outputs_of_consolidations_and_repairs():
     result = ConsolidateResult("mle", outputs=[{"checkpoint": "mle-math-s1", "method": "mle", "replicate": 1,
                                                 "domain": "math"},
                                                {"checkpoint": "mle-if", "method": "mle", "replicate": 0, "domain": "if"}])
-    assert made_by_consolidation(result) == [Made("mle-math-s1", "mle", 1, "math"), Made("mle-if", "mle", 0, "if")]
+    assert result.made() == [Made("mle-math-s1", "mle", 1, "math"), Made("mle-if", "mle", 0, "if")]
     out = RepairOutput(checkpoint="repair-x", method="repair-svd-restore", old="a", new="b", parameters={},
                        n_repaired=1, n_tensors=2, energy_removed=0.1, directions_kept=None, layers=[], seconds=1.0,
                        reused=False)
-    assert made_by_repair(RepairRunResult([out])) == [Made("repair-x", "repair-svd-restore")]
+    assert RepairRunResult([out]).made() == [Made("repair-x", "repair-svd-restore")]
     assert pair_arg((("a", "base"), ("b", "a"))) == "a - base:b - a"

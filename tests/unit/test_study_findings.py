@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from aclarena.analysis.steps import Made, Signed
+from aclarena.analysis._common import Made
+from aclarena.analysis.signatures import Signed
 from aclarena.analysis.study import StudyResult, write_findings
 from aclarena.analysis.study_findings import Trained, findings, mean_spread
 from aclarena.diagnostics.signatures import DriftSignature
