@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         raise AclarenaError(f"--last must be >= 1, got {args.last}")
     if args.follow:
         return follow(args)
-    from aclarena.store.monitor_series import load_monitor, monitor_labels
+    from aclarena.results.monitor_series import load_monitor, monitor_labels
     from aclarena.store.series import read_series
 
     with read_series(args.run) as r:
@@ -148,8 +148,8 @@ def _line(label: str, probe: str, row: dict[str, Any]) -> str:
 
 def follow(args: argparse.Namespace) -> int:
     """Print new checks and warnings as they land; Ctrl-C ends it (exit 0)."""
+    from aclarena.results.monitor_series import load_monitor, monitor_labels
     from aclarena.store import SERIES_NAME
-    from aclarena.store.monitor_series import load_monitor, monitor_labels
     from aclarena.store.series import SeriesReader
 
     path = Path(args.run) / SERIES_NAME

@@ -27,8 +27,8 @@ from aclarena.figures import register_figure
 from aclarena.figures.palette import SERIES, TEMPLATE
 
 if TYPE_CHECKING:
+    from aclarena.results.monitor_series import MonitorView
     from aclarena.store.manifest import Manifest
-    from aclarena.store.monitor_series import MonitorView
     from aclarena.store.results import StoreReader
 
 #: Panel titles of the monitor's metrics; the first four are always drawn, the loss comes last.
@@ -79,7 +79,7 @@ def _panel_title(metric: str) -> str:
 
 
 def _run_name(view: MonitorView) -> str:
-    from aclarena.store.monitor_series import LEAD_LABEL_PREFIX
+    from aclarena.results.monitor_series import LEAD_LABEL_PREFIX
 
     return "lead-time retrain" if view.label.startswith(LEAD_LABEL_PREFIX) else ""
 
@@ -140,7 +140,7 @@ def series_figure(view: MonitorView | list[MonitorView]) -> go.Figure:
     main = views[0]
     n_checks = sum(len(c.get("step", [])) for c in main.probes.values())
     n_events = sum(len(v.events) for v in views)
-    from aclarena.store.monitor_series import phase_of
+    from aclarena.results.monitor_series import phase_of
 
     fig.update_layout(
         title=f"Drift monitor: {phase_of(main.label)} ({n_checks} checks, {n_events} warnings"
@@ -213,8 +213,8 @@ def lead_time_figure(result: dict[str, Any]) -> go.Figure:
 @register_figure("monitor/series", "Drift monitor series", width=900, height=1140)
 def _series(reader: StoreReader | None, manifest: Manifest) -> list[tuple[str, go.Figure]]:
     from aclarena.errors import AclarenaError
+    from aclarena.results.monitor_series import load_monitor, monitor_phases
     from aclarena.store import SERIES_NAME
-    from aclarena.store.monitor_series import load_monitor, monitor_phases
     from aclarena.store.series import read_series
 
     if reader is None:

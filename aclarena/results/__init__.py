@@ -14,6 +14,7 @@ from aclarena.results import (
     displacement,
     flips,
     lead_time,
+    monitor_series,
     orders,
     probes,
     routing,
@@ -24,5 +25,6 @@ from aclarena.results import (
 )
 from aclarena.results.registry import ResultType, Stored, read, register, registered, write
 
-__all__ = ["ResultType", "Stored", "capability", "consolidation", "demo", "displacement", "flips", "lead_time", "orders",
-           "probes", "read", "register", "registered", "routing", "signatures", "tokens", "train_log", "vectors", "write"]
+__all__ = ["ResultType", "Stored", "capability", "consolidation", "demo", "displacement", "flips", "lead_time",
+           "monitor_series", "orders", "probes", "read", "register", "registered", "routing", "signatures", "tokens",
+           "train_log", "vectors", "write"]

@@ -66,22 +66,28 @@ class ResultType:
     def upgrade(self, stored: Stored, where: str = "") -> Stored:
         """``stored`` rewritten up to :attr:`version` by the upgrade functions (each moves it one step);
         ``where`` (the file) prefixes the key in the error."""
-        seen: set[str] = set()
-        while _parse(stored.version) < _parse(self.version):
-            step = self.upgrades.get(stored.version)
-            if step is None or stored.version in seen:
-                raise StoreError(f"{where}{stored.key}: {self.name} result version {stored.version} cannot be read by "
-                                 f"this aclarena (it reads {self.version}, upgrades from "
-                                 f"{', '.join(sorted(self.upgrades)) or 'no older version'}); rerun the analysis "
-                                 "that wrote it")
-            seen.add(stored.version)
-            stored = step(stored)
-        return stored
+        return upgrade_stored(stored, self.name, self.version, self.upgrades, where)
 
     def item(self, key: str, payload: Any) -> tuple[str, dict[str, Any], str, str, dict[str, Any]]:
         """``payload`` as one item of :meth:`ResultsStore.write_many`, at the current version."""
         data, attrs = self.encode(payload)
         return key, data, self.name, self.version, attrs
+
+
+def upgrade_stored(stored: Stored, name: str, version: str, upgrades: Mapping[str, Upgrade], where: str = "") -> Stored:
+    """``stored`` (of type ``name``) rewritten up to ``version`` by ``upgrades`` (each moves it one step); what
+    :meth:`ResultType.upgrade` runs, and the reader of a type kept outside results.h5 (``monitor-series``)."""
+    seen: set[str] = set()
+    while _parse(stored.version) < _parse(version):
+        step = upgrades.get(stored.version)
+        if step is None or stored.version in seen:
+            raise StoreError(f"{where}{stored.key}: {name} result version {stored.version} cannot be read by "
+                             f"this aclarena (it reads {version}, upgrades from "
+                             f"{', '.join(sorted(upgrades)) or 'no older version'}); rerun the analysis "
+                             "that wrote it")
+        seen.add(stored.version)
+        stored = step(stored)
+    return stored
 
 
 _REGISTRY: dict[str, ResultType] = {}

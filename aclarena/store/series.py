@@ -50,6 +50,9 @@ class SeriesWriter:
             Existing series must have the same columns.
         attrs: optional ``{series_name: {attr: value}}`` written when a series is created
             (attributes cannot change once SWMR starts).
+        group_attrs: optional ``{group_name: {attr: value}}`` written when a group above the
+            series (``monitor/<label>``) is created with them; a group already in the file is
+            left as it is.
     """
 
     def __init__(
@@ -57,10 +60,13 @@ class SeriesWriter:
         run_dir: str | os.PathLike[str],
         schema: Mapping[str, Mapping[str, Any]],
         attrs: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        group_attrs: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / SERIES_NAME
         self.schema = {_validate_name(k): dict(v) for k, v in schema.items()}
+        self.group_attrs = {_validate_name(k): dict(v) for k, v in (group_attrs or {}).items()}
         self._lock_fd: int | None = None
         self._f: h5py.File | None = None
         self._acquire_lock()
@@ -129,6 +135,9 @@ class SeriesWriter:
                         if "series" in src:
                             for name in src["series"]:
                                 src.copy(src[f"series/{name}"], root, name=name)
+                for name, gattrs in self.group_attrs.items():
+                    if name not in root:  # before the series below it (which would create it bare)
+                        root.create_group(name).attrs.update(gattrs)
                 for name, cols in self.schema.items():
                     if name in root:
                         continue

@@ -52,8 +52,7 @@ from aclarena.diagnostics.monitor_metrics import (
 from aclarena.diagnostics.token_drift import HighEntropy
 from aclarena.distributed import process_group_size
 from aclarena.errors import AclarenaError, StoreError, did_you_mean
-from aclarena.results.probes import ProbeSet
-from aclarena.store.monitor_series import (
+from aclarena.results.monitor_series import (
     EVENT_COLUMNS,
     SESSION_COLUMNS,
     TRAIN_COLUMNS,
@@ -62,7 +61,8 @@ from aclarena.store.monitor_series import (
     series_names,
     settings_bytes,
 )
-from aclarena.store.monitor_series import probe_columns as series_probe_columns
+from aclarena.results.monitor_series import probe_columns as series_probe_columns
+from aclarena.results.probes import ProbeSet
 from aclarena.train.monitor_sharding import (
     broadcast_flags,
     gather_objects,
@@ -278,6 +278,7 @@ class DriftMonitorCallback(TrainerCallback):
             MonitorStore(run_dir, on_error=settings.on_store_error) if run_dir is not None else None)
         self.series = series_names(label, names)
         if self.store is not None:
+            self.store.declare_label(label)
             self.store.declare(self.series["sessions"], SESSION_COLUMNS)
             self.store.declare(self.series["train"], TRAIN_COLUMNS)
             self.store.declare(self.series["events"], EVENT_COLUMNS)

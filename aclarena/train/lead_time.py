@@ -63,12 +63,17 @@ from aclarena.results.lead_time import (
     table_columns,
     write_lead_time,
 )
-from aclarena.store.monitor_series import LEAD_LABEL_PREFIX
-from aclarena.train.callbacks import DriftMonitorCallback, MonitorStore
+from aclarena.results.monitor_series import (
+    BENCH_COLUMNS,
+    LEAD_LABEL_PREFIX,
+    MAX_ITEMS,
+    MonitorStore,
+    bench_name,
+)
+from aclarena.train.callbacks import DriftMonitorCallback
 from aclarena.train.naming import continued_name
 from aclarena.train.plan import Job, plan
 
-MAX_ITEMS = 512
 #: (predictor, metric) rows of the table, in order.
 PREDICTORS = (
     ("token drift at high-entropy positions", "kl_high"),
@@ -82,8 +87,6 @@ PREDICTORS = (
 RAZOR_METRIC = "razor_fkl"
 #: The plain loss has no drift rule of its own: a departure from its trend either way.
 LOSS_RULE = MetricRule(trend=TrendRule(alpha=0.3, z=3.0, warmup=2, min_std=0.01, rel_std=0.05, direction="both"))
-BENCH_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "suite": "S32", "n": "i4", "correct": "i4",
-                 "accuracy": "f8", "outcomes": f"S{MAX_ITEMS}"}
 
 
 class GroundTruthCallback(TrainerCallback):
@@ -109,7 +112,7 @@ class GroundTruthCallback(TrainerCallback):
             raise AclarenaError(f"-n (evaluation items) must be in [1, {MAX_ITEMS}], got {n!r}")
         self.suites = list(suites)
         self.store = store
-        self.series = f"monitor/{label}/bench"
+        self.series = bench_name(label)
         self.every_n_steps = every_n_steps
         self.steps = None if steps is None else frozenset(int(x) for x in steps)  # when given: exactly these steps
         self.n = n
@@ -120,6 +123,7 @@ class GroundTruthCallback(TrainerCallback):
         self._active = False
         self.seconds: list[float] = []
         self.monitor = monitor  # rows carry its session number (a rerun supersedes earlier rows)
+        store.declare_label(label)
         store.declare(self.series, BENCH_COLUMNS)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
@@ -489,7 +493,7 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
     ``monitor-<domain><probe_suffix>``, the suffix ``-s<r>`` of replicate r >= 1); ``razor_probe`` is the stage's own probe set, whose ``fkl`` is the
     RL's Razor row of every domain (no row without it). Returns ``{"table", "ground_truth",
     "series", "drop_test"}`` (plain data)."""
-    from aclarena.store.monitor_series import load_monitor
+    from aclarena.results.monitor_series import load_monitor
     from aclarena.store.series import read_series
     from aclarena.train.monitor import PROBE_PREFIX
 

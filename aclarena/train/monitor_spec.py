@@ -67,7 +67,7 @@ class MonitorSettings:
         from aclarena.diagnostics.early_warning import MetricRule
         from aclarena.diagnostics.monitor_metrics import ACTIONS, METRICS, TRAIN_METRICS
         from aclarena.diagnostics.token_drift import HighEntropy
-        from aclarena.store.monitor_series import STORE_ERRORS
+        from aclarena.results.monitor_series import STORE_ERRORS
 
         for name in ("every_n_steps", "batch_size"):
             v = getattr(self, name)

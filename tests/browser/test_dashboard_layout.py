@@ -79,7 +79,7 @@ def write_many_probes(run: Path, label: str = "seq-search-sft") -> None:
     """A monitored phase with six probes (a horizontal legend above the panels wrapped onto the first
     panel's title) and a warning."""
     from aclarena.diagnostics.monitor_metrics import METRICS, default_rules, rules_to_json
-    from aclarena.store.monitor_series import (
+    from aclarena.results.monitor_series import (
         EVENT_COLUMNS,
         SESSION_COLUMNS,
         TRAIN_COLUMNS,

@@ -27,7 +27,7 @@ import json, sys, time
 sys.path.insert(0, {root!r})
 from aclarena.store import SeriesWriter
 from aclarena.diagnostics.monitor_metrics import METRICS, default_rules, rules_to_json
-from aclarena.store.monitor_series import (EVENT_COLUMNS, SESSION_COLUMNS, TRAIN_COLUMNS, probe_columns,
+from aclarena.results.monitor_series import (EVENT_COLUMNS, SESSION_COLUMNS, TRAIN_COLUMNS, probe_columns,
                                            series_names)
 names = series_names({label!r}, [{probe!r}])
 schema = {{names["sessions"]: SESSION_COLUMNS, names["train"]: TRAIN_COLUMNS, names["events"]: EVENT_COLUMNS,
@@ -169,7 +169,8 @@ def write_two_recordings(run: Path) -> None:
     watches) and its lead-time retrain ``lead-time/seq-ecom-sft`` (4 checks, ground truth every 2 steps),
     through the monitor's own writer."""
     from aclarena.diagnostics.monitor_metrics import METRICS, default_rules, rules_to_json
-    from aclarena.store.monitor_series import (
+    from aclarena.results.monitor_series import (
+        BENCH_COLUMNS,
         EVENT_COLUMNS,
         SESSION_COLUMNS,
         TRAIN_COLUMNS,
@@ -177,7 +178,6 @@ def write_two_recordings(run: Path) -> None:
         probe_columns,
         settings_bytes,
     )
-    from aclarena.train.lead_time import BENCH_COLUMNS
 
     store = MonitorStore(run)
     for label in (LABEL, f"lead-time/{LABEL}"):

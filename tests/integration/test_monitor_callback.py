@@ -14,8 +14,8 @@ from monitor_helpers import make_probe, plain_trainer
 from transformers import TrainerCallback
 
 from aclarena.errors import AclarenaError, StoreError
+from aclarena.results.monitor_series import load_monitor
 from aclarena.store import SeriesReader, SeriesWriter
-from aclarena.store.monitor_series import load_monitor
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from train_helpers import REPO, cli_env, run_train, small_config
 
+from aclarena.results.monitor_series import load_monitor
 from aclarena.store import SeriesReader, SeriesWriter
-from aclarena.store.monitor_series import load_monitor
 
 pytestmark = pytest.mark.slow
 

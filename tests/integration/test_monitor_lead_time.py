@@ -107,7 +107,7 @@ def test_strict_refuses_a_stage_start_that_cannot_drop_before_training(run):
 
     assert not ResultsStore(run).has("monitor/lead-time/search")
     if (run / "series.h5").is_file():  # no phase of the search stage was retrained (no series at all: nothing was)
-        from aclarena.store.monitor_series import monitor_labels
+        from aclarena.results.monitor_series import monitor_labels
 
         with read_series(run) as r:
             assert not [x for x in monitor_labels(r) if "seq-search" in x]

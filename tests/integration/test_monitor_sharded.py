@@ -18,8 +18,8 @@ from types import SimpleNamespace
 import pytest
 
 from aclarena.errors import AclarenaError
+from aclarena.results.monitor_series import load_monitor
 from aclarena.store import SeriesReader
-from aclarena.store.monitor_series import load_monitor
 
 ROOT = Path(__file__).resolve().parents[2]
 

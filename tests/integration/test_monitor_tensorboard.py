@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from monitor_helpers import make_probe, plain_trainer
 
+from aclarena.results.monitor_series import load_monitor
 from aclarena.store import SeriesReader
-from aclarena.store.monitor_series import load_monitor
 
 
 def test_monitor_series_read_back_from_tensorboard_event_files(tokenizer, tmp_path, monkeypatch):

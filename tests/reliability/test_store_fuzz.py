@@ -525,7 +525,7 @@ def test_result_type_that_is_not_a_string(template, tmp_path):
 def test_monitor_session_settings_that_are_not_an_object(tmp_path, raw):
     """A session's settings of another JSON shape read as none (was: a list or a number handed to readers
     that call `settings.get`, e.g. `aclarena-diag monitor`)."""
-    from aclarena.store.monitor_series import SESSION_COLUMNS, load_monitor
+    from aclarena.results.monitor_series import SESSION_COLUMNS, load_monitor
     from aclarena.store.series import SeriesWriter, read_series
 
     with SeriesWriter(tmp_path, {"monitor/a/sessions": SESSION_COLUMNS}) as w:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from aclarena.errors import StoreError
-from aclarena.results import flips, read, registered, registry, write
-from aclarena.store import ResultsStore, SeriesReader
+from aclarena.results import flips, monitor_series, read, registered, registry, write
+from aclarena.store import RESULTS_NAME, SERIES_NAME, ResultsStore, SeriesReader
 from aclarena.store.results import RESULT_MAJORS
 
 ARCHIVES = Path(__file__).resolve().parents[1] / "data" / "archives"
@@ -46,7 +46,10 @@ ARCHIVED += [
     ("train-log", "0.1.0"),
     ("monitor-lead-time", "0.1.0"),
     ("demo-summary", "0.1.0"),
+    ("monitor-series", "0.1.0"),  # series.h5 as written before the type's attributes (unversioned: 0.1.0)
 ]
+# the types kept in series.h5 (rows appended while training runs, not written whole), with their payloads
+SERIES_TYPES = {monitor_series.RESULT_TYPE: monitor_series.MonitorView}
 
 
 @pytest.mark.parametrize("version", sorted(p.name for p in ARCHIVES.iterdir() if p.is_dir() and p.name[0] == "v"))
@@ -74,21 +77,33 @@ def _archived(rtype: str, version: str, tmp_path: Path) -> tuple[Path, dict]:
     return run, json.loads((folder / "expected.json").read_text())
 
 
+def _read_all(run: Path, rtype: str, version: str) -> dict[str, object]:
+    """Every result of ``rtype`` in the archived folder ``run`` by key (by label in series.h5), each stored at
+    ``version``."""
+    if rtype in SERIES_TYPES:
+        ms = monitor_series
+        with SeriesReader(run) as r:
+            labels = ms.monitor_labels(r)
+            assert all(r.attrs(ms.monitor_key(lab)).get("result-version", ms.FIRST_VERSION) == version for lab in labels)
+            return {lab: ms.load_monitor(r, lab) for lab in labels}
+    with ResultsStore(run).reader() as r:
+        keys = [k for k in r.results() if r.attrs(k)["result-type"] == rtype]
+        assert all(r.attrs(k)["result-version"] == version for k in keys)
+        return {k: read(r, k, rtype) for k in keys}
+
+
 @pytest.mark.parametrize("rtype,version", ARCHIVED)
 def test_archived_result_reads_back(rtype, version, tmp_path):
     run, want = _archived(rtype, version, tmp_path)
-    kind = registry.get(rtype)
-    store = ResultsStore(run)
-    with store.reader() as r:
-        keys = [k for k in r.results() if r.attrs(k)["result-type"] == rtype]
-        assert sorted(keys) == sorted(want) and keys
-        got = {}
-        for k in keys:
-            assert r.attrs(k)["result-version"] == version
-            got[k] = read(r, k, rtype)
-            assert isinstance(got[k], kind.payload)
-            assert _as_json(got[k]) == json.dumps(want[k], sort_keys=True)
+    got = _read_all(run, rtype, version)
+    assert sorted(got) == sorted(want) and got
+    for k, payload in got.items():
+        assert isinstance(payload, SERIES_TYPES.get(rtype) or registry.get(rtype).payload)
+        assert _as_json(payload) == json.dumps(want[k], sort_keys=True)
+    if rtype in SERIES_TYPES:
+        return  # appended by a training run, never written whole: test_an_archived_series_file_takes_a_new_run
     # what it reads, the current version writes, and reads back the same
+    kind, store = registry.get(rtype), ResultsStore(run)
     for k, payload in got.items():
         write(store, rtype, k, payload)
         assert store.attrs(k)["result-version"] == kind.version
@@ -98,8 +113,61 @@ def test_archived_result_reads_back(rtype, version, tmp_path):
 
 def test_every_result_type_has_an_archived_file():
     archived = {t for t, _ in ARCHIVED}
-    assert {t.name for t in registered()} <= archived
-    assert all((RESULTS / f"{t}-{v}" / "results.h5").is_file() for t, v in ARCHIVED)
+    assert {t.name for t in registered()} | set(SERIES_TYPES) <= archived
+    assert all((RESULTS / f"{t}-{v}" / (SERIES_NAME if t in SERIES_TYPES else RESULTS_NAME)).is_file()
+               for t, v in ARCHIVED)
+
+
+# --- the monitor's series: an unversioned file, a new run beside it, versions newer and older ----------------
+
+
+def test_an_archived_series_file_takes_a_new_run_and_stamps_only_its_group(tmp_path):
+    ms = monitor_series
+    run, want = _archived(ms.RESULT_TYPE, "0.1.0", tmp_path)
+    old = sorted(want)[0]
+    store = ms.MonitorStore(run)
+    for label in (old, "seq-new-sft"):  # a resumed run of an old label, and a new one
+        names = ms.series_names(label, [])
+        store.declare_label(label)
+        store.declare(names["sessions"], ms.SESSION_COLUMNS)
+        store.declare(names["train"], ms.TRAIN_COLUMNS)
+    assert store.acquire()
+    store.append(ms.series_names("seq-new-sft", [])["train"], {"session": 0, "step": 3, "time": 1.0, "loss": 0.5})
+    store.release()
+    with SeriesReader(run) as r:
+        assert r.attrs(ms.monitor_key("seq-new-sft")) == {"result-type": ms.RESULT_TYPE,
+                                                          "result-version": ms.RESULT_VERSION}
+        assert r.attrs(ms.monitor_key(old)) == {}  # a group already in the file is left as written
+        assert ms.load_monitor(r, "seq-new-sft").train["loss"].tolist() == [0.5]
+        got = {lab: ms.load_monitor(r, lab) for lab in want}
+    assert all(_as_json(got[lab]) == json.dumps(want[lab], sort_keys=True) for lab in want)
+
+
+def test_the_archived_series_file_reads_through_an_upgrade_and_a_newer_major_is_one_line(tmp_path, monkeypatch):
+    import h5py
+
+    ms = monitor_series
+    run, want = _archived(ms.RESULT_TYPE, "0.1.0", tmp_path)
+    label = sorted(want)[0]
+    seen: list[str] = []
+
+    def up(s: registry.Stored) -> registry.Stored:
+        seen.append(s.key)
+        return s.upgraded("0.2.0")
+
+    monkeypatch.setattr(ms, "RESULT_VERSION", "0.2.0")
+    monkeypatch.setattr(ms, "UPGRADES", {})
+    with SeriesReader(run) as r, pytest.raises(StoreError, match="monitor-series result version 0.1.0 cannot be read"):
+        ms.load_monitor(r, label)
+    monkeypatch.setattr(ms, "UPGRADES", {"0.1.0": up})
+    with SeriesReader(run) as r:
+        assert _as_json(ms.load_monitor(r, label)) == json.dumps(want[label], sort_keys=True)
+    assert seen == [ms.monitor_key(label)]
+    with h5py.File(run / SERIES_NAME, "r+") as f:
+        f[f"series/{ms.monitor_key(label)}"].attrs.update({"result-type": ms.RESULT_TYPE, "result-version": "1.0.0"})
+    with SeriesReader(run) as r, pytest.raises(StoreError, match="written by a newer aclarena") as e:
+        ms.load_monitor(r, label)
+    assert "\n" not in str(e.value) and f"series/{ms.monitor_key(label)}" in str(e.value)
 
 
 # --- adding a field: a test-local flips 0.2.0 with one more attribute and its upgrade from 0.1.0 -------------

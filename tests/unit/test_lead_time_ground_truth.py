@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aclarena.diagnostics.monitor_metrics import default_rules
+from aclarena.diagnostics.monitor_metrics import METRICS, default_rules
 from aclarena.errors import AclarenaError
-from aclarena.train.callbacks import METRICS, TRAIN_COLUMNS, MonitorStore, probe_columns
-from aclarena.train.lead_time import BENCH_COLUMNS, check_items, lead_time_table, planned_tests
+from aclarena.results.monitor_series import BENCH_COLUMNS, TRAIN_COLUMNS, MonitorStore, probe_columns
+from aclarena.train.lead_time import check_items, lead_time_table, planned_tests
 
 N = 16
 LABELS = ("lead-time/seq-ecom-sft", "lead-time/seq-ecom")

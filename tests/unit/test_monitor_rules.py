@@ -26,7 +26,7 @@ from aclarena.diagnostics.early_warning import (
     min_items,
 )
 from aclarena.errors import AclarenaError, ConfigError
-from aclarena.store.monitor_series import latest_rows
+from aclarena.results.monitor_series import latest_rows
 from aclarena.train.config import parse_config
 
 

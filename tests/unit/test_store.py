@@ -254,3 +254,14 @@ def test_series_column_mismatch(tmp_path):
         w.append("s", {"step": 1})
     with pytest.raises(StoreError, match="has columns"):
         SeriesWriter(tmp_path, {"s": {"step": "i8", "x": "f4"}})
+
+
+def test_series_group_attributes_are_written_once_when_the_group_is_created(tmp_path):
+    with SeriesWriter(tmp_path, {"m/a/x": {"step": "i8"}}, group_attrs={"m/a": {"kind": "one"}}) as w:
+        w.append("m/a/x", {"step": 1})
+    with SeriesWriter(tmp_path, {"m/a/y": {"step": "i8"}, "m/b/x": {"step": "i8"}},
+                      group_attrs={"m/a": {"kind": "two"}, "m/b": {"kind": "two"}}):
+        pass  # a new series below m/a, and a new group m/b
+    with SeriesReader(tmp_path) as r:
+        assert r.attrs("m/a") == {"kind": "one"} and r.attrs("m/b") == {"kind": "two"}
+        assert r.names() == ["m/a/x", "m/a/y", "m/b/x"] and r.read("m/a/x")["step"].tolist() == [1]

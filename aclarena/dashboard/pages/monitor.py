@@ -33,8 +33,8 @@ def phases(run_dir: Path) -> dict[str, list[str]]:
     """The monitored phases in the run's series.h5, each once with the labels that record it
     (a phase that ``monitor --lead-time`` retrained has two); {} when there is none yet."""
     from aclarena.errors import AclarenaError
+    from aclarena.results.monitor_series import monitor_phases
     from aclarena.store import SERIES_NAME
-    from aclarena.store.monitor_series import monitor_phases
     from aclarena.store.series import read_series
 
     if not (run_dir / SERIES_NAME).is_file():
@@ -105,7 +105,7 @@ def view(run_dir: Path, phase: str, labels_of: list[str] | None = None) -> list[
     """Every recording of ``phase`` (the training run first, then a lead-time retrain); None when
     series.h5 cannot be read right now."""
     from aclarena.errors import AclarenaError
-    from aclarena.store.monitor_series import load_monitor, monitor_phases
+    from aclarena.results.monitor_series import load_monitor, monitor_phases
     from aclarena.store.series import read_series
 
     try:
@@ -119,7 +119,7 @@ def view(run_dir: Path, phase: str, labels_of: list[str] | None = None) -> list[
 def refresh(run_dir: Path, label: str | None) -> tuple[Any, list[dict[str, Any]], str, list[dict[str, str]], str | None]:
     """Figure, warning rows, status line, phase options and the chosen phase, read anew."""
     from aclarena.figures.monitor import series_figure
-    from aclarena.store.monitor_series import LEAD_LABEL_PREFIX
+    from aclarena.results.monitor_series import LEAD_LABEL_PREFIX
 
     found = phases(run_dir)
     options = [{"label": p + (" (and its lead-time retrain)" if len(labs) > 1 else ""), "value": p}

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[4]
 
 
 def plain(x: Any) -> Any:
-    """A payload as JSON-able data (dataclasses as dicts, arrays as lists)."""
+    """A payload as JSON-able data (dataclasses as dicts, arrays as lists, bytes as text)."""
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         return {f.name: plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
     if isinstance(x, dict):
@@ -22,7 +22,9 @@ def plain(x: Any) -> Any:
     if isinstance(x, list | tuple):
         return [plain(v) for v in x]
     if isinstance(x, np.ndarray):
-        return x.tolist()
+        return plain(x.tolist())
+    if isinstance(x, bytes):  # fixed-width text columns (series.h5)
+        return x.decode("utf-8", "replace")
     if isinstance(x, np.generic):
         return x.item()
     return x

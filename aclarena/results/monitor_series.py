@@ -1,15 +1,21 @@
-"""Reading the drift monitor's series (``series.h5``, ``monitor/<label>/...``), live or after the fact.
+"""The ``monitor-series`` result type: what the drift monitor records of one monitored training run in
+``series.h5``, its payload, and how it is laid out.
 
-The layout (written by :class:`aclarena.train.callbacks.DriftMonitorCallback`, specified in
-docs/store-format.md): per monitored training run ``<label>`` (a phase such as
-``seq-ecom-sft``), ``sessions`` (one row per ``train()`` call: its start step and settings
-as JSON), ``probes/<probe>`` (one row per check: the metrics), ``train`` (the trainer's loss
-at each logging step), ``events`` (the warnings) and, for lead-time runs, ``bench`` (the
-ground-truth evaluations). A resumed session supersedes the rows of earlier sessions from
-the step it resumed at (:func:`latest_rows`).
+A monitored training run ``<label>`` (a phase such as ``seq-ecom-sft``; ``lead-time/<phase>`` for the phase that
+``monitor --lead-time`` retrained) is the group ``monitor/<label>`` of series.h5 (result type ``monitor-series``,
+version 0.1.0; groups written before the type's attributes read as 0.1.0); its series are specified in
+docs/store-format.md: ``sessions`` (one row per ``train()`` call: its start step and settings as JSON),
+``probes/<probe>`` (one row per check: the metrics), ``train`` (the trainer's loss at each logging step),
+``events`` (the warnings) and, for lead-time runs, ``bench`` (the ground-truth evaluations). A resumed session
+supersedes the rows of earlier sessions from the step it resumed at (:func:`latest_rows`).
 
-The writer's side is here too (:class:`MonitorStore`, the series' columns), so the schema has one
-home. numpy and h5py only (through :mod:`aclarena.store.series`).
+The writer is :class:`aclarena.train.callbacks.DriftMonitorCallback` (and ``monitor --lead-time``'s
+:class:`~aclarena.train.lead_time.GroundTruthCallback`): it declares the series with the columns here
+(:func:`series_names`, :data:`SESSION_COLUMNS`, :func:`probe_columns`, ...) and the label's group
+(:meth:`MonitorStore.declare_label`) on one :class:`MonitorStore`, then appends rows while training runs. The
+readers (:func:`load_monitor`, :func:`monitor_labels`, :func:`monitor_phases`; the payload :class:`MonitorView`)
+serve ``monitor``, the dashboard's Monitor page, ``export``'s ``monitor/series`` figures and the lead-time
+table. numpy and h5py only (through :mod:`aclarena.store.series`, which keeps the bytes): no torch.
 """
 
 from __future__ import annotations
@@ -26,12 +32,26 @@ from typing import Any
 import numpy as np
 
 from aclarena.errors import AclarenaError, StoreError, did_you_mean
+from aclarena.results import registry
+from aclarena.results.registry import Stored, Upgrade
+from aclarena.store.results import damaged
 from aclarena.store.series import SeriesReader, SeriesWriter
 
 PREFIX = "monitor/"
 #: Label prefix of the phases that ``monitor --lead-time`` retrains (``lead-time/seq-ecom-sft``): a
 #: second recording of the phase ``seq-ecom-sft``, not another phase.
 LEAD_LABEL_PREFIX = "lead-time/"
+RESULT_TYPE = "monitor-series"
+RESULT_VERSION = "0.1.0"
+#: what a ``monitor/<label>`` group without ``result-version`` (written before the type had one) reads as
+FIRST_VERSION = "0.1.0"
+#: ``{older version: function}`` rewriting a :class:`Stored` label of that version into the next one's (none yet)
+UPGRADES: dict[str, Upgrade] = {}
+
+
+def monitor_key(label: str) -> str:
+    """The series.h5 group of the monitored training run ``label`` (below ``series/``)."""
+    return f"{PREFIX}{label}"
 
 
 def latest_rows(data: Mapping[str, np.ndarray], sessions: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
@@ -53,12 +73,13 @@ def _text(x: Any) -> str:
     return x.decode("utf-8", "replace") if isinstance(x, bytes | np.bytes_) else str(x)
 
 
-@dataclass
+@dataclass(frozen=True)
 class MonitorView:
     """Everything the monitor wrote for one label, as the latest sessions see it.
 
-    ``probes[name]`` and ``train`` map column names to arrays; ``events`` is a list of dicts;
-    ``settings`` is the latest session's settings (rules, interval, probes...).
+    ``probes[name]``, ``train`` and ``bench`` map column names to arrays; ``events`` is a list of dicts;
+    ``settings`` is the latest session's settings (rules, interval, probes...); ``sessions``: how many
+    ``train()`` calls recorded it.
     """
 
     label: str
@@ -109,36 +130,61 @@ def monitor_phases(reader: SeriesReader) -> dict[str, list[str]]:
 
 
 def load_monitor(reader: SeriesReader, label: str) -> MonitorView:
-    """Read every series of ``label`` (after refreshing them)."""
-    base = f"{PREFIX}{label}/"
+    """Read every series of ``label`` (after refreshing them), upgraded to the current version; an empty view when
+    the file holds none."""
+    key = monitor_key(label)
+    base = key + "/"
     names = [n for n in reader.names() if n.startswith(base)]
-    view = MonitorView(label=label)
-    sessions = reader.read(base + "sessions") if base + "sessions" in names else None
+    attrs = reader.attrs(key) if names else {}
+    where = f"{reader.path}:series/{key}"
+    found = attrs.get("result-type", RESULT_TYPE)
+    if found != RESULT_TYPE:
+        raise StoreError(f"{where} holds a {found!r} result, not {RESULT_TYPE!r}; choose a monitored training run")
+    version = str(attrs.get("result-version", FIRST_VERSION))
+    with damaged(reader.path, f"series/{key}"):
+        major = int(version.split(".")[0])
+    if major > int(RESULT_VERSION.split(".")[0]):
+        raise StoreError(f"{where} was written by a newer aclarena ({RESULT_TYPE} result version {version}, this one "
+                         f"reads {RESULT_VERSION.split('.')[0]}.x); upgrade aclarena")
+    stored = Stored(key=key, version=version, attrs=attrs, data={n[len(base):]: reader.read(n) for n in names})
+    with damaged(reader.path, f"series/{key}"):
+        return decode(registry.upgrade_stored(stored, RESULT_TYPE, RESULT_VERSION, UPGRADES, f"{reader.path}:series/"))
+
+
+def decode(s: Stored) -> MonitorView:
+    """A current-version label (``data``: each series' columns by its name below ``monitor/<label>/``) as its
+    payload, every series as the latest sessions see it."""
+    sessions = s.data.get("sessions")
+    count, settings = 0, {}
     if sessions is not None and len(sessions["session"]):
-        view.sessions = int(len(sessions["session"]))
+        count = int(len(sessions["session"]))
         try:
             settings = json.loads(_text(sessions["settings"][-1]))
         except (ValueError, RecursionError):
             settings = {}
         # readers take it for an object (`settings.get`): another JSON value says nothing about the session
-        view.settings = settings if isinstance(settings, dict) else {}
-    for n in names:
-        rest = n[len(base):]
+        settings = settings if isinstance(settings, dict) else {}
+    probes: dict[str, dict[str, np.ndarray]] = {}
+    train: dict[str, np.ndarray] = {}
+    bench: dict[str, np.ndarray] = {}
+    events: list[dict[str, Any]] = []
+    for rest, columns in s.data.items():
         if rest.startswith("probes/"):
-            view.probes[rest[len("probes/"):]] = latest_rows(reader.read(n), sessions)
+            probes[rest[len("probes/"):]] = latest_rows(columns, sessions)
         elif rest == "train":
-            view.train = latest_rows(reader.read(n), sessions)
+            train = latest_rows(columns, sessions)
         elif rest == "bench":
-            view.bench = latest_rows(reader.read(n), sessions)
+            bench = latest_rows(columns, sessions)
         elif rest == "events":
-            ev = latest_rows(reader.read(n), sessions)
+            ev = latest_rows(columns, sessions)
             for i in range(len(ev.get("step", []))):
-                view.events.append({"step": int(ev["step"][i]), "series": _text(ev["series"][i]),
-                                    "metric": _text(ev["metric"][i]), "value": float(ev["value"][i]),
-                                    "rule": _text(ev["rule"][i]), "limit": float(ev["limit"][i]),
-                                    "score": float(ev["score"][i]), "action": _text(ev["action"][i]),
-                                    "time": float(ev["time"][i])})
-    return view
+                events.append({"step": int(ev["step"][i]), "series": _text(ev["series"][i]),
+                               "metric": _text(ev["metric"][i]), "value": float(ev["value"][i]),
+                               "rule": _text(ev["rule"][i]), "limit": float(ev["limit"][i]),
+                               "score": float(ev["score"][i]), "action": _text(ev["action"][i]),
+                               "time": float(ev["time"][i])})
+    return MonitorView(label=s.key[len(PREFIX):], probes=probes, train=train, events=events, bench=bench,
+                       settings=settings, sessions=count)
 
 
 STORE_ERRORS = ("raise", "continue")
@@ -151,11 +197,16 @@ logger = logging.getLogger("aclarena.monitor")
 
 def series_names(label: str, probes: Sequence[str]) -> dict[str, str]:
     """The series of one monitored training run (``label``), by role."""
-    out = {"sessions": f"monitor/{label}/sessions", "train": f"monitor/{label}/train",
-           "events": f"monitor/{label}/events"}
+    key = monitor_key(label)
+    out = {"sessions": f"{key}/sessions", "train": f"{key}/train", "events": f"{key}/events"}
     for p in probes:
-        out[f"probe:{p}"] = f"monitor/{label}/probes/{p}"
+        out[f"probe:{p}"] = f"{key}/probes/{p}"
     return out
+
+
+def bench_name(label: str) -> str:
+    """The ground-truth evaluations' series of ``label`` (``monitor --lead-time``)."""
+    return f"{monitor_key(label)}/bench"
 
 
 def probe_columns(metrics: Iterable[str]) -> dict[str, str]:
@@ -167,12 +218,17 @@ SESSION_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "settings": f"S{
 TRAIN_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "loss": "f8"}
 EVENT_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "series": "S64", "metric": "S32", "value": "f8",
                  "rule": "S16", "limit": "f8", "score": "f8", "action": "S8"}
+#: the most items one ground-truth evaluation holds: ``outcomes`` is one byte (``0``/``1``) per item
+MAX_ITEMS = 512
+BENCH_COLUMNS = {"session": "i4", "step": "i8", "time": "f8", "suite": "S32", "n": "i4", "correct": "i4",
+                 "accuracy": "f8", "outcomes": f"S{MAX_ITEMS}"}
 
 
 class MonitorStore:
     """One ``series.h5`` writer shared by the callbacks of a training run.
 
-    Callbacks :meth:`declare` their series when they are built; the first ``on_train_begin``
+    Callbacks :meth:`declare` their series and :meth:`declare_label` their label when they are built (the
+    label's group is stamped with the result type and version when it is created); the first ``on_train_begin``
     :meth:`acquire` s the writer (every declared series is created before SWMR starts), the
     last ``on_train_end`` releases it. ``on_error="continue"`` turns a store that cannot be
     written (locked by another writer, read-only, full) into a logged warning and a monitor
@@ -186,6 +242,7 @@ class MonitorStore:
         self.run_dir = Path(run_dir)
         self.on_error = on_error
         self.schema: dict[str, dict[str, str]] = {}
+        self.groups: dict[str, dict[str, str]] = {}
         self._writer: Any = None
         self._users = 0
         self.failed: str | None = None
@@ -197,6 +254,13 @@ class MonitorStore:
         if old is not None and old != dict(columns):
             raise AclarenaError(f"series {name!r} declared twice with different columns")
         self.schema[name] = dict(columns)
+
+    def declare_label(self, label: str) -> None:
+        """The group ``monitor/<label>`` gets the attributes ``result-type`` and ``result-version`` when this store
+        creates it (a group already in the file keeps what it has)."""
+        if self._writer is not None:
+            raise AclarenaError(f"label {label!r} declared after the store was opened; declare every label first")
+        self.groups[monitor_key(label)] = {"result-type": RESULT_TYPE, "result-version": RESULT_VERSION}
 
     @property
     def writable(self) -> bool:
@@ -210,7 +274,7 @@ class MonitorStore:
             return self._writer is not None
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            self._writer = SeriesWriter(self.run_dir, self.schema)
+            self._writer = SeriesWriter(self.run_dir, self.schema, group_attrs=self.groups)
         except (StoreError, OSError) as e:
             self._fail(e, "cannot open")
         return self._writer is not None
