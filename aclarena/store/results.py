@@ -437,8 +437,10 @@ def damaged(path: Path, key: str) -> Iterator[None]:
         raise
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError, RuntimeError) as e:
         first = (str(e).strip().splitlines() or [""])[0][:200]
-        raise StoreError(f"{path}:{key.strip('/')} is damaged ({type(e).__name__}: {first}); move results.h5 aside "
-                         "and rerun the analysis that wrote it") from e
+        name = Path(path).name  # results.h5, or the monitor's series.h5 (written by a monitored training)
+        what = "the analysis" if name == RESULTS_NAME else "the training"
+        raise StoreError(f"{path}:{key.strip('/')} is damaged ({type(e).__name__}: {first}); move {name} aside "
+                         f"and rerun {what} that wrote it") from e
 
 
 def check_result_version(group: h5py.Group, path: Path) -> None:

@@ -265,3 +265,13 @@ def test_series_group_attributes_are_written_once_when_the_group_is_created(tmp_
     with SeriesReader(tmp_path) as r:
         assert r.attrs("m/a") == {"kind": "one"} and r.attrs("m/b") == {"kind": "two"}
         assert r.names() == ["m/a/x", "m/a/y", "m/b/x"] and r.read("m/a/x")["step"].tolist() == [1]
+
+
+@pytest.mark.parametrize(("name", "what"), [("results.h5", "the analysis"), ("series.h5", "the training")])
+def test_damage_line_names_the_file_to_move_aside(tmp_path, name, what):
+    from aclarena.store.results import damaged
+
+    with pytest.raises(StoreError) as e, damaged(tmp_path / name, "monitor/seq-ecom-sft"):
+        raise KeyError("step")
+    line = str(e.value)
+    assert len(line.splitlines()) == 1 and f"move {name} aside and rerun {what} that wrote it" in line
