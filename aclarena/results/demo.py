@@ -8,13 +8,11 @@ with :func:`write_demo_summary`; :func:`read_demo_summary` reads it back. Plain 
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, fields
 from typing import Any
 
 from aclarena.results import registry
-from aclarena.results.registry import ResultType, Stored
 from aclarena.store.results import ResultsStore, StoreReader
 
 STORE_KEY = "demo/summary"
@@ -103,9 +101,7 @@ OPTIONAL = ("seed", "made_by")
 
 def read_demo_summary(reader: StoreReader | None) -> DemoSummaryData | None:
     """The stored demo summary of an open results store (None when there is none)."""
-    if reader is None or not reader.has(STORE_KEY):
-        return None
-    data: DemoSummaryData = registry.read(reader, STORE_KEY, RESULT_TYPE)
+    data: DemoSummaryData | None = registry.read_if_stored(reader, STORE_KEY, RESULT_TYPE)
     return data
 
 
@@ -115,16 +111,4 @@ def write_demo_summary(store: ResultsStore | str | os.PathLike[str], payload: De
     return STORE_KEY
 
 
-def encode(p: DemoSummaryData) -> tuple[dict[str, Any], dict[str, Any]]:
-    from aclarena.store.encoding import Json
-
-    return {"summary": Json(p.to_json())}, {}
-
-
-def decode(s: Stored) -> DemoSummaryData:
-    value = s.data["summary"]
-    return DemoSummaryData.from_json(json.loads(value) if isinstance(value, str) else value)
-
-
-DEMO_SUMMARY = registry.register(ResultType(name=RESULT_TYPE, version=RESULT_VERSION, payload=DemoSummaryData,
-                                            encode=encode, decode=decode, upgrades={}))
+DEMO_SUMMARY = registry.register(registry.json_type(RESULT_TYPE, RESULT_VERSION, DemoSummaryData, "summary"))

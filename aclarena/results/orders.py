@@ -8,13 +8,11 @@ and ``export``'s ``orders/*`` figures read it with :func:`read_orders`. Plain JS
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from aclarena.results import registry
-from aclarena.results.registry import ResultType, Stored
 from aclarena.store.results import ResultsStore, StoreReader
 
 STORE_KEY = "orders/summary"
@@ -60,9 +58,7 @@ class OrderStudyData:
 
 def read_orders(reader: StoreReader | None) -> OrderStudyData | None:
     """The stored order study of an open results store (None when there is none)."""
-    if reader is None or not reader.has(STORE_KEY):
-        return None
-    data: OrderStudyData = registry.read(reader, STORE_KEY, RESULT_TYPE)
+    data: OrderStudyData | None = registry.read_if_stored(reader, STORE_KEY, RESULT_TYPE)
     return data
 
 
@@ -72,16 +68,4 @@ def write_orders_result(store: ResultsStore | str | os.PathLike[str], payload: O
     return STORE_KEY
 
 
-def encode(p: OrderStudyData) -> tuple[dict[str, Any], dict[str, Any]]:
-    from aclarena.store.encoding import Json
-
-    return {"report": Json(p.to_json())}, {}
-
-
-def decode(s: Stored) -> OrderStudyData:
-    value = s.data["report"]
-    return OrderStudyData.from_json(json.loads(value) if isinstance(value, str) else value)
-
-
-ORDER_STUDY = registry.register(ResultType(name=RESULT_TYPE, version=RESULT_VERSION, payload=OrderStudyData,
-                                           encode=encode, decode=decode, upgrades={}))
+ORDER_STUDY = registry.register(registry.json_type(RESULT_TYPE, RESULT_VERSION, OrderStudyData, "report"))

@@ -15,6 +15,7 @@ Torch-free: numpy and :mod:`aclarena.store` only.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -103,6 +104,23 @@ def register(rtype: ResultType) -> ResultType:
     return rtype
 
 
+def json_type(name: str, version: str, payload: Any, element: str,
+              upgrades: Mapping[str, Upgrade] | None = None) -> ResultType:
+    """A result type stored as one JSON element ``element`` (a report such as the demo's summary or the order
+    study): ``payload`` has ``to_json()`` and a classmethod ``from_json(data)`` that raises on a wrong shape."""
+    def encode(p: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        from aclarena.store.encoding import Json
+
+        return {element: Json(p.to_json())}, {}
+
+    def decode(s: Stored) -> Any:
+        value = s.data[element]
+        return payload.from_json(json.loads(value) if isinstance(value, str) else value)
+
+    return ResultType(name=name, version=version, payload=payload, encode=encode, decode=decode,
+                      upgrades=dict(upgrades or {}))
+
+
 def get(name: str) -> ResultType:
     try:
         return _REGISTRY[name]
@@ -133,6 +151,13 @@ def read(reader: StoreReader, key: str, name: str) -> Any:
     with reader.damaged(key):
         _parse(stored.version)
         return rtype.decode(rtype.upgrade(stored, f"{reader.path}:"))
+
+
+def read_if_stored(reader: StoreReader | None, key: str, name: str) -> Any:
+    """:func:`read` of the result at ``key``, or None when there is none (or no store)."""
+    if reader is None or not reader.has(key):
+        return None
+    return read(reader, key, name)
 
 
 def read_view(reader: StoreReader | None, key: str, name: str, view: str, views: Sequence[str]) -> Any:
