@@ -109,9 +109,7 @@ def read_displacement_stats(reader: StoreReader) -> DisplacementStatsData:
 
 def read_displacement_summary(reader: StoreReader | None) -> DisplacementSummaryData | None:
     """The stored summary with both views (None when the run has none yet)."""
-    if reader is None or not reader.has(SUMMARY_KEY):
-        return None
-    data: DisplacementSummaryData = registry.read(reader, SUMMARY_KEY, SUMMARY_TYPE)
+    data: DisplacementSummaryData | None = registry.read_if_stored(reader, SUMMARY_KEY, SUMMARY_TYPE)
     return data
 
 

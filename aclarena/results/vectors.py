@@ -139,9 +139,7 @@ def read_gram(reader: StoreReader) -> GramData:
 
 def read_vectors_summary(reader: StoreReader | None) -> VectorSummaryData | None:
     """The stored summary with both views (None when the run has none yet)."""
-    if reader is None or not reader.has(SUMMARY_KEY):
-        return None
-    data: VectorSummaryData = registry.read(reader, SUMMARY_KEY, SUMMARY_TYPE)
+    data: VectorSummaryData | None = registry.read_if_stored(reader, SUMMARY_KEY, SUMMARY_TYPE)
     return data
 
 
@@ -153,9 +151,7 @@ def read_vectors_view(reader: StoreReader | None, view: str = "all") -> VectorSu
 
 def read_vector_pairs(reader: StoreReader | None) -> VectorPairsData | None:
     """The stored pair cosines (None when the run has none)."""
-    if reader is None or not reader.has(PAIRS_KEY):
-        return None
-    data: VectorPairsData = registry.read(reader, PAIRS_KEY, PAIRS_TYPE)
+    data: VectorPairsData | None = registry.read_if_stored(reader, PAIRS_KEY, PAIRS_TYPE)
     return data
 
 
