@@ -338,3 +338,19 @@ def test_store_and_results_never_reach_torch(layer):
             todo += graph[m]
     torch_users = sorted(m for m in reached if "torch" in {n.split(".")[0] for n in _imports(mods[m])})
     assert torch_users == [], f"{layer}/ reaches torch through {torch_users}"
+
+
+def test_the_contributors_layer_table_is_the_tested_one():
+    """docs/architecture.md's table names every folder of the package once, with exactly the layers MAY_IMPORT
+    lets it import (so the contributors' page cannot drift from the rule this file enforces)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0].endswith("/`"):
+            rows[cells[0].strip("`/")] = frozenset() if cells[2] == "(none)" else frozenset(
+                c.strip() for c in cells[2].split(","))
+    folders = {p.name for p in (Path(__file__).resolve().parents[2] / "aclarena").iterdir()
+               if p.is_dir() and (p / "__init__.py").exists()}
+    assert set(rows) == folders == set(MAY_IMPORT)
+    assert {k: sorted(v) for k, v in rows.items()} == {k: sorted(v) for k, v in MAY_IMPORT.items()}
