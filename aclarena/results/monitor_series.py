@@ -148,7 +148,8 @@ def load_monitor(reader: SeriesReader, label: str) -> MonitorView:
                          f"reads {RESULT_VERSION.split('.')[0]}.x); upgrade aclarena")
     stored = Stored(key=key, version=version, attrs=attrs, data={n[len(base):]: reader.read(n) for n in names})
     with damaged(reader.path, f"series/{key}"):
-        return decode(registry.upgrade_stored(stored, RESULT_TYPE, RESULT_VERSION, UPGRADES, f"{reader.path}:series/"))
+        return decode(registry.upgrade_stored(stored, RESULT_TYPE, RESULT_VERSION, UPGRADES, f"{reader.path}:series/",
+                                                rerun="the monitored training that wrote it"))
 
 
 def decode(s: Stored) -> MonitorView:

@@ -75,7 +75,8 @@ class ResultType:
         return key, data, self.name, self.version, attrs
 
 
-def upgrade_stored(stored: Stored, name: str, version: str, upgrades: Mapping[str, Upgrade], where: str = "") -> Stored:
+def upgrade_stored(stored: Stored, name: str, version: str, upgrades: Mapping[str, Upgrade], where: str = "", *,
+                   rerun: str = "the analysis that wrote it") -> Stored:
     """``stored`` (of type ``name``) rewritten up to ``version`` by ``upgrades`` (each moves it one step); what
     :meth:`ResultType.upgrade` runs, and the reader of a type kept outside results.h5 (``monitor-series``)."""
     seen: set[str] = set()
@@ -84,8 +85,7 @@ def upgrade_stored(stored: Stored, name: str, version: str, upgrades: Mapping[st
         if step is None or stored.version in seen:
             raise StoreError(f"{where}{stored.key}: {name} result version {stored.version} cannot be read by "
                              f"this aclarena (it reads {version}, upgrades from "
-                             f"{', '.join(sorted(upgrades)) or 'no older version'}); rerun the analysis "
-                             "that wrote it")
+                             f"{', '.join(sorted(upgrades)) or 'no older version'}); rerun {rerun}")
         seen.add(stored.version)
         stored = step(stored)
     return stored
