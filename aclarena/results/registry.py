@@ -160,6 +160,17 @@ def read_if_stored(reader: StoreReader | None, key: str, name: str) -> Any:
     return read(reader, key, name)
 
 
+def read_children(reader: StoreReader | None, root: str, name: str,
+                  order: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """``{child: payload}`` of every child group of ``root`` whose type is ``name`` (others skipped), in the order
+    of ``order`` (the stored order without one); empty without a store or ``root``."""
+    if reader is None or not reader.has(root):
+        return {}
+    children = reader.keys(root) if order is None else sorted(reader.keys(root), key=order)
+    return {child: read(reader, f"{root}/{child}", name) for child in children
+            if reader.attrs(f"{root}/{child}").get("result-type") == name}
+
+
 def read_view(reader: StoreReader | None, key: str, name: str, view: str, views: Sequence[str]) -> Any:
     """One view (a child named in ``views``) of the summary at ``key``, read alone through :func:`read_part`:
     the payload's ``views[view]``, or None when the run has none yet."""

@@ -67,15 +67,8 @@ def read_reports(reader: StoreReader | None) -> dict[str, RoutingData]:
     Each element is checked for the shape docs/store-format.md gives it (what the Router page and
     ``export`` draw from); anything else is one line naming the key ("is damaged").
     """
-    out: dict[str, RoutingData] = {}
-    if reader is None or not reader.has(ROOT):
-        return out
-    names = sorted(reader.keys(ROOT), key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
-    for name in names:
-        key = routing_key(name)
-        if reader.attrs(key).get("result-type") != RESULT_TYPE:
-            continue
-        out[name] = read_routing(reader, key)
+    out: dict[str, RoutingData] = registry.read_children(
+        reader, ROOT, RESULT_TYPE, order=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
     return out
 
 

@@ -76,14 +76,7 @@ def write_train_logs(store: ResultsStore | str | os.PathLike[str], payloads: Seq
 def read_train_logs(reader: StoreReader | None) -> dict[str, TrainLog]:
     """``{checkpoint: TrainLog}`` of every phase stored by ``train`` in an open store (groups of other types under
     :data:`ROOT` are skipped); each element is checked for the shape docs/store-format.md gives it."""
-    out: dict[str, TrainLog] = {}
-    if reader is None or not reader.has(ROOT):
-        return out
-    for name in reader.keys(ROOT):
-        key = train_log_key(name)
-        if reader.attrs(key).get("result-type") != RESULT_TYPE:
-            continue
-        out[name] = read_train_log(reader, key)
+    out: dict[str, TrainLog] = registry.read_children(reader, ROOT, RESULT_TYPE)
     return out
 
 
