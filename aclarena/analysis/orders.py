@@ -5,7 +5,8 @@ diagnostics predict it.
 :func:`prepare` parses the design against the curriculum and plans it (:mod:`aclarena.diagnostics.orders`),
 refusing one over its stage budget unless asked; :func:`run_orders` trains the prefix tree
 (:func:`aclarena.train.orders.train_orders`), scores every node and the base on each domain's in-domain
-suite (greedy, ``n`` tasks), computes the findings (:func:`aclarena.diagnostics.orders.order_findings`),
+suite (greedy, ``n`` tasks; with the pairs a longer order's pairwise prediction needs, where another design
+trained them into the folder: :func:`trained_pairs`), computes the findings (:func:`aclarena.diagnostics.orders.order_findings`),
 then per ordered pair a -> b (the nodes of length two) three diagnostics of the second stage:
 
 * ``cos``: the task-vector cosine of the two stage updates, ``cos(θ_a − θ_base, θ_ab − θ_a)`` (``vectors``);
@@ -129,13 +130,31 @@ def _prefix_of(job: Any, plan: OrderPlan) -> Prefix:
     raise AssertionError(job.name)
 
 
-def accuracies(cells: dict[tuple[str, str], float], plan: OrderPlan, domains: Sequence[str]) -> dict[
-        tuple[Prefix, str, int], float]:
+def trained_pairs(cfg: Any, out: str | os.PathLike[str], orders: Sequence[Prefix], plan: OrderPlan) -> list[Prefix]:
+    """The ordered pairs that the pairwise prediction of the design's orders of three or more stages needs and the
+    design does not train (``(a, c)`` of ``a, b, c``), where the run folder holds them finished for every seed
+    (``--orders pairs`` into the same folder), after the first stages among them the design lacks: they are
+    evaluated and read like the design's own nodes."""
+    from aclarena.train.orders import order_jobs, to_train
+
+    want = sorted({(o[i], o[j]) for o in orders if len(o) >= 3 for i in range(len(o)) for j in range(i + 1, len(o))}
+                  - set(plan.nodes))
+    if not want or not Path(out).exists():
+        return []
+    pairs = plan_orders(want, plan.seeds)
+    todo = to_train(out, [j for j in order_jobs(cfg, pairs) if j.kind != "base"])
+    missing = {_prefix_of(j, pairs) for j in todo}
+    ready = [p for p in want if p not in missing and p[:1] not in missing]
+    return [*sorted({p[:1] for p in ready} - set(plan.nodes)), *ready]
+
+
+def accuracies(cells: dict[tuple[str, str], float], nodes: Sequence[Prefix], seeds: int,
+               domains: Sequence[str]) -> dict[tuple[Prefix, str, int], float]:
     """``acc[(prefix, domain, replicate)]`` from ``(checkpoint, suite)`` greedy means (the base is every
     replicate's empty prefix)."""
     acc: dict[tuple[Prefix, str, int], float] = {}
-    for r in range(plan.seeds):
-        for p in ((), *plan.nodes):
+    for r in range(seeds):
+        for p in ((), *nodes):
             for d in domains:
                 v = cells.get((order_node_name(p, r), f"{d}/id"))
                 if v is not None:
@@ -161,13 +180,15 @@ def run_orders(cfg: Any, out: str | os.PathLike[str], spec: str, *, seeds: int, 
     times, errors, part, verb = parts.times, parts.errors, parts.part, parts.verb
 
     part("train", lambda: train_orders(cfg, out, plan, show_progress=show_progress, config_text=config_text))
-    names = ["base", *(order_node_name(p, r) for r in range(seeds) for p in plan.nodes)]
+    extra = trained_pairs(cfg, out, setup.orders, plan)
+    nodes = (*plan.nodes, *extra)
+    names = ["base", *(order_node_name(p, r) for r in range(seeds) for p in nodes)]
     suites = ",".join(f"{d}/id" for d in domains)
     ev = part("eval", lambda: verb("eval", "eval", functools.partial(analyses.eval_cells, run, names, suites, n)))
     from aclarena.analysis.study_findings import cells_of
 
     cells = cells_of(ev)
-    acc = accuracies(cells, plan, domains)
+    acc = accuracies(cells, nodes, seeds, domains)
     reps = list(range(seeds))
     found = order_findings(acc, setup.orders, domains, plan.nodes, reps)
     pairs = [p for p in plan.nodes if len(p) == 2]
@@ -178,7 +199,7 @@ def run_orders(cfg: Any, out: str | os.PathLike[str], spec: str, *, seeds: int, 
         inter = {(r["first"], r["second"]): r["values"] for r in found["matrix"]["pairs"]}
         feats = {(r["first"], r["second"]): {f: r[f] for f in FEATURES} for r in rows}
         report = predictor_report(feats, inter)
-    table = {order_node_name(p): {d: [acc.get((p, d, r)) for r in reps] for d in domains} for p in ((), *plan.nodes)}
+    table = {order_node_name(p): {d: [acc.get((p, d, r)) for r in reps] for d in domains} for p in ((), *nodes)}
     result = OrderStudy(out=out, setup=setup, seeds=[cfg.seed + r for r in reps], cells=table, findings=found,
                         pairs=rows, predictors=report, part_times=times, errors=errors)
     write_orders(result, command=command or f"aclarena-diag study --orders {spec} --run {out} --seeds {seeds} -n {n}")

@@ -1,6 +1,7 @@
 """`aclarena-diag study --orders` end to end at toy size: a shared prefix is trained once, a second design
 in the same folder trains only its new stages, the budget refuses a design without --yes, orders.json is
-strict JSON with a value per seed, and the per-pair diagnostics are measured."""
+strict JSON with a value per seed, the per-pair diagnostics are measured, and a three-stage order's pairwise
+prediction reads the pairs another design trained."""
 
 from __future__ import annotations
 
@@ -69,3 +70,23 @@ def test_orders_share_prefixes_and_report(tmp_path, cli):
     bwt = [r["bwt"]["values"][0] for r in again["findings"]["orders"]["orders"]]
     assert all(v is not None and math.isfinite(v) for v in bwt)
 
+    # a three-stage order's pairwise prediction needs (math, if) and (search, if), which it does not train: it
+    # reads them where another design trained them into the folder, and says what is missing until then
+    three_stages = ("study", "--orders", "math,search,if", "--config", str(cfg), "--run", str(out), "--seeds", "1",
+                    "-n", "2", "--json", "--no-diagnostics")
+    code, stdout, err = cli(*three_stages)
+    assert code == 0, err
+    pp = json.loads(stdout)["findings"]["pairwise_prediction"]
+    assert pp["orders"][0]["predicted_bwt"]["values"] == [None] and "train --orders pairs" in pp["reason"]
+    code, _, err = cli("study", "--orders", "search,if", "--config", str(cfg), "--run", str(out), "--seeds", "1",
+                       "-n", "2", "--no-diagnostics")
+    assert code == 0, err
+    code, stdout, err = cli(*three_stages)
+    assert code == 0, err
+    three = json.loads(stdout)
+    assert {"ord-math-if", "ord-search-if", "ord-math-search-if"} <= set(three["cells"])
+    pred = three["findings"]["pairwise_prediction"]["orders"][0]["predicted_bwt"]["values"][0]
+    c = three["cells"]
+    inter = [c[f"ord-{a}"][a][0] - c[f"ord-{a}-{b}"][a][0] for a, b in (("math", "search"), ("math", "if"),
+                                                                         ("search", "if"))]
+    assert pred == pytest.approx(-sum(inter) / 2)
