@@ -502,6 +502,10 @@ def _ci(row: dict[str, Any] | None, d: int = 3) -> str:
     return s + f" (n={row.get('n', 0)})"
 
 
+def _r(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.2f}"
+
+
 def summary_lines(data: dict[str, Any]) -> list[str]:
     """The order study's findings in words (the same numbers as orders.json)."""
     f = data["findings"]
@@ -531,14 +535,14 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
         out.append(f"    {' -> '.join(r['order'])}: final avg {_ci(r['final_avg'])}, BWT {_ci(r['bwt'])}")
     pp = f["pairwise_prediction"]
     out.append("  pairwise matrix predicts the orders' BWT: " + (
-        f"r = {pp['r']}, MAE {pp['mae']:.3f} over {pp['points']} (order, seed) points" if pp.get("mae") is not None
+        f"r = {_r(pp['r'])}, MAE {pp['mae']:.3f} over {pp['points']} (order, seed) points" if pp.get("mae") is not None
         else f"not tested: {pp.get('reason')}"))
     for name, res in (data.get("predictors") or {}).get("features", {}).items():
         if res.get("status") != "ok":
             out.append(f"  does {name} predict interference? {res.get('status')}")
             continue
         ho = res["held_out"]
-        out.append(f"  does {name} predict interference? Pearson r {res['pearson']} [{res['pearson_low']}, "
-                   f"{res['pearson_high']}] over {res['pairs']} pairs; held out: R² {ho['r2']}, MAE {ho['mae']:.3f} "
-                   f"vs {ho['mae_mean_only']:.3f} for the mean")
+        out.append(f"  does {name} predict interference? Pearson r {_r(res['pearson'])} [{_r(res['pearson_low'])}, "
+                   f"{_r(res['pearson_high'])}] over {res['pairs']} pairs; held out: R² {_r(ho['r2'])}, MAE "
+                   f"{ho['mae']:.3f} vs {ho['mae_mean_only']:.3f} for the mean")
     return out

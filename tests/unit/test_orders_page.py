@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from orders_helpers import HARM, synthetic_study, write_study
 
@@ -57,6 +59,9 @@ def test_summary_lines_name_the_harmful_stage(tmp_path) -> None:
     harm = next(line for line in lines if "most harmful stage" in line)
     assert "ecom" in harm and "positions 2, 3" in harm
     assert any("pairwise matrix predicts the orders' BWT" in line and "MAE 0.0" in line for line in lines)
+    # correlations to two decimals with a sign (they printed every digit of the float)
+    rs = [line for line in lines if "r = " in line or "Pearson r" in line]
+    assert rs and all(re.search(r"r (= )?[+-]\d\.\d\d( |,)", line) for line in rs), rs
 
 
 def test_docs_renderer_of_an_order_study() -> None:
