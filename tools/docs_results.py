@@ -398,9 +398,11 @@ def orders_table(data: Mapping[str, Any]) -> str:
         p = pairs.get((r["first"], r["second"]), {})
         rows.append([f"{r['first']} → {r['second']}", _ci_row(r), ", ".join(_num(v) for v in r["values"]),
                      _ci_row(r["transfer"]), ", ".join(_p(x) for x in p.get("p_drop", [])) or "-",
-                     ", ".join(_num(x, 2) for x in p.get("cos", [])) or "-"])
+                     *(", ".join(_num(x, d) for x in p.get(k, [])) or "-"
+                       for k, d in (("cos", 2), ("sft_rl", 1), ("kl_share_high", 2)))])
     text = _table(["pair a → b", "interference (a's drop)", "per seed", "transfer (b's gain)",
-                   "McNemar p of a's drop, per seed", "cos of the two updates, per seed"], rows)
+                   "McNemar p of a's drop, per seed", "cos of the two updates, per seed", "b's SFT/RL ‖Δθ‖, per seed",
+                   "b's KL share at the top 6% entropy positions, per seed"], rows)
     orows = [[" → ".join(o["order"]), _ci_row(o["final_avg"]), _ci_row(o["bwt"]),
               ", ".join(_num(v) for v in o["bwt"]["values"])] for o in f["orders"]["orders"]]
     text += "\n" + _table(["order", "final average accuracy", "BWT", "BWT per seed"], orows)

@@ -67,7 +67,12 @@ def test_summary_lines_name_the_harmful_stage(tmp_path) -> None:
 def test_docs_renderer_of_an_order_study() -> None:
     from tools.docs_results import orders_table
 
-    text = orders_table(synthetic_study("pairs"))
+    data = synthetic_study("pairs")
+    data["pairs"] = [{"first": "math", "second": "ecom", "p_drop": [0.01, 0.02, 0.03], "cos": [-0.05, 0.04, None],
+                      "sft_rl": [16.83, 20.7, 19.9], "kl_share_high": [0.271, 0.4, 0.53]}]
+    text = orders_table(data)
     assert "| math → ecom | 0.19 [" in text  # interference of math by ecom, with its t interval over 3 seeds
+    # and the pair's three diagnostics per seed, a missing one as "-"
+    assert "| -0.05, 0.04, - | 16.8, 20.7, 19.9 | 0.27, 0.40, 0.53 |" in text
     assert "| 0.20, 0.19, 0.18 |" in text  # its value per seed (0.20 less 0.01 per seed index)
     assert "- most harmful stage (positions 2, each weighed the same): ecom" in text
