@@ -27,7 +27,11 @@ sleep 120   # chain A copies the shipped base first; chain B then finds it finis
  train latin-b 'ecom,if,search,math;if,math,ecom,search') &
 b=$!
 wait $a $b
-export OMP_NUM_THREADS=2
-cli study --orders pairs --run "$RUN" --seeds 3 -n 100 --yes > "$LOG/pairs.log" 2>&1; echo "pairs rc=$?" >> "$LOG/status.txt"
-cli study --orders latin --run "$RUN" --seeds 3 -n 100 --yes > "$LOG/latin.log" 2>&1; echo "latin rc=$?" >> "$LOG/status.txt"
+export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2   # MKL_NUM_THREADS=1 alone keeps torch at one thread
+# each design writes RUN/orders.json; a copy of each is kept (docs/results/orders_mini_{pairs,latin}.json)
+for design in pairs latin; do
+  cli study --orders $design --run "$RUN" --seeds 3 -n 100 --yes > "$LOG/$design.log" 2>&1
+  echo "$design rc=$?" >> "$LOG/status.txt"
+  cp "$RUN/orders.json" "$RUN/orders_$design.json"
+done
 date -u >> "$LOG/status.txt"

@@ -45,6 +45,8 @@ DEMO_CMD = ("aclarena-diag demo --out runs/demo && cp runs/demo/summary.json doc
 TIMING_CMD = "python benchmarks/demo_time.py --json-out docs/results/demo_timing.json && make docs-results"
 ORDERS_CMD = ("aclarena-diag study --orders pairs --config examples/quick.toml --run runs/orders-quick --seeds 3 "
               "&& cp runs/orders-quick/orders.json docs/results/orders_quick.json && make docs-results")
+ORDERS_MINI_CMD = ("benchmarks/orders_mini.sh runs/orders && cp runs/orders/orders_latin.json "
+                   "docs/results/orders_mini_latin.json && make docs-results")
 STUDY_CMD = ("aclarena-diag study --run runs/study --seeds 3 && cp runs/study/findings.json "
              "docs/results/findings.json && make docs-results")
 
@@ -410,6 +412,29 @@ def orders_table(data: Mapping[str, Any]) -> str:
                                     if not line.startswith("    ")) + "\n"
 
 
+def orders_ranking(data: Mapping[str, Any]) -> str:
+    """An order study of full orders (``latin``, ``all``): the harm each stage causes with position controlled,
+    the orders ranked, and the pairwise matrix's prediction of each order's BWT, then the findings in words but
+    the pairs' (the pairs design's table holds them)."""
+    from aclarena.diagnostics.orders import summary_lines
+
+    f = data["findings"]
+    h = f["harm"]
+    share = h.get("p_most_harmful") or {}
+    text = _table([f"stage (positions {', '.join(map(str, h.get('positions', [])))})", "forgetting it causes",
+                   "per seed", "most harmful in (seed resamples)"],
+                  [[r["stage"], _ci_row(r), ", ".join(_num(v) for v in r["values"]),
+                    "-" if share.get(r["stage"]) is None else f"{share[r['stage']]:.0%}"] for r in h.get("stages", [])])
+    pred = {tuple(r["order"]): r for r in f["pairwise_prediction"]["orders"]}
+    orows = [[" → ".join(o["order"]), _ci_row(o["final_avg"]), _ci_row(o["bwt"]),
+              ", ".join(_num(v) for v in o["bwt"]["values"]),
+              _ci_row(pred.get(tuple(o["order"]), {}).get("predicted_bwt"))] for o in f["orders"]["orders"]]
+    text += "\n" + _table(["order", "final average accuracy", "BWT", "BWT per seed",
+                           "BWT predicted by the pairs' interference"], orows)
+    return text + "\n" + "\n".join(f"- {line.strip()}" for line in summary_lines(data)[1:]
+                                    if not line.startswith("    ") and not line.startswith("  interference")) + "\n"
+
+
 def test_tiers(data: Mapping[str, Any]) -> str:
     """Each test tier's command, its test counts and its wall time."""
     rows = []
@@ -479,6 +504,7 @@ RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "warning-validation": (warning_validation, VALIDATION_CMD),
     "warning-validation-line": (warning_validation_line, VALIDATION_CMD),
     "orders": (orders_table, ORDERS_CMD),
+    "orders-ranking": (orders_ranking, ORDERS_MINI_CMD),
 }
 
 

@@ -506,7 +506,7 @@ def _r(x: float | None) -> str:
     return "-" if x is None else f"{x:+.2f}"
 
 
-def summary_lines(data: dict[str, Any]) -> list[str]:
+def summary_lines(data: Mapping[str, Any]) -> list[str]:
     """The order study's findings in words (the same numbers as orders.json)."""
     f = data["findings"]
     seeds = len(data["seeds"])

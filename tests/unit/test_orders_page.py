@@ -76,3 +76,18 @@ def test_docs_renderer_of_an_order_study() -> None:
     assert "| -0.05, 0.04, - | 16.8, 20.7, 19.9 | 0.27, 0.40, 0.53 |" in text
     assert "| 0.20, 0.19, 0.18 |" in text  # its value per seed (0.20 less 0.01 per seed index)
     assert "- most harmful stage (positions 2, each weighed the same): ecom" in text
+
+
+def test_docs_renderer_of_a_latin_study() -> None:
+    from tools.docs_results import orders_ranking
+
+    text = orders_ranking(synthetic_study("latin"))
+    # the harm per stage, position controlled, with the share of seed resamples in which it is the most harmful
+    assert "| stage (positions 2, 3" in text and "| ecom | " in text and "| 100% |" in text
+    # every order with its measured BWT beside the pairs' prediction (the synthetic truth is additive: close)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and " → " in line]
+    assert len(rows) == 3
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert abs(float(cells[2].split(" [")[0]) - float(cells[4].split(" [")[0])) <= 0.02, row
+    assert "- interference" not in text  # the pairs' lines belong to the pairs design's table
