@@ -535,7 +535,8 @@ def summary_lines(data: Mapping[str, Any]) -> list[str]:
         out.append(f"    {' -> '.join(r['order'])}: final avg {_ci(r['final_avg'])}, BWT {_ci(r['bwt'])}")
     pp = f["pairwise_prediction"]
     out.append("  pairwise matrix predicts the orders' BWT: " + (
-        f"r = {_r(pp['r'])}, MAE {pp['mae']:.3f} over {pp['points']} (order, seed) points" if pp.get("mae") is not None
+        f"r = {_r(pp['r'])}, MAE {pp['mae']:.3f} over {pp['points']} (order, seed) points of {len(pp['orders'])} "
+        "orders (no interval: the points of one order are not independent)" if pp.get("mae") is not None
         else f"not tested: {pp.get('reason')}"))
     for name, res in (data.get("predictors") or {}).get("features", {}).items():
         if res.get("status") != "ok":
