@@ -391,8 +391,6 @@ def _ci_row(r: Mapping[str, Any] | None, digits: int = 2) -> str:
 def orders_table(data: Mapping[str, Any]) -> str:
     """An order study (``study --orders``): each pair's interference and transfer, each order's final average
     accuracy and BWT, per seed and as a mean with its 95% t interval over seeds, then the findings in words."""
-    from aclarena.diagnostics.orders import summary_lines
-
     f = data["findings"]
     pairs = {(p["first"], p["second"]): p for p in data.get("pairs") or []}
     rows = []
@@ -405,19 +403,31 @@ def orders_table(data: Mapping[str, Any]) -> str:
     text = _table(["pair a → b", "interference (a's drop)", "per seed", "transfer (b's gain)",
                    "McNemar p of a's drop, per seed", "cos of the two updates, per seed", "b's SFT/RL ‖Δθ‖, per seed",
                    "b's KL share at the top 6% entropy positions, per seed"], rows)
-    orows = [[" → ".join(o["order"]), _ci_row(o["final_avg"]), _ci_row(o["bwt"]),
-              ", ".join(_num(v) for v in o["bwt"]["values"])] for o in f["orders"]["orders"]]
-    text += "\n" + _table(["order", "final average accuracy", "BWT", "BWT per seed"], orows)
-    return text + "\n" + "\n".join(f"- {line.strip()}" for line in summary_lines(data)[1:]
-                                    if not line.startswith("    ")) + "\n"
+    return text + "\n" + _orders_ranked(f) + _findings_lines(data, skip=("    ",))
+
+
+def _orders_ranked(f: Mapping[str, Any], predicted: bool = False) -> str:
+    """Each order's final average accuracy and BWT (mean [95% t interval], BWT per seed), and with ``predicted``
+    the BWT the pairs' interference predicts for it."""
+    pred = {tuple(r["order"]): r.get("predicted_bwt") for r in f["pairwise_prediction"]["orders"]}
+    rows = [[" → ".join(o["order"]), _ci_row(o["final_avg"]), _ci_row(o["bwt"]),
+             ", ".join(_num(v) for v in o["bwt"]["values"]), *([_ci_row(pred.get(tuple(o["order"])))] if predicted
+                                                              else [])] for o in f["orders"]["orders"]]
+    return _table(["order", "final average accuracy", "BWT", "BWT per seed",
+                   *(["BWT predicted by the pairs' interference"] if predicted else [])], rows)
+
+
+def _findings_lines(data: Mapping[str, Any], skip: tuple[str, ...]) -> str:
+    """The order study's findings in words as a list, but the lines starting with ``skip``."""
+    from aclarena.diagnostics.orders import summary_lines
+
+    return "\n" + "\n".join(f"- {line.strip()}" for line in summary_lines(data)[1:] if not line.startswith(skip)) + "\n"
 
 
 def orders_ranking(data: Mapping[str, Any]) -> str:
     """An order study of full orders (``latin``, ``all``): the harm each stage causes with position controlled,
     the orders ranked, and the pairwise matrix's prediction of each order's BWT, then the findings in words but
     the pairs' (the pairs design's table holds them)."""
-    from aclarena.diagnostics.orders import summary_lines
-
     f = data["findings"]
     h = f["harm"]
     share = h.get("p_most_harmful") or {}
@@ -425,14 +435,7 @@ def orders_ranking(data: Mapping[str, Any]) -> str:
                    "per seed", "most harmful in (seed resamples)"],
                   [[r["stage"], _ci_row(r), ", ".join(_num(v) for v in r["values"]),
                     "-" if share.get(r["stage"]) is None else f"{share[r['stage']]:.0%}"] for r in h.get("stages", [])])
-    pred = {tuple(r["order"]): r for r in f["pairwise_prediction"]["orders"]}
-    orows = [[" → ".join(o["order"]), _ci_row(o["final_avg"]), _ci_row(o["bwt"]),
-              ", ".join(_num(v) for v in o["bwt"]["values"]),
-              _ci_row(pred.get(tuple(o["order"]), {}).get("predicted_bwt"))] for o in f["orders"]["orders"]]
-    text += "\n" + _table(["order", "final average accuracy", "BWT", "BWT per seed",
-                           "BWT predicted by the pairs' interference"], orows)
-    return text + "\n" + "\n".join(f"- {line.strip()}" for line in summary_lines(data)[1:]
-                                    if not line.startswith("    ") and not line.startswith("  interference")) + "\n"
+    return text + "\n" + _orders_ranked(f, predicted=True) + _findings_lines(data, skip=("    ", "  interference"))
 
 
 def test_tiers(data: Mapping[str, Any]) -> str:
