@@ -426,7 +426,7 @@ def _findings_lines(data: Mapping[str, Any], skip: tuple[str, ...]) -> str:
 
 def orders_ranking(data: Mapping[str, Any]) -> str:
     """An order study of full orders (``latin``, ``all``): the harm each stage causes with position controlled,
-    the orders ranked, and the pairwise matrix's prediction of each order's BWT, then the findings in words but
+    each domain's final forgetting by its position, the orders ranked, and the pairwise matrix's prediction of each order's BWT, then the findings in words but
     the pairs' (the pairs design's table holds them)."""
     f = data["findings"]
     h = f["harm"]
@@ -435,6 +435,12 @@ def orders_ranking(data: Mapping[str, Any]) -> str:
                    "per seed", "most harmful in (seed resamples)"],
                   [[r["stage"], _ci_row(r), ", ".join(_num(v) for v in r["values"]),
                     "-" if share.get(r["stage"]) is None else f"{share[r['stage']]:.0%}"] for r in h.get("stages", [])])
+    by = {(r["domain"], r["position"]): r for r in f.get("by_position") or []}
+    positions = sorted({q for _, q in by})
+    if by:
+        text += "\n" + _table(["domain's final forgetting, by its position", *map(str, positions)],
+                              [[d, *(_ci_row(by.get((d, q))) for q in positions)]
+                               for d in dict.fromkeys(d for d, _ in by)])
     return text + "\n" + _orders_ranked(f, predicted=True) + _findings_lines(data, skip=("    ", "  interference"))
 
 

@@ -84,6 +84,11 @@ def test_docs_renderer_of_a_latin_study() -> None:
     text = orders_ranking(synthetic_study("latin"))
     # the harm per stage, position controlled, with the share of seed resamples in which it is the most harmful
     assert "| stage (positions 2, 3" in text and "| ecom | " in text and "| 100% |" in text
+    # each domain's final forgetting by its position (the last position forgets nothing)
+    assert "| domain's final forgetting, by its position | 1 | 2 | 3 |" in text
+    by_position = [line for line in text.splitlines() if line.startswith(("| math |", "| search |", "| ecom |"))
+                   and line.count("[") == 3]
+    assert len(by_position) == 3 and all(line.endswith("| 0.00 [0.00, 0.00] |") for line in by_position)
     # every order with its measured BWT beside the pairs' prediction (the synthetic truth is additive: close)
     rows = [line for line in text.splitlines() if line.startswith("| ") and " → " in line]
     assert len(rows) == 3
