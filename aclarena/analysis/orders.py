@@ -7,7 +7,8 @@ refusing one over its stage budget unless asked; :func:`run_orders` trains the p
 (:func:`aclarena.train.orders.train_orders`), scores every node and the base on each domain's in-domain
 suite (greedy, ``n`` tasks; also the pairs a longer order's pairwise prediction needs, where another design
 trained them into the folder: :func:`trained_pairs`), computes the findings
-(:func:`aclarena.diagnostics.orders.order_findings`), then per ordered pair a -> b (the nodes of length two) three diagnostics of the second stage:
+(:func:`aclarena.diagnostics.orders.order_findings`), then per ordered pair a -> b (the nodes of length two)
+three diagnostics of the second stage:
 
 * ``cos``: the task-vector cosine of the two stage updates, ``cos(θ_a − θ_base, θ_ab − θ_a)`` (``vectors``);
 * ``sft_rl``: ‖Δθ‖ of b's SFT phase over ‖Δθ‖ of its RL phase (``displacement``; stages of two phases);
