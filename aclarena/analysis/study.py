@@ -218,12 +218,14 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     run = str(out)
 
     def evaluate() -> list[EvalResult | None]:
+        # the findings read the chain on every suite and each oracle on its own domain's only: an oracle is
+        # not scored on the other domains (it was never trained on them), an SFT phase's end not at all
         chain = [c for r in reps for d in stages if (c := made_by.end("stage", d, r)) is not None]
-        others = [c for r in reps for d in stages for c in (made_by.sft_end("stage", d, r), made_by.end("oracle", d, r))
-                  if c is not None]
         res = [verb("eval", "eval", functools.partial(analyses.eval_cells, run, ["base", *chain], "id,general", n))]
-        if others:
-            res.append(verb("eval", "eval", functools.partial(analyses.eval_cells, run, others, "id", n)))
+        for d in stages:
+            oracles = [c for r in reps if (c := made_by.end("oracle", d, r)) is not None and c not in chain]
+            if oracles:
+                res.append(verb("eval", "eval", functools.partial(analyses.eval_cells, run, oracles, f"{d}/id", n)))
         return res
 
     evals = part("eval", evaluate)

@@ -1,0 +1,120 @@
+"""benchmarks/study_time.py: the side-by-side driver's ledger (segments, kills, resume, refused roots).
+
+The studies themselves are replaced by small Python processes that print the study's part lines: what is
+tested here is the accounting of wall time and parts over interrupted invocations, not the study."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("study_time_bench", REPO / "benchmarks" / "study_time.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _job(marker: Path, seconds: float, rc: int = 0) -> list[str]:
+    """A process that prints two part lines; the second run after ``marker`` exists finishes faster."""
+    code = (f"import sys, time, pathlib; m = pathlib.Path({str(marker)!r}); again = m.exists(); m.touch(); "
+            f"print('  study: train ...', file=sys.stderr, flush=True); time.sleep({seconds} / (4 if again else 1)); "
+            f"print('  study: train 1.5 s', file=sys.stderr, flush=True); "
+            f"print('  study: eval 0.5 s', file=sys.stderr, flush=True); sys.exit({rc})")
+    return [sys.executable, "-c", code]
+
+
+def test_parts_of_reads_the_study_lines(tmp_path):
+    bench = _bench()
+    log = tmp_path / "x.log"
+    log.write_text("  study: train ...\n  study: train 12.5 s\n  study: sdft --start base 3 s\nnoise 4 s\n"
+                   "  study: eval 44.8 s\n", encoding="utf-8")
+    assert bench.parts_of(log) == {"train": 12.5, "sdft --start base": 3.0, "eval": 44.8}
+
+
+def test_both_jobs_run_at_once_and_the_ratio_is_of_their_wall_times(tmp_path):
+    bench = _bench()
+    t0 = time.monotonic()
+    data = bench.side_by_side({"old": _job(tmp_path / "o", 1.2), "new": _job(tmp_path / "n", 0.6)}, tmp_path / "r",
+                              {"k": 1})
+    took = time.monotonic() - t0
+    s = bench.summary(data)
+    old, new = s["jobs"]["old"], s["jobs"]["new"]
+    assert old["done"] and new["done"]
+    assert took < old["wall_s"] + new["wall_s"]  # side by side, not one after the other
+    assert old["parts_s"] == {"train": 1.5, "eval": 0.5}
+    assert old["wall_s"] >= 1.2 and 0.6 <= new["wall_s"] < old["wall_s"]
+    assert s["ratio_new_old"] == pytest.approx(new["wall_s"] / old["wall_s"])
+
+
+def test_a_killed_benchmark_resumes_and_adds_its_segments(tmp_path):
+    """The driver killed mid-run (as at a session's end): the ledger keeps the time the heartbeat saw; a rerun
+    starts a second segment of the unfinished job only, and the wall time is the sum."""
+    root = tmp_path / "r"
+    script = (f"import sys; sys.path.insert(0, {str(REPO / 'benchmarks')!r}); import study_time as b; "
+              f"b.side_by_side({{'old': {_job(tmp_path / 'o', 6.0)!r}, 'new': {_job(tmp_path / 'n', 0.2)!r}}}, "
+              f"__import__('pathlib').Path({str(root)!r}), {{'k': 1}}, heartbeat_s=0.3)")
+    p = subprocess.Popen([sys.executable, "-c", script])
+    ledger = root / "ledger.json"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        if ledger.exists():
+            jobs = json.loads(ledger.read_text())["jobs"]
+            if jobs.get("new", {}).get("done") and jobs["old"]["segments"][0]["wall_s"] >= 1.0:
+                break
+    p.send_signal(signal.SIGKILL)  # no handler runs: what the heartbeat wrote is what is kept
+    p.wait()
+    pid = json.loads(ledger.read_text())["jobs"]["old"]["segments"][0]["pid"]
+    bench = _bench()
+    deadline = time.monotonic() + 10
+    while bench._alive(pid) and time.monotonic() < deadline:  # the study dies with the benchmark (PDEATHSIG)
+        time.sleep(0.05)
+    assert not bench._alive(pid)
+    first = json.loads(ledger.read_text())["jobs"]["old"]["segments"][0]["wall_s"]
+    assert first >= 1.0
+
+    data = bench.side_by_side({"old": _job(tmp_path / "o", 6.0), "new": _job(tmp_path / "n", 0.2)}, root, {"k": 1})
+    s = bench.summary(data)
+    old = s["jobs"]["old"]
+    assert [g["status"] for g in old["segments"]] == ["killed", "finished"]
+    assert len(s["jobs"]["new"]["segments"]) == 1  # done: not rerun
+    assert old["wall_s"] == pytest.approx(first + old["segments"][1]["wall_s"])
+    assert old["parts_s"] == {"train": 1.5, "eval": 0.5}  # the killed segment printed no finished part
+    assert (root / "old-0.log").exists() and (root / "old-1.log").exists()
+
+
+def test_a_failed_study_is_not_done_and_other_settings_are_refused(tmp_path):
+    bench = _bench()
+    root = tmp_path / "r"
+    data = bench.side_by_side({"old": _job(tmp_path / "o", 0.1), "new": _job(tmp_path / "n", 0.1, rc=3)}, root,
+                              {"seeds": 3})
+    s = bench.summary(data)
+    assert not s["jobs"]["new"]["done"] and s["jobs"]["new"]["segments"][0]["rc"] == 3
+    assert "ratio_new_old" not in s
+    with pytest.raises(SystemExit, match="other settings \\(seeds\\)"):
+        bench.side_by_side({"old": ["true"], "new": ["true"]}, root, {"seeds": 2})
+
+
+def test_a_rerun_beside_a_study_still_running_is_refused(tmp_path):
+    """Two writers in one run folder: a segment whose process still runs stops the rerun, in one line."""
+    import os
+
+    bench = _bench()
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / "ledger.json").write_text(json.dumps({"settings": {"k": 1}, "jobs": {"old": {"done": False, "segments": [
+        {"segment": 0, "wall_s": 3.0, "rc": None, "status": "running", "pid": os.getpid()}]}}}))
+    with pytest.raises(SystemExit, match="old study of an earlier invocation is still running"):
+        bench.side_by_side({"old": ["true"]}, root, {"k": 1})
