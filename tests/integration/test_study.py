@@ -14,6 +14,17 @@ from train_helpers import TINY, marker_mtimes
 pytestmark = pytest.mark.slow
 
 
+def scored_outside_the_chain(run):
+    """(checkpoint, suite) of every evaluated oracle or SFT-phase end: the findings read each oracle in its own domain
+    only and no SFT end, so nothing else is scored (issue 42: the study scored them on every suite)."""
+    from aclarena.results.capability import read_cells
+    from aclarena.store import ResultsStore
+
+    with ResultsStore(run).reader() as r:
+        return {(c.checkpoint, c.suite) for c in read_cells(r)
+                if c.checkpoint.startswith("oracle-") or c.checkpoint.endswith(("-sft", "-sft-s1"))}
+
+
 @pytest.mark.timeout(3600)  # two tiny curricula and their evaluation: minutes on a loaded 2-core machine
 def test_study_two_seeds_end_to_end(tmp_path, cli):
     out = tmp_path / "study"
@@ -28,6 +39,8 @@ def test_study_two_seeds_end_to_end(tmp_path, cli):
     assert data["errors"] == {}
     names = {p.name for p in (out / "checkpoints").iterdir()}
     assert {"seq-if", "seq-if-s1", "oracle-search-s1"} <= names
+    assert scored_outside_the_chain(out) == {(f"oracle-{d}{x}", f"{d}/id") for d in ("math", "search", "ecom", "if")
+                                             for x in ("", "-s1")}
     by = {r["quantity"]: r for r in data["rows"]}
     ecom = by["math/id after the ecom stage (seq-ecom)"]
     assert len(ecom["values"]) == 2 and all(v is not None and 0 <= v <= 1 for v in ecom["values"])

@@ -20,6 +20,7 @@ PINNED = {
     "tiny.toml": "b306de979fedbb08",
     "paper.toml": "a45a773289d04ae0",
     "quick.toml": "8070d8f77c7803e9",
+    "mini-fast.toml": "e325a56aa46a62af",
 }
 
 
@@ -37,3 +38,14 @@ def test_tiny_plan_names_its_fingerprints():
     assert (by["seq-if"].fingerprint, by["seq-if"].seed) == ("963d6e8410bca243", 41)
     assert (by["oracle-search-s1"].fingerprint, by["oracle-search-s1"].seed) == ("372c19899942727e", 1021)
     assert by["oracle-math"].same_as == "seq-math"
+
+
+def test_mini_fast_differs_from_mini_in_the_ecom_stage_only():
+    """The afternoon study's recipe (issue 42) is the mini recipe with a shorter e-commerce SFT phase: every job
+    before that phase, and every oracle but e-commerce's, is the mini recipe's to the fingerprint."""
+    mini = {j.name: j.fingerprint for j in plan(load_config(EXAMPLES / "mini.toml"), seeds=2)}
+    fast = {j.name: j.fingerprint for j in plan(load_config(EXAMPLES / "mini-fast.toml"), seeds=2)}
+    assert set(mini) == set(fast)
+    changed = {n for n in mini if mini[n] != fast[n]}
+    stems = {"seq-ecom-sft", "seq-ecom", "seq-if-sft", "seq-if", "oracle-ecom-sft", "oracle-ecom"}
+    assert changed == stems | {f"{n}-s1" for n in stems}

@@ -209,7 +209,7 @@ def test_branching_parent_and_other_orders():
     assert by["oracle-search"].same_as == "seq-search"
 
 
-@pytest.mark.parametrize("name", ["tiny.toml", "mini.toml", "paper.toml"])
+@pytest.mark.parametrize("name", ["tiny.toml", "mini.toml", "mini-fast.toml", "paper.toml"])
 def test_example_configs_load(name):
     cfg = load_config(EXAMPLES / name)
     assert [s.domain for s in cfg.stages] == ["math", "search", "ecom", "if"]
