@@ -17,7 +17,8 @@ as well as what its curriculum trains less of. The study options (seeds, ``-n``,
 **Interrupted runs resume.** A benchmark stopped part-way (a session's end, Ctrl-C, a crash) is continued by
 the same command: each study reads back what it finished (phases, evaluation cells, analyses) and the
 ledger (``ROOT/ledger.json``) adds this invocation's wall time to the earlier ones. The ledger is rewritten
-every ``HEARTBEAT_S`` seconds, so a kill loses at most that much of the record; the steps a kill cuts short
+every ``HEARTBEAT_S`` seconds, so a kill loses at most that much of the wall time (a killed segment's finished
+parts are read from its log); the steps a kill cuts short
 (since the last checkpoint) are redone, by both studies alike. A root started with other settings or other
 configs is refused in one line.
 
@@ -91,11 +92,11 @@ class Ledger:
             self.data = data
             for label, job in self.data["jobs"].items():  # a segment still open was cut short by a kill
                 for seg in job["segments"]:
-                    if seg.get("rc") is None and seg.get("status") == "running":
+                    if seg.get("status") == "running":
                         if _alive(seg.get("pid")):
                             raise SystemExit(f"error: the {label} study of an earlier invocation is still running "
                                              f"(pid {seg['pid']}); stop it or let it finish, then rerun")
-                        seg["status"] = "killed"
+                        seg.update(status="killed", parts_s=parts_of(root / seg["log"]))
         else:
             self.data = {"settings": dict(settings), "jobs": {}}
 
@@ -169,11 +170,10 @@ def side_by_side(commands: Mapping[str, Sequence[str]], root: Path, settings: Ma
         beat()
         raise SystemExit(f"stopped (signal {signum}); rerun the same command to resume")
 
-    def beat() -> None:
-        for _p, seg, log, t0 in procs.values():
+    def beat() -> None:  # the wall time so far; a killed segment's parts are read from its log on the rerun
+        for _p, seg, _log, t0 in procs.values():
             if seg["status"] == "running":
                 seg["wall_s"] = time.monotonic() - t0
-                seg["parts_s"] = parts_of(log)
         ledger.save()
 
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}

@@ -11,6 +11,17 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "examples" / "tiny.toml"
 
+
+def load_benchmark(name: str) -> Any:
+    """The module ``benchmarks/<name>.py`` (benchmarks/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
 BASE = """\
 [run]
 name = "small"

@@ -5,7 +5,6 @@ tested here is the accounting of wall time and parts over interrupted invocation
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
 import subprocess
@@ -14,16 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from train_helpers import load_benchmark
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("study_time_bench", REPO / "benchmarks" / "study_time.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("study_time")
 
 
 def _job(marker: Path, seconds: float, rc: int = 0) -> list[str]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
 import pytest
+from train_helpers import load_benchmark
 
 from aclarena.analysis.study_validation import monitor_grid_series
 from aclarena.diagnostics.warning_validation import FIRST_CHECK, compare
@@ -54,11 +54,7 @@ def test_cells_with_and_without_drops_go_through_the_comparison():
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("warning_validation_bench", REPO / "benchmarks" / "warning_validation.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("warning_validation")
 
 
 def test_cell_curricula_change_only_what_the_condition_says(tmp_path):
