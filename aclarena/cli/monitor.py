@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -158,8 +159,14 @@ def follow(args: argparse.Namespace) -> int:
     seen: set[tuple[Any, ...]] = set()
     reader: SeriesReader | None = None
     waiting_said = False
+    # Ctrl-C sets a flag instead of raising: a KeyboardInterrupt that lands inside a weakref or __del__
+    # callback (h5py's objects are collected all the time here) is printed as "Exception ignored" and lost,
+    # and the follower then ran on (seen in CI).
+    stop = threading.Event()
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if main else None
     try:
-        while True:
+        while not stop.is_set():
             if reader is None or reader.stale():
                 if reader is not None:
                     reader.close()
@@ -179,10 +186,11 @@ def follow(args: argparse.Namespace) -> int:
                     labels = [x for x in labels if x == args.label]
                 for label in labels:
                     _emit_new(load_monitor(reader, label), seen, args.json)
-            time.sleep(args.interval)
-    except KeyboardInterrupt:
+            stop.wait(args.interval)
         return 0
     finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
         if reader is not None:
             reader.close()
 
