@@ -288,7 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ratio = s["ratio_new_old"]
     print(f"new / old wall time: {ratio:.2f} (target at most {TARGET_RATIO})")
     if args.json_out:
+        import torch
+
         from aclarena.reproducibility import made_by
+
+        torch.set_num_threads(args.threads)  # made_by's machine line then names the studies' threads, not the driver's
 
         cmd = "python benchmarks/study_time.py " + " ".join(argv if argv is not None else sys.argv[1:])
         report = {"made_by": made_by(cmd), "settings": settings, **s,

@@ -47,6 +47,8 @@ ORDERS_CMD = ("aclarena-diag study --orders pairs --config examples/quick.toml -
               "&& cp runs/orders-quick/orders.json docs/results/orders_quick.json && make docs-results")
 ORDERS_MINI_CMD = ("benchmarks/orders_mini.sh runs/orders && cp runs/orders/orders_latin.json "
                    "docs/results/orders_mini_latin.json && make docs-results")
+STUDY_TIMING_CMD = ("python benchmarks/study_time.py --root runs/study-time --json-out docs/results/study_timing.json "
+                    "&& make docs-results")
 STUDY_CMD = ("aclarena-diag study --run runs/study --seeds 3 && cp runs/study/findings.json "
              "docs/results/findings.json && make docs-results")
 
@@ -245,12 +247,37 @@ def findings_table(data: Mapping[str, Any]) -> str:
                    "seeds measured"], rows)
 
 
-def study_times(data: Mapping[str, Any]) -> str:
-    """Wall time of each part of one ``study`` invocation (a resumed part takes only its checks)."""
-    times = data.get("part_times") or {}
-    rows = [[k, f"{_num(v, 0)} s"] for k, v in times.items()]
-    rows.append(["total (this invocation)", f"{_num(sum(times.values()), 0)} s"])
-    return _table(["part", "wall time"], rows)
+def study_timing(data: Mapping[str, Any]) -> str:
+    """Issue 42: the old and the new study side by side (benchmarks/study_time.py), per part and in all."""
+    jobs = data["jobs"]
+    old, new = jobs["old"], jobs["new"]
+    parts = list(dict.fromkeys([*old["parts_s"], *new["parts_s"]]))
+
+    def ratio(a: Any, b: Any) -> str:
+        return "-" if a is None or not b else f"{a / b:.2f}"
+
+    def secs(x: Any) -> str:
+        return "-" if x is None else f"{x:,.0f} s"
+
+    rows = [[k, secs(old["parts_s"].get(k)), secs(new["parts_s"].get(k)),
+             ratio(new["parts_s"].get(k), old["parts_s"].get(k))] for k in parts]
+    def at_stop(job: Mapping[str, Any]) -> float:  # a stopped segment's wall time past its finished parts
+        return sum(g["wall_s"] - sum((g.get("parts_s") or {}).values()) for g in job["segments"]
+                   if g.get("status") == "killed")
+
+    if at_stop(old) or at_stop(new):
+        rows.append(["part in progress at a stop (its time when it finished is above)", secs(at_stop(old)),
+                     secs(at_stop(new)), "-"])
+    rows.append(["**wall time, start to end**", f"**{secs(old['wall_s'])}**", f"**{secs(new['wall_s'])}**",
+                 f"**{_num(data.get('ratio_new_old'))}**"])
+    st = data["settings"]
+    segs = max(len(old["segments"]), len(new["segments"]))
+    return (_table(["part", f"old: {st['old_commit'][:7]}, {st['old_config']}",
+                    f"new: {st['new_commit'][:7]}, {st['new_config']}", "new / old"], rows)
+            + f"\n{st['seeds']} seeds, -n {st['n']}, --lead-n {st['lead_n']}, --lead-stage {st['lead_stage']}; "
+            f"{st['threads']} torch thread(s) per study, the two started together; {segs} segment(s) "
+            f"(a study stopped part-way resumes and reads back what it finished; a part's time adds up its "
+            f"segments, the wall time every segment's). Target: new / old at most {data['target_ratio']}.\n")
 
 
 def monitor_validation(data: Mapping[str, Any]) -> str:
@@ -508,7 +535,7 @@ RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "demo-findings": (demo_findings, TIMING_CMD),
     "findings": (findings_table, STUDY_CMD),
     "monitor-validation": (monitor_validation, STUDY_CMD),
-    "study-times": (study_times, STUDY_CMD),
+    "study-timing": (study_timing, STUDY_TIMING_CMD),
     "test-tiers": (test_tiers, TESTS_CMD),
     "warning-validation": (warning_validation, VALIDATION_CMD),
     "warning-validation-line": (warning_validation_line, VALIDATION_CMD),

@@ -120,8 +120,7 @@ def test_findings_and_validation_tables(tmp_path):
     (tmp_path / "docs" / "results").mkdir(parents=True)
     (tmp_path / "README.md").write_text(
         "<!-- results: findings from docs/results/findings.json -->\n<!-- /results -->\n"
-        "<!-- results: monitor-validation from docs/results/findings.json -->\n<!-- /results -->\n"
-        "<!-- results: study-times from docs/results/findings.json -->\n<!-- /results -->\n", encoding="utf-8")
+        "<!-- results: monitor-validation from docs/results/findings.json -->\n<!-- /results -->\n", encoding="utf-8")
     path = tmp_path / "docs" / "results" / "findings.json"
     path.write_text(json.dumps(FINDINGS), encoding="utf-8")
     regenerate(tmp_path)
@@ -130,7 +129,6 @@ def test_findings_and_validation_tables(tmp_path):
     assert "| math/id of merge-ties | - | - | -, -, - | 0/3 |" in text
     # a pipe inside a cell is escaped, so the row keeps its columns
     assert r"| math: \|\|dθ\|\| SFT / \|\|dθ\|\| RL | 3-7x | 35.0 ± 1.3 | 35.5, 33.5, 35.9 | 3/3 |" in text
-    assert "| train | 797 s |\n| eval | 800 s |\n| total (this invocation) | 1597 s |" in text
     assert "| forward KL on the current task (RL's Razor) | 0.013 | 4.0 | 1 | 2 | 1 | 0.41 |" in text
     assert "Reported on seeds 1, 2 only (6 domain series, 2 with a significant drop)" in text
     assert "*Note: seed 0 had no significant drop.*" in text
@@ -138,6 +136,25 @@ def test_findings_and_validation_tables(tmp_path):
     path.write_text(json.dumps(FINDINGS | {"validation": {"status": "not run", "reason": "needs 2 seeds"}}))
     regenerate(tmp_path)
     assert "*No held-out validation in this file: needs 2 seeds.*" in (tmp_path / "README.md").read_text()
+
+
+def test_study_timing_puts_the_two_studies_side_by_side():
+    from tools.docs_results import study_timing
+
+    settings = {"seeds": 3, "n": 100, "lead_n": 100, "lead_stage": "ecom", "threads": 1, "old_commit": "a" * 40,
+                "new_commit": "b" * 40, "old_config": "examples/mini.toml", "new_config": "examples/mini-fast.toml"}
+    seg = {"segment": 0, "wall_s": 1.0, "status": "finished", "parts_s": {}}
+    stopped = {"segment": 0, "wall_s": 500.0, "status": "killed", "parts_s": {"train": 300.0}}
+    data = {"settings": settings, "target_ratio": 0.5, "ratio_new_old": 0.6,
+            "jobs": {"old": {"done": True, "wall_s": 10000.0, "segments": [stopped, seg], "parts_s": {"train": 8000.0, "eval": 1000.0}},
+                     "new": {"done": True, "wall_s": 6000.0, "segments": [seg], "parts_s": {"train": 5000.0, "vectors": 10.0}}}}
+    text = study_timing(data)
+    assert "| part | old: aaaaaaa, examples/mini.toml | new: bbbbbbb, examples/mini-fast.toml | new / old |" in text
+    assert "| train | 8,000 s | 5,000 s | 0.62 |" in text
+    assert "| eval | 1,000 s | - | - |" in text and "| vectors | - | 10 s | - |" in text
+    assert "| **wall time, start to end** | **10,000 s** | **6,000 s** | **0.60** |" in text
+    assert "| part in progress at a stop (its time when it finished is above) | 200 s | 0 s | - |" in text
+    assert "2 segment(s)" in text and "at most 0.5" in text
 
 
 def test_demo_renderers_show_every_part_of_the_summary():
