@@ -259,12 +259,12 @@ def study_timing(data: Mapping[str, Any]) -> str:
     def secs(x: Any) -> str:
         return "-" if x is None else f"{x:,.0f} s"
 
-    rows = [[k, secs(old["parts_s"].get(k)), secs(new["parts_s"].get(k)),
-             ratio(new["parts_s"].get(k), old["parts_s"].get(k))] for k in parts]
     def at_stop(job: Mapping[str, Any]) -> float:  # a stopped segment's wall time past its finished parts
         return sum(g["wall_s"] - sum((g.get("parts_s") or {}).values()) for g in job["segments"]
                    if g.get("status") == "killed")
 
+    rows = [[k, secs(old["parts_s"].get(k)), secs(new["parts_s"].get(k)),
+             ratio(new["parts_s"].get(k), old["parts_s"].get(k))] for k in parts]
     if at_stop(old) or at_stop(new):
         rows.append(["part in progress at a stop (its time when it finished is above)", secs(at_stop(old)),
                      secs(at_stop(new)), "-"])
