@@ -163,7 +163,9 @@ def follow(args: argparse.Namespace) -> int:
     # callback (h5py's objects are collected all the time here) is printed as "Exception ignored" and lost,
     # and the follower then ran on (seen in CI).
     stop = threading.Event()
-    main = threading.current_thread() is threading.main_thread()
+    # (not where SIGINT is ignored, as in a job started in the background: it stays ignored)
+    main = (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if main else None
     try:
         while not stop.is_set():

@@ -45,19 +45,38 @@ class _Reader:
 
 
 def test_follow_ends_on_an_interrupt_delivered_inside_del(tmp_path, monkeypatch, capsys):
+    _fake_store(tmp_path, monkeypatch)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a suite run with `&` ignores it)
+    assert follow(_args(tmp_path)) == 0
+    assert _Reader.calls <= 2  # the interrupt of the first read ends it
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the caller's handler is back
+    assert "KeyboardInterrupt" not in capsys.readouterr().err
+
+
+def test_an_ignored_interrupt_stays_ignored(tmp_path, monkeypatch):
+    """A follower started in the background (SIGINT ignored) is not ended by the terminal's Ctrl-C."""
+    _fake_store(tmp_path, monkeypatch)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with pytest.raises(AssertionError, match="ran on"):
+        follow(_args(tmp_path))
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def _args(run) -> argparse.Namespace:
+    return argparse.Namespace(run=str(run), json=True, label=None, interval=0.01)
+
+
+def _fake_store(tmp_path, monkeypatch) -> None:
     (tmp_path / series.SERIES_NAME).write_bytes(b"")
     monkeypatch.setattr(series, "SeriesReader", _Reader)
     monkeypatch.setattr(monitor_series, "monitor_labels", lambda reader: ["seq-search-sft"])
     monkeypatch.setattr(monitor_series, "load_monitor",
                         lambda reader, label: SimpleNamespace(label=label, probes={}, events=[]))
-    args = argparse.Namespace(run=str(tmp_path), json=True, label=None, interval=0.01)
-    before = signal.getsignal(signal.SIGINT)
-    assert follow(args) == 0
-    assert _Reader.calls <= 2  # the interrupt of the first read ends it
-    assert signal.getsignal(signal.SIGINT) is before  # the caller's handler is back
-    assert "KeyboardInterrupt" not in capsys.readouterr().err
 
 
 @pytest.fixture(autouse=True)
-def _reset_calls():
+def _reset():
     _Reader.calls = 0
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, before)
