@@ -161,12 +161,11 @@ def follow(args: argparse.Namespace) -> int:
     waiting_said = False
     # Ctrl-C sets a flag instead of raising: a KeyboardInterrupt that lands inside a weakref or __del__
     # callback (h5py's objects are collected all the time here) is printed as "Exception ignored" and lost,
-    # and the follower then ran on (seen in CI).
+    # and the follower then ran on (seen in CI). An ignored SIGINT (a job started in the background) stays so.
     stop = threading.Event()
-    # (not where SIGINT is ignored, as in a job started in the background: it stays ignored)
-    main = (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if main else None
+    own_sigint = (threading.current_thread() is threading.main_thread()
+                  and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if own_sigint else None
     try:
         while not stop.is_set():
             if reader is None or reader.stale():
@@ -191,7 +190,7 @@ def follow(args: argparse.Namespace) -> int:
             stop.wait(args.interval)
         return 0
     finally:
-        if main:
+        if own_sigint:
             signal.signal(signal.SIGINT, previous)
         if reader is not None:
             reader.close()
