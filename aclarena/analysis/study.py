@@ -197,9 +197,10 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     ``n`` tasks per suite (greedy); ``on_start(text)`` / ``on_part(name, seconds)`` are called before /
     after each part. ``consolidations``: the ``consolidate`` methods to run and compare; ``vectors``:
     the task-vector cosines (trains SDFT from the base and from the end per seed); ``validation``: the
-    monitor's held-out validation (retrains the ecom stage with the monitor per seed; ``lead_n`` items
-    every ``lead_every`` steps, default :func:`lead_defaults`; ``lead_stage`` the stage retrained, default
-    ecom, else the last); ``signatures``: the drift signature of every phase, stage and consolidation
+    monitor's held-out validation (the ground truth evaluated while the chain trains its monitored ecom stage,
+    per seed, or that stage retrained with the monitor when the chain's monitor does not score what it needs;
+    ``lead_n`` items every ``lead_every`` steps, default :func:`lead_defaults`; ``lead_stage`` the stage
+    watched, default ecom, else the last); ``signatures``: the drift signature of every phase, stage and consolidation
     on its parent's own generations (``signature_n`` per probe set, default
     :data:`aclarena.analysis.signatures.DEFAULT_N`, as the mini demo's).
     """
@@ -211,8 +212,10 @@ def run_study(cfg: Any, out: str | os.PathLike[str], *, seeds: int, n: int = 100
     parts = Parts(on_start, on_part)
     times, errors, part, verb = parts.times, parts.errors, parts.part, parts.verb
 
+    # the validation's ground truth rides the chain's own monitored stage: nothing is retrained for it
+    riders = _validation_riders(cfg, seeds, stages, lead_n, lead_every, lead_stage) if validation else None
     trained = part("train", lambda: run_curriculum(cfg, out, seeds=seeds, show_progress=show_progress,
-                                                   config_text=config_text))
+                                                   config_text=config_text, riders=riders))
     made_by = Trained.of(r.job for r in trained.records)
     reps = list(range(seeds))
     run = str(out)
@@ -330,27 +333,56 @@ def _cosines(out: Path, seeds: int, stages: Sequence[str], trained: Trained, see
                        {r: [got.get(p) for p in ps] for r, ps in unrelated.items()})
 
 
-def _validation(cfg: Any, out: Path, seeds: int, stages: Sequence[str], lead_n: int, lead_every: int,
-                show_progress: bool, lead_stage: str | None = None) -> dict[str, Any]:
-    """The lead time of every seed (``monitor --lead-time`` on replicate r), then :func:`validation_report`."""
-    from aclarena.train.lead_time import LeadTimeSettings, measure_lead_time
+def _lead_settings(cfg: Any, stages: Sequence[str], lead_n: int, lead_every: int, lead_stage: str | None,
+                   replicates: int) -> list[Any]:
+    """The validation's lead-time settings, one per replicate ([] for a one-stage curriculum): the ecom stage (or
+    ``lead_stage``, else the last), the monitor scoring at least as often as the ground truth is evaluated (every
+    evaluation sees a fresh value)."""
+    from aclarena.train.lead_time import LeadTimeSettings
 
-    seed_list = [cfg.seed + r for r in range(seeds)]
     stage = lead_stage or ("ecom" if "ecom" in stages[1:] else (stages[-1] if len(stages) > 1 else None))
     if stage is None:
-        return validation_report({}, cfg.seed, seeds=seed_list) | {
-            "reason": "the curriculum has one stage: there is no earlier skill to lose"}
-    leads: dict[int, dict[str, Any]] = {}
-    errs: dict[int, str] = {}
-    # the monitor scores at least as often as the ground truth is evaluated: every evaluation sees a fresh value
+        return []
     mon = getattr(cfg, "monitor", None)
     every = min(mon.every_n_steps if mon is not None else 5, lead_every)
+    return [LeadTimeSettings(stage=stage, n=lead_n, eval_every=lead_every, every_n_steps=every, replicate=r)
+            for r in range(replicates)]
+
+
+def _validation_riders(cfg: Any, seeds: int, stages: Sequence[str], lead_n: int, lead_every: int,
+                       lead_stage: str | None) -> Any:
+    """The ground truth of every seed's validation, evaluated while the chain trains its monitored stage
+    (:func:`aclarena.train.lead_time.ground_truth_riders`); None when there is no validation to ride along (one seed,
+    one stage, no ``[monitor]``, or settings the validation will refuse and report)."""
+    from aclarena.train.lead_time import ground_truth_riders
+
+    settings = _lead_settings(cfg, stages, lead_n, lead_every, lead_stage, seeds)
+    if seeds < 2 or not settings or getattr(cfg, "monitor", None) is None:
+        return None
+    try:
+        return ground_truth_riders(cfg, settings)
+    except AclarenaError:
+        return None  # e.g. too few items for any significant drop: the validation says so, per seed
+
+
+def _validation(cfg: Any, out: Path, seeds: int, stages: Sequence[str], lead_n: int, lead_every: int,
+                show_progress: bool, lead_stage: str | None = None) -> dict[str, Any]:
+    """The lead time of every seed (``monitor --lead-time`` on replicate r; read from the chain's own training when
+    the ground truth rode along, :func:`_validation_riders`), then :func:`validation_report`."""
+    from aclarena.train.lead_time import measure_lead_time
+
+    seed_list = [cfg.seed + r for r in range(seeds)]
+    settings = _lead_settings(cfg, stages, lead_n, lead_every, lead_stage, seeds)
+    if not settings:
+        return validation_report({}, cfg.seed, seeds=seed_list) | {
+            "reason": "the curriculum has one stage: there is no earlier skill to lose"}
+    stage, every = settings[0].stage, settings[0].every_n_steps
+    leads: dict[int, dict[str, Any]] = {}
+    errs: dict[int, str] = {}
     if seeds >= 2:
         for r in range(seeds):
             try:
-                leads[cfg.seed + r] = measure_lead_time(out, LeadTimeSettings(stage=stage, n=lead_n, eval_every=lead_every,
-                                                                              every_n_steps=every, replicate=r),
-                                                        show_progress=show_progress)
+                leads[cfg.seed + r] = measure_lead_time(out, settings[r], show_progress=show_progress)
             except AclarenaError as e:
                 # monitor --lead-time's options are --lead-n and --lead-every here
                 errs[cfg.seed + r] = re.sub(r"(^|\s|\()-n ", r"\1--lead-n ", str(e).splitlines()[0]).replace(
@@ -358,10 +390,10 @@ def _validation(cfg: Any, out: Path, seeds: int, stages: Sequence[str], lead_n: 
                 if r == 0:  # e.g. too few items for any significant drop: the same on every seed
                     break
             if r == 0 and not any(d.get("reachable") for d in leads[cfg.seed]["drop_test"]["domains"].values()):
-                break  # no drop can be significant on the fit seed: nothing to fit, so the others are not retrained
+                break  # no drop can be significant on the fit seed: nothing to fit, so the others are not measured
     rep = validation_report(leads, cfg.seed, seeds=seed_list, errors=errs)
     rep["stage"] = stage
-    rep["settings"] = {"n": lead_n, "eval_every": lead_every, "monitor_every": every, "alpha": LeadTimeSettings().alpha}
+    rep["settings"] = {"n": lead_n, "eval_every": lead_every, "monitor_every": every, "alpha": settings[0].alpha}
     return rep
 
 

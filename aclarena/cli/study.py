@@ -53,13 +53,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="require the monitor's held-out validation: exit 1 (after writing findings.json) when it "
                         "cannot be done, e.g. with one seed")
     v.add_argument("--no-validate", dest="validation", action="store_const", const="skip",
-                   help="skip the held-out validation (it retrains the ecom stage with the monitor per seed)")
+                   help="skip the held-out validation (its ground truth, evaluated while each seed's ecom stage trains, "
+                        "or a retrain of that stage when the config's [monitor] does not watch it)")
     p.add_argument("--lead-n", type=int, metavar="N",
                    help="validation: ground-truth items per earlier domain (default 20; 6 on the tiny preset)")
     p.add_argument("--lead-every", type=int, metavar="STEPS",
                    help="validation: ground-truth evaluation every STEPS steps (default 10; 2 on the tiny preset)")
     p.add_argument("--lead-stage", metavar="DOMAIN",
-                   help="validation: the stage retrained with the monitor (default ecom, else the last stage); "
+                   help="validation: the stage watched (default ecom, else the last stage); "
                         "name the stage where the earlier skills drop")
     o = p.add_argument_group("order study (docs/study.md, 'Does the order matter?')")
     o.add_argument("--orders", metavar="SPEC",

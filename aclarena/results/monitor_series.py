@@ -6,8 +6,10 @@ A monitored training run ``<label>`` (a phase such as ``seq-ecom-sft``; ``lead-t
 version 0.1.0; groups written before the type's attributes read as 0.1.0); its series are specified in
 docs/store-format.md: ``sessions`` (one row per ``train()`` call: its start step and settings as JSON),
 ``probes/<probe>`` (one row per check: the metrics), ``train`` (the trainer's loss at each logging step),
-``events`` (the warnings) and, for lead-time runs, ``bench`` (the ground-truth evaluations). A resumed session
-supersedes the rows of earlier sessions from the step it resumed at (:func:`latest_rows`).
+``events`` (the warnings) and, for lead-time runs, ``bench`` (the ground-truth evaluations; when they ride a
+curriculum's own phase, as in ``aclarena-diag study``, the series' attribute ``ground-truth`` holds their settings
+as JSON: :func:`bench_settings`). A resumed session supersedes the rows of earlier sessions from the step it
+resumed at (:func:`latest_rows`).
 
 The writer is :class:`aclarena.train.callbacks.DriftMonitorCallback` (and ``monitor --lead-time``'s
 :class:`~aclarena.train.lead_time.GroundTruthCallback`): it declares the series with the columns here
@@ -210,6 +212,24 @@ def bench_name(label: str) -> str:
     return f"{monitor_key(label)}/bench"
 
 
+#: the ``bench`` series' attribute naming what its evaluations were (JSON), when they ride a curriculum's phase
+BENCH_SETTINGS_ATTR = "ground-truth"
+
+
+def bench_settings(reader: SeriesReader, label: str) -> dict[str, Any] | None:
+    """The settings stored with ``label``'s ground-truth evaluations (:data:`BENCH_SETTINGS_ATTR`), None when the
+    file has no such series or it was written without them."""
+    name = bench_name(label)
+    if name not in reader.names():
+        return None
+    raw = reader.attrs(name).get(BENCH_SETTINGS_ATTR)
+    if raw is None:
+        return None
+    with damaged(reader.path, f"series/{name}"):
+        value = json.loads(raw.decode() if isinstance(raw, bytes) else str(raw))
+    return value if isinstance(value, dict) else None
+
+
 def probe_columns(metrics: Iterable[str]) -> dict[str, str]:
     """The columns of a probe's series: one float per metric (:data:`aclarena.diagnostics.monitor_metrics.METRICS`)."""
     return {"session": "i4", "step": "i8", "time": "f8", **{m: "f8" for m in metrics}}
@@ -243,18 +263,24 @@ class MonitorStore:
         self.run_dir = Path(run_dir)
         self.on_error = on_error
         self.schema: dict[str, dict[str, str]] = {}
+        self.attrs: dict[str, dict[str, str]] = {}
         self.groups: dict[str, dict[str, str]] = {}
         self._writer: Any = None
         self._users = 0
         self.failed: str | None = None
 
-    def declare(self, name: str, columns: Mapping[str, str]) -> None:
+    def declare(self, name: str, columns: Mapping[str, str], attrs: Mapping[str, str] | None = None) -> None:
+        """The series ``name`` with ``columns``; ``attrs`` are written when this store creates it."""
         if self._writer is not None:
             raise AclarenaError(f"series {name!r} declared after the store was opened; declare every series first")
         old = self.schema.get(name)
         if old is not None and old != dict(columns):
             raise AclarenaError(f"series {name!r} declared twice with different columns")
+        if attrs and self.attrs.get(name, dict(attrs)) != dict(attrs):
+            raise AclarenaError(f"series {name!r} declared twice with different attributes")
         self.schema[name] = dict(columns)
+        if attrs:
+            self.attrs[name] = dict(attrs)
 
     def declare_label(self, label: str) -> None:
         """The group ``monitor/<label>`` gets the attributes ``result-type`` and ``result-version`` when this store
@@ -275,7 +301,7 @@ class MonitorStore:
             return self._writer is not None
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            self._writer = SeriesWriter(self.run_dir, self.schema, group_attrs=self.groups)
+            self._writer = SeriesWriter(self.run_dir, self.schema, self.attrs, group_attrs=self.groups)
         except (StoreError, OSError) as e:
             self._fail(e, "cannot open")
         return self._writer is not None

@@ -91,18 +91,20 @@ def run_curriculum(
     callbacks: CallbackFactory | None = None,
     config_text: str | None = None,
     on_phase: Callable[[PhaseRecord], None] | None = None,
+    riders: Callable[[Job, Any], Sequence[Any]] | None = None,
 ) -> CurriculumRun:
     """Train every phase of ``cfg`` (``seeds`` replicates) into the run folder ``out``.
 
     Finished phases are skipped, an interrupted one resumes from its last trainer checkpoint.
     ``callbacks(job)`` returns extra ``TrainerCallback`` objects for a phase (e.g. a drift
-    monitor on the ecom stage); ``on_phase(record)`` is called after each phase.
+    monitor on the ecom stage); ``on_phase(record)`` is called after each phase; ``riders(job, monitor)``
+    adds callbacks sharing the ``[monitor]``'s writer on a monitored phase (:func:`monitor_factory`).
     """
     jobs = plan(cfg, seeds)
     folders: dict[str, str] = {}
     monitor = None
     if cfg.monitor is not None:  # [monitor]: a drift monitor on the later stages (aclarena.train.monitor)
-        monitor = monitor_factory(cfg, Path(out), jobs, lambda name: _location(Path(out), folders[name]))
+        monitor = monitor_factory(cfg, Path(out), jobs, lambda name: _location(Path(out), folders[name]), riders)
     return train_jobs(cfg, out, jobs, title=cfg.name, folders=folders, show_progress=show_progress,
                       callbacks=callbacks, monitor=monitor, config_text=config_text, on_phase=on_phase)
 

@@ -35,7 +35,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,12 +65,14 @@ from aclarena.results.lead_time import (
 )
 from aclarena.results.monitor_series import (
     BENCH_COLUMNS,
+    BENCH_SETTINGS_ATTR,
     LEAD_LABEL_PREFIX,
     MAX_ITEMS,
     MonitorStore,
     bench_name,
 )
 from aclarena.train.callbacks import DriftMonitorCallback
+from aclarena.train.monitor import PROBE_PREFIX, RAZOR_PREFIX
 from aclarena.train.naming import continued_name
 from aclarena.train.plan import Job, plan
 
@@ -96,12 +98,15 @@ class GroundTruthCallback(TrainerCallback):
     rows go to ``monitor/<label>/bench`` of a shared :class:`MonitorStore`.
 
     Greedy, ``n`` items drawn with ``seed`` from each suite's eval split (the same items at
-    every evaluation, so that per-item outcomes can be compared). Main process only.
+    every evaluation, so that per-item outcomes can be compared). Main process only. The evaluation leaves
+    torch's random state as it found it (generation seeds it per batch), so the phase trains exactly as it would
+    without the callback: the data order and GRPO's samples are the chain's. ``describe``: the settings stored
+    with the rows (:func:`~aclarena.results.monitor_series.bench_settings`) when they ride a curriculum's phase.
     """
 
     def __init__(self, suites: Sequence[str], *, store: MonitorStore, label: str, every_n_steps: int = 5,
                  n: int = 50, seed: int = 0, batch_size: int = 64, monitor: DriftMonitorCallback | None = None,
-                 steps: Collection[int] | None = None) -> None:
+                 steps: Collection[int] | None = None, describe: Mapping[str, Any] | None = None) -> None:
         from aclarena.envs import parse_suite
 
         for s in suites:
@@ -124,7 +129,8 @@ class GroundTruthCallback(TrainerCallback):
         self.seconds: list[float] = []
         self.monitor = monitor  # rows carry its session number (a rerun supersedes earlier rows)
         store.declare_label(label)
-        store.declare(self.series, BENCH_COLUMNS)
+        store.declare(self.series, BENCH_COLUMNS,
+                      None if describe is None else {BENCH_SETTINGS_ATTR: json.dumps(dict(describe), sort_keys=True)})
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
                        **kwargs: Any) -> Any:
@@ -151,9 +157,6 @@ class GroundTruthCallback(TrainerCallback):
         return control
 
     def _evaluate(self, state: Any, model: Any) -> None:
-        from aclarena.envs import sample_tasks
-        from aclarena.envs.rollout import generate_trajectories
-
         step = int(state.global_step)
         if not self._main or not self._active or model is None or step == self._last:
             return
@@ -162,6 +165,23 @@ class GroundTruthCallback(TrainerCallback):
         was_training = model.training
         model.eval()
         try:
+            rows = self._play(model, step)
+        finally:
+            if was_training:
+                model.train()
+        self.store.append(self.series, rows)
+        self.seconds.append(time.perf_counter() - t0)
+
+    def _play(self, model: Any, step: int) -> list[dict[str, Any]]:
+        """Each suite's items, greedily, as one row each; torch's random state (CPU and the model's GPU) restored."""
+        import torch
+
+        from aclarena.envs import sample_tasks
+        from aclarena.envs.rollout import generate_trajectories
+
+        device = getattr(model, "device", None)
+        gpus = [device.index or 0] if isinstance(device, torch.device) and device.type == "cuda" else []
+        with torch.random.fork_rng(devices=gpus):  # the training's random stream is not the evaluation's
             rows: list[dict[str, Any]] = []
             for suite in self.suites:
                 tasks = sample_tasks(suite, self.n, seed=self.seed, split="eval")
@@ -172,11 +192,7 @@ class GroundTruthCallback(TrainerCallback):
                 rows.append({"session": self.monitor.session if self.monitor is not None else 0, "step": step, "time": time.time(), "suite": suite.encode(), "n": len(ok),
                              "correct": int(ok.sum()), "accuracy": float(ok.mean()) if len(ok) else math.nan,
                              "outcomes": "".join("1" if x else "0" for x in ok).encode()})
-        finally:
-            if was_training:
-                model.train()
-        self.store.append(self.series, rows)
-        self.seconds.append(time.perf_counter() - t0)
+        return rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,31 +335,56 @@ def _fingerprint(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSettings = LeadTimeSettings(), *,
-                      force: bool = False, show_progress: bool = False) -> dict[str, Any]:
-    """Retrain ``settings.stage`` of the curriculum in ``run_dir`` with the monitor and the ground
-    truth, compute the lead-time table, store it and return it (see the module docstring)."""
-    from aclarena.store import ResultsStore
-    from aclarena.train.config import load_config
-    from aclarena.train.curriculum import (
-        CHECKPOINTS,
-        CONFIG_COPY,
-        WORK,
-        _location,
-        read_template,
-        run_job,
-    )
-    from aclarena.train.monitor import PROBE_PREFIX, RAZOR_PREFIX, domain_probe
-    from aclarena.train.naming import phase_names, replicate_suffix
-    from aclarena.train.phase_record import finished
-    from aclarena.train.phases import quiet
+@dataclass
+class LeadPlan:
+    """What one lead-time measurement trains and evaluates (:func:`lead_plan`): the stage's phases ``names`` (of
+    ``jobs``), the ``earlier`` (domain, checkpoint) whose skills are watched, the monitor's interval, rules and
+    probe sizes, and the result's ``identity`` (what decides whether a stored result is read back)."""
 
-    t_start = time.monotonic()
-    run = Path(run_dir)
-    cfg_path = run / CONFIG_COPY
-    if not cfg_path.is_file():
-        raise AclarenaError(f"{run} has no {CONFIG_COPY}: measure lead time on a run trained with `aclarena-diag train`")
-    cfg = load_config(cfg_path)
+    settings: LeadTimeSettings
+    jobs: dict[str, Job]
+    names: list[str]
+    earlier: list[tuple[str, str]]
+    stage_parent: str
+    every: int
+    rules: dict[str, MetricRule]
+    probe_n: int
+    probe_tokens: int
+    probe_seed: int
+    suffix: str
+    identity: dict[str, Any]
+
+    @property
+    def suites(self) -> dict[str, str]:
+        """Each ground-truth suite and its domain."""
+        return {f"{d}/id": d for d, _ in self.earlier}
+
+    @property
+    def razor(self) -> str:
+        """The stage's own probe set (RL's Razor row)."""
+        return f"{RAZOR_PREFIX}{self.settings.stage}{self.suffix}"
+
+    def probe(self, domain: str) -> str:
+        return f"{PROBE_PREFIX}{domain}{self.suffix}"
+
+    def ground_truth(self) -> dict[str, Any]:
+        """The ground-truth evaluations (stored with them when they ride the chain's own phases)."""
+        s = self.settings
+        return {"suites": list(self.suites), "n": s.n, "seed": s.seed, "every": s.eval_every}
+
+    @property
+    def rides(self) -> bool:
+        """Whether the chain's own training can record this measurement: the plain schedule on the stage as
+        trained (not a dense schedule, a single phase kind or a continuation)."""
+        s = self.settings
+        return s.dense is None and s.phases is None and not s.same_domain
+
+
+def lead_plan(cfg: Any, settings: LeadTimeSettings) -> LeadPlan:
+    """The phases, suites and identity of a lead-time measurement of ``cfg``'s curriculum, checked (one line per
+    bad setting, before anything is trained or loaded)."""
+    from aclarena.train.naming import phase_names, replicate_suffix
+
     domains = [s.domain for s in cfg.stages]
     if settings.stage not in domains:
         raise AclarenaError(f"the curriculum has no {settings.stage!r} stage; stages: {', '.join(domains)}")
@@ -357,7 +398,6 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     probe_n = mon.probe_n if mon is not None else 16
     probe_tokens = mon.probe_max_new_tokens if mon is not None else 64
     r = settings.replicate
-    suffix = replicate_suffix(r)
     jobs = {j.name: j for j in plan(cfg, r + 1)}
     stage = cfg.stages[i]
     own = phase_names("seq", stage, r)
@@ -385,64 +425,177 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
             jobs[job.name] = job
         names.append(job.name)
         parent = job.name
-    needed = list(dict.fromkeys([stage_parent, *[c for _, c in earlier]]))
-    for name in needed:
-        if finished(run / CHECKPOINTS / name) is None:
-            raise AclarenaError(f"checkpoint {name!r} is not trained in {run}; finish the curriculum first "
-                                f"(aclarena-diag train --config {cfg_path} --out {run}"
-                                + (f" --seeds {r + 1}" if r else "") + ")")
     tests = planned_tests([_phase_steps(jobs[n]) for n in names], settings.eval_every, settings.dense)
     check_items(settings.n, settings.alpha, tests)
     identity = {"settings": settings.identity(), "every_n_steps": every, "drop_test": "mcnemar-holm",
-                "razor": True,
+                "razor": True, "ground_truth_rng": "forked",
                 "rules": {k: v.to_dict() for k, v in rules.items()}, "probe_n": probe_n, "probe_tokens": probe_tokens,
                 "phases": [jobs[n].fingerprint for n in names], "version": RESULT_VERSION}
-    fp = _fingerprint(identity)
+    return LeadPlan(settings=settings, jobs=jobs, names=names, earlier=earlier, stage_parent=stage_parent,
+                    every=every, rules=rules, probe_n=probe_n, probe_tokens=probe_tokens,
+                    probe_seed=mon.probe_seed if mon is not None else 0, suffix=replicate_suffix(r), identity=identity)
+
+
+def ground_truth_riders(cfg: Any, settings: Sequence[LeadTimeSettings]) -> Callable[[Job, Any], list[Any]]:
+    """``riders(job, monitor)`` for :func:`aclarena.train.curriculum.run_curriculum`: the ground truth of each lead-time
+    measurement in ``settings`` (one per replicate) evaluated while the chain itself trains the stage, through the
+    ``[monitor]``'s own writer, so that :func:`measure_lead_time` reads the chain instead of retraining it (the
+    study's validation). Nothing rides a phase whose monitor does not score what the measurement needs (its
+    interval, rules, the earlier domains' probes and the stage's own): that measurement then retrains."""
+    plans = [p for p in (lead_plan(cfg, s) for s in settings) if p.rides]
+    by_name = {n: p for p in plans for n in p.names}
+
+    def riders(job: Job, monitor: Any) -> list[Any]:
+        p = by_name.get(job.name)
+        if p is None or p.jobs[job.name].fingerprint != job.fingerprint or not _monitor_fits(p, monitor):
+            return []
+        s = p.settings
+        return [GroundTruthCallback(list(p.suites), store=monitor.store, label=job.name, every_n_steps=s.eval_every,
+                                    n=s.n, seed=s.seed, monitor=monitor, describe=p.ground_truth())]
+
+    return riders
+
+
+def _monitor_fits(p: LeadPlan, monitor: Any) -> bool:
+    names = {q.name for q in monitor.probes}
+    return (monitor.store is not None and monitor.every_n_steps == p.every and dict(monitor.rules) == p.rules
+            and {p.probe(d) for d, _ in p.earlier} | {p.razor} <= names)
+
+
+def _chain_recording(run: Path, p: LeadPlan) -> tuple[list[int], int] | None:
+    """The offsets of the stage's phases and its steps when the chain's own training recorded everything the
+    measurement needs (:func:`ground_truth_riders`: the same ground truth at every planned step, the probes'
+    checks, the phases as planned); None otherwise."""
+    from aclarena.results.monitor_series import bench_settings, load_monitor
+    from aclarena.store.series import SERIES_NAME, read_series
+    from aclarena.train.curriculum import CHECKPOINTS
+    from aclarena.train.phase_record import finished, read_marker
+
+    if not p.rides or not (run / SERIES_NAME).is_file():
+        return None
+    offsets, total = [], 0
+    with read_series(run) as r:
+        for name in p.names:
+            folder = run / CHECKPOINTS / name
+            if (read_marker(folder) or {}).get("fingerprint") != p.jobs[name].fingerprint:
+                return None  # not this plan's phase (or not trained)
+            done = finished(folder)
+            if done is None or bench_settings(r, name) != p.ground_truth():
+                return None
+            v = load_monitor(r, name)
+            want = set(phase_eval_steps(done.steps, p.settings.eval_every))
+            for suite in p.suites:
+                rows = [k for k in range(len(v.bench.get("step", []))) if v.bench["suite"][k].decode() == suite]
+                if {int(v.bench["step"][k]) for k in rows} != want or any(int(v.bench["n"][k]) != p.settings.n
+                                                                          for k in rows):
+                    return None
+            if any(not len(v.probes.get(q, {}).get("step", [])) for q in [p.probe(d) for d, _ in p.earlier] + [p.razor]):
+                return None
+            offsets.append(total)
+            total += done.steps
+    return offsets, total
+
+
+def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSettings = LeadTimeSettings(), *,
+                      force: bool = False, show_progress: bool = False, reuse_chain: bool = True) -> dict[str, Any]:
+    """Retrain ``settings.stage`` of the curriculum in ``run_dir`` with the monitor and the ground
+    truth, compute the lead-time table, store it and return it (see the module docstring). When the chain's own
+    training of the stage recorded the same ground truth (``aclarena-diag study``: :func:`ground_truth_riders`),
+    the table is computed from it instead, nothing retrained (``reuse_chain=False`` retrains anyway); the
+    result's ``source`` says which (``chain`` or ``retrain``)."""
+    from aclarena.store import ResultsStore
+    from aclarena.train.config import load_config
+    from aclarena.train.curriculum import CONFIG_COPY
+    from aclarena.train.phase_record import finished
+
+    t_start = time.monotonic()
+    run = Path(run_dir)
+    cfg_path = run / CONFIG_COPY
+    if not cfg_path.is_file():
+        raise AclarenaError(f"{run} has no {CONFIG_COPY}: measure lead time on a run trained with `aclarena-diag train`")
+    cfg = load_config(cfg_path)
+    p = lead_plan(cfg, settings)
+    r = settings.replicate
+    for name in dict.fromkeys([p.stage_parent, *[c for _, c in p.earlier]]):
+        if finished(run / "checkpoints" / name) is None:
+            raise AclarenaError(f"checkpoint {name!r} is not trained in {run}; finish the curriculum first "
+                                f"(aclarena-diag train --config {cfg_path} --out {run}"
+                                + (f" --seeds {r + 1}" if r else "") + ")")
+    fp = _fingerprint(p.identity)
     store = ResultsStore(run)
-    key = lead_time_key(settings.stage, suffix)
+    key = lead_time_key(settings.stage, p.suffix)
     if not force and store.exists() and store.has(key) and store.attrs(key).get("fingerprint") == fp:
         with store.reader() as reader:
             return read_lead_time(reader, key).result
 
+    chain = _chain_recording(run, p) if reuse_chain else None
+    if chain is not None:
+        offsets, steps_total = chain
+        labels, start_check = list(p.names), None
+        cost: dict[str, Any] = {"recorded_while_the_chain_trained": True}
+    else:
+        labels = [f"{LEAD_LABEL_PREFIX}{n}" for n in p.names]
+        offsets, steps_total, start_check, cost = _retrain(run, cfg, p, show_progress)
+    result = lead_time_table(run, labels, offsets=offsets, suites=p.suites, rules=p.rules, alpha=settings.alpha,
+                             razor_probe=p.razor, probe_suffix=p.suffix)
+    result.update({"stage": settings.stage, "replicate": r, "phases": p.names, "steps": steps_total,
+                   "settings": dataclasses.asdict(settings) | {"every_n_steps": p.every},
+                   "time_s": time.monotonic() - t_start, "parent": p.stage_parent, "start_check": start_check,
+                   "source": "chain" if chain is not None else "retrain", "cost": cost})
+    manifest = run / "aclarena.toml"
+    write_lead_time(store, key, LeadTimeData(stage=settings.stage, fingerprint=fp, result=result,
+                                             table=table_columns(result["table"]), settings=p.identity),
+                    manifest_text=manifest.read_text(encoding="utf-8") if manifest.is_file() else None)
+    return result
+
+
+def _retrain(run: Path, cfg: Any, p: LeadPlan, show_progress: bool) -> tuple[list[int], int, Any, dict[str, Any]]:
+    """Retrain the stage's phases into a scratch folder with the monitor and the ground truth (labels
+    ``lead-time/<phase>``); the phases' offsets, the steps, the start check and the cost."""
+    from aclarena.progress import progress
+    from aclarena.train.curriculum import CHECKPOINTS, WORK, _location, read_template, run_job
+    from aclarena.train.monitor import domain_probe
+    from aclarena.train.phases import quiet
+
+    settings = p.settings
     quiet()
-    suites = {f"{d}/id": d for d, _ in earlier}
     chat_template = read_template(cfg)
-    start = _location(run, f"{CHECKPOINTS}/{stage_parent}")
+    start = _location(run, f"{CHECKPOINTS}/{p.stage_parent}")
     start_check: dict[str, int] | None = None
     if settings.strict:  # before anything else: can the stage start lose enough for a significant drop?
-        start_check = solved_at_start(run / CHECKPOINTS / stage_parent, list(suites), n=settings.n, seed=settings.seed,
-                                      chat_template=chat_template)
+        start_check = solved_at_start(run / CHECKPOINTS / p.stage_parent, list(p.suites), n=settings.n,
+                                      seed=settings.seed, chat_template=chat_template)
+        tests = planned_tests([_phase_steps(p.jobs[n]) for n in p.names], settings.eval_every, settings.dense)
         check_reachable(start_check, alpha=settings.alpha, tests=tests or 1, n=settings.n)
     probes = {}
-    for d, ckpt in earlier:
-        probes[d] = domain_probe(run, ckpt, run / CHECKPOINTS / ckpt, d, name=f"{PROBE_PREFIX}{d}{suffix}", n=probe_n,
-                                 max_new_tokens=probe_tokens)
-    scratch = run / WORK / f"lead-time{suffix}"
+    for d, ckpt in p.earlier:
+        probes[d] = domain_probe(run, ckpt, run / CHECKPOINTS / ckpt, d, name=p.probe(d), n=p.probe_n,
+                                 max_new_tokens=p.probe_tokens, seed=p.probe_seed)
+    scratch = run / WORK / f"lead-time{p.suffix}"
     shutil.rmtree(scratch, ignore_errors=True)
-    folders = {n: str(run / CHECKPOINTS / n) for n in needed}
+    folders = {n: str(run / CHECKPOINTS / n) for n in dict.fromkeys([p.stage_parent, *[c for _, c in p.earlier]])}
     # RL's Razor as the paper defines it: the stage start's generations on the trained stage's own prompts
-    razor = domain_probe(run, stage_parent, start, settings.stage, name=f"{RAZOR_PREFIX}{settings.stage}{suffix}", n=probe_n,
-                         max_new_tokens=probe_tokens, split="train")
-    offsets: dict[str, int] = {}
+    razor = domain_probe(run, p.stage_parent, start, settings.stage, name=p.razor, n=p.probe_n,
+                         max_new_tokens=p.probe_tokens, seed=p.probe_seed, split="train")
+    offsets: list[int] = []
     steps_total = 0
     monitors: list[DriftMonitorCallback] = []
     gts: list[GroundTruthCallback] = []
-    from aclarena.progress import progress
-
     try:
         with progress(show_progress) as bar:
-            task = bar.add_task(f"lead time: retraining the {settings.stage} stage with the monitor", total=len(names))
-            for name in names:
-                job = jobs[name]
+            task = bar.add_task(f"lead time: retraining the {settings.stage} stage with the monitor", total=len(p.names))
+            for name in p.names:
+                job = p.jobs[name]
                 label = f"{LEAD_LABEL_PREFIX}{name}"
                 ms = MonitorStore(run)
                 monitor = DriftMonitorCallback(
-                    [probes[d] for d, _ in earlier] + [razor], store=ms, label=label,
-                    references={probes[d].name: str(run / CHECKPOINTS / c) for d, c in earlier}
+                    [probes[d] for d, _ in p.earlier] + [razor], store=ms, label=label,
+                    references={probes[d].name: str(run / CHECKPOINTS / c) for d, c in p.earlier}
                     | {razor.name: start},
-                    stage_start=start, every_n_steps=every, rules=rules, high=mon.high if mon else "q=0.06")
+                    stage_start=start, every_n_steps=p.every, rules=p.rules,
+                    high=cfg.monitor.high if cfg.monitor else "q=0.06")
                 length = _phase_steps(job)
-                gt = GroundTruthCallback(list(suites), store=ms, label=label, every_n_steps=settings.eval_every,
+                gt = GroundTruthCallback(list(p.suites), store=ms, label=label, every_n_steps=settings.eval_every,
                                          n=settings.n, seed=settings.seed, monitor=monitor,
                                          steps=phase_eval_steps(length, settings.eval_every, settings.dense)
                                          if settings.dense is not None and length is not None else None)
@@ -452,27 +605,17 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
                 trained = run_job(cfg, job, run, folders, [monitor, gt], chat_template, folder=out_folder,
                                    work=scratch / f"{name}.work")
                 folders[name] = str(out_folder)
-                offsets[name] = steps_total
+                offsets.append(steps_total)
                 steps_total += trained.steps
                 bar.advance(task)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    result = lead_time_table(run, [f"{LEAD_LABEL_PREFIX}{n}" for n in names], offsets=[offsets[n] for n in names],
-                             suites=suites, rules=rules, alpha=settings.alpha, razor_probe=razor.name,
-                             probe_suffix=suffix)
-    result.update({"stage": settings.stage, "replicate": r, "phases": names, "steps": steps_total, "settings": dataclasses.asdict(settings)
-                   | {"every_n_steps": every}, "time_s": time.monotonic() - t_start,
-                   "parent": stage_parent, "start_check": start_check,
-                   "cost": {"monitor_setup_s": sum(m.setup_seconds for m in monitors),
-                            "monitor_checks": sum(len(m.check_seconds) for m in monitors),
-                            "ground_truth_evaluations": sum(len(g.seconds) for g in gts),
-                            "monitor_checks_s": sum(sum(m.check_seconds) for m in monitors),
-                            "ground_truth_s": sum(sum(g.seconds) for g in gts)}})
-    manifest = run / "aclarena.toml"
-    write_lead_time(store, key, LeadTimeData(stage=settings.stage, fingerprint=fp, result=result,
-                                             table=table_columns(result["table"]), settings=identity),
-                    manifest_text=manifest.read_text(encoding="utf-8") if manifest.is_file() else None)
-    return result
+    cost = {"monitor_setup_s": sum(m.setup_seconds for m in monitors),
+            "monitor_checks": sum(len(m.check_seconds) for m in monitors),
+            "ground_truth_evaluations": sum(len(g.seconds) for g in gts),
+            "monitor_checks_s": sum(sum(m.check_seconds) for m in monitors),
+            "ground_truth_s": sum(sum(g.seconds) for g in gts)}
+    return offsets, steps_total, start_check, cost
 
 
 def _rule_text(rule: MetricRule) -> str:
@@ -495,7 +638,6 @@ def lead_time_table(run_dir: str | os.PathLike[str], labels: Sequence[str], *, o
     "series", "drop_test"}`` (plain data)."""
     from aclarena.results.monitor_series import load_monitor
     from aclarena.store.series import read_series
-    from aclarena.train.monitor import PROBE_PREFIX
 
     probe_rows: dict[str, dict[int, dict[str, float]]] = {}
     loss: dict[int, float] = {}

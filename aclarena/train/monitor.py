@@ -123,10 +123,14 @@ def domain_probe(run_dir: str | os.PathLike[str], checkpoint: str, folder: str |
 
 
 def monitor_factory(cfg: CurriculumConfig, out: str | os.PathLike[str], jobs: Sequence[Job],
-                    folders: Callable[[str], str]) -> Callable[[Job], list[Any]]:
-    """``factory(job) -> [DriftMonitorCallback]`` for :func:`aclarena.train.curriculum.run_curriculum`.
+                    folders: Callable[[str], str],
+                    riders: Callable[[Job, Any], Sequence[Any]] | None = None) -> Callable[[Job], list[Any]]:
+    """``factory(job) -> [DriftMonitorCallback, *riders]`` for :func:`aclarena.train.curriculum.run_curriculum`.
 
     ``folders(name)`` gives a trained checkpoint's location (a folder under ``out`` or the HF base).
+    ``riders(job, monitor)``: more callbacks that write through the monitor's ``series.h5`` writer (one writer
+    per file), e.g. the study's ground truth riding the chain's own stage
+    (:func:`aclarena.train.lead_time.ground_truth_riders`).
     """
     spec = cfg.monitor
     assert spec is not None  # built only for a curriculum with a [monitor] table
@@ -183,8 +187,9 @@ def monitor_factory(cfg: CurriculumConfig, out: str | os.PathLike[str], jobs: Se
             if p.reference in known:
                 references[p.name] = folders(p.reference)
         start = folders(first.parent) if first.parent is not None else None
-        return [DriftMonitorCallback(
-            probes, run_dir=out, label=job.name, references=references, stage_start=start, settings=spec.callback)]
+        monitor = DriftMonitorCallback(
+            probes, run_dir=out, label=job.name, references=references, stage_start=start, settings=spec.callback)
+        return [monitor, *(riders(job, monitor) if riders is not None else ())]
 
     return factory
 
