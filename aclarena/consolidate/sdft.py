@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from aclarena.consolidate.options import SDFTOptions
@@ -71,6 +72,29 @@ def top_up(records: list[dict[str, Any]], domain: str, minimum: int, seed: int) 
     return records + expert_records(domain, missing, seed + 7919), missing
 
 
+def _rollout_cache(run_dir: Any, domain: str, oracle: str, n: int, k: int, seed: int) -> Path:
+    """Where the oracle's kept rollouts of ``domain`` are kept for the next SDFT of the same replicate (from the
+    base and from the end sample the same oracles alike: the second reads the first's), named by what decides them:
+    the oracle's weights (``oracle``: its fingerprint), the tasks and the samples."""
+    import hashlib
+    import json
+
+    key = hashlib.sha256(json.dumps({"oracle": oracle, "domain": domain, "n": n, "k": k, "seed": seed},
+                                    sort_keys=True).encode()).hexdigest()[:16]
+    return Path(run_dir) / "work" / "sdft-rollouts" / f"{domain}-{key}.json"
+
+
+def _read_rollouts(path: Path) -> list[dict[str, Any]] | None:
+    """The records kept in ``path``; None when there are none (or the file is unreadable: they are sampled again)."""
+    import json
+
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return records if isinstance(records, list) and all(isinstance(r, dict) for r in records) else None
+
+
 def _start(job: Any) -> str:
     assert isinstance(job.options, SDFTOptions)
     return job.options.start
@@ -91,7 +115,7 @@ def run(job: Any) -> list[Any]:
     from aclarena.consolidate.recipe import parse_trl, sizes
     from aclarena.models.checkpoint import inspect
     from aclarena.models.tensors import checkpoint_fingerprint
-    from aclarena.store.manifest import CheckpointSpec
+    from aclarena.store.manifest import CheckpointSpec, write_text_atomic
     from aclarena.train.data import rejection_records
     from aclarena.train.phases import load_start, quiet, run_sft
     from aclarena.train.progress import log_table
@@ -130,11 +154,18 @@ def run(job: Any) -> list[Any]:
     by_domain: dict[str, list[dict[str, Any]]] = {}
     kept: dict[str, int] = {}
     filled: dict[str, int] = {}
+    reused: dict[str, bool] = {}
     for d in domains:
         job.status(f"{name}: rollouts of {lin.oracles[d]}")
-        model, tok = load_start(infos[lin.oracles[d]].location)
-        recs = rejection_records(model, tok, d, sz.n, sz.k, job.seed)
-        del model
+        oracle = infos[lin.oracles[d]]
+        cache = _rollout_cache(job.run_dir, d, checkpoint_fingerprint(oracle), sz.n, sz.k, job.seed)
+        recs = _read_rollouts(cache)
+        reused[d] = recs is not None
+        if recs is None:
+            model, tok = load_start(oracle.location)
+            recs = rejection_records(model, tok, d, sz.n, sz.k, job.seed)
+            del model
+            write_text_atomic(cache, json.dumps(recs))
         kept[d] = len(recs)
         by_domain[d], filled[d] = top_up(recs, d, sz.minimum, job.seed)
         if filled[d]:
@@ -142,7 +173,7 @@ def run(job: Any) -> list[Any]:
                      f"{filled[d]} scripted expert trajectories fill the {d} share")
     rollout_s = time.perf_counter() - t0
     order = balanced_order(by_domain, batch, sz.steps * int(trl.get("gradient_accumulation_steps", 1)), job.seed)
-    data = {"kept": kept, "filled": filled, "rollout_seconds": round(rollout_s, 2)}
+    data = {"kept": kept, "filled": filled, "rollout_seconds": round(rollout_s, 2), "rollouts_reused": reused}
     job.status(f"{name}: mixed SFT on {len(order)} records")
     res = run_sft(infos[start_name].location, order, folder, trl=trl, seed=job.seed, fingerprint=fp,
                   meta={"name": name, "method": "sdft", "data": data})

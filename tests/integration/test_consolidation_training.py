@@ -102,3 +102,23 @@ def test_mle_needs_its_backbone_and_teachers_need_one_tokenizer(run, cli):
     tj.write_text(json.dumps(data))
     code, _, err = cli("consolidate", "--run", str(run), "--method", "mmopd")
     assert code == 1 and "tokenizers differ" in err and "one tokenizer" in err
+
+
+def test_sdft_from_the_end_reads_the_oracles_rollouts_that_sdft_from_the_base_sampled(run, cli):
+    """The two SDFTs of the study sample the same oracles on the same tasks (issue 42): the second reads the
+    first's kept rollouts, and trains exactly as it does when it samples them itself."""
+    first = json.loads(cli("consolidate", "--run", str(run), "--method", "sdft", "--json")[1])["outputs"][0]
+    assert first["settings"]["rollouts_reused"] == dict.fromkeys(("math", "search", "ecom", "if"), False)
+    assert len(list((run / "work" / "sdft-rollouts").glob("*.json"))) == 4
+    code, out, err = cli("consolidate", "--run", str(run), "--method", "sdft", "--start", "end", "--json")
+    assert code == 0, err
+    second = json.loads(out)["outputs"][0]
+    assert second["settings"]["rollouts_reused"] == dict.fromkeys(("math", "search", "ecom", "if"), True)
+    assert second["settings"]["kept"] == first["settings"]["kept"]
+    read = _sha(run / "checkpoints" / "sdft-from-end")
+    shutil.rmtree(run / "work" / "sdft-rollouts")
+    code, out, err = cli("consolidate", "--run", str(run), "--method", "sdft", "--start", "end", "--force", "--json")
+    assert code == 0, err
+    assert json.loads(out)["outputs"][0]["settings"]["rollouts_reused"] == dict.fromkeys(("math", "search", "ecom",
+                                                                                          "if"), False)
+    assert _sha(run / "checkpoints" / "sdft-from-end") == read
