@@ -250,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("-n", type=int, default=100, help="eval tasks per suite (default 100, as the committed findings)")
     ap.add_argument("--lead-n", type=int, default=100, help="validation items per earlier domain (default 100)")
-    ap.add_argument("--lead-stage", default="ecom", help="the stage the validation retrains (default ecom)")
+    ap.add_argument("--lead-stage", default="ecom", help="the stage the validation watches (default ecom)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per study (default 1: a core each)")
     ap.add_argument("--json-out", help="write the comparison here once both studies are done")
     args = ap.parse_args(argv)

@@ -24,6 +24,11 @@ and the **lead** is ``drop step - warning step``. The table goes to results.h5 u
 ``monitor/lead-time/<stage>`` with the settings (a rerun with the same settings reads it
 back) and the ground-truth curves. ``LeadTimeSettings(replicate=r)`` measures replicate r of a
 ``train --seeds N`` run instead (names, probe sets and the stored key end in ``-s<r>``).
+
+The ground truth does not touch the training's random stream, so a retrain is the chain's stage bit for bit;
+:func:`ground_truth_riders` therefore lets the chain's own training of the stage carry the ground truth (through
+its ``[monitor]``'s writer, ``aclarena-diag study``), and :func:`measure_lead_time` then reads those series
+instead of retraining (the result's ``source``).
 """
 
 from __future__ import annotations
