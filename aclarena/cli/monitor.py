@@ -259,4 +259,6 @@ def print_lead_time(result: dict[str, Any]) -> None:
         if info is not None and not info["reachable"]:
             print(f"note: {d}: {info['solved_at_start']} items solved at the stage start, too few for any drop to be "
                   f"significant over {info['tests']} evaluations (a 'none' there is not evidence of no forgetting)")
+    if result.get("source") == "chain":
+        print("measured on the chain's own training of the stage (its ground truth rode along): nothing retrained")
     print(f"took {result['time_s']:.1f} s")
