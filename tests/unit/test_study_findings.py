@@ -218,7 +218,7 @@ def test_cosine_rows_exist_when_nothing_could_be_measured():
 
 @pytest.mark.parametrize("stage", ["math", "chess"])
 def test_lead_stage_must_be_a_later_stage(tmp_path, cli, stage):
-    """--lead-stage names the stage retrained with the monitor: the first stage (no earlier skill) or a
+    """--lead-stage names the stage the validation watches: the first stage (no earlier skill) or a
     domain the curriculum lacks is one line, exit 1, before anything is trained."""
     from train_helpers import TINY
 
