@@ -372,6 +372,16 @@ class LeadPlan:
     def probe(self, domain: str) -> str:
         return f"{PROBE_PREFIX}{domain}{self.suffix}"
 
+    @property
+    def probes(self) -> list[str]:
+        """Every probe set the table reads: the earlier domains' and the stage's own."""
+        return [self.probe(d) for d, _ in self.earlier] + [self.razor]
+
+    @property
+    def needed(self) -> list[str]:
+        """The checkpoints the measurement starts from or compares with: the stage start and the earlier stages."""
+        return list(dict.fromkeys([self.stage_parent, *[c for _, c in self.earlier]]))
+
     def ground_truth(self) -> dict[str, Any]:
         """The ground-truth evaluations (stored with them when they ride the chain's own phases)."""
         s = self.settings
@@ -464,7 +474,7 @@ def ground_truth_riders(cfg: Any, settings: Sequence[LeadTimeSettings]) -> Calla
 def _monitor_fits(p: LeadPlan, monitor: Any) -> bool:
     names = {q.name for q in monitor.probes}
     return (monitor.store is not None and monitor.every_n_steps == p.every and dict(monitor.rules) == p.rules
-            and {p.probe(d) for d, _ in p.earlier} | {p.razor} <= names)
+            and set(p.probes) <= names)
 
 
 def _chain_recording(run: Path, p: LeadPlan) -> tuple[list[int], int] | None:
@@ -494,7 +504,7 @@ def _chain_recording(run: Path, p: LeadPlan) -> tuple[list[int], int] | None:
                 if {int(v.bench["step"][k]) for k in rows} != want or any(int(v.bench["n"][k]) != p.settings.n
                                                                           for k in rows):
                     return None
-            if any(not len(v.probes.get(q, {}).get("step", [])) for q in [p.probe(d) for d, _ in p.earlier] + [p.razor]):
+            if any(not len(v.probes.get(q, {}).get("step", [])) for q in p.probes):
                 return None
             offsets.append(total)
             total += done.steps
@@ -510,7 +520,7 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     result's ``source`` says which (``chain`` or ``retrain``)."""
     from aclarena.store import ResultsStore
     from aclarena.train.config import load_config
-    from aclarena.train.curriculum import CONFIG_COPY
+    from aclarena.train.curriculum import CHECKPOINTS, CONFIG_COPY
     from aclarena.train.phase_record import finished
 
     t_start = time.monotonic()
@@ -521,8 +531,8 @@ def measure_lead_time(run_dir: str | os.PathLike[str], settings: LeadTimeSetting
     cfg = load_config(cfg_path)
     p = lead_plan(cfg, settings)
     r = settings.replicate
-    for name in dict.fromkeys([p.stage_parent, *[c for _, c in p.earlier]]):
-        if finished(run / "checkpoints" / name) is None:
+    for name in p.needed:
+        if finished(run / CHECKPOINTS / name) is None:
             raise AclarenaError(f"checkpoint {name!r} is not trained in {run}; finish the curriculum first "
                                 f"(aclarena-diag train --config {cfg_path} --out {run}"
                                 + (f" --seeds {r + 1}" if r else "") + ")")
@@ -578,7 +588,7 @@ def _retrain(run: Path, cfg: Any, p: LeadPlan, show_progress: bool) -> tuple[lis
                                  max_new_tokens=p.probe_tokens, seed=p.probe_seed)
     scratch = run / WORK / f"lead-time{p.suffix}"
     shutil.rmtree(scratch, ignore_errors=True)
-    folders = {n: str(run / CHECKPOINTS / n) for n in dict.fromkeys([p.stage_parent, *[c for _, c in p.earlier]])}
+    folders = {n: str(run / CHECKPOINTS / n) for n in p.needed}
     # RL's Razor as the paper defines it: the stage start's generations on the trained stage's own prompts
     razor = domain_probe(run, p.stage_parent, start, settings.stage, name=p.razor, n=p.probe_n,
                          max_new_tokens=p.probe_tokens, seed=p.probe_seed, split="train")
