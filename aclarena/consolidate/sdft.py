@@ -4,7 +4,9 @@ For each domain, the domain's single-task oracle samples ``k`` trajectories on `
 tasks; the trajectories with reward 1 are kept (:func:`aclarena.train.data.rejection_records`);
 then one SFT phase trains on all domains at once, every batch holding an equal share of each
 domain (:func:`balanced_order`, read in order by the trainer), from the base by default
-(``--start end``: from the sequential end point).
+(``--start end``: from the sequential end point). Each batch is read in micro-batches of one domain's
+share, shortest records together, with gradient accumulation (:func:`length_grouped`): the same
+optimizer steps as the whole batch at once, without padding math conversations to e-commerce length.
 
 A domain whose oracle solves too few tasks is topped up with the arena's scripted expert
 trajectories, and the run records how many (``settings.filled``): on a tiny model an oracle of a
@@ -60,6 +62,41 @@ def balanced_order(by_domain: Mapping[str, Sequence[dict[str, Any]]], batch_size
         rng.shuffle(batch)
         out.extend(batch)
     return out
+
+
+def length_grouped(order: Sequence[dict[str, Any]], batch: int) -> list[dict[str, Any]]:
+    """``order`` with the records of each consecutive batch of ``batch`` sorted by length (shortest first).
+
+    A domain-balanced batch mixes e-commerce conversations (~580 tokens in the mini arena) with math and IF
+    ones (~100): padded together, most of the batch is padding. Read in micro-batches of one domain's share
+    with gradient accumulation, each optimizer step still sees the same records (the same sum of token losses
+    over the same token count: trl divides by the step's item count), but each micro-batch pads only to its
+    own longest record. The length is the record's serialized size, a proxy for its token count.
+    """
+    import json
+
+    out: list[dict[str, Any]] = []
+    for i in range(0, len(order), batch):
+        out.extend(sorted(order[i:i + batch], key=lambda r: len(json.dumps(r, sort_keys=True, default=str))))
+    return out
+
+
+def batching(batch: int, domains: int, given: Mapping[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """The trainer's batch fields for a balanced batch of ``batch`` records over ``domains`` domains, and the
+    micro-batch: one domain's share, read with gradient accumulation (:func:`length_grouped`), unless the
+    ``--trl`` fields ``given`` set the batching themselves (then the whole batch at once, micro-batch None)."""
+    if {"per_device_train_batch_size", "gradient_accumulation_steps"} & set(given):
+        return {"per_device_train_batch_size": batch}, None
+    micro = batch // domains
+    return {"per_device_train_batch_size": micro, "gradient_accumulation_steps": batch // micro}, micro
+
+
+def mixed_order(by_domain: Mapping[str, Sequence[dict[str, Any]]], batch: int, steps: int, trl: Mapping[str, Any],
+                micro: int | None, seed: int) -> list[dict[str, Any]]:
+    """The records the trainer reads in order for ``steps`` optimizer steps (see :func:`batching`)."""
+    if micro is None:
+        return balanced_order(by_domain, batch, steps * int(trl.get("gradient_accumulation_steps", 1)), seed)
+    return length_grouped(balanced_order(by_domain, batch, steps, seed), batch)
 
 
 def top_up(records: list[dict[str, Any]], domain: str, minimum: int, seed: int) -> tuple[list[dict[str, Any]], int]:
@@ -132,15 +169,17 @@ def run(job: Any) -> list[Any]:
     name = output_names(job)[0]
     sz = sizes("sdft", job.run_dir, job.options)
     batch = sz.batch if sz.batch % len(domains) == 0 else len(domains) * max(1, sz.batch // len(domains))
-    trl: dict[str, Any] = {"max_steps": sz.steps, "per_device_train_batch_size": batch, "learning_rate": sz.lr,
-                           "train_sampling_strategy": "sequential"} | parse_trl(list(job.options.trl))
+    given = parse_trl(list(job.options.trl))
+    per_step, micro = batching(batch, len(domains), given)
+    trl: dict[str, Any] = {"max_steps": sz.steps, **per_step, "learning_rate": sz.lr,
+                           "train_sampling_strategy": "sequential"} | given
     seen: dict[str, Any] = {}
     infos = {n: inspect(job.manifest.resolve(n), job.manifest, job.run_dir, _seen=seen)
              for n in [start_name, *lin.oracles.values()]}
     for info in infos.values():
         info.require_loadable()
     settings = {"start": start_name, "oracles": dict(lin.oracles), "n": sz.n, "k": sz.k, "minimum": sz.minimum,
-                "batch": batch, "trl": trl, "seed": job.seed}
+                "batch": batch, "micro_batch": micro, "trl": trl, "seed": job.seed}
     fp = hashlib.sha256(json.dumps({"settings": settings, "inputs": {n: checkpoint_fingerprint(i) for n, i in
                                                                       infos.items()}}, sort_keys=True,
                                    default=str).encode()).hexdigest()[:16]
@@ -172,7 +211,7 @@ def run(job: Any) -> list[Any]:
             job.note(f"{name}: {lin.oracles[d]} solved {kept[d]} of {sz.n} {d} tasks ({sz.k} samples each); "
                      f"{filled[d]} scripted expert trajectories fill the {d} share")
     rollout_s = time.perf_counter() - t0
-    order = balanced_order(by_domain, batch, sz.steps * int(trl.get("gradient_accumulation_steps", 1)), job.seed)
+    order = mixed_order(by_domain, batch, sz.steps, trl, micro, job.seed)
     data = {"kept": kept, "filled": filled, "rollout_seconds": round(rollout_s, 2), "rollouts_reused": reused}
     job.status(f"{name}: mixed SFT on {len(order)} records")
     res = run_sft(infos[start_name].location, order, folder, trl=trl, seed=job.seed, fingerprint=fp,
