@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from aclarena.consolidate.sdft import balanced_order, top_up
+from aclarena.consolidate.sdft import balanced_order, batching, length_grouped, mixed_order, top_up
 from aclarena.errors import AclarenaError
 
 
@@ -42,3 +42,27 @@ def test_top_up_adds_expert_trajectories():
     assert all(r["domain"] == "math" and r["messages"][-1]["role"] == "assistant" for r in got[1:])
     same, none = top_up(got, "math", 2, seed=0)
     assert none == 0 and same == got
+
+
+def test_length_grouped_sorts_within_each_batch_only():
+    data = {d: [{"domain": d, "text": d[0] * (n * (i + 1))} for i in range(3)]
+            for d, n in (("math", 10), ("search", 20), ("ecom", 100), ("if", 12))}
+    order = balanced_order(data, 8, 5, seed=3)
+    grouped = length_grouped(order, 8)
+    for b in range(5):  # the same records in every optimizer batch, shortest first
+        before, after = order[b * 8:(b + 1) * 8], grouped[b * 8:(b + 1) * 8]
+        assert sorted(map(str, before)) == sorted(map(str, after))
+        lengths = [len(r["text"]) for r in after]
+        assert lengths == sorted(lengths)
+    # read two at a time, the two e-commerce records of a batch share the last micro-batch
+    assert all({r["domain"] for r in grouped[b * 8 + 6:(b + 1) * 8]} == {"ecom"} for b in range(5))
+
+
+def test_batching_micro_batches_unless_the_trl_fields_set_it():
+    assert batching(8, 4, {}) == ({"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4}, 2)
+    assert batching(8, 4, {"per_device_train_batch_size": 8}) == ({"per_device_train_batch_size": 8}, None)
+    assert batching(8, 4, {"gradient_accumulation_steps": 2})[1] is None
+    data = {d: _records(d, 4) for d in ("math", "search", "ecom", "if")}
+    # whole batches with accumulation draw a batch per accumulation step, micro-batches one per optimizer step
+    assert len(mixed_order(data, 8, 3, {"gradient_accumulation_steps": 2}, None, 0)) == 48
+    assert len(mixed_order(data, 8, 3, batching(8, 4, {})[0], 2, 0)) == 24
