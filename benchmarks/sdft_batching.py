@@ -1,7 +1,7 @@
 """Benchmark: SDFT's mixed SFT step, the whole balanced batch at once against micro-batches by length (issue 42).
 
-    python benchmarks/sdft_batching.py                      # 20 steps per try, 2 rounds (~5 min on 2 cores)
-    python benchmarks/sdft_batching.py --steps 30 --rounds 3 --json-out docs/results/sdft_batching.json
+    python benchmarks/sdft_batching.py                      # 20 steps per try, 2 rounds (~2 min on 2 cores)
+    python benchmarks/sdft_batching.py --steps 20 --rounds 2 --json-out docs/results/sdft_batching.json   # committed
 
 SDFT trains one SFT phase on all four domains at once, each batch of 8 holding two records of each
 (:func:`aclarena.consolidate.sdft.balanced_order`). Padded together, two e-commerce conversations
