@@ -27,7 +27,9 @@ printed them (``study: eval 44.8 s``; a part cut by a kill counts in the wall ti
 the load average at their start; and the ratio of the new recipe's wall time to the old one's, against the
 issue's target of one half. When one recipe finishes first the other goes on alone on its own threads (it
 then competes less for memory bandwidth: the ratio errs in the old recipe's favour). A study that fails
-(exit status not 0) is reported with its log and the benchmark exits 1.
+(exit status not 0) is reported with its log and the benchmark exits 1. With ``--seeds 1`` the study runs no
+validation (it needs two seeds), so neither side's time includes it: the benchmark prints that and writes it
+with the result (``caveats``).
 """
 
 from __future__ import annotations
@@ -214,6 +216,14 @@ def summary(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def caveats(seeds: int) -> list[str]:
+    """What the comparison leaves out with these settings, one line each (printed and written with the result)."""
+    if seeds < 2:
+        return [f"{seeds} seed: the study runs no validation (it fits on seed 0 and reports on the others), so neither "
+                "side's time includes it; give --seeds 2 or more to time it"]
+    return []
+
+
 def checkout(ref: str, where: Path) -> str:
     """A worktree of the repository at ``ref`` in ``where`` (made once; a rerun checks it is the same commit)."""
     sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", f"{ref}^{{commit}}"], capture_output=True,
@@ -271,6 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 **{f"{k}_sha256": sha256(root / f"{k}-src" / rel) for k, rel in configs.items()}}
     commands = {label: study_command(Path(rel), root / label, args) for label, rel in configs.items()}
     threads = str(args.threads)
+    for line in caveats(args.seeds):
+        print(f"note: {line}", flush=True)
     print(f"load before: {load()}", flush=True)
     data = side_by_side(commands, root, settings, env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads},
                         cwd={label: root / f"{label}-src" for label in commands})
@@ -295,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)  # made_by's machine line then names the studies' threads, not the driver's
 
         cmd = "python benchmarks/study_time.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        report = {"made_by": made_by(cmd), "settings": settings, **s,
+        report = {"made_by": made_by(cmd), "settings": settings, **s, "caveats": caveats(args.seeds),
                   "commands": {k: " ".join(v[2:]).replace(str(root), "ROOT") for k, v in commands.items()}}
         Path(args.json_out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {args.json_out}")

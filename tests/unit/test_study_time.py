@@ -114,3 +114,9 @@ def test_a_rerun_beside_a_study_still_running_is_refused(tmp_path):
         {"segment": 0, "wall_s": 3.0, "rc": None, "status": "running", "pid": os.getpid()}]}}}))
     with pytest.raises(SystemExit, match="old study of an earlier invocation is still running"):
         bench.side_by_side({"old": ["true"]}, root, {"k": 1})
+
+
+def test_one_seed_says_the_validation_is_left_out():
+    bench = _bench()
+    assert any("no validation" in line for line in bench.caveats(1))
+    assert bench.caveats(3) == []
