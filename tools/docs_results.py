@@ -263,14 +263,17 @@ def study_timing(data: Mapping[str, Any]) -> str:
         return sum(g["wall_s"] - sum((g.get("parts_s") or {}).values()) for g in job["segments"]
                    if g.get("status") == "killed")
 
+    st = data["settings"]
+    # one seed: the study runs no validation (it fits on one seed and reports on the others)
+    unrun = {"validation"} if st["seeds"] < 2 else set()
     rows = [[k, secs(old["parts_s"].get(k)), secs(new["parts_s"].get(k)),
-             ratio(new["parts_s"].get(k), old["parts_s"].get(k))] for k in parts]
+             ratio(new["parts_s"].get(k), old["parts_s"].get(k))] if k not in unrun else
+            [k, "not run (one seed)", "not run (one seed)", "-"] for k in parts]
     if at_stop(old) or at_stop(new):
         rows.append(["part in progress at a stop (its time when it finished is above)", secs(at_stop(old)),
                      secs(at_stop(new)), "-"])
     rows.append(["**wall time, start to end**", f"**{secs(old['wall_s'])}**", f"**{secs(new['wall_s'])}**",
                  f"**{_num(data.get('ratio_new_old'))}**"])
-    st = data["settings"]
     segs = max(len(old["segments"]), len(new["segments"]))
     return (_table(["part", f"old: {st['old_commit'][:7]}, {st['old_config']}",
                     f"new: {st['new_commit'][:7]}, {st['new_config']}", "new / old"], rows)
