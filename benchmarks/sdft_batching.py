@@ -35,7 +35,7 @@ def train(way: str, steps: int, batch: int, seed: int, out: Path) -> dict[str, A
     from transformers import TrainerCallback
 
     from aclarena.consolidate.recipe import DEFAULTS
-    from aclarena.consolidate.sdft import batching, mixed_order
+    from aclarena.consolidate.sdft import mixed_order, trainer_fields
     from aclarena.models.shipped import shipped_base
     from aclarena.train.data import expert_records
     from aclarena.train.phases import run_sft
@@ -43,9 +43,8 @@ def train(way: str, steps: int, batch: int, seed: int, out: Path) -> dict[str, A
     sz = DEFAULTS["mini"]["sdft"]
     by_domain = {d: expert_records(d, sz.n * sz.k, seed) for d in DOMAINS}
     given = {} if way == "micro" else {"per_device_train_batch_size": batch}
-    per_step, micro = batching(batch, len(DOMAINS), given)
-    trl = {"max_steps": steps, **per_step, "learning_rate": sz.lr, "train_sampling_strategy": "sequential",
-           "logging_steps": 1, "save_strategy": "no", "report_to": "none"} | given
+    trl, micro = trainer_fields(steps, sz.lr, batch, len(DOMAINS), given)
+    trl |= {"logging_steps": 1, "save_strategy": "no", "report_to": "none"}
     ends: list[float] = []
 
     class Clock(TrainerCallback):

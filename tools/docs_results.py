@@ -277,7 +277,8 @@ def study_timing(data: Mapping[str, Any]) -> str:
     segs = max(len(old["segments"]), len(new["segments"]))
     return (_table(["part", f"old: {st['old_commit'][:7]}, {st['old_config']}",
                     f"new: {st['new_commit'][:7]}, {st['new_config']}", "new / old"], rows)
-            + f"\n{st['seeds']} seed{'' if st['seeds'] == 1 else 's'}, -n {st['n']}, --lead-n {st['lead_n']}, --lead-stage {st['lead_stage']}; "
+            + f"\n{st['seeds']} seed{'' if st['seeds'] == 1 else 's'}, -n {st['n']}, --lead-n {st['lead_n']}, "
+            f"--lead-stage {st['lead_stage']}; "
             f"{st['threads']} torch thread(s) per study, the two started together; {segs} segment(s) "
             f"(a study stopped part-way resumes and reads back what it finished; a part's time adds up its "
             f"segments, the wall time every segment's). Target: new / old at most {data['target_ratio']}.\n")

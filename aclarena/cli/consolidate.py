@@ -59,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t = p.add_argument_group("training methods (mmopd, sdft, mle)")
     t.add_argument("--n", type=int, metavar="N", help="tasks or prompts per domain (default: sized to the run)")
     t.add_argument("--steps", type=int, metavar="N", help="optimizer steps (mle: per expert)")
-    t.add_argument("--batch", type=int, metavar="N", help="per-device batch size (sdft: records per optimizer step, a multiple of the domains, "
+    t.add_argument("--batch", type=int, metavar="N",
+                   help="per-device batch size (sdft: records per optimizer step, a multiple of the domains, "
                         "read in micro-batches of one domain's share)")
     t.add_argument("--lr", type=float, metavar="LR", help="learning rate")
     t.add_argument("--trl", action="append", default=[], metavar="FIELD=VALUE",

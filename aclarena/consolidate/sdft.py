@@ -91,6 +91,14 @@ def batching(batch: int, domains: int, given: Mapping[str, Any]) -> tuple[dict[s
     return {"per_device_train_batch_size": micro, "gradient_accumulation_steps": batch // micro}, micro
 
 
+def trainer_fields(steps: int, lr: float, batch: int, domains: int,
+                   given: Mapping[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """SDFT's trl fields (``given``, the ``--trl`` ones, win) and its micro-batch (:func:`batching`)."""
+    per_step, micro = batching(batch, domains, given)
+    return {"max_steps": steps, **per_step, "learning_rate": lr, "train_sampling_strategy": "sequential"} | dict(
+        given), micro
+
+
 def mixed_order(by_domain: Mapping[str, Sequence[dict[str, Any]]], batch: int, steps: int, trl: Mapping[str, Any],
                 micro: int | None, seed: int) -> list[dict[str, Any]]:
     """The records the trainer reads in order for ``steps`` optimizer steps (see :func:`batching`)."""
@@ -169,10 +177,7 @@ def run(job: Any) -> list[Any]:
     name = output_names(job)[0]
     sz = sizes("sdft", job.run_dir, job.options)
     batch = sz.batch if sz.batch % len(domains) == 0 else len(domains) * max(1, sz.batch // len(domains))
-    given = parse_trl(list(job.options.trl))
-    per_step, micro = batching(batch, len(domains), given)
-    trl: dict[str, Any] = {"max_steps": sz.steps, **per_step, "learning_rate": sz.lr,
-                           "train_sampling_strategy": "sequential"} | given
+    trl, micro = trainer_fields(sz.steps, sz.lr, batch, len(domains), parse_trl(list(job.options.trl)))
     seen: dict[str, Any] = {}
     infos = {n: inspect(job.manifest.resolve(n), job.manifest, job.run_dir, _seen=seen)
              for n in [start_name, *lin.oracles.values()]}
