@@ -5,9 +5,10 @@
         --json-out docs/results/eval_prefill.json
 
 Each turn of a multi-turn episode is one batched ``generate`` call on the whole conversation so far
-(:func:`aclarena.envs.rollout.model_policy`): the KV cache lives within a turn, not across turns, so every
-turn reads the earlier turns again. Reusing the cache across turns could only save that re-reading; this
-measures its size before anyone builds it. The suite is played as ``eval`` plays it
+(:func:`aclarena.envs.rollout.model_policy`); without a cache kept across turns (``reuse_cache=False``,
+how eval played before :mod:`aclarena.models.prefix_cache`) every turn reads the earlier turns again. This
+measured the size of that re-reading before the kept cache was built; benchmarks/eval_cache.py times the two
+side by side. The suite is played as ``eval`` plays it
 (:func:`aclarena.envs.rollout.generate_trajectories`, greedy, batches of ``--batch``); around every
 ``generate`` call the same batch is also run once through the model alone (one forward over the prompt, the
 logits of the last position only: the prefill that call did), timed apart. Printed: the generate calls, their
@@ -67,13 +68,13 @@ def main() -> int:
         out = generate(*a, **kw)
         gen = time.perf_counter() - t0
         calls.append({"rows": len(rows), "width": int(ids.shape[1]), "tokens": int(mask.sum()), "reread": reread,
-                      "new_tokens": int(out.shape[1] - ids.shape[1]), "generate_s": gen, "prefill_s": prefill})
+                      "new_tokens": int(out.sequences.shape[1] - ids.shape[1]), "generate_s": gen, "prefill_s": prefill})
         return out
 
     model.generate = timed
     tasks = sample_tasks(args.suite, args.n, seed=args.seed, split="eval")
     t0 = time.perf_counter()
-    generate_trajectories(model, tok, tasks, do_sample=False, seed=args.seed, batch_size=args.batch)
+    generate_trajectories(model, tok, tasks, do_sample=False, seed=args.seed, batch_size=args.batch, reuse_cache=False)
     wall = time.perf_counter() - t0
     gen_s = sum(c["generate_s"] for c in calls)
     pre_s = sum(c["prefill_s"] for c in calls)

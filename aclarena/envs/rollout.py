@@ -35,6 +35,7 @@ from aclarena.models.chat import (
     stop_token_ids,
 )
 from aclarena.models.chat import end_of_turn as end_of_turn  # imported from here by train/ and tests
+from aclarena.models.prefix_cache import PrefixCache, takes_positions
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -225,8 +226,13 @@ def model_policy(
     max_context: int | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
     prompt_format: str = "chat",
+    reuse_cache: bool | None = None,
 ) -> Policy:
     """A policy generating with ``model``: one left-padded ``generate`` call per batch.
+
+    ``reuse_cache`` (default: when greedy) keeps each call's KV cache for the next: an episode's next turn
+    prefills only what its previous turn did not read (:mod:`aclarena.models.prefix_cache`). Greedy answers
+    are those of prefilling every prompt (tested); sampled rollouts prefill every prompt unless asked.
 
     Conversations are rendered in ``prompt_format`` (:func:`aclarena.models.chat.render_prompt`); a
     ``plain`` reply also ends where :func:`aclarena.models.chat.reply_end` says.
@@ -241,6 +247,8 @@ def model_policy(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     device = next(model.parameters()).device
     template_kwargs = dict(chat_template_kwargs or {})
+    reuse = (not do_sample if reuse_cache is None else reuse_cache) and takes_positions(model)
+    kept = PrefixCache() if reuse else None
 
     def policy(convs: Sequence[Conversation]) -> list[str | None]:
         texts = [render_prompt(tokenizer, m, t, prompt_format=prompt_format, **template_kwargs) for m, t in convs]
@@ -249,12 +257,9 @@ def model_policy(
         out: list[str | None] = [None] * len(convs)
         if not keep:
             return out
-        width = max(len(ids[i]) for i in keep)
-        input_ids = torch.full((len(keep), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(keep), width), dtype=torch.long)
-        for row, i in enumerate(keep):  # left padding: generation continues right after the prompt
-            input_ids[row, width - len(ids[i]):] = torch.tensor(ids[i], dtype=torch.long)
-            attention[row, width - len(ids[i]):] = 1
+        # without a kept cache: plain left padding
+        prepared = (kept or PrefixCache()).prepare([ids[i] for i in keep], pad_id)
+        width = prepared.width
         kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": do_sample, "pad_token_id": pad_id,
                                   "eos_token_id": stops}
         if do_sample:
@@ -266,8 +271,12 @@ def model_policy(
             kwargs["stopping_criteria"] = stopping
         with torch.no_grad():
             # transformers types PreTrainedModel without GenerationMixin (its causal-LM classes add generate)
-            gen = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),  # type: ignore[operator]
-                                 **kwargs)
+            result = model.generate(input_ids=prepared.input_ids.to(device),  # type: ignore[operator]
+                                    attention_mask=prepared.attention_mask.to(device), cache=prepared.cache,
+                                    return_dict_in_generate=True, **kwargs)
+        gen = result.sequences
+        if kept is not None:
+            kept.keep(result.cache, gen, prepared.attention_mask)
         new = gen[:, width:].tolist()
         stop_set = set(stops)
         for row, i in enumerate(keep):
@@ -309,14 +318,16 @@ def generate_trajectories(
     shard: tuple[int, int] | None = None,
     sort_by_length: bool = True,
     prompt_format: str = "chat",
+    reuse_cache: bool | None = None,
 ) -> list[Trajectory | None]:
     """Roll ``model`` out on ``tasks`` (all of one environment or mixed); greedy unless ``do_sample``.
     Prompts are rendered in ``prompt_format`` (``chat`` or ``plain``, :func:`aclarena.models.chat.render_prompt`).
 
     Greedy episodes are batched by prompt length (``sort_by_length``, :func:`greedy_order`), so a
-    batch pads little; each turn of a batch is one ``generate`` call with the KV cache. Greedy
-    decoding does not depend on the batch a task is in, so the trajectories are those of playing
-    each task alone (tested); sampled ones keep the task order, which their seeds depend on.
+    batch pads little; each turn of a batch is one ``generate`` call, which starts from the previous
+    call's KV cache when greedy (``reuse_cache``, :func:`model_policy`). Greedy decoding does not depend
+    on the batch a task is in, so the trajectories are those of playing each task alone (tested);
+    sampled ones keep the task order, which their seeds depend on.
 
     Sampling is seeded per batch from ``(seed, batch number)``, so a batch draws the same
     samples whichever process plays it. ``shard=(rank, size)`` plays only the batches
@@ -355,7 +366,8 @@ def generate_trajectories(
                                  prompt_format=prompt_format)
         else:
             policy = model_policy(model, tokenizer, max_new_tokens=env.max_new_tokens if max_new_tokens is None else max_new_tokens,
-                                  do_sample=do_sample, temperature=temperature, top_p=top_p, prompt_format=prompt_format)
+                                  do_sample=do_sample, temperature=temperature, top_p=top_p, prompt_format=prompt_format,
+                                  reuse_cache=reuse_cache)
         trajs = run_episodes([tasks[i] for i in idx], policy, batch_size=batch_size, max_turns=max_turns,
                              on_batch=on_batch, before_batch=before_batch)
         for i, tr in zip(idx, trajs, strict=True):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from aclarena.envs import sample_tasks
@@ -78,15 +80,12 @@ def _padding_counter(model, monkeypatch):
     return pads
 
 
-def test_greedy_batches_by_length_and_equals_one_by_one(tokenizer, monkeypatch):
-    """Greedy eval sorts episodes by prompt length (less padding), and every multi-turn trajectory is
-    the one of playing that task alone."""
+def _asking_model(tok, monkeypatch):
+    """A tiny model writing prompt-dependent text that often asks the scripted e-commerce user a question."""
     import torch
 
-    from aclarena.envs.rollout import prompt_lengths
     from aclarena.models.tiny import build_model, tiny_config
 
-    tok = tokenizer
     # large random weights: an untrained model at the usual scale writes the same token for every prompt,
     # which any batching would reproduce; these write prompt-dependent text
     model = build_model(tiny_config(tok), seed=0)
@@ -100,12 +99,23 @@ def test_greedy_batches_by_length_and_equals_one_by_one(tokenizer, monkeypatch):
     qid = tok.convert_tokens_to_ids("?")
     forward = model.forward
 
+    @functools.wraps(forward)  # its signature: generate passes position ids to a forward that takes them
     def asking(*args, **kwargs):
         out = forward(*args, **kwargs)
         out.logits[..., qid] += 6.0
         return out
 
     monkeypatch.setattr(model, "forward", asking)
+    return model
+
+
+def test_greedy_batches_by_length_and_equals_one_by_one(tokenizer, monkeypatch):
+    """Greedy eval sorts episodes by prompt length (less padding), and every multi-turn trajectory is
+    the one of playing that task alone."""
+    from aclarena.envs.rollout import prompt_lengths
+
+    tok = tokenizer
+    model = _asking_model(tok, monkeypatch)
     general = sample_tasks("general", 6, 1)
     by_len = [t for _, t in sorted(zip(prompt_lengths(tok, general), general, strict=True), key=lambda x: x[0])]
     assert len(set(prompt_lengths(tok, by_len))) > 1
@@ -123,6 +133,36 @@ def test_greedy_batches_by_length_and_equals_one_by_one(tokenizer, monkeypatch):
     assert [t.messages for t in batched] == [t.messages for t in single] == [t.messages for t in unsorted]
     assert [(t.reward, t.end_reason) for t in batched] == [(t.reward, t.end_reason) for t in single]
     assert any(t.turns > 1 for t in batched)  # multi-turn episodes were played
+
+
+def test_kept_cache_answers_as_prefilling_every_turn(tokenizer, monkeypatch):
+    """Greedy turns read from the previous turn's KV cache (kept per row, gathered, the rest of each prompt
+    prefilled): every trajectory is the one of prefilling each prompt whole, and most prompt tokens are
+    not read again."""
+    from aclarena.models import prefix_cache
+    from aclarena.models.prefix_cache import PrefixCache
+
+    tok = tokenizer
+    model = _asking_model(tok, monkeypatch)
+    tasks = sample_tasks("ecom/id", 5, 2) + sample_tasks("general", 3, 2)
+    fresh = run_episodes(tasks, model_policy(model, tok, max_new_tokens=8, reuse_cache=False), batch_size=3,
+                         max_turns=4)
+    calls: list[tuple[int, int]] = []
+    prepare = PrefixCache.prepare
+
+    def counting(self, ids, pad_id):
+        out = prepare(self, ids, pad_id)
+        calls.append((out.reused, sum(len(p) for p in ids)))
+        return out
+
+    monkeypatch.setattr(prefix_cache.PrefixCache, "prepare", counting)
+    kept = run_episodes(tasks, model_policy(model, tok, max_new_tokens=8), batch_size=3, max_turns=4)
+    assert sum(t.turns for t in fresh) > len(tasks) + 4  # multi-turn episodes
+    assert [t.messages for t in kept] == [t.messages for t in fresh]
+    assert [(t.reward, t.end_reason) for t in kept] == [(t.reward, t.end_reason) for t in fresh]
+    reused, total = map(sum, zip(*calls, strict=True))
+    assert reused > total / 2, (reused, total)
+
 
 
 def test_sampling_keeps_task_order_batches(tiny):
