@@ -49,11 +49,13 @@ def reusable(cache: Any) -> bool:
 
 
 def takes_positions(model: Any) -> bool:
-    """Whether ``model.forward`` takes ``position_ids``: ``generate`` then derives them from the attention mask,
-    which puts kept keys and new tokens at their places; without them a row's positions would count the holes."""
+    """Whether the model's forward takes ``position_ids``: ``generate`` then derives them from the attention mask,
+    which puts kept keys and new tokens at their places; without them a row's positions would count the holes.
+    An unmerged peft model generates with the model it wraps, so that one is asked."""
     import inspect
 
-    return "position_ids" in inspect.signature(model.forward).parameters
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "position_ids" in inspect.signature(inner.forward).parameters
 
 
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:

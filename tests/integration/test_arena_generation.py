@@ -135,15 +135,21 @@ def test_greedy_batches_by_length_and_equals_one_by_one(tokenizer, monkeypatch):
     assert any(t.turns > 1 for t in batched)  # multi-turn episodes were played
 
 
-def test_kept_cache_answers_as_prefilling_every_turn(tokenizer, monkeypatch):
+@pytest.mark.parametrize("wrap", ["hf", "unmerged-lora"])
+def test_kept_cache_answers_as_prefilling_every_turn(tokenizer, monkeypatch, wrap):
     """Greedy turns read from the previous turn's KV cache (kept per row, gathered, the rest of each prompt
     prefilled): every trajectory is the one of prefilling each prompt whole, and most prompt tokens are
-    not read again."""
+    not read again; also through an unmerged LoRA adapter (how eval loads one)."""
     from aclarena.models import prefix_cache
     from aclarena.models.prefix_cache import PrefixCache
 
     tok = tokenizer
     model = _asking_model(tok, monkeypatch)
+    if wrap == "unmerged-lora":
+        from peft import LoraConfig, get_peft_model
+
+        # random A and B: the adapter changes the answers
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
     tasks = sample_tasks("ecom/id", 5, 2) + sample_tasks("general", 3, 2)
     fresh = run_episodes(tasks, model_policy(model, tok, max_new_tokens=8, reuse_cache=False), batch_size=3,
                          max_turns=4)

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
 
-from aclarena.models.prefix_cache import PrefixCache, common_prefix, reusable
+from aclarena.models.prefix_cache import PrefixCache, common_prefix, reusable, takes_positions
 
 
 def _kept(tokens: list[list[int]], cols: list[list[int]]) -> PrefixCache:
@@ -57,3 +57,19 @@ def test_only_full_attention_caches_are_kept():
     pc = PrefixCache()
     pc.keep(sliding, torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 2, dtype=torch.long))
     assert pc.match([[0, 0, 0]]) == [(0, 0)]
+
+
+def test_positions_come_from_the_mask_for_hf_and_unmerged_peft_models(tokenizer):
+    from peft import LoraConfig, get_peft_model
+
+    from aclarena.models.tiny import build_model, tiny_config
+
+    model = build_model(tiny_config(tokenizer), seed=0)
+    assert takes_positions(model)
+    assert takes_positions(get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"])))
+
+    class Wrapped:  # a forward without position_ids: generate would number the holes; nothing is kept
+        def forward(self, input_ids, attention_mask=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+            return None
+
+    assert not takes_positions(Wrapped())
