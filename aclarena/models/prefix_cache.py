@@ -12,7 +12,9 @@ at, and the prompt's tokens get the positions a prefill of the whole prompt give
 Matching is on token ids, never on text: a template that rewrites earlier turns (drops a ``<think>``
 block, reformats a tool call) only shortens the match. What is reused was computed from the same tokens
 at the same positions; it differs from a fresh prefill by float rounding only (a decode step's matrix
-shapes are not a prefill's), as batching does. Greedy answers are tested equal to the re-prefilled ones.
+shapes are not a prefill's), as batching does, so a greedy answer can change only where two tokens tie to
+that rounding. Greedy answers are tested equal to the re-prefilled ones (``benchmarks/eval_cache.py``
+compares the two ways on a real suite).
 
 Only plain full-attention caches (:class:`transformers.DynamicLayer` in every layer) of a model whose forward
 takes ``position_ids`` are reused; another model prefills every prompt, as before.
