@@ -94,6 +94,12 @@ def main() -> int:
         procs[side] = subprocess.Popen([sys.executable, "-c", RUN_ONE, str(run), args.stage, str(args.lead_n),
                                         json.dumps(extra)], env=env | {"PYTHONPATH": str(src)}, stdout=subprocess.PIPE,
                                        stderr=log, text=True)
+    ended: dict[str, float] = {}
+    while len(ended) < len(procs):  # each side's end, for the time the other ran alone
+        for side, p in procs.items():
+            if side not in ended and p.poll() is not None:
+                ended[side] = time.monotonic() - t0
+        time.sleep(1.0)
     out: dict[str, Any] = {}
     for side, p in procs.items():
         stdout, _ = p.communicate()
@@ -101,7 +107,7 @@ def main() -> int:
         if p.returncode or line is None:
             print(f"{side}: failed (exit {p.returncode}); see {root / f'validation-{side}.log'}", file=sys.stderr)
             return 1
-        out[side] = json.loads(line[len("RESULT "):]) | {"ended_after_s": time.monotonic() - t0}
+        out[side] = json.loads(line[len("RESULT "):]) | {"ended_after_s": ended[side]}
     stage_new = stage_seconds(root / "new-0.log", args.stage)
     riding = out["new"]["seconds"] - stage_new
     report: dict[str, Any] = {"root": str(root), "stage": args.stage, "lead_n": args.lead_n, "threads": args.threads,
