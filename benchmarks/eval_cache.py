@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -86,11 +87,7 @@ def main() -> int:
                                    "assistant_turns": turns, "alike": alike, "tasks": len(tasks),
                                    "mean_reward": {w: sum(r for _, r, _ in played[w]) / len(tasks) for w in WAYS}}
     if args.json_out:
-        cmd = "python benchmarks/eval_cache.py " + " ".join(
-            [f"--checkpoint {args.checkpoint}"] * bool(args.checkpoint) + [f"--suite {s}" for s in suites]
-            + [f"-n {args.n}", f"--batch {args.batch}", f"--rounds {args.rounds}", f"--seed {args.seed}",
-               f"--json-out {args.json_out}"])
-        report = {"made_by": made_by(cmd)} | report
+        report = {"made_by": made_by("python benchmarks/eval_cache.py " + " ".join(sys.argv[1:]))} | report
         Path(args.json_out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {args.json_out}")
     return 0

@@ -231,8 +231,9 @@ def model_policy(
     """A policy generating with ``model``: one left-padded ``generate`` call per batch.
 
     ``reuse_cache`` (default: when greedy) keeps each call's KV cache for the next: an episode's next turn
-    prefills only what its previous turn did not read (:mod:`aclarena.models.prefix_cache`). Greedy answers
-    are those of prefilling every prompt (tested); sampled rollouts prefill every prompt unless asked.
+    prefills only what its previous turn did not read (:mod:`aclarena.models.prefix_cache`). The kept keys
+    differ from a fresh prefill's by float rounding only, so greedy answers are those of prefilling every
+    prompt but at a tie to that rounding (tested equal); sampled rollouts prefill every prompt unless asked.
 
     Conversations are rendered in ``prompt_format`` (:func:`aclarena.models.chat.render_prompt`); a
     ``plain`` reply also ends where :func:`aclarena.models.chat.reply_end` says.
