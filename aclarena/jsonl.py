@@ -52,6 +52,11 @@ def first_line(e: BaseException, limit: int = 160) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:limit]
 
 
+def key_list(obj: dict[str, Any]) -> str:
+    """An object's keys for a one-line error, each JSON-quoted (a key may hold a newline); ``none`` when empty."""
+    return ", ".join(json.dumps(k) for k in obj) or "none"
+
+
 def lines(text: str) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` of JSON Lines text, split on ``\\n`` only (a ``\\r`` before it dropped)."""
     for lineno, line in enumerate(text.split("\n"), start=1):

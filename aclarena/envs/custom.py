@@ -214,7 +214,7 @@ def read_items(path: Path, spec: SuiteSpec) -> list[dict[str, Any]]:
                 raise bad('"prompt" must be a non-empty string')
             messages = [{"role": "user", "content": obj["prompt"]}]
         else:
-            raise bad(f'has neither "messages" nor "prompt" (keys: {", ".join(obj) or "none"}); write {EXAMPLE}')
+            raise bad(f'has neither "messages" nor "prompt" (keys: {jsonl.key_list(obj)}); write {EXAMPLE}')
         if spec.system and not any(m["role"] == "system" for m in messages):
             messages = [{"role": "system", "content": spec.system}, *messages]
         _check_answer(obj, spec, bad)

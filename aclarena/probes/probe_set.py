@@ -90,7 +90,7 @@ def read_prompts(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 raise _line_error(p, lineno, '"prompt" must be a non-empty string')
             out.append({"prompt": obj["prompt"]})
         else:
-            raise _line_error(p, lineno, f'has neither "messages" nor "prompt" (keys: {", ".join(obj) or "none"}); '
+            raise _line_error(p, lineno, f'has neither "messages" nor "prompt" (keys: {jsonl.key_list(obj)}); '
                                          f"write {example}")
     return out
 

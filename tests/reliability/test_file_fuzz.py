@@ -159,6 +159,7 @@ VALID_TRACE = {"messages": [{"role": "user", "content": "hi"}, {"role": "assista
 
 @FUZZ
 @given(st.lists(st.one_of(JSON, mutated(VALID_TRACE), mutated({"prompt": "x"})), min_size=1, max_size=4))
+@example(rows=[{"\n": None}])  # found by this test: the error named the keys as they were
 def test_prompt_and_trace_files(tmp_path_factory, rows):
     f = tmp_path_factory.mktemp("j") / "rows.jsonl"
     f.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
