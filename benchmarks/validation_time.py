@@ -84,16 +84,16 @@ def main() -> int:
     args = ap.parse_args()
     root = Path(args.root)
     env = os.environ | {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
-    procs: dict[str, subprocess.Popen[str]] = {}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
     t0 = time.monotonic()
     for side, extra in (("old", {}), ("new", {"reuse_chain": False})):
         src, run = root / f"{side}-src", root / side
         if not (src / "aclarena").is_dir() or not run.is_dir():
             raise SystemExit(f"{root}: no {side}-src/ or {side}/; give a benchmarks/study_time.py root")
-        log = (root / f"validation-{side}.log").open("w", encoding="utf-8")
-        procs[side] = subprocess.Popen([sys.executable, "-c", RUN_ONE, str(run), args.stage, str(args.lead_n),
-                                        json.dumps(extra)], env=env | {"PYTHONPATH": str(src)}, stdout=subprocess.PIPE,
-                                       stderr=log, text=True)
+        with (root / f"validation-{side}.log").open("w", encoding="utf-8") as log:  # the child keeps its own handle
+            procs[side] = subprocess.Popen([sys.executable, "-c", RUN_ONE, str(run), args.stage, str(args.lead_n),
+                                            json.dumps(extra)], env=env | {"PYTHONPATH": str(src)},
+                                           stdout=log, stderr=subprocess.STDOUT)
     ended: dict[str, float] = {}
     while len(ended) < len(procs):  # each side's end, for the time the other ran alone
         for side, p in procs.items():
@@ -102,10 +102,10 @@ def main() -> int:
         time.sleep(1.0)
     out: dict[str, Any] = {}
     for side, p in procs.items():
-        stdout, _ = p.communicate()
-        line = next((x for x in stdout.splitlines() if x.startswith("RESULT ")), None)
+        log_path = root / f"validation-{side}.log"
+        line = next((x for x in log_path.read_text(encoding="utf-8").splitlines() if x.startswith("RESULT ")), None)
         if p.returncode or line is None:
-            print(f"{side}: failed (exit {p.returncode}); see {root / f'validation-{side}.log'}", file=sys.stderr)
+            print(f"{side}: failed (exit {p.returncode}); see {log_path}", file=sys.stderr)
             return 1
         out[side] = json.loads(line[len("RESULT "):]) | {"ended_after_s": ended[side]}
     stage_new = stage_seconds(root / "new-0.log", args.stage)
