@@ -30,6 +30,10 @@ then competes less for memory bandwidth: the ratio errs in the old recipe's favo
 (exit status not 0) is reported with its log and the benchmark exits 1. With ``--seeds 1`` the study runs no
 validation (it needs two seeds), so neither side's time includes it: the benchmark prints that and writes it
 with the result (``caveats``).
+
+``--status`` prints what the ledger holds (while the benchmark runs, or after a session stopped it) and starts
+nothing. Once one study has finished, the wall times so far bound the ratio: the other study can only take longer,
+so with the new study done, new / (the old one's time so far) is an upper bound on the ratio.
 """
 
 from __future__ import annotations
@@ -211,9 +215,30 @@ def summary(data: Mapping[str, Any]) -> dict[str, Any]:
         jobs[label] = {"done": job["done"], "wall_s": sum(s["wall_s"] for s in job["segments"]),
                        "segments": job["segments"], "parts_s": parts}
     out: dict[str, Any] = {"jobs": jobs, "target_ratio": TARGET_RATIO}
-    if all(label in jobs and jobs[label]["done"] for label in ("old", "new")):
-        out["ratio_new_old"] = jobs["new"]["wall_s"] / jobs["old"]["wall_s"]
+    if not all(label in jobs for label in ("old", "new")):
+        return out
+    old, new = jobs["old"], jobs["new"]
+    if old["done"] and new["done"]:
+        out["ratio_new_old"] = new["wall_s"] / old["wall_s"]
+    elif new["done"] and old["wall_s"] > 0:  # the old study can only take longer than it has so far
+        out["ratio_new_old_at_most"] = new["wall_s"] / old["wall_s"]
+    elif old["done"] and new["wall_s"] > 0:
+        out["ratio_new_old_at_least"] = new["wall_s"] / old["wall_s"]
     return out
+
+
+def print_summary(s: Mapping[str, Any]) -> None:
+    """Each study's state, wall time and parts; what the wall times say of the ratio so far."""
+    for label, job in s["jobs"].items():
+        state = "done" if job["done"] else "NOT DONE"
+        print(f"{label}: {state}, {job['wall_s']:.0f} s over {len(job['segments'])} segment(s); "
+              + ", ".join(f"{k} {v:.0f} s" for k, v in job["parts_s"].items()))
+    if "ratio_new_old_at_most" in s:
+        print(f"new / old wall time: at most {s['ratio_new_old_at_most']:.2f} so far (the old study has not finished; "
+              f"target at most {TARGET_RATIO})")
+    elif "ratio_new_old_at_least" in s:
+        print(f"new / old wall time: at least {s['ratio_new_old_at_least']:.2f} so far (the new study has not "
+              f"finished; target at most {TARGET_RATIO})")
 
 
 def caveats(seeds: int) -> list[str]:
@@ -263,9 +288,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--lead-stage", default="ecom", help="the stage the validation watches (default ecom)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per study (default 1: a core each)")
     ap.add_argument("--json-out", help="write the comparison here once both studies are done")
+    ap.add_argument("--status", action="store_true",
+                    help="print what ROOT's ledger holds (each study's wall time and parts so far, what they say of "
+                         "the ratio) and exit; starts nothing, safe while the benchmark runs")
     args = ap.parse_args(argv)
 
     root = Path(args.root).resolve()
+    if args.status:
+        if not (root / LEDGER).is_file():
+            print(f"error: {root / LEDGER}: no such ledger; give the --root of a benchmark that was started",
+                  file=sys.stderr)
+            return 1
+        print_summary(summary(json.loads((root / LEDGER).read_text(encoding="utf-8"))))
+        return 0
     root.mkdir(parents=True, exist_ok=True)
     srcs = {"old": args.old_src, "new": args.new_src}
     commits = {label: checkout(ref, root / f"{label}-src") for label, ref in srcs.items()}
@@ -288,10 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         cwd={label: root / f"{label}-src" for label in commands})
     print(f"load after: {load()}", flush=True)
     s = summary(data)
-    for label, job in s["jobs"].items():
-        state = "done" if job["done"] else "NOT DONE"
-        print(f"{label}: {state}, {job['wall_s']:.0f} s over {len(job['segments'])} segment(s); "
-              + ", ".join(f"{k} {v:.0f} s" for k, v in job["parts_s"].items()))
+    print_summary(s)
     failed = [(label, job["segments"][-1]["log"]) for label, job in s["jobs"].items() if not job["done"]]
     if failed:
         for label, log in failed:

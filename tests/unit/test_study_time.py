@@ -120,3 +120,36 @@ def test_one_seed_says_the_validation_is_left_out():
     bench = _bench()
     assert any("no validation" in line for line in bench.caveats(1))
     assert bench.caveats(3) == []
+
+
+def _ledger(root: Path, old: tuple[float, bool], new: tuple[float, bool]) -> None:
+    root.mkdir(parents=True)
+    jobs = {label: {"done": done, "segments": [{"segment": 0, "wall_s": wall, "status": "finished" if done else "killed",
+                                                "parts_s": {"train": wall / 2}}]}
+            for label, (wall, done) in {"old": old, "new": new}.items()}
+    (root / "ledger.json").write_text(json.dumps({"settings": {"k": 1}, "jobs": jobs}))
+
+
+def test_status_reads_the_ledger_and_bounds_the_ratio_while_one_study_runs(tmp_path, capsys):
+    """The new study done, the old one not: the old can only take longer, so the ratio so far is an upper bound
+    (and a lower bound the other way round); --status starts nothing."""
+    bench = _bench()
+    _ledger(tmp_path / "a", old=(250.0, False), new=(100.0, True))
+    assert bench.main(["--root", str(tmp_path / "a"), "--status"]) == 0
+    out = capsys.readouterr().out
+    assert "old: NOT DONE, 250 s over 1 segment(s); train 125 s" in out
+    assert "new / old wall time: at most 0.40 so far" in out
+    assert not (tmp_path / "a" / "old-src").exists()
+
+    _ledger(tmp_path / "b", old=(200.0, True), new=(150.0, False))
+    s = bench.summary(json.loads((tmp_path / "b" / "ledger.json").read_text()))
+    assert s["ratio_new_old_at_least"] == pytest.approx(0.75) and "ratio_new_old" not in s
+    _ledger(tmp_path / "c", old=(200.0, True), new=(90.0, True))
+    s = bench.summary(json.loads((tmp_path / "c" / "ledger.json").read_text()))
+    assert s["ratio_new_old"] == pytest.approx(0.45) and "ratio_new_old_at_most" not in s
+
+
+def test_status_of_a_root_without_a_ledger_is_one_line_exit_1(tmp_path, capsys):
+    assert _bench().main(["--root", str(tmp_path), "--status"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no such ledger" in err
