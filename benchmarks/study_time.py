@@ -299,7 +299,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {root / LEDGER}: no such ledger; give the --root of a benchmark that was started",
                   file=sys.stderr)
             return 1
-        print_summary(summary(json.loads((root / LEDGER).read_text(encoding="utf-8"))))
+        data = json.loads((root / LEDGER).read_text(encoding="utf-8"))
+        for job in data["jobs"].values():  # a segment still running (or killed) has its finished parts in its log
+            for seg in job["segments"]:
+                seg.setdefault("parts_s", parts_of(root / seg["log"]) if seg.get("log") else {})
+        print_summary(summary(data))
         return 0
     root.mkdir(parents=True, exist_ok=True)
     srcs = {"old": args.old_src, "new": args.new_src}

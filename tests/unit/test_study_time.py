@@ -135,6 +135,10 @@ def test_status_reads_the_ledger_and_bounds_the_ratio_while_one_study_runs(tmp_p
     (and a lower bound the other way round); --status starts nothing."""
     bench = _bench()
     _ledger(tmp_path / "a", old=(250.0, False), new=(100.0, True))
+    ledger = json.loads((tmp_path / "a" / "ledger.json").read_text())  # the old study still running: parts in its log
+    ledger["jobs"]["old"]["segments"][0] = {"segment": 0, "wall_s": 250.0, "status": "running", "log": "old-0.log"}
+    (tmp_path / "a" / "ledger.json").write_text(json.dumps(ledger))
+    (tmp_path / "a" / "old-0.log").write_text("  study: train ...\n  study: train 125.0 s\n  study: eval ...\n")
     assert bench.main(["--root", str(tmp_path / "a"), "--status"]) == 0
     out = capsys.readouterr().out
     assert "old: NOT DONE, 250 s over 1 segment(s); train 125 s" in out
