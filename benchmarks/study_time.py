@@ -302,7 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = json.loads((root / LEDGER).read_text(encoding="utf-8"))
         for job in data["jobs"].values():  # a segment still running (or killed) has its finished parts in its log
             for seg in job["segments"]:
-                seg.setdefault("parts_s", parts_of(root / seg["log"]) if seg.get("log") else {})
+                if "parts_s" not in seg:
+                    seg["parts_s"] = parts_of(root / seg["log"])
         print_summary(summary(data))
         return 0
     root.mkdir(parents=True, exist_ok=True)
