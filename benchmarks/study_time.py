@@ -266,6 +266,18 @@ def checkout(ref: str, where: Path) -> str:
     return commit
 
 
+def seeded(src: Path, rel: str, seed: int) -> str:
+    """A copy of checkout ``src``'s config ``rel`` whose ``[run] seed`` is ``seed``, written beside it (so that what
+    the config names relative to itself resolves as before); returns its path relative to ``src``."""
+    text = (src / rel).read_text(encoding="utf-8")
+    new, n = re.subn(r"(?m)^(\[run\][^\[]*?^seed\s*=\s*)\d+", rf"\g<1>{seed}", text)
+    if n != 1:
+        raise SystemExit(f"error: {src / rel}: no `seed = N` line in its [run] table to set --first-seed in")
+    out = Path(rel).with_name(f"{Path(rel).stem}.seed{seed}.toml")
+    (src / out).write_text(new, encoding="utf-8")
+    return str(out)
+
+
 def study_command(config: Path, run: Path, args: argparse.Namespace) -> list[str]:
     """``python -m aclarena study`` (run in a checkout: its working directory comes first on sys.path)."""
     cmd = [sys.executable, "-m", "aclarena", "study", "--run", str(run), "--config", str(config),
@@ -283,6 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="the old recipe's curriculum, in its checkout (default: the mini preset, the study's recipe)")
     ap.add_argument("--new", default="examples/mini-fast.toml", help="the new recipe's curriculum, in its checkout")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=None, metavar="K",
+                    help="train seeds K..K+SEEDS-1 instead of the configs' own (a copy of each config with [run] "
+                         "seed = K, written beside it in its checkout): a study's seeds timed in parts")
     ap.add_argument("-n", type=int, default=100, help="eval tasks per suite (default 100, as the committed findings)")
     ap.add_argument("--lead-n", type=int, default=100, help="validation items per earlier domain (default 100)")
     ap.add_argument("--lead-stage", default="ecom", help="the stage the validation watches (default ecom)")
@@ -315,6 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: --{label} {rel}: no such curriculum config at {srcs[label]} ({commits[label][:12]})",
                   file=sys.stderr)
             return 1
+    if args.first_seed is not None:
+        configs = {label: seeded(root / f"{label}-src", rel, args.first_seed) for label, rel in configs.items()}
     settings = {"seeds": args.seeds, "n": args.n, "lead_n": args.lead_n, "lead_stage": args.lead_stage,
                 "threads": args.threads, **{f"{k}_commit": c for k, c in commits.items()},
                 **{f"{k}_config": rel for k, rel in configs.items()},

@@ -157,3 +157,21 @@ def test_status_of_a_root_without_a_ledger_is_one_line_exit_1(tmp_path, capsys):
     assert _bench().main(["--root", str(tmp_path), "--status"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "no such ledger" in err
+
+
+def test_first_seed_writes_a_copy_of_the_config_with_its_run_seed(tmp_path):
+    bench = _bench()
+    (tmp_path / "examples").mkdir()
+    text = (REPO / "examples" / "mini-half.toml").read_text(encoding="utf-8")
+    (tmp_path / "examples" / "mini-half.toml").write_text(text, encoding="utf-8")
+    rel = bench.seeded(tmp_path, "examples/mini-half.toml", 2)
+    assert rel == "examples/mini-half.seed2.toml"  # beside the original: what it names relative to itself resolves
+    import tomllib
+
+    copy = tomllib.loads((tmp_path / rel).read_text(encoding="utf-8"))
+    orig = tomllib.loads(text)
+    assert copy["run"]["seed"] == 2 and orig["run"]["seed"] == 0
+    assert {**copy, "run": {**copy["run"], "seed": 0}} == orig  # nothing else changed
+    (tmp_path / "examples" / "x.toml").write_text('[run]\nname = "x"\n[train]\nseed = 3\n', encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"no `seed = N` line in its \[run\] table"):
+        bench.seeded(tmp_path, "examples/x.toml", 1)  # another table's seed is not the run's
