@@ -96,13 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     on_start, on_part = _part_lines(args, "study")
 
-    command = f"aclarena-diag study --run {args.run} --seeds {args.seeds} -n {args.n}"
-    if args.consolidations is not None:
-        command += f" --consolidations {args.consolidations}"
-    command += " --full" * args.full + " --no-vectors" * (not args.vectors) + " --no-signatures" * (not args.signatures)
-    command += {"require": " --validate", "skip": " --no-validate"}.get(args.validation, "")
-    command += "".join(f" --{k.replace('_', '-')} {getattr(args, k)}" for k in ("lead_n", "lead_every", "lead_stage")
-                       if getattr(args, k) is not None)
+    command = study_command(args)
     t0 = time.monotonic()
     result = run_study(cfg, args.run, seeds=args.seeds, n=args.n, show_progress=show,
                        config_text=path.read_text(encoding="utf-8"), on_part=on_part, on_start=on_start,
@@ -130,6 +124,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: held-out validation not done: {v.get('reason') if v else 'skipped'}", file=sys.stderr)
         return 1
     return 0
+
+
+def study_command(args: argparse.Namespace) -> str:
+    """The command line findings.json records as what made it: every option that changes what the study does,
+    the curriculum config included."""
+    command = f"aclarena-diag study --run {args.run} --seeds {args.seeds} -n {args.n}"
+    command += f" --config {args.config}" if args.config else ""
+    if args.consolidations is not None:
+        command += f" --consolidations {args.consolidations}"
+    command += " --full" * args.full + " --no-vectors" * (not args.vectors) + " --no-signatures" * (not args.signatures)
+    command += {"require": " --validate", "skip": " --no-validate"}.get(args.validation, "")
+    return command + "".join(f" --{k.replace('_', '-')} {getattr(args, k)}"
+                             for k in ("lead_n", "lead_every", "lead_stage") if getattr(args, k) is not None)
 
 
 def print_validation(v: dict[str, Any]) -> None:

@@ -50,7 +50,7 @@ def test_study_two_seeds_end_to_end(tmp_path, cli):
     assert ratio["spread"] == pytest.approx(abs(ratio["values"][0] - ratio["values"][1]) / 2 ** 0.5)
     share = next(r for r in data["rows"] if r["quantity"].startswith("share of KL"))
     assert all(v is not None and 0 <= v <= 1 for v in share["values"])
-    assert on_disk["made_by"]["command"] == f"aclarena-diag study --run {out} --seeds 2 -n 3"
+    assert on_disk["made_by"]["command"] == f"aclarena-diag study --run {out} --seeds 2 -n 3 --config {TINY}"
     # each consolidation (the merges by default) against the sequential end and the oracles, per domain
     assert data["consolidations"] == ["merge-uniform", "merge-ties"]
     assert {"merge-uniform-s1", "merge-ties-s1", "sdft-s1", "sdft-from-end-s1"} <= {p.name for p in (out / "checkpoints").iterdir()}

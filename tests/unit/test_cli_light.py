@@ -56,3 +56,16 @@ def test_broken_pipe_is_not_an_error(tmp_path):
     out = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(root)})
     assert "internal error" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["study", "--run", "runs/s", "--config", "examples/mini-half.toml", "--lead-n", "100"],
+     "aclarena-diag study --run runs/s --seeds 3 -n 100 --config examples/mini-half.toml --lead-n 100"),
+    (["study", "--run", "runs/s", "--seeds", "2", "--full", "--no-validate"],
+     "aclarena-diag study --run runs/s --seeds 2 -n 100 --full --no-validate"),
+])
+def test_the_study_records_the_command_that_reproduces_it(argv, expected):
+    """findings.json's made_by: a study of another config named no --config, so its command reran the mini preset."""
+    from aclarena.cli.study import study_command
+
+    assert study_command(build_parser().parse_args(argv)) == expected
