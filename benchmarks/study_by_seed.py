@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 TARGET_RATIO = 0.5
-SAME = ("n", "lead_n", "lead_stage", "threads", "old_commit")  # settings every seed's pair must share
+SAME = ("n", "lead_n", "lead_stage", "threads", "old_commit")  # settings every seed's pair shares, and the recipes
 SEEDED = re.compile(r"\.seed(\d+)\.toml$")
 
 
@@ -67,7 +67,8 @@ def one_seed(timing_path: Path, validation_path: Path) -> dict[str, Any]:
     study = {s: t["jobs"][s]["wall_s"] for s in ("old", "new")}
     validation = {"old": v["retrain_s"]["old"], "new": max(v["new_riding_s_estimate"], 0.0)}
     total = {s: study[s] + validation[s] for s in study}
-    return {"seed": seed_of(st), "settings": {k: st[k] for k in SAME}, "new_commit": st["new_commit"],
+    recipes = {f"{k}_recipe": SEEDED.sub(".toml", st[f"{k}_config"]) for k in ("old", "new")}  # the config, any seed
+    return {"seed": seed_of(st), "settings": {k: st[k] for k in SAME} | recipes, "new_commit": st["new_commit"],
             "date": t["made_by"]["date"], "timing": str(timing_path), "validation": str(validation_path),
             "study_s": study, "validation_s": validation, "old_s": total["old"], "new_s": total["new"],
             "ratio": total["new"] / total["old"], "study_ratio": t["ratio_new_old"]}
@@ -81,7 +82,7 @@ def combine(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if len(set(numbers)) != len(numbers):
         raise SystemExit(f"error: a seed given twice (seeds {numbers}); give each seed's pair once")
     for s in seeds[1:]:
-        diff = sorted(k for k in SAME if s["settings"][k] != seeds[0]["settings"][k])
+        diff = sorted(k for k in s["settings"] if s["settings"][k] != seeds[0]["settings"][k])
         if diff:
             raise SystemExit(f"error: seed {s['seed']}'s pair ran with other settings than seed {seeds[0]['seed']}'s "
                              f"({', '.join(diff)}); time every seed alike")

@@ -284,6 +284,24 @@ def study_timing(data: Mapping[str, Any]) -> str:
             f"segments, the wall time every segment's). Target: new / old at most {data['target_ratio']}.\n")
 
 
+def study_by_seed(data: Mapping[str, Any]) -> str:
+    """Issue 42: the study timed one seed at a time (benchmarks/study_by_seed.py), each seed side by side."""
+    rows = [[str(s["seed"]), s["date"], s["new_commit"][:7], f"{s['study_s']['old']:,.0f} + {s['validation_s']['old']:,.0f}",
+             f"{s['study_s']['new']:,.0f} + ~{s['validation_s']['new']:,.0f}", f"{s['old_s']:,.0f} s",
+             f"{s['new_s']:,.0f} s", f"{s['ratio']:.2f}"] for s in data["seeds"]]
+    lo, hi = data["ratio_range"]
+    rows.append([f"**{len(data['seeds'])} seeds**", "", "", "", "", f"**{data['old_s']:,.0f} s**",
+                 f"**{data['new_s']:,.0f} s**", f"**{data['ratio_new_old']:.2f}** (seeds {lo:.2f}-{hi:.2f})"])
+    st = data["seeds"][0]["settings"]
+    return (_table(["seed", "measured", "new commit", "old: study + validation (s)", "new: study + validation (s)",
+                    "old", "new", "new / old"], rows)
+            + f"\nOld: {st['old_commit'][:7]} with {st['old_recipe']}; new: {st['new_recipe']} (each seed's copy with its "
+            f"`[run] seed`). -n {st['n']}, --lead-n "
+            f"{st['lead_n']}, --lead-stage {st['lead_stage']}, {st['threads']} torch thread(s) per side, both sides of "
+            f"a seed started together (its study, then its validation). {data['how']}. One run per seed, no "
+            f"interval beyond the seeds' range. Target: new / old at most {data['target_ratio']}.\n")
+
+
 def monitor_validation(data: Mapping[str, Any]) -> str:
     """The early warning fitted on one seed and reported on the others."""
     v = data.get("validation")
@@ -540,6 +558,8 @@ RENDERERS: dict[str, tuple[Callable[[Mapping[str, Any]], str], str]] = {
     "findings": (findings_table, STUDY_CMD),
     "monitor-validation": (monitor_validation, STUDY_CMD),
     "study-timing": (study_timing, STUDY_TIMING_CMD),
+    "study-by-seed": (study_by_seed, "python benchmarks/study_by_seed.py --seed TIMING VALIDATION ... --json-out FILE "
+                                     "&& make docs-results"),
     "test-tiers": (test_tiers, TESTS_CMD),
     "warning-validation": (warning_validation, VALIDATION_CMD),
     "warning-validation-line": (warning_validation_line, VALIDATION_CMD),

@@ -230,3 +230,27 @@ def test_demo_signatures_and_findings_show_each_interval():
              "spread": 0.04, "digits": 2, "intervals": [[0.16, 0.45], None, [0.2, 0.4]]}]
     assert "| 0.27 ± 0.04 | 0.24 [0.16, 0.45], -, 0.30 [0.20, 0.40] | 2/3 |" in findings_table({"seeds": [0, 1, 2],
                                                                                              "rows": rows})
+
+
+def test_study_by_seed_lists_each_seed_and_the_sums(tmp_path):
+    from train_helpers import load_benchmark
+
+    from tools.docs_results import study_by_seed
+
+    bench = load_benchmark("study_by_seed")
+    pairs = []
+    for seed, (old, new) in enumerate([(4000.0, 2000.0), (3000.0, 1800.0)]):
+        sfx = f".seed{seed}" if seed else ""
+        t, v = tmp_path / f"t{seed}.json", tmp_path / f"v{seed}.json"
+        t.write_text(json.dumps({
+            "made_by": {"date": "2026-12-07"}, "ratio_new_old": new / old, "jobs": {"old": {"wall_s": old}, "new": {"wall_s": new}},
+            "settings": {"seeds": 1, "n": 100, "lead_n": 100, "lead_stage": "ecom", "threads": 1, "old_commit": "a" * 40,
+                         "new_commit": "b" * 40, "old_config": f"examples/mini{sfx}.toml",
+                         "new_config": f"examples/mini-half{sfx}.toml"}}))
+        v.write_text(json.dumps({"stage": "ecom", "lead_n": 100, "retrain_s": {"old": 800.0, "new": 450.0},
+                                 "new_riding_s_estimate": 150.0}))
+        pairs.append(bench.one_seed(t, v))
+    text = study_by_seed(bench.combine(pairs))
+    assert "| 1 | 2026-12-07 | bbbbbbb | 3,000 + 800 | 1,800 + ~150 | 3,800 s | 1,950 s | 0.51 |" in text
+    assert "**2 seeds**" in text and "**8,600 s**" in text and "**4,100 s**" in text and "**0.48** (seeds 0.45-0.51)" in text
+    assert "with examples/mini.toml; new: examples/mini-half.toml" in text

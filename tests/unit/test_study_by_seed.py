@@ -64,3 +64,14 @@ def test_pairs_that_do_not_add_up_are_refused_in_one_line(tmp_path, case, match)
     with pytest.raises(SystemExit, match=match) as e:
         bench.main(["--seed", *map(str, a), "--seed", *map(str, b)])
     assert "\n" not in str(e.value)
+
+
+def test_pairs_of_other_recipes_are_refused(tmp_path):
+    bench = _bench()
+    a = _pair(tmp_path, 0, 4000.0, 2000.0, 800.0, 450.0, 300.0)
+    t, v = _pair(tmp_path, 1, 1.0, 1.0, 1.0, 1.0, 0.0)
+    data = json.loads(t.read_text(encoding="utf-8"))
+    data["settings"]["new_config"] = "examples/mini-fast.seed1.toml"
+    t.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"other settings than seed 0's \(new_recipe\)"):
+        bench.main(["--seed", *map(str, a), "--seed", str(t), str(v)])
