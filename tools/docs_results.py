@@ -298,7 +298,7 @@ def study_by_seed(data: Mapping[str, Any]) -> str:
             + f"\nOld: {st['old_commit'][:7]} with {st['old_recipe']}; new: {st['new_recipe']} (each seed's copy with its "
             f"`[run] seed`). -n {st['n']}, --lead-n "
             f"{st['lead_n']}, --lead-stage {st['lead_stage']}, {st['threads']} torch thread(s) per side, both sides of "
-            f"a seed started together (its study, then its validation). {data['how']}. One run per seed, no "
+            f"a seed started together (its study, then its validation). {data['how'][:1].upper()}{data['how'][1:]}. One run per seed, no "
             f"interval beyond the seeds' range. Target: new / old at most {data['target_ratio']}.\n")
 
 
