@@ -31,6 +31,11 @@ then competes less for memory bandwidth: the ratio errs in the old recipe's favo
 validation (it needs two seeds), so neither side's time includes it: the benchmark prints that and writes it
 with the result (``caveats``).
 
+**Seed by seed.** The old 3-seed study takes about four hours on one thread, longer than a session on a machine
+that keeps nothing between sessions; ``--seeds 1 --first-seed K`` times seed K alone (each config copied with
+``[run] seed = K``: the K-th seed of the 3-seed study, the same models), ``benchmarks/validation_time.py`` that
+seed's validation, and ``benchmarks/study_by_seed.py`` adds the seeds up.
+
 ``--status`` prints what the ledger holds (while the benchmark runs, or after a session stopped it) and starts
 nothing. Once one study has finished, the wall times so far bound the ratio: the other study can only take longer,
 so with the new study done, new / (the old one's time so far) is an upper bound on the ratio.
@@ -293,7 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--new-src", default="HEAD", help="the new study's commit (default HEAD)")
     ap.add_argument("--old", default="examples/mini.toml",
                     help="the old recipe's curriculum, in its checkout (default: the mini preset, the study's recipe)")
-    ap.add_argument("--new", default="examples/mini-fast.toml", help="the new recipe's curriculum, in its checkout")
+    ap.add_argument("--new", default="examples/mini-half.toml",
+                    help="the new recipe's curriculum, in its checkout (default: the committed findings' recipe)")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--first-seed", type=int, default=None, metavar="K",
                     help="train seeds K..K+SEEDS-1 instead of the configs' own (a copy of each config with [run] "
