@@ -90,7 +90,7 @@ def combine(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     ratios = [s["ratio"] for s in seeds]
     return {"seeds": sorted(seeds, key=lambda s: s["seed"]), "old_s": old, "new_s": new, "ratio_new_old": new / old,
             "ratio_range": [min(ratios), max(ratios)], "target_ratio": TARGET_RATIO,
-            "how": "per seed: old = its study + its validation retrain, new = its study + the validation riding the "
+            "how": "Per seed: old = its study + its validation retrain, new = its study + the validation riding the "
                    "chain (retrain less the chain's stage); each seed's two sides side by side on one machine; the "
                    "seeds' pairs on the machines of their sessions, summed"}
 

@@ -295,11 +295,11 @@ def study_by_seed(data: Mapping[str, Any]) -> str:
     st = data["seeds"][0]["settings"]
     return (_table(["seed", "measured", "new commit", "old: study + validation (s)", "new: study + validation (s)",
                     "old", "new", "new / old"], rows)
-            + f"\nOld: {st['old_commit'][:7]} with {st['old_recipe']}; new: {st['new_recipe']} (each seed's copy with its "
-            f"`[run] seed`). -n {st['n']}, --lead-n "
-            f"{st['lead_n']}, --lead-stage {st['lead_stage']}, {st['threads']} torch thread(s) per side, both sides of "
-            f"a seed started together (its study, then its validation). {data['how'][:1].upper()}{data['how'][1:]}. One run per seed, no "
-            f"interval beyond the seeds' range. Target: new / old at most {data['target_ratio']}.\n")
+            + f"\nOld: {st['old_commit'][:7]} with {st['old_recipe']}; new: {st['new_recipe']} (each seed's copy with "
+            f"its `[run] seed`). -n {st['n']}, --lead-n {st['lead_n']}, --lead-stage {st['lead_stage']}, "
+            f"{st['threads']} torch thread(s) per side, both sides of a seed started together (its study, then its "
+            f"validation). {data['how']}. One run per seed, no interval beyond the seeds' range. Target: new / old at "
+            f"most {data['target_ratio']}.\n")
 
 
 def monitor_validation(data: Mapping[str, Any]) -> str:
