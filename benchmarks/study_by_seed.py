@@ -3,6 +3,7 @@
     python benchmarks/study_by_seed.py \\
         --seed docs/results/study_timing_half_1seed_kv.json docs/results/validation_time_1seed.json \\
         --seed docs/results/study_timing_half_seed1.json docs/results/validation_time_seed1.json \\
+        --seed docs/results/study_timing_half_seed2.json docs/results/validation_time_seed2.json \\
         --json-out docs/results/study_timing_half_by_seed.json
 
 The 3-seed side by side in one run (``benchmarks/study_time.py``) takes the old study about four hours at one
@@ -33,7 +34,7 @@ from typing import Any
 
 TARGET_RATIO = 0.5
 SAME = ("n", "lead_n", "lead_stage", "threads", "old_commit")  # settings every seed's pair shares, and the recipes
-SEEDED = re.compile(r"\.seed(\d+)\.toml$")
+SEEDED = re.compile(r"\.seed(\d+)\.toml$")  # how study_time.py --first-seed names its config copies (seeded())
 
 
 def seed_of(settings: dict[str, Any]) -> int:
